@@ -1,0 +1,162 @@
+"""Input specs and output checks for `run`: parse, validate and compare, with clear messages.
+
+The spec grammar is iree-run-module's `--input=`: a scalar (`3.5`), a buffer
+(`[DIMxDIMx]TYPE=VALUES`, values separated by spaces or commas, optionally in brackets),
+a raw file (`SHAPExTYPE=@file.bin`) or a numpy file (`@file.npy`). Mistakes are caught
+here, before the runtime prints a terse flag error.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import tools
+from .errors import PyreeError
+
+_INT_TYPES = {f"{p}{w}": w for p in ("i", "si", "ui") for w in (1, 2, 4, 8, 16, 32, 64)}
+_FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN"}
+ELEMENT_TYPES = set(_INT_TYPES) | _FLOAT_TYPES
+
+_NUMPY_TYPES = {
+    "i1": np.bool_, "i8": np.int8, "si8": np.int8, "ui8": np.uint8,
+    "i16": np.int16, "si16": np.int16, "ui16": np.uint16,
+    "i32": np.int32, "si32": np.int32, "ui32": np.uint32,
+    "i64": np.int64, "si64": np.int64, "ui64": np.uint64,
+    "f16": np.float16, "f32": np.float32, "f64": np.float64,
+}  # fmt: skip
+
+_SHAPE_TYPE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)$")
+_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf|nan|true|false|0x[0-9a-fA-F]+)$", re.I)
+_FIX_INPUT = 'write it as SHAPExTYPE=VALUES, e.g. --input "8xf32=2" (one value fills the buffer) or --input "2x2xi32=1 2 3 4"'
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    text: str
+    shape: tuple[int, ...] | None  # None for a plain scalar or a .npy file
+    element_type: str | None
+    values: tuple[str, ...]
+    file: Path | None
+
+
+def _bad(spec: str, what: str, fix: str = _FIX_INPUT) -> PyreeError:
+    return PyreeError(f"malformed input spec '{spec}': {what}", fix=fix)
+
+
+def _split_values(text: str) -> list[str]:
+    return [v for v in re.split(r"[\s,\[\]]+", text) if v]
+
+
+def parse_input(spec: str) -> InputSpec:
+    """Validate one `--input` spec and return its parts; raise PyreeError saying what is wrong."""
+    text = spec.strip()
+    if not text:
+        raise _bad(spec, "it is empty")
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise _bad(spec, f"file {path} not found", "check the path after '@' (a .npy file written by numpy.save)")
+        return InputSpec(spec, None, None, (), path)
+    if "=" not in text:
+        if _NUMBER.match(text):
+            return InputSpec(spec, None, None, (text,), None)
+        raise _bad(spec, "no '=' between the shape/type and the values")
+    head, _, body = text.partition("=")
+    match = _SHAPE_TYPE.match(head.strip())
+    if not match:
+        raise _bad(spec, f"'{head}' is not SHAPExTYPE (dimensions are non-negative integers joined by 'x', then an element type)")
+    etype = match["type"]
+    if etype not in ELEMENT_TYPES:
+        raise _bad(spec, f"unknown element type '{etype}'", f"use one of: {', '.join(sorted(ELEMENT_TYPES))}")
+    shape = tuple(int(d) for d in match["dims"].split("x") if d)
+    body = body.strip()
+    if body.startswith("@"):
+        path = Path(body[1:])
+        if not path.is_file():
+            raise _bad(spec, f"file {path} not found", "check the path after '@' (raw little-endian element data)")
+        return InputSpec(spec, shape, etype, (), path)
+    if re.search(r"[^\s,\[\]]", body) is None and math.prod(shape) > 0:
+        raise _bad(spec, "no values after '='")
+    if body.count("[") != body.count("]"):
+        raise _bad(spec, "unbalanced brackets in the values")
+    values = _split_values(body)
+    for value in values:
+        if not _NUMBER.match(value):
+            raise _bad(spec, f"'{value}' is not a number")
+    count = math.prod(shape)
+    if values and len(values) not in (1, count):
+        raise _bad(
+            spec,
+            f"{len(values)} values for shape {'x'.join(map(str, shape)) or '(scalar)'}, which has {count} elements",
+            f"give one value (it fills the buffer) or exactly {count}",
+        )
+    return InputSpec(spec, shape, etype, tuple(values), None)
+
+
+def parse_inputs(specs: Sequence[str]) -> list[InputSpec]:
+    return [parse_input(s) for s in specs]
+
+
+_RESULT_LINE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)=(?P<values>.*)$")
+
+
+def parse_outputs(stdout: str) -> list[np.ndarray]:
+    """The result buffers iree-run-module printed (`8xf32=12 12 ...`), as numpy arrays."""
+    arrays = []
+    for line in stdout.splitlines():
+        match = _RESULT_LINE.match(line.strip())
+        if not match or match["type"] not in _NUMPY_TYPES:
+            continue
+        shape = tuple(int(d) for d in match["dims"].split("x") if d)
+        values = _split_values(match["values"])
+        dtype = _NUMPY_TYPES[match["type"]]
+        if match["type"] == "i1":
+            data = np.array([v.lower() in ("1", "true") for v in values], dtype=dtype)
+        else:
+            data = np.array([float(v) if dtype in (np.float16, np.float32, np.float64) else int(v, 0) for v in values], dtype=dtype)
+        if data.size == math.prod(shape):
+            arrays.append(data.reshape(shape))
+        elif data.size == 1:  # large outputs may be elided; only a splat is unambiguous
+            arrays.append(np.full(shape, data[0], dtype=dtype))
+    return arrays
+
+
+def check_expected(output: str, expected: Sequence[str], *, source: str) -> None:
+    """Every expected text must appear in the output; whitespace runs compare equal."""
+
+    def norm(s: str) -> str:
+        return " ".join(s.split())
+
+    flat = norm(output)
+    # Whole tokens only: expecting "8xf32=1" must not pass on "8xf32=12".
+    missing = [e for e in expected if not re.search(r"(?<!\S)" + re.escape(norm(e)) + r"(?!\S)", flat)]
+    if missing:
+        details = "expected (not found):\n" + "\n".join(f"  {m}" for m in missing)
+        details += "\nactual output:\n" + "\n".join(f"  {line}" for line in output.rstrip().splitlines())
+        raise PyreeError(
+            "output does not match what was expected",
+            file=source,
+            details=details,
+            fix="compare the expected and actual lines above; fix the program or the expectation",
+        )
+
+
+def check_with_filecheck(output: str, check_file: str | Path, *, source: str) -> None:
+    """Apply FileCheck semantics (the `filecheck` package) to the output."""
+    path = Path(check_file)
+    if not path.is_file():
+        raise PyreeError("check file not found", file=path, fix="pass an existing file with CHECK: lines")
+    fc = tools.filecheck()
+    result = tools.spawn(fc.command(path), what="FileCheck", stdin=output, check=False)
+    if result.returncode != 0:
+        raise PyreeError(
+            f"output does not match the CHECK lines of {path}",
+            file=source,
+            details=(result.stderr + result.stdout).strip() + "\nactual output:\n" + output.rstrip(),
+            fix="compare the CHECK lines with the actual output above",
+        )

@@ -1,0 +1,268 @@
+"""C sources -> CPU plugins (system .so, standalone ELF / FatELF .sos) and embedded objects.
+
+Every compiler flag pyree_build uses for CPU code lives in this module.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from . import tools
+from .cache import atomic_output, parse_depfile, remove_stale, scratch_dir, write_depfile
+from .elfcheck import ELF_MACHINES, check_plugin_elf, host_arch, normalize_arch, probe_plugin, read_elf
+from .errors import PyreeError, require_file
+
+PathLike = str | os.PathLike[str]
+
+SYSTEM_CFLAGS = ("-std=c17", "-O2", "-fPIC")
+# IREE's embedded ELF loader resolves no imports and expects position-independent,
+# self-contained code: no libc, no stack protector (it would call __stack_chk_fail).
+FREESTANDING_CFLAGS = (
+    "-std=c17",
+    "-O3",
+    "-fPIC",
+    "-ffreestanding",
+    "-fno-builtin",
+    "-fno-stack-protector",
+    "-fvisibility=hidden",
+    "-fdata-sections",
+    "-ffunction-sections",
+)
+STANDALONE_LDFLAGS = (
+    "-flavor", "gnu",
+    "--build-id=none",
+    "-nostdlib",
+    "-static",
+    "-shared",
+    "--no-allow-shlib-undefined",
+    "--gc-sections",
+    "-z", "now",
+    "-z", "relro",
+    "--discard-all",
+    "--hash-style=sysv",
+    "--strip-debug",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    cc: str = "zig"
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+
+    def flags(self) -> list[str]:
+        out = ["-I", str(tools.include_dir())]
+        for d in self.include_dirs:
+            out += ["-I", str(Path(d).resolve())]
+        out += [f"-D{d}" for d in self.defines]
+        return out
+
+
+def _freestanding_target(cc: tools.Tool, arch: str) -> list[str]:
+    if cc.name == "zig cc":
+        return ["-target", f"{arch}-freestanding-none"]
+    if cc.name == "clang":
+        return [f"--target={arch}-unknown-none-elf"]
+    raise PyreeError(
+        f"{cc.name} cannot cross-compile freestanding code for {arch}",
+        fix="use --cc zig (the default, from the ziglang wheel) or --cc clang",
+    )
+
+
+def _check_sources(sources: Sequence[PathLike]) -> list[Path]:
+    if not sources:
+        raise PyreeError("no C sources given", fix="pass at least one .c file")
+    return [require_file(s, "C source") for s in sources]
+
+
+def _compile(cc: tools.Tool, source: Path, obj: Path, flags: Sequence[str]) -> list[str]:
+    """Compile one source; return the files it read (source + headers) from the compiler's depfile."""
+    dep = obj.with_suffix(".d")
+    tools.spawn(
+        cc.command(*flags, "-MD", "-MF", dep, "-c", source, "-o", obj),
+        what=f"compiling {source.name} with {cc.name}",
+        file=source,
+        fix="fix the error at the file:line shown above",
+    )
+    return parse_depfile(dep)
+
+
+def _deps_of(outputs_inputs: list[str], cc: tools.Tool, *extra: tools.Tool) -> list[str]:
+    return [*outputs_inputs, str(cc.path), *(str(t.path) for t in extra), *(str(p) for p in tools.package_files())]
+
+
+def system_plugin(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+) -> Path:
+    """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime."""
+    srcs = _check_sources(sources)
+    out = Path(output)
+    remove_stale(out)
+    compiler = tools.c_compiler(cc)
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    inputs: list[str] = []
+    with scratch_dir(out.parent, out.name) as build:
+        objs = []
+        with tools.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
+            for i, src in enumerate(srcs):
+                obj = build / f"{i}_{src.stem}.o"
+                inputs += _compile(compiler, src, obj, [*SYSTEM_CFLAGS, *opts.flags()])
+                objs.append(obj)
+        with atomic_output(out) as tmp, tools.Stopwatch(f"link {out.name}"):
+            tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
+            check_plugin_elf(tmp, arch=host_arch())
+            probe_plugin(tmp)
+    if depfile:
+        write_depfile(depfile, out, _deps_of(inputs, compiler))
+    return out
+
+
+def _standalone_elf(compiler: tools.Tool, lld: tools.Tool, srcs: list[Path], arch: str, opts: CompileOptions, build: Path, out: Path) -> list[str]:
+    arch_dir = build / arch
+    arch_dir.mkdir(parents=True, exist_ok=True)
+    inputs: list[str] = []
+    objs = []
+    flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
+    for i, src in enumerate(srcs):
+        obj = arch_dir / f"{i}_{src.stem}.o"
+        inputs += _compile(compiler, src, obj, flags)
+        objs.append(obj)
+    tools.spawn(lld.command(*STANDALONE_LDFLAGS, *objs, "-o", out), what=f"linking the {arch} plugin with iree-lld", file=out)
+    check_plugin_elf(out, arch=arch, standalone=True)
+    return inputs
+
+
+def standalone_plugin(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    archs: Sequence[str],
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> Path:
+    """Build freestanding plugin ELFs, one per arch, linked by iree-lld; pack them as FatELF.
+
+    With one arch and an output not ending in .sos, the single ELF is written as is.
+    """
+    from . import fatelf
+
+    srcs = _check_sources(sources)
+    arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs)) or [host_arch()]
+    out = Path(output)
+    remove_stale(out)
+    compiler = tools.c_compiler(cc)
+    lld = tools.iree_lld()
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    single = len(arch_list) == 1 and out.suffix != ".sos"
+    with scratch_dir(out.parent, out.name) as build:
+        elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
+        with tools.Stopwatch(f"compile + link {', '.join(arch_list)} in parallel"):
+            with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a]) for a in arch_list]
+                inputs = [dep for f in futures for dep in f.result()]
+        with atomic_output(out) as tmp:
+            if single:
+                tmp.write_bytes(elfs[arch_list[0]].read_bytes())
+            else:
+                with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
+                    tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
+    if depfile:
+        write_depfile(depfile, out, _deps_of(inputs, compiler, lld))
+    return out
+
+
+def plugin(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    kind: str = "system",
+    archs: Sequence[str] = (),
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> Path:
+    """Build a plugin of `kind` 'system' (.so for this host) or 'standalone' (freestanding ELF/.sos)."""
+    if kind == "system":
+        if archs and any(normalize_arch(a) != host_arch() for a in archs):
+            raise PyreeError(
+                "a system plugin is built for this host only",
+                fix="drop --arch, or use --kind standalone to build for other architectures",
+            )
+        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile)
+    if kind == "standalone":
+        return standalone_plugin(
+            sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs
+        )
+    raise PyreeError(f"unknown plugin kind '{kind}'", fix="use --kind system or --kind standalone")
+
+
+def objects(
+    source: PathLike,
+    output_dir: PathLike,
+    *,
+    archs: Sequence[str],
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    allow_undefined: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> list[Path]:
+    """Compile one C source to a freestanding object per arch, for IREE to link into a module.
+
+    Writes `<output_dir>/<stem>_<arch>.o`. Undefined symbols are rejected unless listed in
+    `allow_undefined` (functions the program itself provides).
+    """
+    src = _check_sources([source])[0]
+    out_dir = Path(output_dir)
+    arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs))
+    if not arch_list:
+        raise PyreeError("no --arch given", fix="pass --arch x86_64 --arch aarch64 (and/or riscv64)")
+    compiler = tools.c_compiler(cc)
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    outs = {arch: out_dir / f"{src.stem}_{arch}.o" for arch in arch_list}
+    for o in outs.values():
+        remove_stale(o)
+
+    def one(arch: str) -> list[str]:
+        flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
+        with atomic_output(outs[arch]) as tmp:
+            deps = _compile(compiler, src, tmp, flags)
+            Path(tmp.with_suffix(".d")).unlink(missing_ok=True)
+            info = read_elf(tmp)
+            if info.machine != ELF_MACHINES[arch]:
+                raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=outs[arch])
+            unexpected = [s for s in info.undefined if s not in allow_undefined]
+            if unexpected:
+                raise PyreeError(
+                    f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
+                    file=src,
+                    fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
+                )
+        return deps
+
+    with tools.Stopwatch(f"compile {src.name} for {', '.join(arch_list)}"):
+        try:
+            with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                inputs = [d for deps in pool.map(one, arch_list) for d in deps]
+        except BaseException:
+            for o in outs.values():
+                remove_stale(o)
+            raise
+    if depfile:
+        write_depfile(depfile, outs[arch_list[0]], _deps_of(inputs, compiler))
+    return [outs[a] for a in arch_list]

@@ -1,0 +1,184 @@
+"""Checks on built plugins and objects, by reading them (pyelftools) and by loading them (cffi).
+
+These run after a build and before any IREE runtime sees the file, so a missing export or
+an undefined symbol is reported with the file and the fix, not as a runtime load failure.
+"""
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from .errors import PyreeError
+
+QUERY_EXPORT = "iree_hal_executable_plugin_query"
+PLUGIN_VERSION_LATEST = 1
+
+# One spelling per concept: LLVM's arch names are used throughout pyree_build;
+# IREE's spellings (arm_64, riscv_64) are accepted and mapped here.
+ARCH_ALIASES = {"x86_64": "x86_64", "aarch64": "aarch64", "arm_64": "aarch64", "riscv64": "riscv64", "riscv_64": "riscv64"}
+ELF_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64", "riscv64": "EM_RISCV"}
+IREE_ARCH_NAMES = {"x86_64": "x86_64", "aarch64": "arm_64", "riscv64": "riscv_64"}
+
+
+def normalize_arch(arch: str) -> str:
+    try:
+        return ARCH_ALIASES[arch]
+    except KeyError:
+        raise PyreeError(
+            f"unknown architecture '{arch}'",
+            fix=f"use one of: {', '.join(sorted(set(ARCH_ALIASES.values())))}",
+        ) from None
+
+
+def host_arch() -> str:
+    import platform
+
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+@dataclass(frozen=True)
+class ElfSummary:
+    path: Path
+    machine: str  # pyelftools' e_machine name, e.g. EM_X86_64
+    elf_class: int  # 32 or 64
+    little_endian: bool
+    elf_type: str  # ET_DYN, ET_REL, ...
+    defined_exports: frozenset[str]
+    undefined: tuple[str, ...]
+
+
+def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSummary:
+    p = Path(path)
+    raw = data if data is not None else p.read_bytes()
+    try:
+        elf = ELFFile(io.BytesIO(raw))
+        exports: set[str] = set()
+        undefined: list[str] = []
+        for section_name in (".dynsym", ".symtab"):
+            table = elf.get_section_by_name(section_name)
+            if table is None:
+                continue
+            for sym in table.iter_symbols():
+                if not sym.name:
+                    continue
+                bind = sym["st_info"]["bind"]
+                if sym["st_shndx"] == "SHN_UNDEF":
+                    if bind != "STB_WEAK" or section_name == ".dynsym":
+                        undefined.append(sym.name)
+                elif bind in ("STB_GLOBAL", "STB_WEAK") and (
+                    section_name == ".dynsym" or sym["st_other"]["visibility"] == "STV_DEFAULT"
+                ):
+                    exports.add(sym.name)
+            if section_name == ".dynsym" and elf["e_type"] == "ET_DYN":
+                break  # a shared object's interface is its dynamic symbol table
+        return ElfSummary(
+            path=p,
+            machine=elf["e_machine"],
+            elf_class=elf.elfclass,
+            little_endian=elf.little_endian,
+            elf_type=elf["e_type"],
+            defined_exports=frozenset(exports),
+            undefined=tuple(sorted(set(undefined))),
+        )
+    except (ELFError, ValueError, KeyError, IndexError, AssertionError) as exc:
+        raise PyreeError(f"not a readable ELF file ({exc})", file=p, fix="rebuild it; the file may be truncated") from None
+
+
+def check_plugin_elf(path: str | os.PathLike[str], *, arch: str | None = None, standalone: bool = False) -> ElfSummary:
+    """A plugin must be a shared object of the asked arch exporting the query function.
+
+    A standalone plugin is loaded by IREE's own ELF loader, which rejects every import,
+    so it must have no undefined dynamic symbols at all.
+    """
+    info = read_elf(path)
+    if arch is not None:
+        want = ELF_MACHINES[normalize_arch(arch)]
+        if info.machine != want or info.elf_class != 64 or not info.little_endian:
+            raise PyreeError(
+                f"built for {info.machine} ({info.elf_class}-bit, {'little' if info.little_endian else 'big'}-endian), expected {want} 64-bit little-endian",
+                file=path,
+                fix="check the --arch/--target flags passed to the compiler",
+            )
+    if info.elf_type != "ET_DYN":
+        raise PyreeError(f"is {info.elf_type}, but a plugin must be a shared object (ET_DYN)", file=path, fix="link with -shared")
+    if QUERY_EXPORT not in info.defined_exports:
+        raise PyreeError(
+            f"does not export '{QUERY_EXPORT}', so IREE cannot load it as a plugin",
+            file=path,
+            fix=(
+                "define `IREE_HAL_EXECUTABLE_PLUGIN_EXPORT const iree_hal_executable_plugin_header_t** "
+                "iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_version, void* reserved)` "
+                "in one of the sources (#include <iree/hal/local/executable_plugin.h>), not static, with default visibility"
+            ),
+        )
+    if standalone and info.undefined:
+        raise PyreeError(
+            "has undefined symbols, which IREE's embedded ELF loader rejects: " + ", ".join(info.undefined),
+            file=path,
+            details=_explain_undefined(info.undefined),
+            fix="remove the calls, or provide the functions in the plugin itself (freestanding code has no libc)",
+        )
+    return info
+
+
+_LIBC_MEM = {"memcpy", "memset", "memmove", "memcmp", "bcmp"}
+
+
+def _explain_undefined(names: tuple[str, ...]) -> str:
+    lines = []
+    for name in names:
+        if name in _LIBC_MEM:
+            lines.append(
+                f"{name}: usually emitted by the compiler for a struct copy, an array initializer or a "
+                f"loop it recognises as a copy/fill; write the loop with a volatile index, use "
+                f"__builtin_{name} with a small constant size, or define {name} in the plugin"
+            )
+        elif name.startswith("__"):
+            lines.append(f"{name}: a compiler runtime helper (e.g. 128-bit or soft-float arithmetic); avoid the operation or implement the helper")
+        else:
+            lines.append(f"{name}: a libc or external function; a standalone plugin can only call code it contains (or the runtime's import table)")
+    return "\n".join(lines)
+
+
+def probe_plugin(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """Load a host plugin in-process (cffi) and call its query function like the runtime does.
+
+    Returns (plugin name, header version). A NULL return means the plugin does not
+    implement the runtime's ABI version; say so before the runtime does.
+    """
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(
+        """
+        typedef struct { uint32_t version; const char* name; const char* description;
+                         uint32_t features; int32_t sanitizer; uint64_t reserved[8]; } header_t;
+        const header_t** iree_hal_executable_plugin_query(uint32_t max_version, void* reserved);
+        """
+    )
+    try:
+        lib = ffi.dlopen(os.fspath(Path(path).resolve()))
+    except OSError as exc:
+        raise PyreeError(f"cannot be loaded: {exc}", file=path, fix="check the libraries it links against (ldd)") from None
+    try:
+        result = lib.iree_hal_executable_plugin_query(PLUGIN_VERSION_LATEST, ffi.NULL)
+        if result == ffi.NULL:
+            raise PyreeError(
+                f"{QUERY_EXPORT}(max_version={PLUGIN_VERSION_LATEST}) returned NULL: the plugin does not support "
+                f"the runtime's plugin ABI version {PLUGIN_VERSION_LATEST}",
+                file=path,
+                fix="return the plugin struct when max_version >= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_0_1",
+            )
+        header = result[0]
+        if header == ffi.NULL:
+            raise PyreeError("the query function returned a plugin with a NULL header", file=path, fix="set the .header field of the plugin struct")
+        name = ffi.string(header.name).decode("utf-8", "replace") if header.name != ffi.NULL else ""
+        return name, int(header.version)
+    finally:
+        ffi.dlclose(lib)

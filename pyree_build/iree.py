@@ -1,0 +1,197 @@
+"""MLIR -> .vmfb with iree-compile, and modules run with iree-run-module.
+
+Every iree-compile / iree-run-module flag pyree_build chooses lives here.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import checks, tools
+from .cache import atomic_output, remove_stale, write_depfile
+from .errors import PyreeError, require_file
+
+PathLike = str | os.PathLike[str]
+
+TARGETS = ("llvm-cpu", "cuda")
+DEVICES = ("local-sync", "local-task", "cuda")
+DEFAULT_CUDA_SM = "80"
+# Exit code ctest reads as "skipped" (SKIP_RETURN_CODE), used when a test asks for a GPU
+# that this machine does not have.
+SKIP_EXIT_CODE = 77
+
+
+def target_flags(target: str, *, cpu: str = "generic", sm: str | int | None = None) -> list[str]:
+    """The iree-compile flags that select a target. `generic` CPU keeps modules portable."""
+    if target == "llvm-cpu":
+        return [
+            "--iree-hal-target-device=local",
+            "--iree-hal-local-target-device-backends=llvm-cpu",
+            f"--iree-llvmcpu-target-cpu={cpu}",
+        ]
+    if target == "cuda":
+        sm_text = str(sm or DEFAULT_CUDA_SM).removeprefix("sm_")
+        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{sm_text}"]
+    raise PyreeError(f"unknown target '{target}'", fix=f"use one of: {', '.join(TARGETS)}")
+
+
+_OBJECT_PATH = re.compile(r'#hal\.executable\.object<\{\s*path\s*=\s*"(?P<path>[^"]+)"(?P<rest>[^>]*)>')
+
+
+def referenced_objects(mlir_text: str) -> list[str]:
+    """Object paths an MLIR program references without embedding their data."""
+    return list(dict.fromkeys(m["path"] for m in _OBJECT_PATH.finditer(mlir_text) if "data" not in m["rest"]))
+
+
+def resolve_object(path: str, search_paths: Sequence[PathLike]) -> tuple[Path | None, list[Path]]:
+    """Where iree-compile would find an object: absolute, then the cwd, then each search path."""
+    p = Path(path)
+    tried = [p] if p.is_absolute() else [Path.cwd() / p, *(Path(s).resolve() / p for s in search_paths)]
+    for candidate in tried:
+        if candidate.is_file():
+            return candidate, tried
+    return None, tried
+
+
+def _missing_objects_message(source: Path, search_paths: Sequence[PathLike]) -> str | None:
+    lines = []
+    for obj in referenced_objects(source.read_text(encoding="utf-8", errors="replace")):
+        found, tried = resolve_object(obj, search_paths)
+        if found is None:
+            lines.append(f"object '{obj}' not found; tried:\n" + "\n".join(f"  {t}" for t in tried))
+    return "\n".join(lines) or None
+
+
+def compile(  # noqa: A001 - mirrors the CLI verb
+    source: PathLike,
+    output: PathLike,
+    *,
+    target: str = "llvm-cpu",
+    object_search_paths: Sequence[PathLike] = (),
+    flags: Sequence[str] = (),
+    cpu: str = "generic",
+    sm: str | int | None = None,
+    depfile: PathLike | None = None,
+) -> Path:
+    """Compile an MLIR program to a .vmfb for `target`."""
+    src = require_file(source, "MLIR source")
+    out = Path(output)
+    remove_stale(out)
+    compiler = tools.iree_compile()
+    search = [Path(p).resolve() for p in object_search_paths]
+    for s in search:
+        if not s.is_dir():
+            raise PyreeError("object search path is not a directory", file=s, fix="pass an existing directory to --object-search-path")
+    argv_tail = [*target_flags(target, cpu=cpu, sm=sm), *(f"--iree-hal-executable-object-search-path={s}" for s in search), *flags]
+
+    def explain(output_text: str) -> str | None:
+        if "failed to serialize executable" in output_text or "object file not found" in output_text:
+            missing = _missing_objects_message(src, search)
+            if missing:
+                return missing + "\n(iree-compile said:)\n" + output_text
+        return None
+
+    with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
+        tools.spawn(
+            compiler.command(src, *argv_tail, "-o", tmp),
+            what=f"iree-compile ({target})",
+            file=src,
+            explain=explain,
+            fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
+        )
+    if depfile:
+        text = src.read_text(encoding="utf-8", errors="replace")
+        objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
+        write_depfile(depfile, out, [src, *objects, compiler.path, *tools.package_files()])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_status() -> tuple[bool, str]:
+    """(usable, reason): a CUDA GPU is usable when the runtime can enumerate a device on it."""
+    try:
+        runner = tools.iree_run_module()
+    except PyreeError as exc:
+        return False, exc.what
+    result = tools.spawn(runner.command("--list_devices=cuda"), what="listing CUDA devices", check=False, timeout=60)
+    text = (result.stdout + result.stderr).strip()
+    if result.returncode == 0 and "cuda://" in text:
+        devices = [line.strip() for line in text.splitlines() if line.strip().startswith("cuda://")]
+        return True, f"{len(devices)} device(s): {', '.join(devices)}"
+    if "libcuda" in text or "driver library" in text:
+        return False, "no CUDA driver (libcuda.so) on this machine"
+    last = text.splitlines()[-1] if text else f"exit code {result.returncode}"
+    return False, f"no usable CUDA device ({last})"
+
+
+@dataclass
+class RunResult:
+    module: Path
+    function: str
+    stdout: str
+    seconds: float
+    outputs: list[np.ndarray] = field(default_factory=list)
+
+
+class DeviceUnavailable(PyreeError):
+    """The requested device is not present; ctest reads the exit code as 'skipped'."""
+
+
+def _explain_run_failure(text: str) -> str | None:
+    if "import" in text and ("not resolved" in text or "NOT_FOUND" in text or "missing" in text):
+        return text + "\nhint: an import the module calls was not provided by any --plugin; check the plugin exports that symbol"
+    return None
+
+
+def run(
+    module: PathLike,
+    function: str,
+    *,
+    inputs: Sequence[str] = (),
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    expect: Sequence[str] = (),
+    check_file: PathLike | None = None,
+    flags: Sequence[str] = (),
+    skip_unavailable: bool = False,
+) -> RunResult:
+    """Run `function` of `module` with iree-run-module; check its output if asked."""
+    mod = require_file(module, "module")
+    # Absolute, or the runtime's dlopen would search the library path instead of the cwd.
+    plugin_paths = [require_file(p, "plugin").resolve() for p in plugins]
+    checks.parse_inputs(inputs)
+    if device not in DEVICES:
+        raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(DEVICES)}")
+    if device == "cuda":
+        usable, reason = cuda_status()
+        if not usable:
+            raise DeviceUnavailable(
+                f"skipped: {reason}" if skip_unavailable else f"device cuda is not usable: {reason}",
+                fix="run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found",
+                exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
+            )
+    runner = tools.iree_run_module()
+    argv = runner.command(
+        f"--module={mod}",
+        f"--function={function}",
+        f"--device={device}",
+        *(f"--executable_plugin={p}" for p in plugin_paths),
+        *(f"--input={i}" for i in inputs),
+        *flags,
+    )
+    start = time.perf_counter()
+    result = tools.spawn(argv, what=f"running {function} on {device}", file=mod, explain=_explain_run_failure)
+    seconds = time.perf_counter() - start
+    run_result = RunResult(mod, function, result.stdout, seconds, checks.parse_outputs(result.stdout))
+    if expect:
+        checks.check_expected(result.stdout, expect, source=str(mod))
+    if check_file:
+        checks.check_with_filecheck(result.stdout, check_file, source=str(mod))
+    return run_result

@@ -1,0 +1,289 @@
+"""Finds every real tool, knows its version, and is the only place that spawns one.
+
+Every tool is described by a `Tool`: the argv prefix that runs it, the file whose
+change should trigger a rebuild, and a version string. Both of the latter feed the
+cache key and the depfiles written for CMake, so upgrading a wheel rebuilds.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .errors import PyreeError, trim
+
+# 0 = errors only (-q), 1 = one line per step (default), 2 = every tool command (-v).
+VERBOSITY = 1
+
+
+def set_verbosity(level: int) -> None:
+    global VERBOSITY
+    VERBOSITY = level
+
+
+def log_step(message: str) -> None:
+    if VERBOSITY >= 1:
+        print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    argv: tuple[str, ...]  # prefix that runs the tool, e.g. (zig, "cc")
+    path: Path  # the file that is the tool (for depfiles and cache keys)
+    version: str
+    note: str = ""
+
+    def identity(self) -> str:
+        return f"{self.name}={self.path}@{self.version}"
+
+    def command(self, *args: str | os.PathLike[str]) -> list[str]:
+        return [*self.argv, *(os.fspath(a) for a in args)]
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A tool that was looked for and not found, with the command that installs it."""
+
+    name: str
+    reason: str
+    install: str
+    required: bool = False
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+INSTALL_IREE = 'pip install "iree-base-compiler==3.13.*" "iree-base-runtime==3.13.*"'
+INSTALL_ZIG = "pip install ziglang"
+INSTALL_CLANG = "apt-get install clang (or use the default: --cc zig, from pip install ziglang)"
+INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip install ziglang)"
+INSTALL_NVRTC = "pip install cuda-bindings nvidia-cuda-nvrtc"
+INSTALL_NVCC = "install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install cuda-bindings nvidia-cuda-nvrtc)"
+INSTALL_PTXAS = "install the CUDA toolkit (ptxas), or pip install nvidia-cuda-nvcc"
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _package_dir(module: str) -> Path | None:
+    try:
+        mod = __import__(module, fromlist=["__file__"])
+    except ImportError:
+        return None
+    file = getattr(mod, "__file__", None)
+    if file:
+        return Path(file).parent
+    paths = list(getattr(mod, "__path__", []))
+    return Path(paths[0]) if paths else None
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_version(argv: tuple[str, ...], pattern: str) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    match = re.search(pattern, out.stdout + out.stderr)
+    return match.group(1) if match else "unknown"
+
+
+def _iree_binary(name: str, module: str, dist: str) -> Tool | Missing:
+    where = _package_dir(module)
+    version = _dist_version(dist)
+    if where is not None and (where / name).is_file() and version:
+        path = where / name
+        return Tool(name, (str(path),), path, version, note=f"from the {dist} wheel")
+    on_path = shutil.which(name)
+    if on_path:
+        version = _probe_version((on_path, "--version"), r"version\s+(\S+)")
+        return Tool(name, (on_path,), Path(on_path), version, note="from PATH")
+    return Missing(name, f"{dist} is not installed in this Python ({sys.executable})", INSTALL_IREE, required=True)
+
+
+def iree_compile() -> Tool:
+    return _need(_iree_binary("iree-compile", "iree.compiler._mlir_libs", "iree-base-compiler"))
+
+
+def iree_lld() -> Tool:
+    return _need(_iree_binary("iree-lld", "iree.compiler._mlir_libs", "iree-base-compiler"))
+
+
+def iree_run_module() -> Tool:
+    return _need(_iree_binary("iree-run-module", "iree._runtime_libs", "iree-base-runtime"))
+
+
+def iree_benchmark_module() -> Tool:
+    return _need(_iree_binary("iree-benchmark-module", "iree._runtime_libs", "iree-base-runtime"))
+
+
+C_COMPILERS = ("zig", "clang", "gcc")
+
+
+def c_compiler(kind: str = "zig") -> Tool:
+    """The C compiler named by `kind`: zig (ziglang's clang, the default), clang or gcc."""
+    return _need(_find_c_compiler(kind))
+
+
+def _find_c_compiler(kind: str) -> Tool | Missing:
+    if kind == "zig":
+        where = _package_dir("ziglang")
+        version = _dist_version("ziglang")
+        if where is not None and (where / "zig").is_file() and version:
+            zig = where / "zig"
+            return Tool("zig cc", (str(zig), "cc"), zig, version, note="clang from the ziglang wheel")
+        return Missing("zig cc", "the ziglang package is not installed", INSTALL_ZIG, required=True)
+    if kind == "clang":
+        found = shutil.which("clang")
+        if found:
+            return Tool("clang", (found,), Path(found), _probe_version((found, "--version"), r"clang version (\S+)"))
+        return Missing("clang", "no clang on PATH", INSTALL_CLANG)
+    if kind == "gcc":
+        found = shutil.which("gcc")
+        if found:
+            return Tool("gcc", (found,), Path(found), _probe_version((found, "-dumpfullversion"), r"(\S+)"))
+        return Missing("gcc", "no gcc on PATH", INSTALL_GCC)
+    raise PyreeError(f"unknown C compiler '{kind}'", fix=f"use one of: {', '.join(C_COMPILERS)}")
+
+
+def _cuda_tool(name: str, install: str) -> Tool | Missing:
+    found = shutil.which(name)
+    if not found:
+        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+            if root and (Path(root) / "bin" / name).is_file():
+                found = str(Path(root) / "bin" / name)
+                break
+    if not found:
+        nvcc_pkg = _package_dir("nvidia.cuda_nvcc") or _package_dir("nvidia.cu13")
+        if nvcc_pkg and (nvcc_pkg / "bin" / name).is_file():
+            found = str(nvcc_pkg / "bin" / name)
+    if not found:
+        return Missing(name, f"no {name} on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin", install)
+    version = _probe_version((found, "--version"), r"release (\d+\.\d+)")
+    return Tool(name, (found,), Path(found), version)
+
+
+def nvcc() -> Tool:
+    return _need(_cuda_tool("nvcc", INSTALL_NVCC))
+
+
+def ptxas() -> Tool:
+    return _need(_cuda_tool("ptxas", INSTALL_PTXAS))
+
+
+def nvrtc() -> Tool:
+    return _need(_find_nvrtc())
+
+
+def _find_nvrtc() -> Tool | Missing:
+    try:
+        from cuda.bindings import nvrtc as _nvrtc  # noqa: PLC0415
+    except ImportError as exc:
+        return Missing("nvrtc", f"cuda.bindings.nvrtc cannot be imported ({exc})", INSTALL_NVRTC)
+    try:
+        err, major, minor = _nvrtc.nvrtcVersion()
+    except Exception as exc:  # the shared library itself failed to load
+        return Missing("nvrtc", f"libnvrtc failed to load ({exc})", INSTALL_NVRTC)
+    if int(err) != 0:
+        return Missing("nvrtc", f"nvrtcVersion failed ({err})", INSTALL_NVRTC)
+    lib = _package_dir("nvidia.cu13") or _package_dir("nvidia")
+    path = Path(lib) if lib else Path(_nvrtc.__file__)
+    return Tool("nvrtc", (), path, f"{major}.{minor}", note="in-process via cuda.bindings")
+
+
+def filecheck() -> Tool:
+    version = _dist_version("filecheck")
+    if version is None:
+        raise PyreeError("the filecheck package is not installed", fix="pip install filecheck")
+    where = _package_dir("filecheck")
+    return Tool("filecheck", (sys.executable, "-m", "filecheck"), Path(where or "."), version)
+
+
+def _need(found: Tool | Missing) -> Tool:
+    if isinstance(found, Missing):
+        raise PyreeError(f"{found.name} not found: {found.reason}", fix=found.install)
+    return found
+
+
+def package_files() -> list[Path]:
+    """pyree_build's own sources: they hold every flag, so a change to them must rebuild."""
+    here = Path(__file__).parent
+    return sorted(here.glob("*.py")) + sorted((here / "include").rglob("*.h"))
+
+
+def include_dir() -> Path:
+    """The directory holding `iree/hal/local/executable_plugin.h`."""
+    return Path(__file__).parent / "include"
+
+
+def spawn(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    what: str,
+    file: str | os.PathLike[str] | None = None,
+    fix: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    explain: Callable[[str], str | None] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run one tool. On failure raise PyreeError with its stderr and the command to reproduce.
+
+    `explain` may turn the tool's output into a better message (e.g. a known IREE crash).
+    """
+    args = [os.fspath(a) for a in argv]
+    if VERBOSITY >= 2:
+        prefix = f"cd {shlex.quote(os.fspath(cwd))} && " if cwd else ""
+        print("+ " + prefix + shlex.join(args), file=sys.stderr, flush=True)
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    try:
+        result = subprocess.run(
+            args, cwd=cwd, input=stdin, capture_output=True, text=True, errors="replace", env=full_env, timeout=timeout
+        )
+    except FileNotFoundError as exc:
+        raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
+    except subprocess.TimeoutExpired:
+        raise PyreeError(f"{what} timed out after {timeout} s", file=file, command=args) from None
+    if check and result.returncode != 0:
+        output = (result.stderr or "") + (result.stdout or "")
+        better = explain(output) if explain else None
+        raise PyreeError(
+            f"{what} failed (exit code {result.returncode})",
+            file=file,
+            details=better or output or "(the tool printed nothing)",
+            command=args,
+            fix=fix,
+        )
+    return result
+
+
+class Stopwatch:
+    """Times one step and prints `step ... 0.12 s` at the default verbosity."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __enter__(self) -> "Stopwatch":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.seconds = time.perf_counter() - self.start
+        if exc_type is None:
+            log_step(f"  {self.label} ({self.seconds:.2f} s)")

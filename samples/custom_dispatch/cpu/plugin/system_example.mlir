@@ -1,0 +1,56 @@
+// A program whose dispatch calls `simple_mul_workgroup`, an import that the
+// runtime resolves from a plugin passed with --executable_plugin=..., and then
+// adds the second operand in ordinary generated code.
+//
+//   mixed_invocation(a, b) = a * b + b      (a = 2, b = 4  ->  12)
+
+module @plugin_sample {
+
+  stream.executable private @mul_by_import {
+    // One workgroup per 64 elements.
+    stream.executable.export public @mul workgroups(%n: index) -> (index, index, index) {
+      %groups = affine.apply affine_map<()[s0] -> (s0 ceildiv 64)>()[%n]
+      %one = arith.constant 1 : index
+      stream.return %groups, %one, %one : index, index, index
+    }
+
+    builtin.module {
+      // Provided at run time by the plugin. Memrefs arrive as bare pointers
+      // plus offsets; the processor fields are appended to the argument block.
+      func.func private @simple_mul_workgroup(
+          memref<f32>, index, memref<f32>, index, memref<f32>, index,
+          index, index) attributes {
+        hal.import.fields = ["processor_id", "processor_data"],
+        llvm.bareptr = true
+      }
+
+      func.func @mul(%lhs_binding: !stream.binding, %rhs_binding: !stream.binding,
+                     %out_binding: !stream.binding, %n: index) {
+        %c0 = arith.constant 0 : index
+        %workgroup = stream.dispatch.workgroup.id[0] : index
+        %lhs = stream.binding.subspan %lhs_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
+        %rhs = stream.binding.subspan %rhs_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
+        %out = stream.binding.subspan %out_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
+        %lhs_base, %lhs_offset, %lhs_size, %lhs_stride = iree_codegen.extract_strided_metadata %lhs
+            : memref<?xf32> -> memref<f32>, index, index, index
+        %rhs_base, %rhs_offset, %rhs_size, %rhs_stride = iree_codegen.extract_strided_metadata %rhs
+            : memref<?xf32> -> memref<f32>, index, index, index
+        %out_base, %out_offset, %out_size, %out_stride = iree_codegen.extract_strided_metadata %out
+            : memref<?xf32> -> memref<f32>, index, index, index
+        func.call @simple_mul_workgroup(%lhs_base, %lhs_offset, %rhs_base, %rhs_offset,
+                                        %out_base, %out_offset, %n, %workgroup)
+            : (memref<f32>, index, memref<f32>, index, memref<f32>, index, index, index) -> ()
+        return
+      }
+    }
+  }
+
+  func.func @mixed_invocation(%a: tensor<?xf32>, %b: tensor<?xf32>) -> tensor<?xf32> {
+    %c0 = arith.constant 0 : index
+    %n = tensor.dim %a, %c0 : tensor<?xf32>
+    %product = flow.dispatch @mul_by_import::@mul[%n](%a, %b, %n)
+        : (tensor<?xf32>{%n}, tensor<?xf32>{%n}, index) -> tensor<?xf32>{%n}
+    %sum = arith.addf %product, %b : tensor<?xf32>
+    return %sum : tensor<?xf32>
+  }
+}
