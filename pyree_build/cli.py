@@ -189,9 +189,9 @@ def _cmd_run(a: argparse.Namespace) -> None:
 
 
 def _cmd_samples(a: argparse.Namespace) -> int:
-    from . import samples
+    from . import sample_runner
 
-    return samples.main_job(Path(a.build_dir), tests_regex=a.tests_regex)
+    return sample_runner.main_job(Path(a.build_dir), tests_regex=a.tests_regex)
 
 
 def _cmd_doctor(a: argparse.Namespace) -> int:

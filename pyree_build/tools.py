@@ -210,6 +210,33 @@ def filecheck() -> Tool:
     return Tool("filecheck", (sys.executable, "-m", "filecheck"), Path(where or "."), version)
 
 
+def _build_tool(name: str, module: str, attr: str) -> Tool | Missing:
+    """cmake/ctest from the `cmake` wheel, ninja from the `ninja` wheel; PATH otherwise."""
+    try:
+        mod = __import__(module)
+        candidate = Path(getattr(mod, attr)) / name
+        if candidate.is_file():
+            return Tool(name, (str(candidate),), candidate, _dist_version(module) or "unknown", note=f"from the {module} wheel")
+    except (ImportError, AttributeError):
+        pass
+    found = shutil.which(name)
+    if found:
+        return Tool(name, (found,), Path(found), _probe_version((found, "--version"), r"(\d+\.\d+[.\w]*)"), note="from PATH")
+    return Missing(name, f"no {name} found", f"pip install {module}", required=True)
+
+
+def cmake() -> Tool:
+    return _need(_build_tool("cmake", "cmake", "CMAKE_BIN_DIR"))
+
+
+def ctest() -> Tool:
+    return _need(_build_tool("ctest", "cmake", "CMAKE_BIN_DIR"))
+
+
+def ninja() -> Tool:
+    return _need(_build_tool("ninja", "ninja", "BIN_DIR"))
+
+
 def _need(found: Tool | Missing) -> Tool:
     if isinstance(found, Missing):
         raise PyreeError(f"{found.name} not found: {found.reason}", fix=found.install)

@@ -1,0 +1,130 @@
+"""The main job: configure every sample with CMake (Ninja), build iree-sample-deps, run ctest,
+and print one table row per test: sample, test, result, time."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import tools
+from .errors import PyreeError
+
+
+def samples_dir() -> Path:
+    """The samples project: installed inside the package, or the checkout's samples/."""
+    here = Path(__file__).parent
+    for candidate in (here / "samples", here.parent / "samples"):
+        if (candidate / "CMakeLists.txt").is_file():
+            return candidate
+    raise PyreeError("the samples are not installed", file=here, fix="reinstall with `pip install .` from the pyree_build checkout")
+
+
+@dataclass
+class TestRow:
+    sample: str
+    test: str
+    result: str
+    seconds: float
+
+
+def _sample_of(working_dir: str | None, build_dir: Path) -> str:
+    if not working_dir:
+        return "?"
+    try:
+        return str(Path(working_dir).resolve().relative_to(build_dir.resolve()))
+    except ValueError:
+        return working_dir
+
+
+def _skip_reason(output: str) -> str:
+    for line in output.splitlines():
+        if "skipped:" in line:
+            return "skipped: " + line.split("skipped:", 1)[1].strip()
+    return "skipped"
+
+
+def collect_results(build_dir: Path, junit: Path, ctest_listing: str) -> list[TestRow]:
+    listing = json.loads(ctest_listing)
+    where = {}
+    for test in listing.get("tests", []):
+        props = {p["name"]: p["value"] for p in test.get("properties", [])}
+        where[test["name"]] = _sample_of(props.get("WORKING_DIRECTORY"), build_dir)
+    rows = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("name", "?")
+        output = case.findtext("system-out") or ""
+        status = case.get("status", "")
+        if case.find("skipped") is not None or status == "notrun" and "skipped:" in output:
+            result = _skip_reason(output)
+        elif status == "run" and case.find("failure") is None:
+            result = "passed"
+        elif status == "disabled":
+            result = "disabled"
+        else:
+            result = "FAILED"
+        rows.append(TestRow(where.get(name, "?"), name, result, float(case.get("time", "0") or 0)))
+    return rows
+
+
+def format_table(rows: list[TestRow]) -> str:
+    headers = ("sample", "test", "result", "time")
+    cells = [(r.sample, r.test, r.result, f"{r.seconds:.2f} s") for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    out = [line.format(*headers), line.format(*("-" * w for w in widths))]
+    out += [line.format(*c) for c in cells]
+    return "\n".join(out)
+
+
+def main_job(build_dir: Path, *, tests_regex: str | None = None) -> int:
+    """Build and run every sample. Returns 0 when no test failed (skipped tests are not failures)."""
+    from .cli import cmake_dir
+
+    cmake, ctest, ninja = tools.cmake(), tools.ctest(), tools.ninja()
+    source = samples_dir()
+    build = build_dir.resolve()
+    tools.log_step(f"samples: {source} -> {build}")
+    with tools.Stopwatch("configure (cmake -G Ninja)"):
+        tools.spawn(
+            cmake.command(
+                "-G", "Ninja", "-S", source, "-B", build,
+                f"-DCMAKE_MAKE_PROGRAM={ninja.path}",
+                f"-Dpyree_build_DIR={cmake_dir()}",
+                f"-DPYREE_BUILD_PYTHON={sys.executable}",
+            ),  # fmt: skip
+            what="configuring the samples with CMake",
+            file=source / "CMakeLists.txt",
+        )
+    with tools.Stopwatch("build iree-sample-deps"):
+        tools.spawn(
+            cmake.command("--build", build, "--target", "iree-sample-deps"),
+            what="building iree-sample-deps",
+            file=build,
+            fix="the first failing step is shown above; run it with -v to see every tool command",
+        )
+    junit = build / "pyree-samples-junit.xml"
+    select = ["-R", tests_regex] if tests_regex else []
+    start = time.perf_counter()
+    result = tools.spawn(
+        ctest.command("--test-dir", build, "--output-junit", junit, "--output-on-failure", *select),
+        what="ctest",
+        file=build,
+        check=False,
+    )
+    tools.log_step(f"  ctest ({time.perf_counter() - start:.2f} s)")
+    if not junit.is_file():
+        raise PyreeError("ctest wrote no results", file=build, details=result.stdout + result.stderr)
+    listing = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1"), what="listing tests").stdout
+    rows = collect_results(build, junit, listing)
+    print(format_table(rows))
+    failed = [r for r in rows if r.result == "FAILED"]
+    passed = sum(r.result == "passed" for r in rows)
+    skipped = sum(r.result.startswith("skipped") for r in rows)
+    print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped")
+    if failed:
+        print("\nctest output for the failures:\n" + result.stdout[-8000:], file=sys.stderr)
+        return 1
+    return 0 if rows else 1
