@@ -145,8 +145,12 @@ class DeviceUnavailable(PyreeError):
 
 
 def _explain_run_failure(text: str) -> str | None:
-    if "import" in text and ("not resolved" in text or "NOT_FOUND" in text or "missing" in text):
-        return text + "\nhint: an import the module calls was not provided by any --plugin; check the plugin exports that symbol"
+    if "no executable loader registered" in text and "embedded-elf" in text:
+        # The runtime's wording when an executable's imports could not all be resolved.
+        return text + (
+            "\nhint: the module's executables call imports that no plugin provided; pass the plugin that "
+            "exports them with --plugin PATH (plugins given later are searched first)"
+        )
     return None
 
 

@@ -1,0 +1,67 @@
+"""Shared fixtures. Every test uses the real tools: iree-compile, iree-run-module, zig/clang, CMake."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "samples"
+PLUGIN_SAMPLE = SAMPLES / "custom_dispatch" / "cpu" / "plugin"
+
+
+class CliResult:
+    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.output = proc.stdout + proc.stderr
+
+    def __repr__(self) -> str:
+        return f"CliResult(rc={self.returncode}, stdout={self.stdout[-2000:]!r}, stderr={self.stderr[-2000:]!r})"
+
+
+def run_cli(*args: str | os.PathLike[str], cwd: Path | None = None, timeout: float = 300) -> CliResult:
+    """Run `python -m pyree_build ARGS` as a user would, in a separate process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyree_build", *map(os.fspath, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return CliResult(proc)
+
+
+def assert_clean_error(result: CliResult, *fragments: str) -> None:
+    """A user error: non-zero exit, one message with each fragment, and no traceback."""
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.output, result
+    assert "error:" in result.stderr, result
+    for fragment in fragments:
+        assert fragment in result.stderr, f"{fragment!r} not in:\n{result.stderr}"
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture(scope="session")
+def system_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample's system plugin, built once for the session."""
+    out = tmp_path_factory.mktemp("system_plugin") / "system_plugin.so"
+    result = run_cli("plugin", "--kind", "system", PLUGIN_SAMPLE / "system_plugin.c", "-o", out)
+    assert result.returncode == 0, result
+    return out
+
+
+@pytest.fixture(scope="session")
+def system_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("system_module") / "system_example.vmfb"
+    result = run_cli("compile", PLUGIN_SAMPLE / "system_example.mlir", "-o", out, "--target", "llvm-cpu")
+    assert result.returncode == 0, result
+    return out
