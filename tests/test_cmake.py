@@ -1,0 +1,179 @@
+"""CMake end to end: the samples through `pyree-build samples`, ctest, rebuild rules, and a
+downstream project that uses find_package(pyree_build)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pyree_build import tools
+from pyree_build.cli import cmake_dir
+from conftest import PLUGIN_SAMPLE
+
+pytestmark = pytest.mark.slow
+
+
+def cmake_run(*args: str | os.PathLike[str], cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*tools.cmake().argv, *map(os.fspath, args)], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def ctest_run(build: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*tools.ctest().argv, "--test-dir", str(build), *args], capture_output=True, text=True)
+
+
+def test_samples_main_job_builds_and_passes(cli, tmp_path):
+    result = cli("samples", "--build-dir", tmp_path / "build", timeout=1200)
+    assert result.returncode == 0, result
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["sample", "test", "result", "time"]
+    rows = {line.split()[1]: line for line in lines[2:] if line.strip() and not line.startswith(" ")}
+    for device in ("local-sync", "local-task"):
+        row = rows[f"cpu_plugin.system.{device}"]
+        assert "custom_dispatch/cpu/plugin" in row and "passed" in row
+    for name, row in rows.items():
+        if "cuda" in name:
+            assert "passed" in row or "skipped:" in row, row
+    assert "0 failed" in result.stdout
+
+
+DOWNSTREAM_PLUGIN = r"""
+#include "iree/hal/local/executable_plugin.h"
+#include "scale.h"
+
+typedef struct { const float* lhs; size_t lhs_offset; const float* rhs; size_t rhs_offset;
+                 float* out; size_t out_offset; size_t count; size_t workgroup;
+                 uint32_t processor_id; const uint64_t* processor_data; } args_t;
+
+static int simple_mul_workgroup(void* params, void* context, void* reserved) {
+  (void)context; (void)reserved;
+  const args_t* a = (const args_t*)params;
+  size_t begin = a->workgroup * 64, end = begin + 64 < a->count ? begin + 64 : a->count;
+  for (size_t i = begin; i < end; ++i)
+    a->out[a->out_offset + i] = SCALE * a->lhs[a->lhs_offset + i] * a->rhs[a->rhs_offset + i];
+  return 0;
+}
+
+static iree_hal_executable_plugin_status_t load(const iree_hal_executable_plugin_environment_v0_t* e,
+    size_t n, const iree_hal_executable_plugin_string_pair_t* p, void** out_self) {
+  (void)e; (void)n; (void)p; *out_self = NULL; return iree_hal_executable_plugin_ok_status();
+}
+static void unload(void* self) { (void)self; }
+static iree_hal_executable_plugin_status_t resolve(void* self,
+    const iree_hal_executable_plugin_resolve_params_v0_t* params, iree_hal_executable_plugin_resolution_t* out) {
+  (void)self; *out = 0; int missing = 0;
+  for (size_t i = 0; i < params->count; ++i) {
+    if (params->out_fn_ptrs[i]) continue;
+    if (iree_hal_executable_plugin_strcmp(params->symbol_names[i], "simple_mul_workgroup") == 0) {
+      params->out_fn_ptrs[i] = (void*)simple_mul_workgroup; params->out_fn_contexts[i] = NULL;
+    } else { missing = 1; }
+  }
+  return missing ? iree_hal_executable_plugin_status_from_code(IREE_HAL_EXECUTABLE_PLUGIN_STATUS_NOT_FOUND)
+                 : iree_hal_executable_plugin_ok_status();
+}
+
+IREE_HAL_EXECUTABLE_PLUGIN_EXPORT const iree_hal_executable_plugin_header_t**
+iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_version, void* reserved) {
+  (void)reserved;
+  static const iree_hal_executable_plugin_header_t header = {
+      IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST, "downstream", "test", 0, IREE_HAL_EXECUTABLE_PLUGIN_SANITIZER_KIND, {0}};
+  static const iree_hal_executable_plugin_v0_t plugin = {&header, load, unload, resolve};
+  return max_version <= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST ? (const iree_hal_executable_plugin_header_t**)&plugin : NULL;
+}
+"""
+
+DOWNSTREAM_CMAKE = """
+cmake_minimum_required(VERSION 3.21)
+project(downstream LANGUAGES NONE)
+find_package(pyree_build CONFIG REQUIRED)
+enable_testing()
+pyree_cpu_plugin(NAME my_plugin SYSTEM SRCS plugin.c INCLUDE_DIRS include)
+pyree_iree_module(NAME my_module SRC program.mlir TARGET llvm-cpu)
+pyree_add_run_test(NAME my_test MODULE my_module FUNCTION mixed_invocation
+                   INPUTS "8xf32=2" "8xf32=4" PLUGINS my_plugin
+                   EXPECT "8xf32=@EXPECTED@")
+"""
+
+
+def write_downstream(root: Path, scale: int = 3) -> None:
+    (root / "include").mkdir(parents=True, exist_ok=True)
+    (root / "include" / "scale.h").write_text(f"#define SCALE {scale}.0f\n")
+    (root / "plugin.c").write_text(DOWNSTREAM_PLUGIN)
+    (root / "program.mlir").write_text((PLUGIN_SAMPLE / "system_example.mlir").read_text())
+    expected = " ".join([str(2 * 4 * scale + 4)] * 8)
+    (root / "CMakeLists.txt").write_text(DOWNSTREAM_CMAKE.replace("@EXPECTED@", expected))
+
+
+def configure(src: Path, build: Path, *, pass_python: bool = True) -> None:
+    args = ["-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}"]
+    if pass_python:
+        args.append(f"-DPYREE_BUILD_PYTHON={sys.executable}")
+    result = cmake_run(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def build(build_dir: Path, target: str = "iree-sample-deps") -> str:
+    result = cmake_run("--build", build_dir, "--target", target, "-v")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_downstream_project_builds_and_tests_its_own_plugin(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "build"
+    write_downstream(src)
+    configure(src, out)
+    build(out)
+    result = ctest_run(out, "--output-on-failure")
+    assert result.returncode == 0, result.stdout
+    assert "100% tests passed" in result.stdout
+    assert (out / "my_plugin.so").is_file() and (out / "my_module.vmfb").is_file()
+
+
+def test_rebuilds_when_a_header_source_or_mlir_changes_and_not_otherwise(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "build"
+    write_downstream(src)
+    configure(src, out)
+    build(out)
+    assert "no work to do" in build(out)
+
+    time.sleep(1.1)  # coarse mtime filesystems
+    write_downstream(src, scale=5)  # rewrites the included header, the .c, the .mlir
+    log = build(out)
+    assert "pyree_build plugin" in log and "pyree_build compile" in log, log
+    assert "no work to do" in build(out)
+    result = ctest_run(out, "--output-on-failure")  # CMakeLists.txt now expects 2*4*5+4 = 44
+    assert result.returncode == 0, result.stdout
+
+    time.sleep(1.1)
+    (src / "include" / "scale.h").write_text("#define SCALE 5.0f\n/* comment only */\n")
+    log = build(out)
+    assert "pyree_build plugin" in log, log
+    assert "pyree_build compile" not in log  # the module does not depend on the plugin's header
+
+
+def test_find_package_discovers_python_without_hints(tmp_path):
+    cfg = cmake_dir()
+    if "site-packages" not in str(cfg):
+        pytest.skip("pyree_build is not installed from a wheel here (editable or source checkout)")
+    src, out = tmp_path / "src", tmp_path / "build"
+    write_downstream(src)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYREE_BUILD_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = "/usr/bin:/bin"
+    result = cmake_run("-G", "Ninja", "-S", src, "-B", out, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", f"-Dpyree_build_DIR={cfg}", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cache = (out / "CMakeCache.txt").read_text()
+    assert f"PYREE_BUILD_PYTHON:FILEPATH={Path(sys.executable).parent}" in cache
+
+
+def test_find_package_without_a_usable_python_says_what_to_do(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "build"
+    write_downstream(src)
+    result = cmake_run("-G", "Ninja", "-S", src, "-B", out, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}",
+                       "-DPYREE_BUILD_PYTHON=", "-DPython3_EXECUTABLE=/nonexistent",
+                       env={**{k: v for k, v in os.environ.items() if k != "PYREE_BUILD_PYTHON"}, "PATH": "/nonexistent"})
+    if result.returncode == 0:
+        pytest.skip("an interpreter with pyree_build was still found through the install layout")
+    assert "-DPYREE_BUILD_PYTHON=" in result.stderr
