@@ -32,10 +32,10 @@ def __getattr__(name: str):  # lazy: `import pyree_build` stays cheap for the CL
         from .iree import run
 
         return run
-    if name == "fatelf":
-        from . import fatelf
+    if name == "fatelf":  # a namespace of actions, like the verb: join, split, read, select
+        import importlib
 
-        return fatelf.write
+        return importlib.import_module(".fatelf", __name__)
     raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
 

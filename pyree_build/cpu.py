@@ -126,7 +126,9 @@ def system_plugin(
     return out
 
 
-def _standalone_elf(compiler: tools.Tool, lld: tools.Tool, srcs: list[Path], arch: str, opts: CompileOptions, build: Path, out: Path) -> list[str]:
+def _standalone_elf(
+    compiler: tools.Tool, lld: tools.Tool, srcs: list[Path], arch: str, opts: CompileOptions, build: Path, out: Path, final: Path
+) -> list[str]:
     arch_dir = build / arch
     arch_dir.mkdir(parents=True, exist_ok=True)
     inputs: list[str] = []
@@ -136,8 +138,13 @@ def _standalone_elf(compiler: tools.Tool, lld: tools.Tool, srcs: list[Path], arc
         obj = arch_dir / f"{i}_{src.stem}.o"
         inputs += _compile(compiler, src, obj, flags)
         objs.append(obj)
-    tools.spawn(lld.command(*STANDALONE_LDFLAGS, *objs, "-o", out), what=f"linking the {arch} plugin with iree-lld", file=out)
-    check_plugin_elf(out, arch=arch, standalone=True)
+    label = f"{final} ({arch})"
+    tools.spawn(lld.command(*STANDALONE_LDFLAGS, *objs, "-o", out), what=f"linking the {arch} plugin with iree-lld", file=label)
+    try:
+        check_plugin_elf(out, arch=arch, standalone=True)
+    except PyreeError as err:
+        err.file = label  # the scratch file is gone by the time the user reads this
+        raise
     return inputs
 
 
@@ -156,8 +163,6 @@ def standalone_plugin(
 
     With one arch and an output not ending in .sos, the single ELF is written as is.
     """
-    from . import fatelf
-
     srcs = _check_sources(sources)
     arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs)) or [host_arch()]
     out = Path(output)
@@ -170,12 +175,14 @@ def standalone_plugin(
         elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
         with tools.Stopwatch(f"compile + link {', '.join(arch_list)} in parallel"):
             with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-                futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a]) for a in arch_list]
+                futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
                 inputs = [dep for f in futures for dep in f.result()]
         with atomic_output(out) as tmp:
             if single:
                 tmp.write_bytes(elfs[arch_list[0]].read_bytes())
             else:
+                from . import fatelf
+
                 with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
                     tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
     if depfile:

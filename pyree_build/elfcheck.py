@@ -90,6 +90,21 @@ def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSumm
         raise PyreeError(f"not a readable ELF file ({exc})", file=p, fix="rebuild it; the file may be truncated") from None
 
 
+def is_standalone_elf(path: str | os.PathLike[str]) -> bool:
+    """A shared object that needs no library and imports nothing: IREE's ELF loader can map it."""
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            if elf["e_type"] != "ET_DYN":
+                return False
+            dynamic = elf.get_section_by_name(".dynamic")
+            if dynamic is not None and any(tag.entry.d_tag == "DT_NEEDED" for tag in dynamic.iter_tags()):
+                return False
+    except (ELFError, OSError, ValueError):
+        return False
+    return not read_elf(path).undefined
+
+
 def check_plugin_elf(path: str | os.PathLike[str], *, arch: str | None = None, standalone: bool = False) -> ElfSummary:
     """A plugin must be a shared object of the asked arch exporting the query function.
 

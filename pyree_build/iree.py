@@ -140,6 +140,31 @@ class RunResult:
     outputs: list[np.ndarray] = field(default_factory=list)
 
 
+EMBEDDED_PREFIX = "embedded:"
+
+
+def plugin_flag(plugin: PathLike) -> str:
+    """The --executable_plugin value that makes the runtime use the right loader.
+
+    The runtime picks its own ELF loader only for a `.sos` name or an `embedded:` prefix
+    and dlopen otherwise; a standalone plugin (FatELF, or an ELF with no libraries or
+    imports) under another name gets the prefix, so users need not remember the rule.
+    """
+    text = os.fspath(plugin)
+    explicit = text.startswith(EMBEDDED_PREFIX)
+    # Absolute, or the runtime's dlopen would search the library path instead of the cwd.
+    path = require_file(text.removeprefix(EMBEDDED_PREFIX), "plugin").resolve()
+    if explicit or path.suffix == ".sos":
+        return (EMBEDDED_PREFIX if explicit else "") + str(path)
+    from .elfcheck import is_standalone_elf
+
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head == b"\xfa\x70\x0e\x1f" or is_standalone_elf(path):
+        return EMBEDDED_PREFIX + str(path)
+    return str(path)
+
+
 class DeviceUnavailable(PyreeError):
     """The requested device is not present; ctest reads the exit code as 'skipped'."""
 
@@ -168,8 +193,7 @@ def run(
 ) -> RunResult:
     """Run `function` of `module` with iree-run-module; check its output if asked."""
     mod = require_file(module, "module")
-    # Absolute, or the runtime's dlopen would search the library path instead of the cwd.
-    plugin_paths = [require_file(p, "plugin").resolve() for p in plugins]
+    plugin_flags = [plugin_flag(p) for p in plugins]
     checks.parse_inputs(inputs)
     if device not in DEVICES:
         raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(DEVICES)}")
@@ -186,7 +210,7 @@ def run(
         f"--module={mod}",
         f"--function={function}",
         f"--device={device}",
-        *(f"--executable_plugin={p}" for p in plugin_paths),
+        *(f"--executable_plugin={p}" for p in plugin_flags),
         *(f"--input={i}" for i in inputs),
         *flags,
     )

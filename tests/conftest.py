@@ -62,6 +62,6 @@ def system_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def system_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("system_module") / "system_example.vmfb"
-    result = run_cli("compile", PLUGIN_SAMPLE / "system_example.mlir", "-o", out, "--target", "llvm-cpu")
+    result = run_cli("compile", PLUGIN_SAMPLE / "example.mlir", "-o", out, "--target", "llvm-cpu")
     assert result.returncode == 0, result
     return out

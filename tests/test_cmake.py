@@ -51,8 +51,7 @@ typedef struct { const float* lhs; size_t lhs_offset; const float* rhs; size_t r
 static int simple_mul_workgroup(void* params, void* context, void* reserved) {
   (void)context; (void)reserved;
   const args_t* a = (const args_t*)params;
-  size_t begin = a->workgroup * 64, end = begin + 64 < a->count ? begin + 64 : a->count;
-  for (size_t i = begin; i < end; ++i)
+  for (size_t i = 0; i < a->count; ++i)
     a->out[a->out_offset + i] = SCALE * a->lhs[a->lhs_offset + i] * a->rhs[a->rhs_offset + i];
   return 0;
 }
@@ -102,7 +101,7 @@ def write_downstream(root: Path, scale: int = 3) -> None:
     (root / "include").mkdir(parents=True, exist_ok=True)
     (root / "include" / "scale.h").write_text(f"#define SCALE {scale}.0f\n")
     (root / "plugin.c").write_text(DOWNSTREAM_PLUGIN)
-    (root / "program.mlir").write_text((PLUGIN_SAMPLE / "system_example.mlir").read_text())
+    (root / "program.mlir").write_text((PLUGIN_SAMPLE / "example.mlir").read_text())
     expected = " ".join([str(2 * 4 * scale + 4)] * 8)
     (root / "CMakeLists.txt").write_text(DOWNSTREAM_CMAKE.replace("@EXPECTED@", expected))
 

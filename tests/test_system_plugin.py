@@ -53,7 +53,7 @@ def test_check_file_uses_filecheck_semantics(cli, system_plugin, system_module, 
 
 def test_python_api_builds_runs_and_returns_arrays(tmp_path):
     so = pb.plugin([PLUGIN_SAMPLE / "system_plugin.c"], tmp_path / "p.so", kind="system", depfile=tmp_path / "p.so.d")
-    vmfb = pb.compile(PLUGIN_SAMPLE / "system_example.mlir", tmp_path / "m.vmfb", target="llvm-cpu")
+    vmfb = pb.compile(PLUGIN_SAMPLE / "example.mlir", tmp_path / "m.vmfb", target="llvm-cpu")
     result = pb.run(vmfb, "mixed_invocation", inputs=["8xf32=2", "8xf32=4"], plugins=[so])
     assert len(result.outputs) == 1
     np.testing.assert_array_equal(result.outputs[0], np.full(8, 12, dtype=np.float32))

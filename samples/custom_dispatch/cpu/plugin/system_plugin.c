@@ -3,7 +3,7 @@
 // Being a normal library it may use libc (here: stdio for a load message).
 //
 // It provides one import, `simple_mul_workgroup`, which the program in
-// system_example.mlir calls from inside its dispatch.
+// example.mlir calls from inside its dispatch.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,22 +21,17 @@ typedef struct {
   size_t rhs_offset;
   float* out;
   size_t out_offset;
-  size_t count;
-  size_t workgroup;
+  size_t count;      // elements to multiply, starting at each offset
+  size_t workgroup;  // the calling workgroup (unused here)
   uint32_t processor_id;
   const uint64_t* processor_data;
 } mul_args_t;
-
-// Each workgroup handles a tile of 64 elements.
-enum { kTile = 64 };
 
 static int simple_mul_workgroup(void* params_ptr, void* context, void* reserved) {
   (void)context;
   (void)reserved;
   const mul_args_t* a = (const mul_args_t*)params_ptr;
-  size_t begin = a->workgroup * kTile;
-  size_t end = begin + kTile < a->count ? begin + kTile : a->count;
-  for (size_t i = begin; i < end; ++i) {
+  for (size_t i = 0; i < a->count; ++i) {
     a->out[a->out_offset + i] = a->lhs[a->lhs_offset + i] * a->rhs[a->rhs_offset + i];
   }
   return 0;

@@ -1,8 +1,12 @@
 // A program whose dispatch calls `simple_mul_workgroup`, an import that the
-// runtime resolves from a plugin passed with --executable_plugin=..., and then
-// adds the second operand in ordinary generated code.
+// runtime resolves from a plugin passed with --executable_plugin=... (a system
+// .so or a standalone .sos: the program is the same), and then adds the second
+// operand in ordinary generated code.
 //
 //   mixed_invocation(a, b) = a * b + b      (a = 2, b = 4  ->  12)
+//
+// The import's contract (shared by every plugin in this folder): multiply
+// `count` elements, starting at each buffer's offset.
 
 module @plugin_sample {
 
@@ -27,7 +31,10 @@ module @plugin_sample {
       func.func @mul(%lhs_binding: !stream.binding, %rhs_binding: !stream.binding,
                      %out_binding: !stream.binding, %n: index) {
         %c0 = arith.constant 0 : index
+        // This workgroup's tile: [begin, begin + count) with count <= 64.
         %workgroup = stream.dispatch.workgroup.id[0] : index
+        %begin = affine.apply affine_map<()[s0] -> (s0 * 64)>()[%workgroup]
+        %count = affine.min affine_map<()[s0, s1] -> (64, s1 - s0)>()[%begin, %n]
         %lhs = stream.binding.subspan %lhs_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
         %rhs = stream.binding.subspan %rhs_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
         %out = stream.binding.subspan %out_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
@@ -37,8 +44,11 @@ module @plugin_sample {
             : memref<?xf32> -> memref<f32>, index, index, index
         %out_base, %out_offset, %out_size, %out_stride = iree_codegen.extract_strided_metadata %out
             : memref<?xf32> -> memref<f32>, index, index, index
-        func.call @simple_mul_workgroup(%lhs_base, %lhs_offset, %rhs_base, %rhs_offset,
-                                        %out_base, %out_offset, %n, %workgroup)
+        %lhs_at = arith.addi %lhs_offset, %begin : index
+        %rhs_at = arith.addi %rhs_offset, %begin : index
+        %out_at = arith.addi %out_offset, %begin : index
+        func.call @simple_mul_workgroup(%lhs_base, %lhs_at, %rhs_base, %rhs_at,
+                                        %out_base, %out_at, %count, %workgroup)
             : (memref<f32>, index, memref<f32>, index, memref<f32>, index, index, index) -> ()
         return
       }
