@@ -60,13 +60,22 @@ def resolve_object(path: str, search_paths: Sequence[PathLike]) -> tuple[Path | 
     return None, tried
 
 
-def _missing_objects_message(source: Path, search_paths: Sequence[PathLike]) -> str | None:
+_NOT_FOUND_OBJECT = re.compile(r'object file not found.*?#hal\.executable\.object<\{path = "([^"]+)"')
+
+
+def _missing_objects_message(source: Path, search_paths: Sequence[PathLike], compiler_output: str) -> str | None:
+    """Name each missing object and every place it was looked for (iree-compile names neither)."""
+    named = _NOT_FOUND_OBJECT.findall(compiler_output)
+    candidates = named or referenced_objects(source.read_text(encoding="utf-8", errors="replace"))
     lines = []
-    for obj in referenced_objects(source.read_text(encoding="utf-8", errors="replace")):
+    for obj in dict.fromkeys(candidates):
         found, tried = resolve_object(obj, search_paths)
         if found is None:
             lines.append(f"object '{obj}' not found; tried:\n" + "\n".join(f"  {t}" for t in tried))
-    return "\n".join(lines) or None
+    if not lines:
+        return None
+    said = [line for line in compiler_output.splitlines() if "error:" in line.lower()]
+    return "\n".join(lines) + "\n(iree-compile said:)\n" + "\n".join(said)
 
 
 def compile(  # noqa: A001 - mirrors the CLI verb
@@ -93,9 +102,7 @@ def compile(  # noqa: A001 - mirrors the CLI verb
 
     def explain(output_text: str) -> str | None:
         if "failed to serialize executable" in output_text or "object file not found" in output_text:
-            missing = _missing_objects_message(src, search)
-            if missing:
-                return missing + "\n(iree-compile said:)\n" + output_text
+            return _missing_objects_message(src, search, output_text)
         return None
 
     with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
