@@ -73,11 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", dest="sms", action="append", required=True, help="e.g. 80 or sm_80 (repeatable)")
     p.add_argument("--compiler", choices=("nvrtc", "nvcc"), default="nvrtc")
     p.add_argument("--verify", action="store_true", help="assemble each PTX with ptxas for its sm")
+    p.add_argument(
+        "--ptx-isa", default="auto", metavar="auto|native|X.Y",
+        help="PTX ISA version to mark the PTX with; auto (default): the newest the driver here and ptxas accept",
+    )  # fmt: skip
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>_sm_<N>.ptx")
     p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
     p.add_argument("--depfile")
     p.add_argument("-j", "--jobs", type=int, default=None)
+    _common(p)
+
+    p = sub.add_parser("cuda-target", help="print the #hal.executable.target that keys an sm's objects in MLIR")
+    p.add_argument("--sm", required=True, help="e.g. 80")
     _common(p)
 
     p = sub.add_parser("compile", help="MLIR -> .vmfb with iree-compile (extra iree-compile flags after --)")
@@ -159,11 +167,17 @@ def _cmd_ptx(a: argparse.Namespace) -> None:
     from . import cuda
 
     outs = cuda.ptx(
-        a.source, a.sms, a.output_dir, compiler=a.compiler, verify=a.verify, include_dirs=a.include_dirs,
+        a.source, a.sms, a.output_dir, compiler=a.compiler, verify=a.verify, ptx_isa=a.ptx_isa, include_dirs=a.include_dirs,
         defines=a.defines, depfile=a.depfile, jobs=a.jobs,
     )  # fmt: skip
     for out in outs:
         tools.log_step(f"wrote {out}")
+
+
+def _cmd_cuda_target(a: argparse.Namespace) -> None:
+    from . import iree
+
+    print(iree.cuda_target_attr(a.sm))
 
 
 def _cmd_compile(a: argparse.Namespace) -> None:
@@ -205,6 +219,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "objects": _cmd_objects,
     "fatelf": _cmd_fatelf,
     "ptx": _cmd_ptx,
+    "cuda-target": _cmd_cuda_target,
     "compile": _cmd_compile,
     "run": _cmd_run,
     "samples": _cmd_samples,

@@ -43,7 +43,11 @@ def report() -> int:
             if required:
                 missing_required.append(label)
     usable, reason = cuda_status()
-    print(f"{'ok      ' if usable else 'no GPU  '} {'cuda GPU':<{width}}  {reason}")
+    if usable:
+        print(f"ok       {'cuda GPU':<{width}}  {'usable':<12} {reason}")
+    else:
+        print(f"no GPU   {'cuda GPU':<{width}}  {'not usable':<12} {reason}")
+        print(f"{'':9}{'':<{width}}  for: running CUDA modules; needs: an NVIDIA GPU and its driver (libcuda.so)")
     if missing_required:
         print(f"\nrequired tools missing: {', '.join(missing_required)} (see the install commands above)")
         return 1

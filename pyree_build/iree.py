@@ -78,6 +78,68 @@ def _missing_objects_message(source: Path, search_paths: Sequence[PathLike], com
     return "\n".join(lines) + "\n(iree-compile said:)\n" + "\n".join(said)
 
 
+def _error_lines(compiler_output: str) -> str:
+    return "\n".join(line for line in compiler_output.splitlines() if "error:" in line.lower())
+
+
+def _explain_cuda_target(source: Path, sm: str | int | None, compiler_output: str) -> str | None:
+    """iree-compile's cuda errors name neither the sm nor what to do about it."""
+    sm_text = f"sm_{str(sm or DEFAULT_CUDA_SM).removeprefix('sm_')}"
+    if "missing GPU target" in compiler_output:
+        return (
+            f"iree-compile {tools.iree_compile().version} has no GPU description for {sm_text}, so it cannot target it.\n"
+            "PTX for an older sm runs on newer GPUs (the driver compiles it when loading), so compile for one "
+            "it knows: --sm 80 also serves sm_90 (H100/H200).\n"
+            "(iree-compile said:)\n" + _error_lines(compiler_output)
+        )
+    if "no objects defined for external variant" in compiler_output:
+        keyed = sorted(set(re.findall(r'arch\s*=\s*"(sm_\d+)"', source.read_text(encoding="utf-8", errors="replace"))))
+        return (
+            f"no #hal.executable.objects entry is keyed for {sm_text}, the target of this compile "
+            f"(keys in the program: {', '.join(keyed) or 'none readable'}).\n"
+            f"Compile with --sm set to one of those, or add a key for {sm_text}: `pyree-build cuda-target --sm "
+            f"{sm_text.removeprefix('sm_')}` prints it.\n(iree-compile said:)\n" + _error_lines(compiler_output)
+        )
+    return None
+
+
+_VARIANT_TARGET = re.compile(r"hal\.executable\.variant public @\w+ target\((<.*?>)\) \{\s*$", re.MULTILINE)
+
+
+def cuda_target_attr(sm: str | int) -> str:
+    """The `#hal.executable.target` that iree-compile uses for an sm, to key objects with.
+
+    Read from the installed compiler (a tiny program compiled with its sources dumped),
+    so it always matches what that compiler will look up.
+    """
+    import tempfile
+
+    sm_text = str(sm).removeprefix("sm_")
+    program = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n"
+    with tempfile.TemporaryDirectory(prefix="pyree-cuda-target.") as tmp:
+        src = Path(tmp) / "probe.mlir"
+        src.write_text(program)
+        dump = Path(tmp) / "dump"
+        tools.spawn(
+            tools.iree_compile().command(
+                src, *target_flags("cuda", sm=sm_text), f"--iree-hal-dump-executable-sources-to={dump}",
+                "--compile-to=executable-sources", "-o", Path(tmp) / "out.mlir",
+            ),  # fmt: skip
+            what=f"asking iree-compile for the sm_{sm_text} target",
+            explain=lambda text: _explain_cuda_target(src, sm_text, text),
+        )
+        for dumped in sorted(dump.glob("*.mlir")):
+            m = _VARIANT_TARGET.search(dumped.read_text())
+            if m and "target_info" in m.group(1):
+                return f"#hal.executable.target{m.group(1)}"
+            if m:  # only the bare backend: the compiler knows no GPU of this sm
+                raise PyreeError(
+                    f"iree-compile {tools.iree_compile().version} has no GPU description for sm_{sm_text}",
+                    fix="use an sm it knows (e.g. 80; PTX for sm_80 also runs on sm_90 GPUs)",
+                )
+    raise PyreeError(f"iree-compile dumped no cuda variant for sm_{sm_text}", fix="run with -v to see the command")
+
+
 def compile(  # noqa: A001 - mirrors the CLI verb
     source: PathLike,
     output: PathLike,
@@ -101,6 +163,10 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     argv_tail = [*target_flags(target, cpu=cpu, sm=sm), *(f"--iree-hal-executable-object-search-path={s}" for s in search), *flags]
 
     def explain(output_text: str) -> str | None:
+        if target == "cuda":
+            cuda_hint = _explain_cuda_target(src, sm, output_text)
+            if cuda_hint:
+                return cuda_hint
         if "failed to serialize executable" in output_text or "object file not found" in output_text:
             return _missing_objects_message(src, search, output_text)
         return None
@@ -182,6 +248,18 @@ def _explain_run_failure(text: str) -> str | None:
         return text + (
             "\nhint: the module's executables call imports that no plugin provided; pass the plugin that "
             "exports them with --plugin PATH (plugins given later are searched first)"
+        )
+    if "UNSUPPORTED_PTX_VERSION" in text or "unsupported PTX version" in text.lower():
+        from . import cuda
+
+        release = cuda.driver_release()
+        limit = cuda.isa_for_cuda_release(*release) if release else None
+        reads = f"this driver (CUDA {release[0]}.{release[1]}) reads PTX ISA up to {limit[0]}.{limit[1]}" if release and limit else "this driver reads an older PTX ISA"
+        return text + (
+            f"\nhint: a PTX object in the module was written for a newer PTX ISA than {reads}. Rebuild the PTX "
+            "on this machine (`pyree-build ptx` picks the driver's ISA by default) or with --ptx-isa "
+            + (f"{limit[0]}.{limit[1]}" if limit else "MAJOR.MINOR")
+            + ", then recompile the module"
         )
     return None
 

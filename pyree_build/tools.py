@@ -197,8 +197,14 @@ def _find_nvrtc() -> Tool | Missing:
         return Missing("nvrtc", f"libnvrtc failed to load ({exc})", INSTALL_NVRTC)
     if int(err) != 0:
         return Missing("nvrtc", f"nvrtcVersion failed ({err})", INSTALL_NVRTC)
-    lib = _package_dir("nvidia.cu13") or _package_dir("nvidia")
-    path = Path(lib) if lib else Path(_nvrtc.__file__)
+    # The library file itself, so that upgrading nvidia-cuda-nvrtc rebuilds the PTX.
+    path = Path(_nvrtc.__file__)
+    for pkg in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia"):
+        root = _package_dir(pkg)
+        libs = sorted(root.rglob("libnvrtc.so*")) if root else []
+        if libs:
+            path = libs[0]
+            break
     return Tool("nvrtc", (), path, f"{major}.{minor}", note="in-process via cuda.bindings")
 
 

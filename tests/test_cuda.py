@@ -1,0 +1,227 @@
+"""CUDA: .cu -> PTX per sm (NVRTC and nvcc), the PTX ISA choice, the cuda module compiled
+without a GPU, its errors, and the run on a GPU (skipped, with the reason, where there is none)."""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLES, assert_clean_error
+from pyree_build import cuda, iree, tools
+
+CUDA_SAMPLE = SAMPLES / "custom_dispatch" / "cuda" / "kernels"
+KERNELS = CUDA_SAMPLE / "kernels.cu"
+ENTRIES = {"simple_mul", "simple_mul_inplace"}
+EXPECTED = "8xf32=96 96 96 96 96 96 96 96"
+HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").is_file()
+HAS_PTXAS = shutil.which("ptxas") is not None or Path("/usr/local/cuda/bin/ptxas").is_file()
+
+
+def assert_ptx_per_sm(out_dir: Path, sms: list[int]) -> None:
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"kernels_sm_{sm}.ptx" for sm in sms)
+    for sm in sms:
+        info = cuda.read_ptx(out_dir / f"kernels_sm_{sm}.ptx")
+        assert info.sm == sm
+        assert set(info.entries) == ENTRIES
+
+
+def test_nvrtc_writes_one_ptx_per_sm_with_its_target_and_kernels(cli, tmp_path):
+    result = cli("ptx", KERNELS, "--sm", "75", "--sm", "sm_80", "--sm", "90", "-o", tmp_path / "ptx")
+    assert result.returncode == 0, result
+    assert_ptx_per_sm(tmp_path / "ptx", [75, 80, 90])
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc (CUDA toolkit) is not installed here")
+def test_nvcc_writes_one_ptx_per_sm(cli, tmp_path):
+    result = cli("ptx", KERNELS, "--compiler", "nvcc", "--sm", "75", "--sm", "80", "-o", tmp_path / "ptx")
+    assert result.returncode == 0, result
+    assert_ptx_per_sm(tmp_path / "ptx", [75, 80])
+
+
+def test_unsupported_sm_names_the_supported_range(cli, tmp_path):
+    result = cli("ptx", KERNELS, "--sm", "52", "-o", tmp_path / "ptx")
+    assert_clean_error(result, "sm_52 is not supported by NVRTC", "supported: sm_75 to sm_")
+    assert not (tmp_path / "ptx").exists() or not any((tmp_path / "ptx").iterdir())
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc (CUDA toolkit) is not installed here")
+def test_nvcc_rejects_sm_52_with_its_range(cli, tmp_path):
+    result = cli("ptx", KERNELS, "--compiler", "nvcc", "--sm", "52", "-o", tmp_path / "ptx")
+    assert_clean_error(result, "sm_52 is not supported by nvcc", "supported: sm_")
+
+
+@pytest.mark.parametrize("compiler", ["nvrtc", pytest.param("nvcc", marks=pytest.mark.skipif(not HAS_NVCC, reason="no nvcc"))])
+def test_broken_cu_names_file_and_line_and_leaves_no_ptx(cli, tmp_path, compiler):
+    bad = tmp_path / "broken.cu"
+    bad.write_text('extern "C" __global__ void k(float* a) {\n  a[threadIdx.x] *= not_declared;\n}\n')
+    out = tmp_path / "ptx"
+    out.mkdir()
+    (out / "broken_sm_80.ptx").write_text("stale output of an earlier build")
+    result = cli("ptx", bad, "--compiler", compiler, "--sm", "75", "--sm", "80", "-o", out)
+    assert_clean_error(result, f"{bad}(2)", "not_declared")
+    assert list(out.iterdir()) == []  # neither new PTX, nor the stale one, nor scratch files
+
+
+def test_cpp_kernel_without_extern_c_is_found_by_its_missing_entries(cli, tmp_path):
+    src = tmp_path / "mangled.cu"
+    src.write_text("__device__ float twice(float x) { return 2 * x; }\n")
+    result = cli("ptx", src, "--sm", "80", "-o", tmp_path / "ptx")
+    assert_clean_error(result, "no kernel entry points", 'extern "C" __global__')
+
+
+@pytest.mark.parametrize(
+    ("release", "isa"),
+    [((11, 8), (7, 8)), ((12, 0), (8, 0)), ((12, 4), (8, 4)), ((12, 6), (8, 5)), ((12, 8), (8, 7)), ((13, 0), (9, 0)), ((13, 5), (9, 5))],
+)
+def test_ptx_isa_for_a_cuda_release(release, isa):
+    assert cuda.isa_for_cuda_release(*release) == isa
+
+
+def test_auto_isa_takes_the_oldest_reader_and_explicit_isa_wins():
+    ptxas_13_0 = tools.Tool("ptxas", ("ptxas",), Path("ptxas"), "13.0")
+    assert cuda.choose_ptx_isa("auto", driver=(12, 4), verify_with=ptxas_13_0)[0] == (8, 4)
+    assert cuda.choose_ptx_isa("auto", driver=(13, 0), verify_with=None)[0] == (9, 0)
+    assert cuda.choose_ptx_isa("auto", driver=None, verify_with=None)[0] is None
+    assert cuda.choose_ptx_isa("8.0", driver=(12, 4))[0] == (8, 0)
+    assert cuda.choose_ptx_isa("native", driver=(12, 4))[0] is None
+
+
+def test_explicit_ptx_isa_rewrites_the_version_line(cli, tmp_path):
+    result = cli("ptx", KERNELS, "--sm", "80", "--ptx-isa", "8.0", "-o", tmp_path)
+    assert result.returncode == 0, result
+    assert cuda.read_ptx(tmp_path / "kernels_sm_80.ptx").isa == (8, 0)
+
+
+def test_ptx_isa_below_what_the_sm_needs_is_refused(cli, tmp_path):
+    result = cli("ptx", KERNELS, "--sm", "80", "--ptx-isa", "6.5", "-o", tmp_path / "ptx")
+    assert_clean_error(result, "sm_80 needs PTX ISA 7.0", "6.5")
+    assert not (tmp_path / "ptx" / "kernels_sm_80.ptx").exists()
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="ptxas (CUDA toolkit) is not installed here")
+def test_verify_assembles_each_ptx_at_an_isa_this_ptxas_reads(cli, tmp_path):
+    result = cli("ptx", KERNELS, "--sm", "75", "--sm", "80", "--verify", "-o", tmp_path)
+    assert result.returncode == 0, result
+    limit = cuda.isa_for_cuda_release(*map(int, tools.ptxas().version.split(".")[:2]))
+    for sm in (75, 80):
+        isa = cuda.read_ptx(tmp_path / f"kernels_sm_{sm}.ptx").isa
+        assert isa is not None and isa <= limit
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="ptxas (CUDA toolkit) is not installed here")
+def test_verify_catches_ptx_that_does_not_assemble(cli, tmp_path):
+    src = tmp_path / "asm.cu"
+    src.write_text('extern "C" __global__ void k(int* a) { asm volatile("not.an.instruction;"); a[0] = 1; }\n')
+    result = cli("ptx", src, "--sm", "80", "--verify", "-o", tmp_path / "ptx")
+    assert_clean_error(result, "ptxas")
+    assert not (tmp_path / "ptx" / "asm_sm_80.ptx").exists()
+
+
+@pytest.fixture(scope="module")
+def nvrtc_ptx(tmp_path_factory) -> Path:
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("cuda_ptx")
+    assert run_cli("ptx", KERNELS, "--sm", "75", "--sm", "80", "-o", out).returncode == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def cuda_module(nvrtc_ptx, tmp_path_factory) -> Path:
+    from conftest import run_cli
+
+    vmfb = tmp_path_factory.mktemp("cuda_module") / "example.vmfb"
+    result = run_cli("compile", CUDA_SAMPLE / "example.mlir", "--target", "cuda", "--sm", "80", "--object-search-path", nvrtc_ptx, "-o", vmfb)
+    assert result.returncode == 0, result
+    return vmfb
+
+
+@pytest.mark.parametrize("sm", [75, 80])
+def test_the_module_compiles_without_a_gpu_and_embeds_that_sms_ptx(cli, nvrtc_ptx, tmp_path, sm):
+    vmfb = tmp_path / f"example_{sm}.vmfb"
+    result = cli("compile", CUDA_SAMPLE / "example.mlir", "--target", "cuda", "--sm", str(sm), "--object-search-path", nvrtc_ptx, "-o", vmfb)
+    assert result.returncode == 0, result
+    data = vmfb.read_bytes()
+    assert f".target sm_{sm}".encode() in data
+    assert b".entry simple_mul_inplace" in data
+
+
+@pytest.mark.parametrize("sm", [75, 80])
+def test_the_samples_object_keys_are_what_the_compiler_uses(sm):
+    assert iree.cuda_target_attr(sm) in (CUDA_SAMPLE / "example.mlir").read_text()
+
+
+def test_an_sm_without_an_object_key_says_which_keys_exist(cli, nvrtc_ptx, tmp_path):
+    result = cli("compile", CUDA_SAMPLE / "example.mlir", "--target", "cuda", "--sm", "86", "--object-search-path", nvrtc_ptx, "-o", tmp_path / "x.vmfb")
+    assert_clean_error(result, "keyed for sm_86", "sm_75, sm_80", "pyree-build cuda-target --sm 86")
+    assert not (tmp_path / "x.vmfb").exists()
+
+
+def test_an_sm_the_compiler_does_not_know_says_what_to_use(cli, nvrtc_ptx, tmp_path):
+    result = cli("compile", CUDA_SAMPLE / "example.mlir", "--target", "cuda", "--sm", "90", "--object-search-path", nvrtc_ptx, "-o", tmp_path / "x.vmfb")
+    assert_clean_error(result, "no GPU description for sm_90", "--sm 80")
+    assert_clean_error(cli("cuda-target", "--sm", "90"), "no GPU description for sm_90")
+
+
+def test_a_missing_ptx_names_it_and_the_paths_tried(cli, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli("compile", CUDA_SAMPLE / "example.mlir", "--target", "cuda", "--sm", "80", "--object-search-path", empty, "-o", tmp_path / "x.vmfb")
+    assert_clean_error(result, "kernels_sm_80.ptx", str(empty))
+
+
+def test_gpu_run_without_a_gpu_is_a_skip_not_a_pass(cli, cuda_module):
+    usable, reason = iree.cuda_status()
+    if usable:
+        pytest.skip("a CUDA GPU is present; test_gpu_run covers it")
+    result = cli("run", cuda_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4",
+                 "--device", "cuda", "--expect", EXPECTED, "--skip-unavailable")  # fmt: skip
+    assert result.returncode == iree.SKIP_EXIT_CODE, result
+    assert "skipped:" in result.output and reason in result.output
+
+
+def test_gpu_run(cli, cuda_module):
+    usable, reason = iree.cuda_status()
+    if not usable:
+        pytest.skip(f"no usable CUDA GPU: {reason}")
+    result = cli("run", cuda_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4",
+                 "--device", "cuda", "--expect", EXPECTED)  # fmt: skip
+    assert result.returncode == 0, result
+    assert EXPECTED in result.stdout
+
+
+def test_doctor_says_whether_a_cuda_gpu_is_usable(cli):
+    result = cli("doctor")
+    usable, reason = iree.cuda_status()
+    assert ("usable" if usable else reason) in result.output, result
+
+
+def test_cmake_rebuilds_the_module_when_the_cu_changes(tmp_path):
+    from test_cmake import build, configure, ctest_run
+
+    src, out = tmp_path / "src", tmp_path / "build"
+    src.mkdir()
+    shutil.copy(KERNELS, src / "kernels.cu")
+    shutil.copy(CUDA_SAMPLE / "example.mlir", src / "example.mlir")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.21)\nproject(cuda_downstream LANGUAGES NONE)\n"
+        "find_package(pyree_build CONFIG REQUIRED)\nenable_testing()\n"
+        "pyree_cuda_ptx(NAME ptx SRCS kernels.cu SMS 75 80)\n"
+        "pyree_iree_module(NAME example SRC example.mlir TARGET cuda SM 80 DEPENDS ptx)\n"
+        'pyree_add_run_test(NAME run MODULE example FUNCTION mixed_invocation INPUTS "8xf32=2" "8xf32=4" '
+        f'DEVICE cuda EXPECT "{EXPECTED}")\n'
+    )
+    configure(src, out)
+    build(out)
+    assert (out / "ptx" / "kernels_sm_80.ptx").is_file() and (out / "example.vmfb").is_file()
+    assert "no work to do" in build(out)
+    time.sleep(1.1)
+    (src / "kernels.cu").write_text(KERNELS.read_text() + "\n// edited\n")
+    log = build(out)
+    assert "pyree_build ptx" in log and "pyree_build compile" in log, log
+    result = ctest_run(out, "--output-on-failure")
+    assert result.returncode == 0, result.stdout  # passes on a GPU, skipped (not failed) without one
+    if not iree.cuda_status()[0]:
+        assert "Skipped" in result.stdout or "***Skipped" in result.stdout, result.stdout
