@@ -12,7 +12,7 @@ from typing import Sequence
 
 from . import tools
 from .cache import atomic_output, parse_depfile, remove_stale, scratch_dir, write_depfile
-from .elfcheck import ELF_MACHINES, check_plugin_elf, host_arch, normalize_arch, probe_plugin, read_elf
+from .elfcheck import ELF_MACHINES, check_plugin_elf, explain_undefined, host_arch, normalize_arch, probe_plugin, read_elf
 from .errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
@@ -258,6 +258,7 @@ def objects(
                 raise PyreeError(
                     f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
                     file=src,
+                    details=explain_undefined(tuple(unexpected)),
                     fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
                 )
         return deps

@@ -136,7 +136,7 @@ def check_plugin_elf(path: str | os.PathLike[str], *, arch: str | None = None, s
         raise PyreeError(
             "has undefined symbols, which IREE's embedded ELF loader rejects: " + ", ".join(info.undefined),
             file=path,
-            details=_explain_undefined(info.undefined),
+            details=explain_undefined(info.undefined),
             fix="remove the calls, or provide the functions in the plugin itself (freestanding code has no libc)",
         )
     return info
@@ -145,7 +145,7 @@ def check_plugin_elf(path: str | os.PathLike[str], *, arch: str | None = None, s
 _LIBC_MEM = {"memcpy", "memset", "memmove", "memcmp", "bcmp"}
 
 
-def _explain_undefined(names: tuple[str, ...]) -> str:
+def explain_undefined(names: tuple[str, ...]) -> str:
     lines = []
     for name in names:
         if name in _LIBC_MEM:
