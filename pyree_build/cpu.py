@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_output, parse_depfile, remove_stale, scratch_dir, write_depfile
+from .cache import atomic_output, atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .elfcheck import ELF_MACHINES, check_plugin_elf, explain_undefined, host_arch, normalize_arch, probe_plugin, read_elf
 from .errors import PyreeError, require_file
 
@@ -81,8 +81,11 @@ def _check_sources(sources: Sequence[PathLike]) -> list[Path]:
 def _compile(cc: tools.Tool, source: Path, obj: Path, flags: Sequence[str]) -> list[str]:
     """Compile one source; return the files it read (source + headers) from the compiler's depfile."""
     dep = obj.with_suffix(".d")
+    # Run from "/" with absolute paths: the working directory is recorded in the debug
+    # info, and a fixed one keeps outputs byte-identical across build directories.
     tools.spawn(
-        cc.command(*flags, "-MD", "-MF", dep, "-c", source, "-o", obj),
+        cc.command(*flags, "-MD", "-MF", dep.resolve(), "-c", source.resolve(), "-o", obj.resolve()),
+        cwd="/",
         what=f"compiling {source.name} with {cc.name}",
         file=source,
         fix="fix the error at the file:line shown above",
@@ -109,20 +112,26 @@ def system_plugin(
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
-    inputs: list[str] = []
-    with scratch_dir(out.parent, out.name) as build:
-        objs = []
-        with tools.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
-            for i, src in enumerate(srcs):
-                obj = build / f"{i}_{src.stem}.o"
-                inputs += _compile(compiler, src, obj, [*SYSTEM_CFLAGS, *opts.flags()])
-                objs.append(obj)
-        with atomic_output(out) as tmp, tools.Stopwatch(f"link {out.name}"):
-            tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
-            check_plugin_elf(tmp, arch=host_arch())
-            probe_plugin(tmp)
+
+    def build_it() -> list[str]:
+        inputs: list[str] = []
+        with scratch_dir(out.parent, out.name) as build:
+            objs = []
+            with tools.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
+                for i, src in enumerate(srcs):
+                    obj = build / f"{i}_{src.stem}.o"
+                    inputs += _compile(compiler, src, obj, [*SYSTEM_CFLAGS, *opts.flags()])
+                    objs.append(obj)
+            with atomic_output(out) as tmp, tools.Stopwatch(f"link {out.name}"):
+                tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
+                check_plugin_elf(tmp, arch=host_arch())
+                probe_plugin(tmp)
+        return _deps_of(inputs, compiler)
+
+    key = [*SYSTEM_CFLAGS, *opts.flags(), compiler.identity()]
+    deps = cached_action("system plugin", key=key, inputs=srcs, outputs=[out], build=build_it)
     if depfile:
-        write_depfile(depfile, out, _deps_of(inputs, compiler))
+        write_depfile(depfile, out, deps)
     return out
 
 
@@ -171,22 +180,28 @@ def standalone_plugin(
     lld = tools.iree_lld()
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     single = len(arch_list) == 1 and out.suffix != ".sos"
-    with scratch_dir(out.parent, out.name) as build:
-        elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
-        with tools.Stopwatch(f"compile + link {', '.join(arch_list)} in parallel"):
-            with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-                futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
-                inputs = [dep for f in futures for dep in f.result()]
-        with atomic_output(out) as tmp:
-            if single:
-                tmp.write_bytes(elfs[arch_list[0]].read_bytes())
-            else:
-                from . import fatelf
 
-                with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
-                    tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
+    def build_it() -> list[str]:
+        with scratch_dir(out.parent, out.name) as build:
+            elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
+            with tools.Stopwatch(f"compile + link {', '.join(arch_list)} in parallel"):
+                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                    futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
+                    inputs = [dep for f in futures for dep in f.result()]
+            with atomic_output(out) as tmp:
+                if single:
+                    tmp.write_bytes(elfs[arch_list[0]].read_bytes())
+                else:
+                    from . import fatelf
+
+                    with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
+                        tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
+        return _deps_of(inputs, compiler, lld)
+
+    key = [*arch_list, *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), compiler.identity(), lld.identity()]
+    deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=build_it)
     if depfile:
-        write_depfile(depfile, out, _deps_of(inputs, compiler, lld))
+        write_depfile(depfile, out, deps)
     return out
 
 
@@ -245,32 +260,32 @@ def objects(
     for o in outs.values():
         remove_stale(o)
 
-    def one(arch: str) -> list[str]:
+    def one(arch: str, obj: Path) -> list[str]:
         flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
-        with atomic_output(outs[arch]) as tmp:
-            deps = _compile(compiler, src, tmp, flags)
-            Path(tmp.with_suffix(".d")).unlink(missing_ok=True)
-            info = read_elf(tmp)
-            if info.machine != ELF_MACHINES[arch]:
-                raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=outs[arch])
-            unexpected = [s for s in info.undefined if s not in allow_undefined]
-            if unexpected:
-                raise PyreeError(
-                    f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
-                    file=src,
-                    details=explain_undefined(tuple(unexpected)),
-                    fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
-                )
+        deps = _compile(compiler, src, obj, flags)
+        Path(obj.with_suffix(".d")).unlink(missing_ok=True)
+        info = read_elf(obj)
+        if info.machine != ELF_MACHINES[arch]:
+            raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=outs[arch])
+        unexpected = [s for s in info.undefined if s not in allow_undefined]
+        if unexpected:
+            raise PyreeError(
+                f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
+                file=src,
+                details=explain_undefined(tuple(unexpected)),
+                fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
+            )
         return deps
 
-    with tools.Stopwatch(f"compile {src.name} for {', '.join(arch_list)}"):
-        try:
-            with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-                inputs = [d for deps in pool.map(one, arch_list) for d in deps]
-        except BaseException:
-            for o in outs.values():
-                remove_stale(o)
-            raise
+    def build_it() -> list[str]:
+        with tools.Stopwatch(f"compile {src.name} for {', '.join(arch_list)}"):
+            with atomic_outputs([outs[a] for a in arch_list]) as tmps:
+                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                    inputs = [d for deps in pool.map(one, arch_list, tmps) for d in deps]
+        return _deps_of(inputs, compiler)
+
+    key = [*arch_list, *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), compiler.identity()]
+    deps = cached_action("objects", key=key, inputs=[src], outputs=[outs[a] for a in arch_list], build=build_it)
     if depfile:
-        write_depfile(depfile, outs[arch_list[0]], _deps_of(inputs, compiler))
+        write_depfile(depfile, outs[arch_list[0]], deps)
     return [outs[a] for a in arch_list]

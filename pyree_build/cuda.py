@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_output, remove_stale, scratch_dir, write_depfile
+from .cache import atomic_outputs, cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
@@ -299,37 +299,47 @@ def ptx(
         options = [*(f"-I{d}" for d in incs), *(f"-D{d}" for d in defines)]
     text = src.read_bytes()
 
-    with scratch_dir(out_dir, src.name) as build:
+    isas: set[tuple[int, int]] = set()
 
-        def one(sm: int) -> tuple[bytes, list[str], tuple[int, int] | None]:
-            sm_dir = build / f"sm_{sm}"
-            sm_dir.mkdir()
-            if compiler == "nvrtc":
-                raw, deps = _nvrtc_compile(src, text, sm, options), _quote_includes(src, incs)
-            else:
-                raw, deps = _nvcc_compile(tool, src, sm, options, sm_dir)
-            data, isa, _ = _finish(raw, sm, src, isa_limit, isa_reason)
-            if ptxas_tool is not None:
-                checked = sm_dir / "checked.ptx"
-                checked.write_bytes(data)
-                _verify(ptxas_tool, checked, sm, src, sm_dir)
-            return data, deps, isa
+    def build_it() -> list[str]:
+        with scratch_dir(out_dir, src.name) as build:
 
-        label = f"{tool.name} {src.name} -> sm {', '.join(map(str, sm_list))}"
-        with tools.Stopwatch(label + (" + ptxas" if verify else "")):
-            with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-                results = dict(zip(sm_list, pool.map(one, sm_list)))
-        # Written only once every sm compiled, so a failure leaves no PTX behind.
-        for sm, (data, _, _) in results.items():
-            with atomic_output(outputs[sm]) as tmp:
-                tmp.write_bytes(data)
-    isas = {r[2] for r in results.values() if r[2] is not None}
-    if isas:
-        tools.log_step(f"  PTX ISA {', '.join(f'{a}.{b}' for a, b in sorted(isas))}: {isa_reason}")
-    if depfile:
+            def one(sm: int) -> tuple[bytes, list[str], tuple[int, int] | None]:
+                sm_dir = build / f"sm_{sm}"
+                sm_dir.mkdir()
+                if compiler == "nvrtc":
+                    raw, deps = _nvrtc_compile(src, text, sm, options), _quote_includes(src, incs)
+                else:
+                    raw, deps = _nvcc_compile(tool, src, sm, options, sm_dir)
+                data, isa, _ = _finish(raw, sm, src, isa_limit, isa_reason)
+                if ptxas_tool is not None:
+                    checked = sm_dir / "checked.ptx"
+                    checked.write_bytes(data)
+                    _verify(ptxas_tool, checked, sm, src, sm_dir)
+                return data, deps, isa
+
+            label = f"{tool.name} {src.name} -> sm {', '.join(map(str, sm_list))}"
+            with tools.Stopwatch(label + (" + ptxas" if verify else "")):
+                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                    results = dict(zip(sm_list, pool.map(one, sm_list)))
+            # Written only once every sm compiled, so a failure leaves no PTX behind.
+            with atomic_outputs([outputs[sm] for sm in sm_list]) as tmps:
+                for sm, tmp in zip(sm_list, tmps):
+                    tmp.write_bytes(results[sm][0])
+        isas.update(r[2] for r in results.values() if r[2] is not None)
+        if isas:
+            tools.log_step(f"  PTX ISA {', '.join(f'{a}.{b}' for a, b in sorted(isas))}: {isa_reason}")
         deps = dict.fromkeys(d for r in results.values() for d in r[1])
         extra = [str(tool.path)] + ([str(ptxas_tool.path)] if ptxas_tool else [])
-        write_depfile(depfile, outputs[sm_list[0]], [*deps, *extra, *map(str, tools.package_files())])
+        return [*deps, *extra, *map(str, tools.package_files())]
+
+    key = [
+        compiler, *map(str, sm_list), *options, f"isa={isa_limit}", f"verify={ptxas_tool.identity() if ptxas_tool else ''}",
+        f"{tool.name}={tool.path}@{tool.version}",
+    ]  # fmt: skip
+    deps = cached_action("ptx", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=build_it)
+    if depfile:
+        write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]
 
 

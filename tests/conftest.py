@@ -8,6 +8,16 @@ from pathlib import Path
 
 import pytest
 
+# Tests share one fresh cache (the subprocesses they start inherit it), never the user's.
+if "PYREE_BUILD_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _TEST_CACHE = tempfile.mkdtemp(prefix="pyree-test-cache.")
+    os.environ["PYREE_BUILD_CACHE"] = _TEST_CACHE
+    atexit.register(shutil.rmtree, _TEST_CACHE, True)
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
 PLUGIN_SAMPLE = SAMPLES / "custom_dispatch" / "cpu" / "plugin"
