@@ -30,6 +30,17 @@ _NUMPY_TYPES = {
     "f16": np.float16, "f32": np.float32, "f64": np.float64,
 }  # fmt: skip
 
+def numpy_dtype(element_type: str) -> type:
+    """The numpy type for an IREE element type, or a clear error for one numpy lacks (bf16, f8...)."""
+    try:
+        return _NUMPY_TYPES[element_type]
+    except KeyError:
+        raise PyreeError(
+            f"element type '{element_type}' has no numpy equivalent",
+            fix="pass a numpy array, or use iree-run-module through pb.run(..., in_process=False)",
+        ) from None
+
+
 _SHAPE_TYPE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)$")
 _NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf|nan|true|false|0x[0-9a-fA-F]+)$", re.I)
 _FIX_INPUT = 'write it as SHAPExTYPE=VALUES, e.g. --input "8xf32=2" (one value fills the buffer) or --input "2x2xi32=1 2 3 4"'

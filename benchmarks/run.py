@@ -1,0 +1,216 @@
+"""On-demand benchmarks of pyree_build itself. Not part of the test suite.
+
+    python benchmarks/run.py [--repeat N] [--only verbs,cache,noop,samples]
+
+Every section measures both sides in the same run, alternating them, and prints the
+ratio of medians with the min-max of the per-round ratios:
+  verbs    each verb against running the same tools by hand (cold: cache off)
+  cache    a 3-arch standalone plugin, cold cache against warm cache
+  noop     `cmake --build` of all samples when nothing changed
+  samples  `pyree-build samples` end to end, with the time of each step
+Targets: verb overhead <= 1.05x on cold builds; warm cache >= 20x faster than cold;
+no-op rebuild < 0.3 s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = REPO / "samples" / "custom_dispatch" / "cpu" / "plugin"
+EMBEDDED = REPO / "samples" / "custom_dispatch" / "cpu" / "embedded"
+CUDA = REPO / "samples" / "custom_dispatch" / "cuda" / "kernels"
+ARCHS = ("x86_64", "aarch64", "riscv64")
+
+
+def timed(argv: Sequence[str | os.PathLike[str]], env: dict[str, str] | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run([os.fspath(a) for a in argv], check=True, capture_output=True, env=env)
+    return time.perf_counter() - start
+
+
+def timed_call(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def compare(label: str, a_label: str, a: Callable[[], float], b_label: str, b: Callable[[], float], repeat: int) -> float:
+    """Alternate a and b `repeat` times; print median(b)/median(a) and the per-round spread."""
+    a_times, b_times = [], []
+    a()  # warm file caches and lazily built state (zig's libc stubs) on both sides
+    b()
+    for _ in range(repeat):
+        a_times.append(a())
+        b_times.append(b())
+    ratio = statistics.median(b_times) / statistics.median(a_times)
+    rounds = [bt / at for at, bt in zip(a_times, b_times)]
+    print(
+        f"{label:<44} {a_label} {statistics.median(a_times) * 1000:8.1f} ms   {b_label} {statistics.median(b_times) * 1000:8.1f} ms"
+        f"   ratio {ratio:5.2f}x  (rounds {min(rounds):.2f}-{max(rounds):.2f})"
+    )
+    return ratio
+
+
+def pyree(*args: str | os.PathLike[str]) -> list[str]:
+    return [sys.executable, "-m", "pyree_build", *map(os.fspath, args)]
+
+
+def section_verbs(work: Path, repeat: int) -> None:
+    from pyree_build import cpu, cuda, iree, tools
+
+    print("\n== verbs against the same tools by hand (cache off) ==")
+    env = dict(os.environ, PYREE_BUILD_CACHE="off")
+    zig = tools.c_compiler("zig")
+    lld = tools.iree_lld()
+    inc = ["-I", str(tools.include_dir())]
+
+    def hand_system() -> float:
+        start = time.perf_counter()
+        subprocess.run(zig.command(*cpu.SYSTEM_CFLAGS, *inc, "-c", PLUGIN / "system_plugin.c", "-o", work / "h.o"), check=True)
+        subprocess.run(zig.command("-shared", work / "h.o", "-o", work / "h.so"), check=True)
+        return time.perf_counter() - start
+
+    compare("plugin --kind system", "by hand", hand_system, "verb", lambda: timed(pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", work / "v.so"), env), repeat)
+
+    def hand_standalone() -> float:
+        start = time.perf_counter()
+        procs = []
+        for arch in ARCHS:
+            argv = zig.command("-target", f"{arch}-freestanding-none", *cpu.FREESTANDING_CFLAGS, *inc, "-c", PLUGIN / "standalone_plugin.c", "-o", work / f"h_{arch}.o")
+            procs.append(subprocess.Popen(argv))
+        for p in procs:
+            assert p.wait() == 0
+        procs = [subprocess.Popen(lld.command(*cpu.STANDALONE_LDFLAGS, work / f"h_{a}.o", "-o", work / f"h_{a}.so")) for a in ARCHS]
+        for p in procs:
+            assert p.wait() == 0
+        from pyree_build import fatelf
+
+        (work / "h.sos").write_bytes(fatelf.pack([work / f"h_{a}.so" for a in ARCHS]))
+        return time.perf_counter() - start
+
+    arch_args = [x for a in ARCHS for x in ("--arch", a)]
+    compare(
+        "plugin --kind standalone (3 arches, FatELF)", "by hand", hand_standalone, "verb",
+        lambda: timed(pyree("plugin", "-q", "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / "v.sos"), env),
+        repeat,
+    )  # fmt: skip
+
+    def hand_objects() -> float:
+        start = time.perf_counter()
+        procs = [
+            subprocess.Popen(zig.command("-target", f"{a}-freestanding-none", *cpu.FREESTANDING_CFLAGS, *inc, "-c", EMBEDDED / "functions.c", "-o", work / f"f_{a}.o"))
+            for a in ARCHS
+        ]
+        for p in procs:
+            assert p.wait() == 0
+        return time.perf_counter() - start
+
+    compare("objects (3 arches)", "by hand", hand_objects, "verb", lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env), repeat)
+
+    compiler = tools.iree_compile()
+    flags = iree.target_flags("llvm-cpu")
+    compare(
+        "compile (llvm-cpu)", "by hand", lambda: timed(compiler.command(PLUGIN / "example.mlir", *flags, "-o", work / "h.vmfb")), "verb",
+        lambda: timed(pyree("compile", "-q", PLUGIN / "example.mlir", "-o", work / "v.vmfb"), env), repeat,
+    )  # fmt: skip
+
+    if shutil.which("nvcc"):
+        nvcc = tools.nvcc()
+        compare(
+            "ptx --compiler nvcc (sm 75, 80)", "by hand",
+            lambda: timed(nvcc.command("-ptx", "-arch=sm_75", CUDA / "kernels.cu", "-o", work / "h75.ptx"))
+            + timed(nvcc.command("-ptx", "-arch=sm_80", CUDA / "kernels.cu", "-o", work / "h80.ptx")),
+            "verb", lambda: timed(pyree("ptx", "-q", "--compiler", "nvcc", "--sm", "75", "--sm", "80", CUDA / "kernels.cu", "-o", work / "ptx"), env),
+            repeat,
+        )  # fmt: skip
+    def nvrtc_in_process() -> float:
+        os.environ["PYREE_BUILD_CACHE"] = "off"  # by hand, NVRTC is a library call: compare with the same call
+        from pyree_build import tools as t
+
+        t.set_verbosity(0)
+        return timed_call(lambda: cuda.ptx(CUDA / "kernels.cu", [75, 80], work / "ptx_inproc"))
+
+    compare(
+        "ptx (NVRTC, sm 75, 80)", "in-process", nvrtc_in_process, "verb", lambda: timed(pyree("ptx", "-q", "--sm", "75", "--sm", "80", CUDA / "kernels.cu", "-o", work / "ptx_verb"), env), repeat,
+    )  # fmt: skip
+
+
+def section_cache(work: Path, repeat: int) -> None:
+    print("\n== cache: cold against warm, 3-arch standalone plugin ==")
+    cache = work / "cache"
+    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache))
+    argv = pyree("plugin", "-q", "--kind", "standalone", *(x for a in ARCHS for x in ("--arch", a)), PLUGIN / "standalone_plugin.c", "-o", work / "c.sos")
+
+    def cold() -> float:
+        shutil.rmtree(cache, ignore_errors=True)
+        return timed(argv, env)
+
+    def warm() -> float:
+        return timed(argv, env)
+
+    ratio = compare("standalone plugin", "cold", cold, "warm", warm, repeat)
+    print(f"{'':44} warm is {1 / ratio:.1f}x faster than cold (target >= 20x)")
+
+
+def _samples_build(work: Path) -> Path:
+    build = work / "samples"
+    if not (build / "build.ninja").exists():
+        subprocess.run(pyree("samples", "--build-dir", build), check=True, capture_output=True)
+    return build
+
+
+def section_noop(work: Path, repeat: int) -> None:
+    from pyree_build import tools
+
+    print("\n== no-op rebuild of every sample ==")
+    build = _samples_build(work)
+    times = [timed([*tools.cmake().argv, "--build", build, "--target", "iree-sample-deps"]) for _ in range(repeat)]
+    ninja_times = [timed([*tools.ninja().argv, "-C", build, "iree-sample-deps"]) for _ in range(repeat)]
+    print(f"{'cmake --build (nothing changed)':<44} median {statistics.median(times) * 1000:7.1f} ms (target < 300 ms)")
+    print(f"{'ninja alone, for reference':<44} median {statistics.median(ninja_times) * 1000:7.1f} ms   cmake/ninja {statistics.median(times) / statistics.median(ninja_times):.2f}x")
+
+
+def section_samples(work: Path, repeat: int) -> None:
+    print("\n== pyree-build samples, end to end ==")
+    build = work / "samples_e2e"
+    shutil.rmtree(build, ignore_errors=True)
+    env = dict(os.environ, PYREE_BUILD_CACHE=str(work / "e2e_cache"))
+    start = time.perf_counter()
+    result = subprocess.run(pyree("samples", "--build-dir", build), capture_output=True, text=True, env=env)
+    total = time.perf_counter() - start
+    steps = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith(("configure", "build", "test", "samples:"))]
+    for line in steps:
+        print(f"  {line}")
+    print(f"{'total (cold cache, fresh build dir)':<44} {total:7.2f} s, exit {result.returncode}")
+    shutil.rmtree(build, ignore_errors=True)
+    start = time.perf_counter()
+    subprocess.run(pyree("samples", "--build-dir", build), capture_output=True, env=env)
+    warm = time.perf_counter() - start
+    print(f"{'total (warm cache, fresh build dir)':<44} {warm:7.2f} s   cold/warm {total / warm:.2f}x")
+
+
+SECTIONS = {"verbs": section_verbs, "cache": section_cache, "noop": section_noop, "samples": section_samples}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pyree-bench.") as tmp:
+        for name in args.only.split(","):
+            SECTIONS[name.strip()](Path(tmp), args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""`pyree-build new DIR`: a downstream CMake project that uses find_package(pyree_build).
+
+The project is the system-plugin sample (C plugin + MLIR program) with its own
+CMakeLists.txt, a README and a pyproject.toml, so it builds with plain CMake
+(`-Dpyree_build_DIR=$(pyree-build --cmake-dir)`) and with scikit-build-core, where the
+`cmake.prefix` entry point of pyree_build makes find_package work with no flags.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import __version__
+from .errors import PyreeError
+
+PathLike = str | os.PathLike[str]
+
+EXPECTED = "8xf32=12 12 12 12 12 12 12 12"
+
+CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.21)
+project({name} LANGUAGES NONE)
+
+# Found through `-Dpyree_build_DIR=$(pyree-build --cmake-dir)`, or with no flag at all
+# in a scikit-build-core build (pyree_build registers a cmake.prefix entry point).
+find_package(pyree_build CONFIG REQUIRED)
+enable_testing()
+
+# plugin.c -> {name}_plugin.so, a shared library the runtime opens with dlopen.
+pyree_cpu_plugin(NAME {name}_plugin SYSTEM SRCS plugin.c)
+
+# program.mlir -> {name}_program.vmfb; its executable imports simple_mul_workgroup.
+pyree_iree_module(NAME {name}_program SRC program.mlir TARGET llvm-cpu)
+
+pyree_add_run_test(
+  NAME {name}_mixed_invocation
+  MODULE {name}_program
+  FUNCTION mixed_invocation
+  INPUTS "8xf32=2" "8xf32=4"
+  PLUGINS {name}_plugin
+  EXPECT "{expected}"
+)
+
+# In a wheel build, ship the plugin and the module.
+if(SKBUILD)
+  get_target_property(_plugin {name}_plugin PYREE_OUTPUT)
+  get_target_property(_module {name}_program PYREE_OUTPUT)
+  install(FILES "${{_plugin}}" "${{_module}}" DESTINATION {name})
+endif()
+"""
+
+PYPROJECT = """\
+[build-system]
+requires = ["scikit-build-core>=0.10", "pyree_build>={version}"]
+build-backend = "scikit_build_core.build"
+
+[project]
+name = "{name}"
+version = "0.1.0"
+description = "An IREE program with a custom CPU plugin, built with pyree_build"
+
+[tool.scikit-build]
+wheel.packages = []
+"""
+
+README = """\
+# {name}
+
+An IREE program (`program.mlir`) whose executable calls `simple_mul_workgroup`, a
+function provided at run time by a CPU plugin written in C (`plugin.c`). Made by
+`pyree-build new`; it builds and passes its test as written.
+
+## Build and test with CMake
+
+```sh
+cmake -G Ninja -S . -B build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"
+cmake --build build
+ctest --test-dir build --output-on-failure
+```
+
+The test runs `mixed_invocation` with inputs `8xf32=2` and `8xf32=4` and expects
+`{expected}` (2 * 4 through the plugin, then + 4 in generated code).
+
+## Build a wheel (scikit-build-core)
+
+```sh
+pip wheel . --no-build-isolation -w dist   # with pyree_build installed in this environment
+```
+
+No `pyree_build_DIR` is needed there: scikit-build-core puts pyree_build's CMake package
+on the search path through its `cmake.prefix` entry point.
+
+## By hand
+
+```sh
+pyree-build plugin --kind system plugin.c -o build/plugin.so
+pyree-build compile program.mlir -o build/program.vmfb --target llvm-cpu
+pyree-build run build/program.vmfb --function mixed_invocation \\
+    --input 8xf32=2 --input 8xf32=4 --plugin build/plugin.so --expect "{expected}"
+```
+
+Change `plugin.c` (the function is `simple_mul_workgroup`) and `cmake --build build`
+rebuilds only what depends on it.
+"""
+
+
+def _project_name(directory: Path, name: str | None) -> str:
+    raw = name or directory.name
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", raw).strip("_")
+    if not cleaned or cleaned[0].isdigit():
+        raise PyreeError(
+            f"'{raw}' cannot name a CMake project",
+            fix="pass --name with letters, digits and underscores, starting with a letter",
+        )
+    return cleaned
+
+
+def new_project(directory: PathLike, *, name: str | None = None, force: bool = False) -> Path:
+    """Write a downstream project into `directory` (which must not exist or be empty)."""
+    from .sample_runner import samples_dir
+
+    target = Path(directory)
+    if target.exists() and any(target.iterdir()) and not force:
+        raise PyreeError("directory is not empty", file=target, fix="choose a new directory, or pass --force to overwrite its files")
+    project = _project_name(target.resolve(), name)
+    plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
+    files = {
+        "CMakeLists.txt": CMAKELISTS.format(name=project, expected=EXPECTED),
+        "pyproject.toml": PYPROJECT.format(name=project, version=__version__),
+        "README.md": README.format(name=project, expected=EXPECTED),
+        "plugin.c": (plugin_sample / "system_plugin.c").read_text(encoding="utf-8"),
+        "program.mlir": (plugin_sample / "example.mlir").read_text(encoding="utf-8"),
+    }
+    # Written next to the target and renamed in, so an interrupted `new` leaves no half project.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for rel, text in files.items():
+            (staging / rel).write_text(text, encoding="utf-8")
+        if target.exists():
+            for rel in files:
+                os.replace(staging / rel, target / rel)
+        else:
+            os.rename(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
