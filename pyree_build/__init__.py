@@ -11,6 +11,21 @@ __version__ = "0.1.0"
 from .errors import PyreeError  # noqa: E402
 
 
+def _run(module, function, inputs=(), *, plugins=(), device="local-sync", in_process=True):  # type: ignore[no-untyped-def]
+    """Run `function` of a .vmfb and return its results as numpy arrays.
+
+    In this process through iree.runtime by default; `in_process=False` runs
+    iree-run-module instead (inputs must then be `--input` spec strings).
+    """
+    if in_process:
+        from .inprocess import run as run_in_process
+
+        return run_in_process(module, function, inputs, plugins=plugins, device=device)
+    from .iree import run as run_tool
+
+    return run_tool(module, function, inputs=[str(i) for i in inputs], plugins=plugins, device=device).outputs
+
+
 def __getattr__(name: str):  # lazy: `import pyree_build` stays cheap for the CLI
     if name == "plugin":
         from .cpu import plugin
@@ -29,9 +44,11 @@ def __getattr__(name: str):  # lazy: `import pyree_build` stays cheap for the CL
 
         return compile
     if name == "run":
-        from .iree import run
+        return _run
+    if name == "new":
+        from .scaffold import new_project
 
-        return run
+        return new_project
     if name == "fatelf":  # a namespace of actions, like the verb: join, split, read, select
         import importlib
 
@@ -39,4 +56,4 @@ def __getattr__(name: str):  # lazy: `import pyree_build` stays cheap for the CL
     raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
 
-__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "compile", "run", "fatelf"]
+__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "compile", "run", "fatelf", "new"]

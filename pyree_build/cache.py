@@ -335,7 +335,8 @@ def cached_action(
     if root is None:
         return build()
     input_hashes = [f"{p.resolve()}={_hash_file(p)}" for p in inputs]
-    base = _digest(action, *key, *(o.name for o in outputs), *input_hashes)
+    # Output suffixes, not names: the same build under another name is the same entry.
+    base = _digest(action, *key, *(o.suffix for o in outputs), *input_hashes)
     try:
         deps = _lookup(root, base, outputs)
     except OSError:

@@ -114,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-R", "--tests-regex", default=None, help="only run tests matching this regex")
     _common(p)
 
+    p = sub.add_parser("new", help="write a downstream CMake project (plugin, MLIR, CMakeLists.txt, README) that builds as written")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--name", help="CMake project name (default: the directory name)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    _common(p)
+
+    p = sub.add_parser("cache", help="the build cache: info or clear (location: $PYREE_BUILD_CACHE)")
+    p.add_argument("action", choices=("info", "clear"))
+    _common(p)
+
     p = sub.add_parser("doctor", help="show every tool found, its version, and whether a CUDA GPU is usable")
     _common(p)
     return parser
@@ -208,6 +218,27 @@ def _cmd_samples(a: argparse.Namespace) -> int:
     return sample_runner.main_job(Path(a.build_dir), tests_regex=a.tests_regex)
 
 
+def _cmd_new(a: argparse.Namespace) -> None:
+    from .scaffold import new_project
+
+    out = new_project(a.directory, name=a.name, force=a.force)
+    tools.log_step(f"wrote {out}: CMakeLists.txt, plugin.c, program.mlir, README.md, pyproject.toml")
+    tools.log_step(f'next: cmake -G Ninja -S {out} -B {out}/build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"')
+
+
+def _cmd_cache(a: argparse.Namespace) -> None:
+    from . import cache
+
+    if a.action == "clear":
+        print(f"removed {cache.cache_clear()} entries")
+        return
+    info = cache.cache_info()
+    if info["root"] is None:
+        print(f"cache: off ({cache.CACHE_ENV}=off)")
+    else:
+        print(f"cache: {info['root']}\nentries: {info['entries']}\nsize: {int(info['bytes']) / 1e6:.1f} MB")
+
+
 def _cmd_doctor(a: argparse.Namespace) -> int:
     from . import doctor
 
@@ -223,6 +254,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "compile": _cmd_compile,
     "run": _cmd_run,
     "samples": _cmd_samples,
+    "new": _cmd_new,
+    "cache": _cmd_cache,
     "doctor": _cmd_doctor,
 }
 

@@ -54,10 +54,13 @@ def test_check_file_uses_filecheck_semantics(cli, system_plugin, system_module, 
 def test_python_api_builds_runs_and_returns_arrays(tmp_path):
     so = pb.plugin([PLUGIN_SAMPLE / "system_plugin.c"], tmp_path / "p.so", kind="system", depfile=tmp_path / "p.so.d")
     vmfb = pb.compile(PLUGIN_SAMPLE / "example.mlir", tmp_path / "m.vmfb", target="llvm-cpu")
-    result = pb.run(vmfb, "mixed_invocation", inputs=["8xf32=2", "8xf32=4"], plugins=[so])
-    assert len(result.outputs) == 1
-    np.testing.assert_array_equal(result.outputs[0], np.full(8, 12, dtype=np.float32))
-    assert result.outputs[0].dtype == np.float32
+    # In this process, through iree.runtime; the plugin computes 2 * 4, generated code adds 4.
+    (result,) = pb.run(vmfb, "mixed_invocation", [np.full(8, 2, np.float32), "8xf32=4"], plugins=[so])
+    np.testing.assert_array_equal(result, np.full(8, 12, dtype=np.float32))
+    assert result.dtype == np.float32
+    # The same through iree-run-module.
+    (out_of_process,) = pb.run(vmfb, "mixed_invocation", ["8xf32=2", "8xf32=4"], plugins=[so], in_process=False)
+    np.testing.assert_array_equal(out_of_process, result)
     deps = parse_depfile(tmp_path / "p.so.d")
     assert str(PLUGIN_SAMPLE / "system_plugin.c") in deps
     assert any(d.endswith("iree/hal/local/executable_plugin.h") for d in deps)
@@ -82,3 +85,25 @@ def test_verbose_prints_each_tool_command(cli, tmp_path):
     commands = [line for line in result.stderr.splitlines() if line.startswith("+ ")]
     assert any(" cc " in c and "-c" in c for c in commands)
     assert any("-shared" in c for c in commands)
+
+
+def test_in_process_runs_refuse_a_second_plugin_set_with_the_reason(tmp_path, system_plugin, system_module):
+    """IREE's Python runtime creates a driver once per process: its plugins cannot change later."""
+    import subprocess
+    import sys
+
+    other = tmp_path / "other.so"
+    other.write_bytes(system_plugin.read_bytes())
+    script = (
+        "import numpy as np, pyree_build as pb\n"
+        f"print(pb.run({str(system_module)!r}, 'mixed_invocation', ['8xf32=1', '8xf32=1'], plugins=[{str(system_plugin)!r}])[0][0])\n"
+        "try:\n"
+        f"    pb.run({str(system_module)!r}, 'mixed_invocation', ['8xf32=1', '8xf32=1'], plugins=[{str(other)!r}])\n"
+        "except pb.PyreeError as err:\n"
+        "    print('refused:', err.what, '|', err.fix)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "2.0"
+    assert "refused: the local-sync driver of this process was created with plugins" in proc.stdout
+    assert "in_process=False" in proc.stdout
