@@ -11,29 +11,34 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Sequence
 
 from . import tools
+
+if TYPE_CHECKING:
+    import numpy as np
 from .errors import PyreeError
 
 _INT_TYPES = {f"{p}{w}": w for p in ("i", "si", "ui") for w in (1, 2, 4, 8, 16, 32, 64)}
 _FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN"}
 ELEMENT_TYPES = set(_INT_TYPES) | _FLOAT_TYPES
 
-_NUMPY_TYPES = {
-    "i1": np.bool_, "i8": np.int8, "si8": np.int8, "ui8": np.uint8,
-    "i16": np.int16, "si16": np.int16, "ui16": np.uint16,
-    "i32": np.int32, "si32": np.int32, "ui32": np.uint32,
-    "i64": np.int64, "si64": np.int64, "ui64": np.uint64,
-    "f16": np.float16, "f32": np.float32, "f64": np.float64,
+# IREE element type -> numpy type name; numpy is imported only when arrays are made
+# (it costs ~60 ms, which every compile would pay otherwise).
+_NUMPY_TYPE_NAMES = {
+    "i1": "bool_", "i8": "int8", "si8": "int8", "ui8": "uint8",
+    "i16": "int16", "si16": "int16", "ui16": "uint16",
+    "i32": "int32", "si32": "int32", "ui32": "uint32",
+    "i64": "int64", "si64": "int64", "ui64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64",
 }  # fmt: skip
 
 def numpy_dtype(element_type: str) -> type:
     """The numpy type for an IREE element type, or a clear error for one numpy lacks (bf16, f8...)."""
+    import numpy as np
+
     try:
-        return _NUMPY_TYPES[element_type]
+        return getattr(np, _NUMPY_TYPE_NAMES[element_type])
     except KeyError:
         raise PyreeError(
             f"element type '{element_type}' has no numpy equivalent",
@@ -118,14 +123,16 @@ _RESULT_LINE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)=(
 
 def parse_outputs(stdout: str) -> list[np.ndarray]:
     """The result buffers iree-run-module printed (`8xf32=12 12 ...`), as numpy arrays."""
+    import numpy as np
+
     arrays = []
     for line in stdout.splitlines():
         match = _RESULT_LINE.match(line.strip())
-        if not match or match["type"] not in _NUMPY_TYPES:
+        if not match or match["type"] not in _NUMPY_TYPE_NAMES:
             continue
         shape = tuple(int(d) for d in match["dims"].split("x") if d)
         values = _split_values(match["values"])
-        dtype = _NUMPY_TYPES[match["type"]]
+        dtype = numpy_dtype(match["type"])
         if match["type"] == "i1":
             data = np.array([v.lower() in ("1", "true") for v in values], dtype=dtype)
         else:

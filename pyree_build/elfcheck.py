@@ -10,9 +10,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from .errors import PyreeError
 
 QUERY_EXPORT = "iree_hal_executable_plugin_query"
@@ -54,6 +51,9 @@ class ElfSummary:
 
 
 def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSummary:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     p = Path(path)
     raw = data if data is not None else p.read_bytes()
     try:
@@ -92,6 +92,9 @@ def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSumm
 
 def is_standalone_elf(path: str | os.PathLike[str]) -> bool:
     """A shared object that needs no library and imports nothing: IREE's ELF loader can map it."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)

@@ -10,13 +10,14 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Sequence
 
 from . import checks, tools
 from .cache import atomic_output, remove_stale, write_depfile
 from .errors import PyreeError, require_file
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PathLike = str | os.PathLike[str]
 

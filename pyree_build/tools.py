@@ -7,7 +7,6 @@ cache key and the depfiles written for CMake, so upgrading a wheel rebuilds.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 import re
 import shlex
@@ -71,6 +70,8 @@ INSTALL_PTXAS = "install the CUDA toolkit (ptxas), or pip install nvidia-cuda-nv
 
 
 def _dist_version(dist: str) -> str | None:
+    import importlib.metadata  # ~15 ms: only when a version is asked for
+
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -78,15 +79,28 @@ def _dist_version(dist: str) -> str | None:
 
 
 def _package_dir(module: str) -> Path | None:
+    """The directory of a package, found without importing it.
+
+    Importing `iree.compiler` loads the MLIR bindings and numpy (~0.1 s), which would
+    dominate a cached build; only the top-level package's location is looked up.
+    """
+    import importlib.util
+
+    top, _, rest = module.partition(".")
     try:
-        mod = __import__(module, fromlist=["__file__"])
-    except ImportError:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
         return None
-    file = getattr(mod, "__file__", None)
-    if file:
-        return Path(file).parent
-    paths = list(getattr(mod, "__path__", []))
-    return Path(paths[0]) if paths else None
+    if spec is None:
+        return None
+    roots = list(spec.submodule_search_locations or [])
+    if not roots and spec.origin:
+        roots = [str(Path(spec.origin).parent)]
+    for root in roots:
+        candidate = Path(root).joinpath(*rest.split(".")) if rest else Path(root)
+        if candidate.is_dir():
+            return candidate
+    return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -79,7 +79,8 @@ def test_gcc_builds_the_same_plugin(cli, tmp_path, system_module):
     assert run.returncode == 0, run
 
 
-def test_verbose_prints_each_tool_command(cli, tmp_path):
+def test_verbose_prints_each_tool_command(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYREE_BUILD_CACHE", "off")  # a cache hit would run no tool
     result = cli("plugin", "-v", "--kind", "system", PLUGIN_SAMPLE / "system_plugin.c", "-o", tmp_path / "v.so")
     assert result.returncode == 0, result
     commands = [line for line in result.stderr.splitlines() if line.startswith("+ ")]
