@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from . import checks, tools
-from .cache import atomic_output, remove_stale, write_depfile
+from .cache import atomic_output, cached_action, remove_stale, write_depfile
 from .errors import PyreeError, require_file
 
 if TYPE_CHECKING:
@@ -172,18 +172,26 @@ def compile(  # noqa: A001 - mirrors the CLI verb
             return _missing_objects_message(src, search, output_text)
         return None
 
-    with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
-        tools.spawn(
-            compiler.command(src, *argv_tail, "-o", tmp),
-            what=f"iree-compile ({target})",
-            file=src,
-            explain=explain,
-            fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
-        )
+    text = src.read_text(encoding="utf-8", errors="replace")
+    # Where each referenced object resolves to now (cwd, then search paths) is part of the
+    # key; the objects' bytes are dependencies, so an edited object is a miss.
+    objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
+
+    def build_it() -> list[str]:
+        with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
+            tools.spawn(
+                compiler.command(src, *argv_tail, "-o", tmp),
+                what=f"iree-compile ({target})",
+                file=src,
+                explain=explain,
+                fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
+            )
+        return [str(src), *map(str, objects), str(compiler.path), *map(str, tools.package_files())]
+
+    key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
+    deps = cached_action("compile", key=key, inputs=[src], outputs=[out], build=build_it)
     if depfile:
-        text = src.read_text(encoding="utf-8", errors="replace")
-        objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
-        write_depfile(depfile, out, [src, *objects, compiler.path, *tools.package_files()])
+        write_depfile(depfile, out, deps)
     return out
 
 
