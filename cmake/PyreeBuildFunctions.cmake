@@ -200,11 +200,12 @@ endfunction()
 
 # pyree_iree_module(NAME <name> SRC <mlir> TARGET llvm-cpu|cuda [SM <sm>] [CPU generic|host]
 #                   [OBJECT_SEARCH_PATHS <dir>...] [DEPENDS <target-or-file>...]
-#                   [FLAGS <iree-compile flag>...] [OUTPUT <file>])
+#                   [SUBSTITUTE <executable>=<file>...] [FLAGS <iree-compile flag>...] [OUTPUT <file>])
 # Compiles to <name>.vmfb. A DEPENDS entry that is a pyree_cuda_ptx or pyree_cpu_objects
-# target also adds its output directory to the object search paths.
+# target also adds its output directory to the object search paths. SUBSTITUTE replaces an
+# executable by a file (relative to this directory): .mlir as source, anything else as object.
 function(pyree_iree_module)
-  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE" ${ARGN})
   _pyree_require(pyree_iree_module NAME SRC TARGET)
   _pyree_absolute(_src "${ARG_SRC}")
   if(ARG_OUTPUT)
@@ -237,6 +238,18 @@ function(pyree_iree_module)
       _pyree_absolute(_dep_file "${_dep}")
       list(APPEND _file_deps "${_dep_file}")
     endif()
+  endforeach()
+  foreach(_sub IN LISTS ARG_SUBSTITUTE)
+    string(FIND "${_sub}" "=" _eq)
+    if(_eq LESS 1)
+      message(FATAL_ERROR "pyree_iree_module(${ARG_NAME}): SUBSTITUTE '${_sub}' is not <executable>=<file>")
+    endif()
+    string(SUBSTRING "${_sub}" 0 ${_eq} _sub_name)
+    math(EXPR _file_start "${_eq} + 1")
+    string(SUBSTRING "${_sub}" ${_file_start} -1 _sub_file)
+    _pyree_absolute(_sub_file "${_sub_file}")
+    list(APPEND _args --substitute "${_sub_name}=${_sub_file}")
+    list(APPEND _file_deps "${_sub_file}")
   endforeach()
   list(REMOVE_DUPLICATES _search)
   foreach(_dir IN LISTS _search)
@@ -298,4 +311,42 @@ function(pyree_add_run_test)
   set_tests_properties(${ARG_NAME} PROPERTIES
     LABELS "${_labels};${ARG_LABELS}"
     SKIP_RETURN_CODE ${PYREE_BUILD_SKIP_CODE})
+endfunction()
+
+# pyree_add_benchmark(NAME <test> MODULE <target-or-vmfb> [FUNCTION <f>] [INPUTS <spec>...]
+#                     [PLUGINS <target-or-file>...] [DEVICE <device>] [COMPARE <target-or-vmfb>]
+#                     [REPETITIONS <n>])
+# A microbenchmark as a ctest outside the default run: it belongs to the ctest configuration
+# `benchmark` and carries the label `benchmark`, so plain `ctest` skips it and
+# `ctest -C benchmark -L benchmark -V` runs it. With COMPARE it prints the ratio COMPARE/MODULE.
+function(pyree_add_benchmark)
+  cmake_parse_arguments(ARG "" "NAME;MODULE;FUNCTION;DEVICE;COMPARE;REPETITIONS" "INPUTS;PLUGINS" ${ARGN})
+  _pyree_require(pyree_add_benchmark NAME MODULE)
+  _pyree_artifact("${ARG_MODULE}" _module)
+  set(_args "")
+  if(ARG_COMPARE)
+    _pyree_artifact("${ARG_COMPARE}" _other)
+    set(_args --compare "${_module}" "${_other}")
+  else()
+    set(_args "${_module}")
+  endif()
+  if(ARG_FUNCTION)
+    list(APPEND _args --function "${ARG_FUNCTION}")
+  endif()
+  if(ARG_DEVICE)
+    list(APPEND _args --device "${ARG_DEVICE}")
+  endif()
+  if(ARG_REPETITIONS)
+    list(APPEND _args --repetitions "${ARG_REPETITIONS}")
+  endif()
+  foreach(_input IN LISTS ARG_INPUTS)
+    list(APPEND _args --input "${_input}")
+  endforeach()
+  foreach(_plugin IN LISTS ARG_PLUGINS)
+    _pyree_artifact("${_plugin}" _plugin_file)
+    list(APPEND _args --plugin "${_plugin_file}")
+  endforeach()
+  add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} bench ${_args} CONFIGURATIONS benchmark
+           WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS benchmark)
 endfunction()

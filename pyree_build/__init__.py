@@ -45,6 +45,14 @@ def __getattr__(name: str):  # lazy: `import pyree_build` stays cheap for the CL
         return compile
     if name == "run":
         return _run
+    if name == "dump":
+        from .executables import dump
+
+        return dump
+    if name == "bench":
+        from .bench import bench
+
+        return bench
     if name == "new":
         from .scaffold import new_project
 
@@ -56,4 +64,4 @@ def __getattr__(name: str):  # lazy: `import pyree_build` stays cheap for the CL
     raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
 
-__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "compile", "run", "fatelf", "new"]
+__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "compile", "run", "fatelf", "dump", "bench", "new"]

@@ -84,6 +84,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=None)
     _common(p)
 
+    p = sub.add_parser("dump", help="write a program's executable sources, binaries and benchmarks, and an index")
+    p.add_argument("source", metavar="IN.mlir")
+    p.add_argument("-o", "--output-dir", required=True, metavar="DIR")
+    p.add_argument("--target", choices=("llvm-cpu", "cuda"), default="llvm-cpu")
+    p.add_argument("--sm", default=None, help="cuda target sm (default 80)")
+    _common(p)
+
+    p = sub.add_parser("bench", help="microbenchmark a module with iree-benchmark-module; --compare A B for a ratio")
+    p.add_argument("modules", nargs="+", metavar="MODULE.vmfb")
+    p.add_argument("--compare", action="store_true", help="measure two modules interleaved and print the ratio B/A")
+    p.add_argument("--function", default=None, help="the function to time (default: every function, as for dumped benchmarks)")
+    p.add_argument("--input", dest="inputs", action="append", default=[], metavar="SPEC")
+    p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="PATH")
+    p.add_argument("--device", default="local-sync")
+    p.add_argument("--repetitions", type=int, default=5, help="repetitions per measurement (default 5)")
+    p.add_argument("--rounds", type=int, default=5, help="--compare: alternations of A and B (default 5)")
+    _common(p)
+
     p = sub.add_parser("cuda-target", help="print the #hal.executable.target that keys an sm's objects in MLIR")
     p.add_argument("--sm", required=True, help="e.g. 80")
     _common(p)
@@ -95,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", default="generic", help="llvm-cpu target CPU: generic (portable, default) or host")
     p.add_argument("--sm", default=None, help="cuda target sm (default 80)")
     p.add_argument("--object-search-path", dest="object_search_paths", action="append", default=[], metavar="DIR")
+    p.add_argument(
+        "--substitute", dest="substitutions", action="append", default=[], metavar="NAME=FILE",
+        help="replace executable NAME: a .mlir/.mlirbc file as its source, any other file as its object (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--substitute-from", metavar="DIR", help="substitute every executable named by a file in DIR (as dump writes them)")
     p.add_argument("--depfile")
     _common(p)
 
@@ -184,6 +207,28 @@ def _cmd_ptx(a: argparse.Namespace) -> None:
         tools.log_step(f"wrote {out}")
 
 
+def _cmd_dump(a: argparse.Namespace) -> None:
+    from . import executables
+
+    index = executables.dump(a.source, a.output_dir, target=a.target, sm=a.sm)
+    print(executables.describe(index, a.output_dir))
+    tools.log_step(f"wrote {Path(a.output_dir) / 'index.json'}")
+
+
+def _cmd_bench(a: argparse.Namespace) -> None:
+    from . import bench
+
+    common = dict(function=a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, repetitions=a.repetitions)
+    if a.compare:
+        if len(a.modules) != 2:
+            raise PyreeError(f"--compare takes two modules, got {len(a.modules)}", fix="pyree-build bench --compare A.vmfb B.vmfb ...")
+        print(bench.compare(a.modules[0], a.modules[1], rounds=a.rounds, **common).render())
+        return
+    if len(a.modules) != 1:
+        raise PyreeError(f"bench takes one module, got {len(a.modules)}", fix="pass one module, or --compare A.vmfb B.vmfb")
+    print(bench.bench(a.modules[0], **common).render())
+
+
 def _cmd_cuda_target(a: argparse.Namespace) -> None:
     from . import iree
 
@@ -195,7 +240,7 @@ def _cmd_compile(a: argparse.Namespace) -> None:
 
     out = iree.compile(
         a.source, a.output, target=a.target, cpu=a.cpu, sm=a.sm, object_search_paths=a.object_search_paths,
-        flags=a.extra, depfile=a.depfile,
+        flags=a.extra, depfile=a.depfile, substitutions=a.substitutions, substitute_from=a.substitute_from,
     )  # fmt: skip
     tools.log_step(f"wrote {out}")
 
@@ -250,6 +295,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "objects": _cmd_objects,
     "fatelf": _cmd_fatelf,
     "ptx": _cmd_ptx,
+    "dump": _cmd_dump,
+    "bench": _cmd_bench,
     "cuda-target": _cmd_cuda_target,
     "compile": _cmd_compile,
     "run": _cmd_run,

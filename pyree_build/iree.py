@@ -151,8 +151,14 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     cpu: str = "generic",
     sm: str | int | None = None,
     depfile: PathLike | None = None,
+    substitutions: Sequence[str] = (),
+    substitute_from: PathLike | None = None,
 ) -> Path:
-    """Compile an MLIR program to a .vmfb for `target`."""
+    """Compile an MLIR program to a .vmfb for `target`.
+
+    `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
+    a .mlir/.mlirbc file as source, anything else as object (see executables.py).
+    """
     src = require_file(source, "MLIR source")
     out = Path(output)
     remove_stale(out)
@@ -162,6 +168,14 @@ def compile(  # noqa: A001 - mirrors the CLI verb
         if not s.is_dir():
             raise PyreeError("object search path is not a directory", file=s, fix="pass an existing directory to --object-search-path")
     argv_tail = [*target_flags(target, cpu=cpu, sm=sm), *(f"--iree-hal-executable-object-search-path={s}" for s in search), *flags]
+    substituted: list[Path] = []
+    if substitutions or substitute_from is not None:
+        from .executables import substitution_flags
+
+        sub_flags, substituted = substitution_flags(
+            src, target=target, substitutions=substitutions, substitute_from=substitute_from, sm=sm, flags=flags
+        )
+        argv_tail += sub_flags
 
     def explain(output_text: str) -> str | None:
         if target == "cuda":
@@ -186,7 +200,7 @@ def compile(  # noqa: A001 - mirrors the CLI verb
                 explain=explain,
                 fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
             )
-        return [str(src), *map(str, objects), str(compiler.path), *map(str, tools.package_files())]
+        return [str(src), *map(str, objects), *map(str, substituted), str(compiler.path), *map(str, tools.package_files())]
 
     key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
     deps = cached_action("compile", key=key, inputs=[src], outputs=[out], build=build_it)

@@ -1,0 +1,157 @@
+"""Microbenchmarks with iree-benchmark-module: one module, or two compared side by side.
+
+A comparison alternates A and B for several rounds in one process tree, so drift in
+clock speed or load hits both alike, and reports the median of the per-round ratios
+with their spread.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from . import checks, tools
+from .errors import PyreeError, require_file
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class Timing:
+    name: str  # the benchmark, e.g. BM_main/process_time/real_time
+    mean_ms: float
+    median_ms: float
+    stddev_ms: float
+    repetitions: int
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    module: Path
+    timings: list[Timing]
+
+    def render(self) -> str:
+        lines = [f"{self.module}", f"  {'benchmark':<48} {'mean':>12} {'median':>12} {'stddev':>10}"]
+        for t in self.timings:
+            lines.append(f"  {t.name:<48} {_fmt(t.mean_ms):>12} {_fmt(t.median_ms):>12} {_fmt(t.stddev_ms):>10}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    a: Path
+    b: Path
+    a_median_ms: float
+    b_median_ms: float
+    ratio: float  # median over rounds of B/A
+    ratio_min: float
+    ratio_max: float
+    rounds: int
+
+    def render(self) -> str:
+        return (
+            f"A {self.a}: median {_fmt(self.a_median_ms)}\n"
+            f"B {self.b}: median {_fmt(self.b_median_ms)}\n"
+            f"B/A = {self.ratio:.3f}  (per-round {self.ratio_min:.3f} to {self.ratio_max:.3f}, {self.rounds} rounds)"
+        )
+
+
+def _fmt(ms: float) -> str:
+    return f"{ms * 1000:.2f} us" if ms < 1 else f"{ms:.3f} ms"
+
+
+_UNIT_TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def parse_benchmark_json(text: str, *, module: PathLike) -> list[Timing]:
+    """Aggregate records (mean, median, stddev) per benchmark from --benchmark_format=json."""
+    start = text.find("{")
+    try:
+        data = json.loads(text[start:]) if start >= 0 else {}
+    except ValueError as exc:
+        raise PyreeError(f"iree-benchmark-module printed no readable JSON ({exc})", file=module, details=text[-2000:]) from None
+    runs: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
+    for record in data.get("benchmarks", []):
+        name = record.get("run_name", record.get("name", "?"))
+        scale = _UNIT_TO_MS.get(record.get("time_unit", "ns"), 1e-6)
+        if record.get("run_type") == "aggregate":
+            runs.setdefault(name, {})[record.get("aggregate_name", "")] = float(record["real_time"]) * scale
+        else:
+            counts[name] = counts.get(name, 0) + 1
+            runs.setdefault(name, {}).setdefault("_single", float(record["real_time"]) * scale)
+    timings = []
+    for name, values in runs.items():
+        single = values.get("_single", 0.0)
+        timings.append(
+            Timing(name, values.get("mean", single), values.get("median", single), values.get("stddev", 0.0), counts.get(name, 1))
+        )
+    if not timings:
+        raise PyreeError("iree-benchmark-module reported no benchmarks", file=module, details=text[-2000:],
+                         fix="check --function; a dumped _benchmark.mlir has one function per dispatch")  # fmt: skip
+    return timings
+
+
+def _argv(module: Path, function: str | None, inputs: Sequence[str], plugins: Sequence[PathLike], device: str, repetitions: int, min_time: float) -> list[str]:
+    from .iree import plugin_flag
+
+    checks.parse_inputs(inputs)
+    args = [f"--module={module}", f"--device={device}", "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
+            f"--benchmark_min_time={min_time}s"]  # fmt: skip
+    if function:
+        args.append(f"--function={function}")
+    args += [f"--input={i}" for i in inputs]
+    args += [f"--executable_plugin={plugin_flag(p)}" for p in plugins]
+    return tools.iree_benchmark_module().command(*args)
+
+
+def bench(
+    module: PathLike,
+    function: str | None = None,
+    *,
+    inputs: Sequence[str] = (),
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    repetitions: int = 5,
+    min_time: float = 0.1,
+) -> BenchResult:
+    """Time `function` (or every function) of a module; mean and median per benchmark."""
+    mod = require_file(module, "module")
+    if repetitions < 1:
+        raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
+    argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
+    with tools.Stopwatch(f"iree-benchmark-module {mod.name}"):
+        result = tools.spawn(argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works")
+    return BenchResult(mod, parse_benchmark_json(result.stdout, module=mod))
+
+
+def compare(
+    a: PathLike,
+    b: PathLike,
+    function: str | None = None,
+    *,
+    inputs: Sequence[str] = (),
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    repetitions: int = 3,
+    rounds: int = 5,
+    min_time: float = 0.1,
+) -> CompareResult:
+    """Alternate A and B `rounds` times; the ratio B/A of their medians, per round."""
+    if rounds < 1:
+        raise PyreeError("--rounds must be at least 1", fix="pass --rounds 5, for example")
+    a_times, b_times = [], []
+    for _ in range(rounds):
+        for module, times in ((a, a_times), (b, b_times)):
+            result = bench(module, function, inputs=inputs, plugins=plugins, device=device, repetitions=repetitions, min_time=min_time)
+            times.append(sum(t.median_ms for t in result.timings))
+    ratios = [bt / at for at, bt in zip(a_times, b_times) if at > 0]
+    if not ratios:
+        raise PyreeError("module A measured no time", file=a)
+    return CompareResult(
+        Path(a), Path(b), statistics.median(a_times), statistics.median(b_times),
+        statistics.median(ratios), min(ratios), max(ratios), rounds,
+    )  # fmt: skip

@@ -1,0 +1,123 @@
+"""Dump, substitution and microbenchmarks, with the real iree-compile and iree-benchmark-module."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLES, assert_clean_error
+from pyree_build import bench, executables
+
+SAMPLE = SAMPLES / "substitution"
+PROGRAM = SAMPLE / "program.mlir"
+INPUTS = ["--input", "4x4xf32=1", "--input", "4x4xf32=2"]
+ORIGINAL = "4x4xf32=[24 24 24 24][24 24 24 24][24 24 24 24][24 24 24 24]"
+EDITED = "4x4xf32=[16 16 16 16][16 16 16 16][16 16 16 16][16 16 16 16]"
+
+
+@pytest.fixture(scope="module")
+def dumped(tmp_path_factory) -> Path:
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("dump") / "dumped"
+    result = run_cli("dump", PROGRAM, "-o", out)
+    assert result.returncode == 0, result
+    assert "main_dispatch_0" in result.stdout and "main_dispatch_1" in result.stdout
+    return out
+
+
+def test_dump_writes_an_index_of_each_executable_and_its_files(dumped):
+    index = json.loads((dumped / "index.json").read_text())
+    assert [e["name"] for e in index] == ["main_dispatch_0", "main_dispatch_1"]
+    for entry in index:
+        assert entry["source"] == f"module_{entry['name']}.mlir"
+        assert entry["binaries"] and entry["benchmarks"]
+        for name in [entry["source"], *entry["binaries"], *entry["benchmarks"]]:
+            assert (dumped / name).is_file(), name
+    assert f"@{index[0]['name']}" in (dumped / index[0]["source"]).read_text()
+
+
+def test_substitution_by_name_changes_the_result(cli, tmp_path):
+    original, edited = tmp_path / "original.vmfb", tmp_path / "edited.vmfb"
+    assert cli("compile", PROGRAM, "-o", original).returncode == 0
+    result = cli("compile", PROGRAM, "-o", edited, "--substitute", f"main_dispatch_0={SAMPLE / 'main_dispatch_0_mul.mlir'}")
+    assert result.returncode == 0, result
+    assert cli("run", original, "--function", "main", *INPUTS, "--expect", ORIGINAL).returncode == 0
+    assert cli("run", edited, "--function", "main", *INPUTS, "--expect", EDITED).returncode == 0
+
+
+def test_substitution_from_a_directory_of_dumped_names(cli, dumped, tmp_path):
+    edits = tmp_path / "edits"
+    shutil.copytree(dumped, edits)
+    source = edits / "module_main_dispatch_0.mlir"
+    source.write_text(source.read_text().replace("arith.addf %in, %in_0", "arith.mulf %in, %in_0"))
+    for other in edits.iterdir():  # keep the edit only; the other files are ignored anyway
+        if other != source:
+            other.unlink()
+    out = tmp_path / "from_dir.vmfb"
+    result = cli("compile", PROGRAM, "-o", out, "--substitute-from", edits)
+    assert result.returncode == 0, result
+    assert "substituting from" in result.stderr and "main_dispatch_0" in result.stderr
+    assert cli("run", out, "--function", "main", *INPUTS, "--expect", EDITED).returncode == 0
+
+
+def test_an_unknown_name_lists_the_executables_that_exist(cli, tmp_path):
+    out = tmp_path / "x.vmfb"
+    result = cli("compile", PROGRAM, "-o", out, "--substitute", f"main_dispatch_9={SAMPLE / 'main_dispatch_0_mul.mlir'}")
+    assert_clean_error(result, "no executable named 'main_dispatch_9'", "main_dispatch_0, main_dispatch_1")
+    assert not out.exists()
+
+
+def test_object_substitution_on_llvm_cpu_is_refused_with_what_works(cli, dumped, tmp_path):
+    binary = next(dumped.glob("*.so"))
+    result = cli("compile", PROGRAM, "-o", tmp_path / "x.vmfb", "--substitute", f"main_dispatch_0={binary}")
+    assert_clean_error(result, "not supported on llvm-cpu", "module_main_dispatch_0.mlir", "--target cuda")
+
+
+def test_cuda_object_substitution_with_a_ptx_compiles_without_a_gpu(cli, tmp_path):
+    out = tmp_path / "cuda.vmfb"
+    result = cli("compile", PROGRAM, "-o", out, "--target", "cuda", "--sm", "80",
+                 "--substitute", f"main_dispatch_0={SAMPLE / 'main_dispatch_0_mul_sm_80.ptx'}")  # fmt: skip
+    assert result.returncode == 0, result
+    assert b"edited: was add.rn.f32" in out.read_bytes()  # our PTX, not IREE's
+
+
+def test_cuda_dump_writes_ptx(cli, tmp_path):
+    result = cli("dump", PROGRAM, "-o", tmp_path / "cuda", "--target", "cuda")
+    assert result.returncode == 0, result
+    assert list((tmp_path / "cuda").glob("*.ptx"))
+
+
+def test_bench_parses_a_real_run(tmp_path, cli):
+    vmfb = tmp_path / "p.vmfb"
+    assert cli("compile", PROGRAM, "-o", vmfb).returncode == 0
+    result = bench.bench(vmfb, "main", inputs=["4x4xf32=1", "4x4xf32=2"], repetitions=3, min_time=0.02)
+    (timing,) = result.timings
+    assert "main" in timing.name and timing.repetitions == 3
+    assert 0 < timing.median_ms < 100 and 0 < timing.mean_ms < 100
+    printed = cli("bench", vmfb, "--function", "main", *INPUTS, "--repetitions", "2")
+    assert printed.returncode == 0 and "median" in printed.stdout and "BM_main" in printed.stdout, printed
+
+
+def test_bench_compare_prints_a_ratio(cli, tmp_path):
+    a, b = tmp_path / "a.vmfb", tmp_path / "b.vmfb"
+    assert cli("compile", PROGRAM, "-o", a).returncode == 0
+    assert cli("compile", PROGRAM, "-o", b, "--substitute", f"main_dispatch_0={SAMPLE / 'main_dispatch_0_mul.mlir'}").returncode == 0
+    result = cli("bench", "--compare", a, b, "--function", "main", *INPUTS, "--rounds", "2", "--repetitions", "2")
+    assert result.returncode == 0, result
+    ratio_line = next(line for line in result.stdout.splitlines() if line.startswith("B/A = "))
+    assert 0.1 < float(ratio_line.split()[2]) < 10
+
+
+def test_a_dumped_benchmark_compiles_and_benches(cli, dumped, tmp_path):
+    source = next(dumped.glob("*dispatch_1*_benchmark.mlir"))
+    vmfb = tmp_path / "bench.vmfb"
+    assert cli("compile", source, "-o", vmfb).returncode == 0
+    result = cli("bench", vmfb, "--repetitions", "2")
+    assert result.returncode == 0 and "matmul" in result.stdout, result
+
+
+def test_the_python_api_lists_executables():
+    assert executables.executable_names(PROGRAM) == ["main_dispatch_0", "main_dispatch_1"]
