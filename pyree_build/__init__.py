@@ -26,41 +26,28 @@ def _run(module, function, inputs=(), *, plugins=(), device="local-sync", in_pro
     return run_tool(module, function, inputs=[str(i) for i in inputs], plugins=plugins, device=device).outputs
 
 
-def __getattr__(name: str):  # lazy: `import pyree_build` stays cheap for the CLI
-    if name == "plugin":
-        from .cpu import plugin
+# Verb name -> (module, function), imported on first use so `import pyree_build` stays cheap.
+_VERBS = {
+    "plugin": (".cpu", "plugin"),
+    "objects": (".cpu", "objects"),
+    "ptx": (".cuda", "ptx"),
+    "compile": (".iree", "compile"),
+    "dump": (".executables", "dump"),
+    "bench": (".bench", "bench"),
+    "new": (".scaffold", "new_project"),
+}
 
-        return plugin
-    if name == "objects":
-        from .cpu import objects
 
-        return objects
-    if name == "ptx":
-        from .cuda import ptx
+def __getattr__(name: str):
+    import importlib
 
-        return ptx
-    if name == "compile":
-        from .iree import compile
-
-        return compile
     if name == "run":
         return _run
-    if name == "dump":
-        from .executables import dump
-
-        return dump
-    if name == "bench":
-        from .bench import bench
-
-        return bench
-    if name == "new":
-        from .scaffold import new_project
-
-        return new_project
-    if name == "fatelf":  # a namespace of actions, like the verb: join, split, read, select
-        import importlib
-
+    if name == "fatelf":  # a namespace of actions, like the verb: pack, write, read, select, split
         return importlib.import_module(".fatelf", __name__)
+    if name in _VERBS:
+        module, attr = _VERBS[name]
+        return getattr(importlib.import_module(module, __name__), attr)
     raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
 
