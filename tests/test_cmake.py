@@ -176,3 +176,14 @@ def test_find_package_without_a_usable_python_says_what_to_do(tmp_path):
     if result.returncode == 0:
         pytest.skip("an interpreter with pyree_build was still found through the install layout")
     assert "-DPYREE_BUILD_PYTHON=" in result.stderr
+
+
+def test_without_pyree_build_dir_cmake_names_the_package_and_the_fix_is_in_the_readme(tmp_path):
+    src = tmp_path / "src"
+    write_downstream(src)
+    env = {k: v for k, v in os.environ.items() if not k.lower().startswith(("pyree_build", "cmake_prefix"))}
+    result = cmake_run("-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", env=env)
+    assert result.returncode != 0
+    assert "pyree_build" in result.stderr
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert '-Dpyree_build_DIR="$(pyree-build --cmake-dir)"' in readme

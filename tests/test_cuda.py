@@ -225,3 +225,37 @@ def test_cmake_rebuilds_the_module_when_the_cu_changes(tmp_path):
     assert result.returncode == 0, result.stdout  # passes on a GPU, skipped (not failed) without one
     if not iree.cuda_status()[0]:
         assert "Skipped" in result.stdout or "***Skipped" in result.stdout, result.stdout
+
+
+def test_nvcc_missing_says_how_to_install_it_or_use_nvrtc(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        pytest.skip("the CUDA toolkit is installed in /usr/local/cuda here; nvcc cannot be hidden")
+    path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "nvcc").exists())
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    env["PATH"] = path
+    proc = subprocess.run([sys.executable, "-m", "pyree_build", "ptx", KERNELS, "--compiler", "nvcc", "--sm", "80", "-o", tmp_path],
+                          env=env, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "nvcc not found" in proc.stderr and "--compiler nvrtc" in proc.stderr, proc.stderr
+
+
+def test_a_cuda_run_without_a_gpu_and_without_skip_is_an_error(cli, cuda_module):
+    usable, reason = iree.cuda_status()
+    if usable:
+        pytest.skip("a CUDA GPU is present")
+    result = cli("run", cuda_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--device", "cuda")
+    assert_clean_error(result, "device cuda is not usable", reason)
+
+
+def test_a_driver_refusing_the_ptx_isa_gets_the_isa_it_reads():
+    # The runtime's words on the H100 (driver 580) for NVRTC 13.5's PTX, verbatim.
+    said = (
+        "CUDA error 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION' (222): the provided PTX was compiled with an unsupported "
+        "toolchain.; ptxas application ptx input, line 9; fatal   : Unsupported .version 9.5; current version is '9.0'"
+    )
+    hint = iree._explain_run_failure(said)
+    assert hint is not None and "newer PTX ISA" in hint and "--ptx-isa" in hint
