@@ -5,7 +5,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -28,7 +27,7 @@ def prepare_output_dir(path: Path) -> None:
 def _temp_name(final: Path, suffix: str = ".tmp") -> Path:
     """A hidden sibling name that records its writer's pid, so leftovers of a killed build can be swept."""
     sweep_stale_temps(final)
-    return final.parent / f".{final.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
+    return final.parent / f".{final.name}.{os.getpid()}-{os.urandom(4).hex()}{suffix}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -252,7 +251,7 @@ def _read_manifest(path: Path) -> list[dict]:
 def _place(cached_file: Path, final: Path) -> None:
     """Hard-link (or copy) a cached output into place, atomically."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp = final.parent / f".{final.name}.{os.urandom(6).hex()}.tmp"
     try:
         try:
             os.link(cached_file, tmp)
@@ -310,7 +309,7 @@ def _store(root: Path, base: str, outputs: Sequence[Path], deps: Sequence[str]) 
         known = [e for e in _read_manifest(manifest) if e["entry"] != entry]
         known.append({"entry": entry, "deps": dep_hashes, "outputs": output_hashes})
         manifest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = manifest.parent / f".{manifest.name}.{uuid.uuid4().hex[:12]}.tmp"
+        tmp = manifest.parent / f".{manifest.name}.{os.urandom(6).hex()}.tmp"
         tmp.write_text(json.dumps(known[-_MANIFEST_ENTRIES:]), encoding="utf-8")
         os.replace(tmp, manifest)
 
