@@ -324,6 +324,8 @@ endfunction()
 # A microbenchmark as a ctest outside the default run: it belongs to the ctest configuration
 # `benchmark` and carries the label `benchmark`, so plain `ctest` skips it and
 # `ctest -C benchmark -L benchmark -V` runs it. With COMPARE it prints the ratio COMPARE/MODULE.
+# Without FUNCTION every function is timed (a dumped _benchmark.mlir has one per dispatch).
+# A cuda benchmark where no GPU is usable is reported as skipped.
 function(pyree_add_benchmark)
   cmake_parse_arguments(ARG "" "NAME;MODULE;FUNCTION;DEVICE;COMPARE;REPETITIONS" "INPUTS;PLUGINS" ${ARGN})
   _pyree_require(pyree_add_benchmark NAME MODULE)
@@ -345,7 +347,8 @@ function(pyree_add_benchmark)
     list(APPEND _args --repetitions "${ARG_REPETITIONS}")
   endif()
   _pyree_inputs_and_plugins(_args)
+  list(APPEND _args --skip-unavailable)
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} bench ${_args} CONFIGURATIONS benchmark
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")
-  set_tests_properties(${ARG_NAME} PROPERTIES LABELS benchmark)
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS benchmark SKIP_RETURN_CODE ${PYREE_BUILD_SKIP_CODE})
 endfunction()

@@ -108,6 +108,21 @@ def _argv(module: Path, function: str | None, inputs: Sequence[str], plugins: Se
     return tools.iree_benchmark_module().command(*args)
 
 
+def _require_device(device: str, skip_unavailable: bool) -> None:
+    """A cuda benchmark without a usable GPU: a clear error, or ctest's 'skipped' exit code."""
+    from .iree import SKIP_EXIT_CODE, DeviceUnavailable, cuda_status
+
+    if device.split(":", 1)[0] != "cuda":
+        return
+    usable, reason = cuda_status()
+    if not usable:
+        raise DeviceUnavailable(
+            f"skipped: {reason}" if skip_unavailable else f"device cuda is not usable: {reason}",
+            fix="benchmark on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found",
+            exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
+        )
+
+
 def bench(
     module: PathLike,
     function: str | None = None,
@@ -117,11 +132,13 @@ def bench(
     device: str = "local-sync",
     repetitions: int = 5,
     min_time: float = 0.1,
+    skip_unavailable: bool = False,
 ) -> BenchResult:
     """Time `function` (or every function) of a module; mean and median per benchmark."""
     mod = require_file(module, "module")
     if repetitions < 1:
         raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
+    _require_device(device, skip_unavailable)
     argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
     with tools.Stopwatch(f"iree-benchmark-module {mod.name}"):
         result = tools.spawn(argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works")
@@ -139,10 +156,14 @@ def compare(
     repetitions: int = 3,
     rounds: int = 5,
     min_time: float = 0.1,
+    skip_unavailable: bool = False,
 ) -> CompareResult:
     """Alternate A and B `rounds` times; the ratio B/A of their medians, per round."""
     if rounds < 1:
         raise PyreeError("--rounds must be at least 1", fix="pass --rounds 5, for example")
+    require_file(a, "module A")
+    require_file(b, "module B")
+    _require_device(device, skip_unavailable)
     a_times, b_times = [], []
     for _ in range(rounds):
         for module, times in ((a, a_times), (b, b_times)):

@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="local-sync")
     p.add_argument("--repetitions", type=int, default=5, help="repetitions per measurement (default 5)")
     p.add_argument("--rounds", type=int, default=5, help="--compare: alternations of A and B (default 5)")
+    p.add_argument("--skip-unavailable", action="store_true", help="exit 77 (ctest: skipped) when the device is not present")
     _common(p)
 
     p = sub.add_parser("cuda-target", help="print the #hal.executable.target that keys an sm's objects in MLIR")
@@ -218,7 +219,10 @@ def _cmd_dump(a: argparse.Namespace) -> None:
 def _cmd_bench(a: argparse.Namespace) -> None:
     from . import bench
 
-    common = dict(function=a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, repetitions=a.repetitions)
+    common = dict(
+        function=a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, repetitions=a.repetitions,
+        skip_unavailable=a.skip_unavailable,
+    )  # fmt: skip
     if a.compare:
         if len(a.modules) != 2:
             raise PyreeError(f"--compare takes two modules, got {len(a.modules)}", fix="pyree-build bench --compare A.vmfb B.vmfb ...")

@@ -64,9 +64,11 @@ def dump(
     flags: Sequence[str] = (),
 ) -> list[Executable]:
     """Write the program's executable sources, binaries and benchmarks to `output_dir`,
-    with `index.json`; return the index. The directory is replaced as a whole."""
+    with `index.json`; return the index. The directory is replaced as a whole, so it must be
+    new, empty or an earlier dump (one holding index.json); anything else is refused."""
     src = require_file(source, "MLIR source")
-    out = Path(output_dir)
+    out = Path(output_dir).resolve()
+    _check_replaceable(out)
     prepare_output_dir(out.parent)
     sweep_stale_temps(out)
     staging = out.parent / f".{out.name}.{os.getpid()}-{os.urandom(4).hex()}.build"
@@ -85,12 +87,35 @@ def dump(
         if not index:
             raise PyreeError("the program has no executables to dump", file=src, fix="dump a program that dispatches work")
         (staging / "index.json").write_text(json.dumps([asdict(e) for e in index], indent=2) + "\n", encoding="utf-8")
+        _check_replaceable(out)  # again: it may have changed during the compile
+        old = None
         if out.exists():
-            shutil.rmtree(out)
+            old = out.parent / f".{out.name}.{os.getpid()}-{os.urandom(4).hex()}.old"
+            os.rename(out, old)
         os.rename(staging, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return index
+
+
+def _check_replaceable(out: Path) -> None:
+    """A dump replaces its directory as a whole: only a new, empty or earlier dump directory."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise PyreeError("the dump output exists and is not a directory", file=out, fix="choose a new directory for -o")
+    if Path.cwd().resolve().is_relative_to(out):
+        raise PyreeError("the dump output directory is (or holds) the current directory", file=out, fix="choose a new directory for -o")
+    if (out / "index.json").is_file() or not any(out.iterdir()):
+        return
+    raise PyreeError(
+        "the dump output directory holds files that are not an earlier dump (no index.json); "
+        "a dump replaces its directory as a whole, so it will not write there",
+        file=out,
+        fix="choose a new or empty directory for -o, or remove this one yourself",
+    )
 
 
 def _index(directory: Path) -> list[Executable]:
@@ -136,6 +161,20 @@ def describe(index: Sequence[Executable], directory: PathLike) -> str:
     return "\n".join(lines)
 
 
+def _refuse_cpu_objects(src: Path, target: str, pairs: Sequence[tuple[str, Path]]) -> None:
+    """iree-compile 3.13 crashes (null inner module) on object substitution for llvm-cpu."""
+    if target != "llvm-cpu":
+        return
+    for name, path in pairs:
+        if path.suffix not in SOURCE_SUFFIXES:
+            raise PyreeError(
+                f"object substitution ({path.name} for {name}) is not supported on llvm-cpu: iree-compile 3.13 crashes on it",
+                file=path,
+                fix=f"substitute an edited source instead (`pyree-build dump` writes {_module_prefix(src)}{name}.mlir), "
+                "or substitute an object on --target cuda (a .ptx), where it works",
+            )
+
+
 def _module_prefix(source: Path) -> str:
     m = _MODULE_NAME.search(source.read_text(encoding="utf-8", errors="replace"))
     return f"{m.group(1) if m else 'module'}_"
@@ -158,9 +197,10 @@ def substitution_flags(
     pairs: list[tuple[str, Path]] = []
     for item in substitutions:
         name, sep, file = item.partition("=")
-        if not sep or not name or not file:
+        if not sep or not name.strip() or not file:
             raise PyreeError(f"'{item}' is not NAME=FILE", fix="write --substitute main_dispatch_0=edited.mlir")
         pairs.append((name.strip(), require_file(file, f"substitute for {name}").resolve()))
+    _refuse_cpu_objects(src, target, pairs)  # before any compile: it is known to crash
     names = executable_names(src, target=target, sm=sm, flags=flags)
     if substitute_from is not None:
         directory = Path(substitute_from)
@@ -180,6 +220,7 @@ def substitution_flags(
                 fix=f"name the files {prefix}<executable>.mlir (as `pyree-build dump` writes them) or <executable>.<ext>",
             )
         tools.log_step(f"  substituting from {directory}: {', '.join(n for n, _ in matched)}")
+        _refuse_cpu_objects(src, target, matched)
         pairs.extend(matched)
     unknown = [n for n, _ in pairs if n not in names]
     if unknown:
@@ -189,17 +230,18 @@ def substitution_flags(
             details="its executables are: " + ", ".join(names),
             fix="use one of those names (`pyree-build dump` shows each with its files)",
         )
+    seen: dict[str, Path] = {}
+    for name, path in pairs:
+        if name in seen and seen[name] != path:
+            raise PyreeError(
+                f"executable '{name}' is substituted twice",
+                details=f"by {seen[name]}\nand by {path}",
+                fix="give each executable one replacement (a --substitute-from directory counts too)",
+            )
+        seen[name] = path
+    pairs = list(seen.items())
     out_flags = []
     for name, path in pairs:
-        if path.suffix in SOURCE_SUFFIXES:
-            out_flags.append(f"--iree-hal-substitute-executable-source={name}={path}")
-            continue
-        if target == "llvm-cpu":
-            raise PyreeError(
-                f"object substitution ({path.name} for {name}) is not supported on llvm-cpu: iree-compile 3.13 crashes on it",
-                file=path,
-                fix=f"substitute an edited source instead (`pyree-build dump` writes {_module_prefix(src)}{name}.mlir), "
-                "or substitute an object on --target cuda (a .ptx), where it works",
-            )
-        out_flags.append(f"--iree-hal-substitute-executable-object={name}={path}")
+        kind = "source" if path.suffix in SOURCE_SUFFIXES else "object"
+        out_flags.append(f"--iree-hal-substitute-executable-{kind}={name}={path}")
     return out_flags, [p for _, p in pairs]

@@ -121,3 +121,114 @@ def test_a_dumped_benchmark_compiles_and_benches(cli, dumped, tmp_path):
 
 def test_the_python_api_lists_executables():
     assert executables.executable_names(PROGRAM) == ["main_dispatch_0", "main_dispatch_1"]
+
+
+def test_dump_replaces_an_earlier_dump_but_never_other_files(cli, dumped, tmp_path):
+    again = tmp_path / "again"
+    shutil.copytree(dumped, again)
+    (again / "stale.txt").write_text("from an earlier dump")
+    assert cli("dump", PROGRAM, "-o", again, "-q").returncode == 0
+    assert not (again / "stale.txt").exists() and (again / "index.json").is_file()
+
+    precious = tmp_path / "mine"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    result = cli("dump", PROGRAM, "-o", precious)
+    assert_clean_error(result, "not an earlier dump", "choose a new or empty directory")
+    assert [p.name for p in precious.iterdir()] == ["notes.txt"]
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert_clean_error(cli("dump", PROGRAM, "-o", a_file), "is not a directory")
+    assert a_file.read_text() == "x"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_substitution_mistakes_are_named(cli, tmp_path):
+    edited = SAMPLE / "main_dispatch_0_mul.mlir"
+    out = tmp_path / "x.vmfb"
+    assert_clean_error(cli("compile", PROGRAM, "-o", out, "--substitute", str(edited)), "is not NAME=FILE")
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    shutil.copy(edited, twice / "module_main_dispatch_0.mlir")
+    result = cli("compile", PROGRAM, "-o", out, "--substitute", f"main_dispatch_0={edited}", "--substitute-from", twice)
+    assert_clean_error(result, "'main_dispatch_0' is substituted twice", str(edited))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "unrelated.mlir").write_text("// nothing")
+    assert_clean_error(cli("compile", PROGRAM, "-o", out, "--substitute-from", empty), "no file in it names an executable",
+                       "main_dispatch_0, main_dispatch_1")  # fmt: skip
+    assert not out.exists()
+
+
+def test_the_substituted_file_is_a_dependency(cli, tmp_path):
+    edited = tmp_path / "edited.mlir"
+    edited.write_text((SAMPLE / "main_dispatch_0_mul.mlir").read_text())
+    out, dep = tmp_path / "m.vmfb", tmp_path / "m.vmfb.d"
+    assert cli("compile", PROGRAM, "-o", out, "--depfile", dep, "--substitute", f"main_dispatch_0={edited}").returncode == 0
+    assert str(edited) in dep.read_text()
+    assert cli("run", out, "--function", "main", *INPUTS, "--expect", EDITED).returncode == 0
+    # Edited again (mulf -> subf): the cache must not hand back the earlier module.
+    edited.write_text(edited.read_text().replace("arith.mulf %in, %in_0", "arith.subf %in, %in_0"))
+    assert cli("compile", PROGRAM, "-o", out, "--depfile", dep, "--substitute", f"main_dispatch_0={edited}").returncode == 0
+    minus8 = "4x4xf32=[-8 -8 -8 -8][-8 -8 -8 -8][-8 -8 -8 -8][-8 -8 -8 -8]"  # 4 * (1 - 2) * 2
+    assert cli("run", out, "--function", "main", *INPUTS, "--expect", minus8).returncode == 0
+
+
+def test_bench_on_cuda_without_a_gpu_says_so(cli, tmp_path):
+    from pyree_build import iree
+
+    if iree.cuda_status()[0]:
+        pytest.skip("a CUDA GPU is usable here")
+    module = tmp_path / "m.vmfb"
+    module.write_bytes(b"not run")
+    assert_clean_error(cli("bench", module, "--device", "cuda"), "device cuda is not usable")
+    assert cli("bench", module, "--device", "cuda", "--skip-unavailable").returncode == 77
+
+
+_CMAKE_PROJECT = """cmake_minimum_required(VERSION 3.21)
+project(substitution_check LANGUAGES NONE)
+find_package(pyree_build CONFIG REQUIRED)
+enable_testing()
+pyree_iree_module(NAME original SRC program.mlir TARGET llvm-cpu)
+pyree_iree_module(NAME edited SRC program.mlir TARGET llvm-cpu SUBSTITUTE main_dispatch_0=edit.mlir)
+pyree_add_run_test(NAME edited.runs MODULE edited FUNCTION main INPUTS "4x4xf32=1" "4x4xf32=2" EXPECT "@EXPECTED@")
+pyree_add_benchmark(NAME edited.bench MODULE original COMPARE edited FUNCTION main
+                    INPUTS "4x4xf32=1" "4x4xf32=2" REPETITIONS 2)
+"""
+
+
+@pytest.mark.slow
+def test_cmake_substitute_rebuilds_on_edit_and_benchmarks_stay_out_of_plain_ctest(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from pyree_build import tools
+    from pyree_build.cli import cmake_dir
+
+    src, build = tmp_path / "src", tmp_path / "build"
+    src.mkdir()
+    shutil.copy(PROGRAM, src / "program.mlir")
+    shutil.copy(SAMPLE / "main_dispatch_0_mul.mlir", src / "edit.mlir")
+    (src / "CMakeLists.txt").write_text(_CMAKE_PROJECT.replace("@EXPECTED@", EDITED))
+
+    def run(tool, *args):
+        result = subprocess.run([*tool.argv, *map(os.fspath, args)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    run(tools.cmake(), "-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}",
+        f"-Dpyree_build_DIR={cmake_dir()}", f"-DPYREE_BUILD_PYTHON={sys.executable}")  # fmt: skip
+    run(tools.cmake(), "--build", build)
+    assert "Total Tests: 1" in run(tools.ctest(), "--test-dir", build, "-N")  # the benchmark is not in it
+    listed = run(tools.ctest(), "--test-dir", build, "-C", "benchmark", "-L", "benchmark", "-N")
+    assert "edited.bench" in listed and "Total Tests: 1" in listed
+    run(tools.ctest(), "--test-dir", build, "--output-on-failure")
+
+    time.sleep(1.1)  # coarse mtime filesystems
+    edit = src / "edit.mlir"
+    edit.write_text(edit.read_text().replace("arith.mulf %in, %in_0", "arith.subf %in, %in_0"))
+    log = run(tools.cmake(), "--build", build, "-v")
+    assert "-o " + str(build / "edited.vmfb") in log and "original.vmfb" not in log, log
