@@ -64,24 +64,40 @@ def pyree(*args: str | os.PathLike[str]) -> list[str]:
     return [sys.executable, "-m", "pyree_build", *map(os.fspath, args)]
 
 
+def cold_zig(work: Path) -> None:
+    """Point zig's own compile cache at a fresh directory, for this process and its children.
+
+    zig cc caches object files by command line; without this, the by-hand side (same
+    paths every round) hits zig's cache while the verb (fresh scratch paths) does not.
+    """
+    fresh = Path(tempfile.mkdtemp(prefix="zig-cache.", dir=work))
+    os.environ["ZIG_GLOBAL_CACHE_DIR"] = str(fresh / "global")
+    os.environ["ZIG_LOCAL_CACHE_DIR"] = str(fresh / "local")
+
+
 def section_verbs(work: Path, repeat: int) -> None:
     from pyree_build import cpu, cuda, iree, tools
 
-    print("\n== verbs against the same tools by hand (cache off) ==")
-    env = dict(os.environ, PYREE_BUILD_CACHE="off")
+    print("\n== verbs against the same tools by hand (cache off, zig's cache cold on both sides) ==")
+
+    def env() -> dict[str, str]:
+        cold_zig(work)
+        return dict(os.environ, PYREE_BUILD_CACHE="off")
     zig = tools.c_compiler("zig")
     lld = tools.iree_lld()
     inc = ["-I", str(tools.include_dir())]
 
     def hand_system() -> float:
+        cold_zig(work)
         start = time.perf_counter()
         subprocess.run(zig.command(*cpu.SYSTEM_CFLAGS, *inc, "-c", PLUGIN / "system_plugin.c", "-o", work / "h.o"), check=True)
         subprocess.run(zig.command("-shared", work / "h.o", "-o", work / "h.so"), check=True)
         return time.perf_counter() - start
 
-    compare("plugin --kind system", "by hand", hand_system, "verb", lambda: timed(pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", work / "v.so"), env), repeat)
+    compare("plugin --kind system", "by hand", hand_system, "verb", lambda: timed(pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", work / "v.so"), env()), repeat)
 
     def hand_standalone() -> float:
+        cold_zig(work)
         start = time.perf_counter()
         procs = []
         for arch in ARCHS:
@@ -100,11 +116,12 @@ def section_verbs(work: Path, repeat: int) -> None:
     arch_args = [x for a in ARCHS for x in ("--arch", a)]
     compare(
         "plugin --kind standalone (3 arches, FatELF)", "by hand", hand_standalone, "verb",
-        lambda: timed(pyree("plugin", "-q", "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / "v.sos"), env),
+        lambda: timed(pyree("plugin", "-q", "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / "v.sos"), env()),
         repeat,
     )  # fmt: skip
 
     def hand_objects() -> float:
+        cold_zig(work)
         start = time.perf_counter()
         procs = [
             subprocess.Popen(zig.command("-target", f"{a}-freestanding-none", *cpu.FREESTANDING_CFLAGS, *inc, "-c", EMBEDDED / "functions.c", "-o", work / f"f_{a}.o"))
@@ -114,13 +131,13 @@ def section_verbs(work: Path, repeat: int) -> None:
             assert p.wait() == 0
         return time.perf_counter() - start
 
-    compare("objects (3 arches)", "by hand", hand_objects, "verb", lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env), repeat)
+    compare("objects (3 arches)", "by hand", hand_objects, "verb", lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env()), repeat)
 
     compiler = tools.iree_compile()
     flags = iree.target_flags("llvm-cpu")
     compare(
         "compile (llvm-cpu)", "by hand", lambda: timed(compiler.command(PLUGIN / "example.mlir", *flags, "-o", work / "h.vmfb")), "verb",
-        lambda: timed(pyree("compile", "-q", PLUGIN / "example.mlir", "-o", work / "v.vmfb"), env), repeat,
+        lambda: timed(pyree("compile", "-q", PLUGIN / "example.mlir", "-o", work / "v.vmfb"), env()), repeat,
     )  # fmt: skip
 
     if shutil.which("nvcc"):
@@ -129,7 +146,7 @@ def section_verbs(work: Path, repeat: int) -> None:
             "ptx --compiler nvcc (sm 75, 80)", "by hand",
             lambda: timed(nvcc.command("-ptx", "-arch=sm_75", CUDA / "kernels.cu", "-o", work / "h75.ptx"))
             + timed(nvcc.command("-ptx", "-arch=sm_80", CUDA / "kernels.cu", "-o", work / "h80.ptx")),
-            "verb", lambda: timed(pyree("ptx", "-q", "--compiler", "nvcc", "--sm", "75", "--sm", "80", CUDA / "kernels.cu", "-o", work / "ptx"), env),
+            "verb", lambda: timed(pyree("ptx", "-q", "--compiler", "nvcc", "--sm", "75", "--sm", "80", CUDA / "kernels.cu", "-o", work / "ptx"), env()),
             repeat,
         )  # fmt: skip
     def nvrtc_in_process() -> float:
@@ -140,7 +157,7 @@ def section_verbs(work: Path, repeat: int) -> None:
         return timed_call(lambda: cuda.ptx(CUDA / "kernels.cu", [75, 80], work / "ptx_inproc"))
 
     compare(
-        "ptx (NVRTC, sm 75, 80)", "in-process", nvrtc_in_process, "verb", lambda: timed(pyree("ptx", "-q", "--sm", "75", "--sm", "80", CUDA / "kernels.cu", "-o", work / "ptx_verb"), env), repeat,
+        "ptx (NVRTC, sm 75, 80)", "in-process", nvrtc_in_process, "verb", lambda: timed(pyree("ptx", "-q", "--sm", "75", "--sm", "80", CUDA / "kernels.cu", "-o", work / "ptx_verb"), env()), repeat,
     )  # fmt: skip
 
 
@@ -152,7 +169,8 @@ def section_cache(work: Path, repeat: int) -> None:
 
     def cold() -> float:
         shutil.rmtree(cache, ignore_errors=True)
-        return timed(argv, env)
+        cold_zig(work)  # a cold build on a fresh machine: zig's own cache is empty too
+        return timed(argv, dict(env, ZIG_GLOBAL_CACHE_DIR=os.environ["ZIG_GLOBAL_CACHE_DIR"], ZIG_LOCAL_CACHE_DIR=os.environ["ZIG_LOCAL_CACHE_DIR"]))
 
     def warm() -> float:
         return timed(argv, env)
