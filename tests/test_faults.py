@@ -5,6 +5,7 @@ next build, through the same cache, must succeed with the same bytes as a clean 
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -33,6 +34,14 @@ def _build_actions(out: Path) -> dict[str, tuple[list[str], list[Path]]]:
             _argv("plugin", "-q", "--kind", "standalone", *ARCH_ARGS, PLUGIN_SAMPLE / "standalone_plugin.c", "-o", out / "p.sos"),
             [out / "p.sos"],
         ),
+        "system plugin": (
+            _argv("plugin", "-q", "--kind", "system", PLUGIN_SAMPLE / "system_plugin.c", "-o", out / "s.so"),
+            [out / "s.so"],
+        ),
+        "dump": (
+            _argv("dump", "-q", SAMPLES / "substitution" / "program.mlir", "-o", out / "dumped"),
+            [out / "dumped" / "index.json"],
+        ),
         "objects": (
             _argv("objects", "-q", *ARCH_ARGS, SAMPLES / "custom_dispatch" / "cpu" / "embedded" / "functions.c", "-o", out / "obj"),
             [out / "obj" / f"functions_{a}.o" for a in ("x86_64", "aarch64", "riscv64")],
@@ -59,7 +68,7 @@ def _kill_midway(argv: list[str], env: dict[str, str], delay: float) -> bool:
     return running
 
 
-@pytest.mark.parametrize("action", ["standalone plugin", "objects", "compile", "ptx"])
+@pytest.mark.parametrize("action", ["system plugin", "standalone plugin", "objects", "compile", "ptx", "dump"])
 def test_a_killed_build_leaves_no_output_and_the_next_build_succeeds(tmp_path, action):
     reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
     argv_ref, outputs_ref = _build_actions(reference_dir)[action]
@@ -80,12 +89,17 @@ def test_a_killed_build_leaves_no_output_and_the_next_build_succeeds(tmp_path, a
                 assert got.read_bytes() == want.read_bytes(), f"{action}: damaged {got.name} after a kill at {delay} s"
         for o in outputs:  # the next round starts from nothing, as after a kill
             o.unlink(missing_ok=True)
+        if action == "dump":
+            shutil.rmtree(outputs[0].parent, ignore_errors=True)
     assert kills, f"{action} finished before every kill; nothing was tested"
 
     rebuilt = subprocess.run(argv, env=env, capture_output=True, text=True)
     assert rebuilt.returncode == 0, rebuilt.stderr
     for got, want in zip(outputs, outputs_ref):
         assert got.read_bytes() == want.read_bytes(), f"{got.name} differs from a clean build"
+    if action == "dump":  # a directory: complete, with every file its index names
+        for entry in json.loads(outputs[0].read_text()):
+            assert all((outputs[0].parent / f).is_file() for f in [entry["source"], *entry["binaries"], *entry["benchmarks"]])
     # Temporaries of the killed writers are swept by the next build of the same outputs.
     leftovers = [p.name for p in killed_dir.rglob("*") if p.name.endswith((".tmp", ".build"))]
     assert leftovers == []
