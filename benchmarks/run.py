@@ -260,7 +260,7 @@ def section_samples(work: Path, repeat: int) -> None:
     start = time.perf_counter()
     result = subprocess.run(pyree("samples", "--build-dir", build), capture_output=True, text=True, env=env)
     total = time.perf_counter() - start
-    steps = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith(("configure", "build", "test", "samples:"))]
+    steps = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith(("configure", "build", "ctest", "samples:"))]
     for line in steps:
         print(f"  {line}")
     print(f"{'total (cold cache, fresh build dir)':<44} {total:7.2f} s, exit {result.returncode}")
