@@ -63,6 +63,30 @@ macro(_pyree_inputs_and_plugins args_var)
   endforeach()
 endmacro()
 
+# Runs `pyree-build <verb> <ARGN>` to make `outputs` (a list) from `depends`, with a depfile
+# beside the first output so Ninja also tracks the headers, tools and pyree_build itself.
+function(_pyree_action outputs depends comment verb)
+  list(GET outputs 0 _first)
+  add_custom_command(
+    OUTPUT ${outputs}
+    COMMAND ${PYREE_BUILD_COMMAND} ${verb} -q --depfile "${_first}.d" ${ARGN}
+    DEPENDS ${depends}
+    DEPFILE "${_first}.d"
+    COMMENT "pyree_build: ${comment}"
+    VERBATIM)
+endfunction()
+
+# The target `name` building `outputs` (in ALL and iree-sample-deps); `object_dir`, when not
+# empty, is where a module that DEPENDS on it looks for objects.
+function(_pyree_artifact_target name outputs object_dir)
+  add_custom_target(${name} ALL DEPENDS ${outputs})
+  set_target_properties(${name} PROPERTIES PYREE_OUTPUT "${outputs}")
+  if(object_dir)
+    set_target_properties(${name} PROPERTIES PYREE_OBJECT_DIR "${object_dir}")
+  endif()
+  _pyree_register(${name})
+endfunction()
+
 function(_pyree_c_flags out_var)
   set(_flags "")
   if(ARG_CC)
@@ -110,16 +134,8 @@ function(pyree_cpu_plugin)
   else()
     set(_out "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}${_suffix}")
   endif()
-  add_custom_command(
-    OUTPUT "${_out}"
-    COMMAND ${PYREE_BUILD_COMMAND} plugin -q --kind ${_kind} ${_flags} ${_srcs} -o "${_out}" --depfile "${_out}.d"
-    DEPENDS ${_srcs}
-    DEPFILE "${_out}.d"
-    COMMENT "pyree_build: ${_kind} plugin ${ARG_NAME}"
-    VERBATIM)
-  add_custom_target(${ARG_NAME} ALL DEPENDS "${_out}")
-  set_target_properties(${ARG_NAME} PROPERTIES PYREE_OUTPUT "${_out}")
-  _pyree_register(${ARG_NAME})
+  _pyree_action("${_out}" "${_srcs}" "${_kind} plugin ${ARG_NAME}" plugin --kind ${_kind} ${_flags} ${_srcs} -o "${_out}")
+  _pyree_artifact_target(${ARG_NAME} "${_out}" "")
 endfunction()
 
 # pyree_cpu_objects(NAME <name> SRCS <c>... ARCHS <arch>... [CC ...] [INCLUDE_DIRS ...]
@@ -144,19 +160,10 @@ function(pyree_cpu_objects)
       list(APPEND _outs "${_dir}/${_stem}_${_arch}.o")
       list(APPEND _arch_flags --arch "${_arch}")
     endforeach()
-    list(GET _outs 0 _first)
-    add_custom_command(
-      OUTPUT ${_outs}
-      COMMAND ${PYREE_BUILD_COMMAND} objects -q ${_flags} ${_arch_flags} "${_src}" -o "${_dir}" --depfile "${_first}.d"
-      DEPENDS "${_src}"
-      DEPFILE "${_first}.d"
-      COMMENT "pyree_build: objects ${_stem} (${ARG_ARCHS})"
-      VERBATIM)
+    _pyree_action("${_outs}" "${_src}" "objects ${_stem} (${ARG_ARCHS})" objects ${_flags} ${_arch_flags} "${_src}" -o "${_dir}")
     list(APPEND _all ${_outs})
   endforeach()
-  add_custom_target(${ARG_NAME} ALL DEPENDS ${_all})
-  set_target_properties(${ARG_NAME} PROPERTIES PYREE_OUTPUT "${_all}" PYREE_OBJECT_DIR "${_dir}")
-  _pyree_register(${ARG_NAME})
+  _pyree_artifact_target(${ARG_NAME} "${_all}" "${_dir}")
 endfunction()
 
 # pyree_cuda_ptx(NAME <name> SRCS <cu>... SMS <sm>... [COMPILER nvrtc|nvcc] [VERIFY]
@@ -194,19 +201,10 @@ function(pyree_cuda_ptx)
       list(APPEND _outs "${_dir}/${_stem}_sm_${_sm}.ptx")
       list(APPEND _sm_flags --sm "${_sm}")
     endforeach()
-    list(GET _outs 0 _first)
-    add_custom_command(
-      OUTPUT ${_outs}
-      COMMAND ${PYREE_BUILD_COMMAND} ptx -q ${_flags} ${_sm_flags} "${_src}" -o "${_dir}" --depfile "${_first}.d"
-      DEPENDS "${_src}"
-      DEPFILE "${_first}.d"
-      COMMENT "pyree_build: PTX ${_stem} (sm ${ARG_SMS})"
-      VERBATIM)
+    _pyree_action("${_outs}" "${_src}" "PTX ${_stem} (sm ${ARG_SMS})" ptx ${_flags} ${_sm_flags} "${_src}" -o "${_dir}")
     list(APPEND _all ${_outs})
   endforeach()
-  add_custom_target(${ARG_NAME} ALL DEPENDS ${_all})
-  set_target_properties(${ARG_NAME} PROPERTIES PYREE_OUTPUT "${_all}" PYREE_OBJECT_DIR "${_dir}")
-  _pyree_register(${ARG_NAME})
+  _pyree_artifact_target(${ARG_NAME} "${_all}" "${_dir}")
 endfunction()
 
 # pyree_iree_module(NAME <name> SRC <mlir> TARGET llvm-cpu|cuda [SM <sm>] [CPU generic|host]
@@ -270,19 +268,12 @@ function(pyree_iree_module)
   if(ARG_FLAGS)
     set(_extra -- ${ARG_FLAGS})
   endif()
-  add_custom_command(
-    OUTPUT "${_out}"
-    COMMAND ${PYREE_BUILD_COMMAND} compile -q "${_src}" -o "${_out}" ${_args} --depfile "${_out}.d" ${_extra}
-    DEPENDS ${_file_deps}
-    DEPFILE "${_out}.d"
-    COMMENT "pyree_build: iree-compile ${ARG_NAME} (${ARG_TARGET})"
-    VERBATIM)
-  add_custom_target(${ARG_NAME} ALL DEPENDS "${_out}")
+  _pyree_action("${_out}" "${_file_deps}" "iree-compile ${ARG_NAME} (${ARG_TARGET})"
+                compile "${_src}" -o "${_out}" ${_args} ${_extra})
+  _pyree_artifact_target(${ARG_NAME} "${_out}" "")
   if(_target_deps)
     add_dependencies(${ARG_NAME} ${_target_deps})
   endif()
-  set_target_properties(${ARG_NAME} PROPERTIES PYREE_OUTPUT "${_out}")
-  _pyree_register(${ARG_NAME})
 endfunction()
 
 # pyree_add_run_test(NAME <test> MODULE <target-or-vmfb> FUNCTION <f> [INPUTS <spec>...]

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from . import checks, tools
 from .errors import PyreeError, require_file
+from .iree import require_device
 
 PathLike = str | os.PathLike[str]
 
@@ -108,21 +109,6 @@ def _argv(module: Path, function: str | None, inputs: Sequence[str], plugins: Se
     return tools.iree_benchmark_module().command(*args)
 
 
-def _require_device(device: str, skip_unavailable: bool) -> None:
-    """A cuda benchmark without a usable GPU: a clear error, or ctest's 'skipped' exit code."""
-    from .iree import SKIP_EXIT_CODE, DeviceUnavailable, cuda_status
-
-    if device.split(":", 1)[0] != "cuda":
-        return
-    usable, reason = cuda_status()
-    if not usable:
-        raise DeviceUnavailable(
-            f"skipped: {reason}" if skip_unavailable else f"device cuda is not usable: {reason}",
-            fix="benchmark on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found",
-            exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
-        )
-
-
 def bench(
     module: PathLike,
     function: str | None = None,
@@ -138,7 +124,7 @@ def bench(
     mod = require_file(module, "module")
     if repetitions < 1:
         raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
-    _require_device(device, skip_unavailable)
+    require_device(device, skip_unavailable=skip_unavailable)
     argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
     with tools.Stopwatch(f"iree-benchmark-module {mod.name}"):
         result = tools.spawn(argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works")
@@ -163,7 +149,7 @@ def compare(
         raise PyreeError("--rounds must be at least 1", fix="pass --rounds 5, for example")
     require_file(a, "module A")
     require_file(b, "module B")
-    _require_device(device, skip_unavailable)
+    require_device(device, skip_unavailable=skip_unavailable)
     a_times, b_times = [], []
     for _ in range(rounds):
         for module, times in ((a, a_times), (b, b_times)):

@@ -86,17 +86,14 @@ def run(
     device: str = "local-sync",
 ) -> list[np.ndarray]:
     """Call `function` of a .vmfb in this process; inputs are arrays or `--input` specs."""
-    from .iree import cuda_status, plugin_flag
+    from .iree import plugin_flag, require_device
 
     mod = require_file(module, "module")
     try:
         import iree.runtime as rt
     except ImportError as exc:
         raise PyreeError(f"iree.runtime cannot be imported ({exc})", fix='pip install "iree-base-runtime==3.13.*"') from None
-    if _driver_name(device) == "cuda":
-        usable, reason = cuda_status()
-        if not usable:
-            raise PyreeError(f"device cuda is not usable: {reason}", fix="run on a machine with an NVIDIA GPU and driver")
+    require_device(device)
     args = [_to_array(v) for v in inputs]
     _register_plugins(_driver_name(device), tuple(plugin_flag(p) for p in plugins))
     try:

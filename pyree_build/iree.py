@@ -287,6 +287,20 @@ def _explain_run_failure(text: str) -> str | None:
     return None
 
 
+def require_device(device: str, *, skip_unavailable: bool = False) -> None:
+    """Stop before running on a CUDA device that is not usable: a clear error, or with
+    `skip_unavailable` the exit code ctest reads as 'skipped' (SKIP_RETURN_CODE)."""
+    if device.split(":", 1)[0] != "cuda":
+        return
+    usable, reason = cuda_status()
+    if not usable:
+        raise DeviceUnavailable(
+            f"skipped: {reason}" if skip_unavailable else f"device cuda is not usable: {reason}",
+            fix="run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found",
+            exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
+        )
+
+
 def run(
     module: PathLike,
     function: str,
@@ -305,14 +319,7 @@ def run(
     checks.parse_inputs(inputs)
     if device not in DEVICES:
         raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(DEVICES)}")
-    if device == "cuda":
-        usable, reason = cuda_status()
-        if not usable:
-            raise DeviceUnavailable(
-                f"skipped: {reason}" if skip_unavailable else f"device cuda is not usable: {reason}",
-                fix="run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found",
-                exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
-            )
+    require_device(device, skip_unavailable=skip_unavailable)
     runner = tools.iree_run_module()
     argv = runner.command(
         f"--module={mod}",

@@ -90,7 +90,7 @@ project(downstream LANGUAGES NONE)
 find_package(pyree_build CONFIG REQUIRED)
 enable_testing()
 pyree_cpu_plugin(NAME my_plugin SYSTEM SRCS plugin.c INCLUDE_DIRS include)
-pyree_iree_module(NAME my_module SRC program.mlir TARGET llvm-cpu)
+pyree_iree_module(NAME my_module SRC program.mlir TARGET llvm-cpu FLAGS --mlir-print-op-on-diagnostic=false)
 pyree_add_run_test(NAME my_test MODULE my_module FUNCTION mixed_invocation
                    INPUTS "8xf32=2" "8xf32=4" PLUGINS my_plugin
                    EXPECT "8xf32=@EXPECTED@")
