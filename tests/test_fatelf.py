@@ -15,6 +15,7 @@ from pyree_build.elfcheck import host_arch
 from pyree_build.errors import PyreeError
 
 ARCHES = ("x86_64", "aarch64", "riscv64")
+# Bounded by default (the whole file stays well under 20 s); PYREE_FUZZ_EXAMPLES=100000 for a long run.
 EXAMPLES = int(os.environ.get("PYREE_FUZZ_EXAMPLES", "3000"))
 
 
@@ -76,8 +77,24 @@ def test_pack_rejects_non_elf_and_duplicate_arch(elfs, tmp_path):
     text.write_text("hello")
     with pytest.raises(PyreeError, match="not an ELF"):
         fatelf.pack([elfs["x86_64"], text])
-    with pytest.raises(PyreeError, match="same architecture"):
-        fatelf.pack([elfs["x86_64"], elfs["x86_64"]])
+    with pytest.raises(PyreeError, match="same architecture") as err:
+        fatelf.pack([elfs["x86_64"], elfs["aarch64"], elfs["x86_64"]])
+    assert str(err.value.what).count(str(elfs["x86_64"])) == 2  # both files are named
+    with pytest.raises(PyreeError, match="no ELF files"):
+        fatelf.pack([])
+    with pytest.raises(PyreeError, match="at most 255"):
+        fatelf.pack([fake_elf(m) for m in range(256)])
+    with pytest.raises(PyreeError, match="input 2 .*not an ELF"):
+        fatelf.pack([X86, b"\x7fELF"])  # a bare magic is not an ELF header
+
+
+def test_cli_join_refuses_bad_inputs_and_writes_nothing(cli, elfs, tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    out = tmp_path / "x.sos"
+    assert_clean_error(cli("fatelf", "join", elfs["x86_64"], text, "-o", out), "not an ELF", str(text))
+    assert_clean_error(cli("fatelf", "join", elfs["x86_64"], elfs["x86_64"], "-o", out), "same architecture")
+    assert not out.exists()
 
 
 def _header(count: int, *, magic: int = fatelf.MAGIC, version: int = 1) -> bytes:
@@ -107,6 +124,8 @@ MALFORMED = {
     "overlap": _container(_record(62, 4096, 128), _record(183, 4096 + 64, 64), body={4096: X86, 4160: ARM}),
     "not an ELF": _container(_record(62, 4096, 64), body={4096: b"MZ" + b"\0" * 62}),
     "disagrees": _container(_record(183, 4096, 64), body={4096: X86}),
+    "size 0": _container(_record(62, 4096, 0), body={4096: X86}),
+    "overlaps the header and record table": _header(1) + _record(62, 8, 64) + X86,
 }
 
 
@@ -117,6 +136,30 @@ def test_each_malformed_container_has_its_own_message(cli, tmp_path, fragment):
     with pytest.raises(PyreeError, match=fragment):
         fatelf.parse(MALFORMED[fragment])
     assert_clean_error(cli("fatelf", "list", path), fragment, str(path))
+
+
+def test_encoding_matches_irees_fatelf_h(elfs):
+    """IREE's byte order is MSB = 0, LSB = 1 (not ELF's EI_DATA 2/1); word size is EI_CLASS."""
+    data = fatelf.pack([elfs["x86_64"], fake_elf(243, bits=32), fake_elf(62, little=False)])
+    magic, version, count, reserved = struct.unpack_from("<IHBB", data)
+    assert (magic, version, count, reserved) == (0x1F0E70FA, 1, 3, 0)
+    rows = [struct.unpack_from("<HBBBBBBQQ", data, 8 + 24 * i) for i in range(3)]
+    assert [(r[0], r[3], r[4]) for r in rows] == [(62, 2, 1), (243, 1, 1), (62, 2, 0)]
+    records = fatelf.parse(data)
+    assert [r.label for r in records] == ["x86_64 (64-bit little-endian)", "riscv32 (32-bit little-endian)", "x86_64 (64-bit big-endian)"]
+    assert all(r.offset % 4096 == 0 for r in records)
+
+
+def test_select_names_what_the_fatelf_holds(cli, elfs, tmp_path):
+    sos = fatelf.write(tmp_path / "two.sos", [elfs["x86_64"], elfs["aarch64"]])
+    with pytest.raises(PyreeError, match=r"no ELF for riscv64 .*holds: x86_64 \(64-bit little-endian\), aarch64"):
+        fatelf.select(sos, machine=243)
+    with pytest.raises(PyreeError, match="no ELF for x86_64 \\(32-bit"):
+        fatelf.select(sos, machine=62, word_size=fatelf.WORD_SIZE_32)
+    assert_clean_error(cli("fatelf", "select", sos, "--arch", "riscv_64", "-o", tmp_path / "rv.so"), "no ELF for riscv64", "aarch64")
+    assert not (tmp_path / "rv.so").exists()
+    assert_clean_error(cli("fatelf", "select", sos, "--arch", "mips", "-o", tmp_path / "m.so"), "unknown architecture 'mips'")
+    assert_clean_error(cli("fatelf", "list", tmp_path / "missing.sos"), "FatELF not found")
 
 
 def test_a_record_whose_class_or_byte_order_disagrees(tmp_path):
@@ -143,8 +186,13 @@ def _check_parse(data: bytes) -> None:
     except PyreeError as err:
         assert err.what and err.fix
         return
-    for rec in records:
-        assert 0 < rec.size and rec.offset + rec.size <= len(data)
+    # Accepted: every ELF lies inside the data, after the table, apart from the others.
+    table_end = 8 + 24 * len(records)
+    spans = sorted((rec.offset, rec.end) for rec in records)
+    for start, end in spans:
+        assert table_end <= start < end <= len(data)
+    for (_, end_a), (start_b, _) in zip(spans, spans[1:]):
+        assert end_a <= start_b
 
 
 @FUZZ
