@@ -64,53 +64,37 @@ def sweep_stale_temps(final: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output(final: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside `final`; rename it into place only if the block succeeds.
-
-    A crash, an error or a kill in the block leaves `final` as it was before (or absent),
-    never a partial file that a later build would trust.
-    """
-    final_path = Path(final)
-    prepare_output_dir(final_path.parent)
-    # Only a name: the tool creates the file, so it gets the usual mode (umask, +x for a linker).
-    tmp = _temp_name(final_path)
-    try:
-        yield tmp
-        if not tmp.exists() or tmp.stat().st_size == 0:
-            raise PyreeError("the tool reported success but wrote no output", file=final_path)
-        os.replace(tmp, final_path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-
-
-@contextlib.contextmanager
 def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Path]]:
-    """`atomic_output` for several files that belong together (one per arch or sm).
+    """Yield a temporary path beside each of `finals`; rename them into place only if the
+    block succeeds, all in one tight loop after it.
 
-    All are renamed into place only after the block succeeded, in one tight loop, so a
-    failure or a kill during the (long) block leaves none of them.
+    A crash, an error or a kill in the block leaves every final file as it was before (or
+    absent), never a partial file, nor a partial set of files that belong together (one
+    per arch or sm), that a later build would trust. The paths are only names: the tool
+    creates the files, so they get the usual mode (umask, +x for a linker).
     """
-    with contextlib.ExitStack() as stack:
-        tmps = [stack.enter_context(_deferred_output(Path(f))) for f in finals]
-        yield [t for t, _ in tmps]
-        for tmp, final in tmps:
+    pairs = []
+    for final in map(Path, finals):
+        prepare_output_dir(final.parent)
+        pairs.append((_temp_name(final), final))
+    try:
+        yield [tmp for tmp, _ in pairs]
+        for tmp, final in pairs:
             if not tmp.exists() or tmp.stat().st_size == 0:
                 raise PyreeError("the tool reported success but wrote no output", file=final)
-        for tmp, final in tmps:
+        for tmp, final in pairs:
             os.replace(tmp, final)
+    finally:
+        for tmp, _ in pairs:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
 
 @contextlib.contextmanager
-def _deferred_output(final: Path) -> Iterator[tuple[Path, Path]]:
-    prepare_output_dir(final.parent)
-    tmp = _temp_name(final)
-    try:
-        yield tmp, final
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+def atomic_output(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """`atomic_outputs` for one file."""
+    with atomic_outputs([final]) as (tmp,):
+        yield tmp
 
 
 def remove_stale(path: str | os.PathLike[str]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_outputs, cached_action, remove_stale, scratch_dir, write_depfile
+from .cache import atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
@@ -199,8 +199,6 @@ def _nvcc_compile(nvcc: tools.Tool, source: Path, sm: int, options: list[str], b
         file=source,
         fix="fix the error at the file(line) shown above",
     )
-    from .cache import parse_depfile
-
     return out.read_bytes(), parse_depfile(dep) if dep.exists() else [str(source)]
 
 

@@ -106,6 +106,17 @@ def write_downstream(root: Path, scale: int = 3) -> None:
     (root / "CMakeLists.txt").write_text(DOWNSTREAM_CMAKE.replace("@EXPECTED@", expected))
 
 
+def write_project(root: Path, name: str, body: str, files: dict[str, Path]) -> None:
+    """A downstream CMake project: `files` copied in, `body` after find_package/enable_testing."""
+    root.mkdir(parents=True, exist_ok=True)
+    for dest, source in files.items():
+        (root / dest).write_bytes(source.read_bytes())
+    (root / "CMakeLists.txt").write_text(
+        f"cmake_minimum_required(VERSION 3.21)\nproject({name} LANGUAGES NONE)\n"
+        "find_package(pyree_build CONFIG REQUIRED)\nenable_testing()\n" + body
+    )
+
+
 def configure(src: Path, build: Path, *, pass_python: bool = True) -> None:
     args = ["-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}"]
     if pass_python:

@@ -199,20 +199,17 @@ def test_doctor_says_whether_a_cuda_gpu_is_usable(cli):
 
 
 def test_cmake_rebuilds_the_module_when_the_cu_changes(tmp_path):
-    from test_cmake import build, configure, ctest_run
+    from test_cmake import build, configure, ctest_run, write_project
 
     src, out = tmp_path / "src", tmp_path / "build"
-    src.mkdir()
-    shutil.copy(KERNELS, src / "kernels.cu")
-    shutil.copy(CUDA_SAMPLE / "example.mlir", src / "example.mlir")
-    (src / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.21)\nproject(cuda_downstream LANGUAGES NONE)\n"
-        "find_package(pyree_build CONFIG REQUIRED)\nenable_testing()\n"
+    write_project(
+        src, "cuda_downstream",
         "pyree_cuda_ptx(NAME ptx SRCS kernels.cu SMS 75 80)\n"
         "pyree_iree_module(NAME example SRC example.mlir TARGET cuda SM 80 DEPENDS ptx)\n"
         'pyree_add_run_test(NAME run MODULE example FUNCTION mixed_invocation INPUTS "8xf32=2" "8xf32=4" '
-        f'DEVICE cuda EXPECT "{EXPECTED}")\n'
-    )
+        f'DEVICE cuda EXPECT "{EXPECTED}")\n',
+        {"kernels.cu": KERNELS, "example.mlir": CUDA_SAMPLE / "example.mlir"},
+    )  # fmt: skip
     configure(src, out)
     build(out)
     assert (out / "ptx" / "kernels_sm_80.ptx").is_file() and (out / "example.vmfb").is_file()

@@ -80,20 +80,17 @@ def test_a_missing_object_is_named_with_every_path_tried(cli, tmp_path):
 
 
 def test_cmake_rebuilds_the_module_when_the_c_changes(tmp_path):
-    from test_cmake import build, configure, ctest_run
+    from test_cmake import build, configure, ctest_run, write_project
 
     src, out = tmp_path / "src", tmp_path / "build"
-    src.mkdir()
-    shutil.copy(EMBEDDED / "functions.c", src / "functions.c")
-    shutil.copy(EMBEDDED / "example.mlir", src / "example.mlir")
-    (src / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.21)\nproject(embedded_downstream LANGUAGES NONE)\n"
-        "find_package(pyree_build CONFIG REQUIRED)\nenable_testing()\n"
+    write_project(
+        src, "embedded_downstream",
         "pyree_cpu_objects(NAME functions SRCS functions.c ARCHS x86_64 aarch64 riscv64)\n"
         "pyree_iree_module(NAME example SRC example.mlir TARGET llvm-cpu DEPENDS functions)\n"
         'pyree_add_run_test(NAME run MODULE example FUNCTION mixed_invocation INPUTS "8xf32=2" "8xf32=4" '
-        f'EXPECT "{EXPECTED}")\n'
-    )
+        f'EXPECT "{EXPECTED}")\n',
+        {"functions.c": EMBEDDED / "functions.c", "example.mlir": EMBEDDED / "example.mlir"},
+    )  # fmt: skip
     configure(src, out)
     build(out)
     assert "no work to do" in build(out)
