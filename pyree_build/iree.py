@@ -38,7 +38,9 @@ def target_flags(target: str, *, cpu: str = "generic", sm: str | int | None = No
             f"--iree-llvmcpu-target-cpu={cpu}",
         ]
     if target == "cuda":
-        sm_text = str(sm or DEFAULT_CUDA_SM).removeprefix("sm_")
+        from .cuda import normalize_sm
+
+        sm_text = normalize_sm(sm or DEFAULT_CUDA_SM)
         return ["--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{sm_text}"]
     raise PyreeError(f"unknown target '{target}'", fix=f"use one of: {', '.join(TARGETS)}")
 
@@ -115,7 +117,9 @@ def cuda_target_attr(sm: str | int) -> str:
     """
     import tempfile
 
-    sm_text = str(sm).removeprefix("sm_")
+    from .cuda import normalize_sm
+
+    sm_text = normalize_sm(sm)
     program = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n"
     with tempfile.TemporaryDirectory(prefix="pyree-cuda-target.") as tmp:
         src = Path(tmp) / "probe.mlir"

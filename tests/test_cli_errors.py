@@ -1,0 +1,73 @@
+"""The remaining user errors of the verbs added with CUDA, dump/bench, new and in-process runs:
+each a clear message, a non-zero exit, no traceback and no output."""
+from __future__ import annotations
+
+from conftest import SAMPLES, assert_clean_error
+
+KERNELS = SAMPLES / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"
+
+
+def test_an_sm_that_is_not_a_number(cli, tmp_path):
+    assert_clean_error(cli("ptx", KERNELS, "--sm", "ampere", "-o", tmp_path), "'ampere' is not an sm", "--sm 80")
+
+
+def test_a_ptx_isa_that_is_not_major_minor(cli, tmp_path):
+    assert_clean_error(cli("ptx", KERNELS, "--sm", "80", "--ptx-isa", "nine", "-o", tmp_path), "'nine' is not a PTX ISA version", "8.5")
+    assert not list(tmp_path.glob("*.ptx"))
+
+
+def test_bench_compare_needs_two_modules(cli, system_module):
+    assert_clean_error(cli("bench", "--compare", system_module, "--function", "mixed_invocation"), "--compare takes two modules, got 1")
+
+
+def test_bench_needs_at_least_one_repetition(cli, system_module):
+    assert_clean_error(cli("bench", system_module, "--repetitions", "0"), "--repetitions must be at least 1")
+
+
+def test_a_substitution_without_an_equals_sign(cli, tmp_path):
+    result = cli("compile", SAMPLES / "substitution" / "program.mlir", "-o", tmp_path / "x.vmfb", "--substitute", "main_dispatch_0")
+    assert_clean_error(result, "'main_dispatch_0' is not NAME=FILE")
+    assert not (tmp_path / "x.vmfb").exists()
+
+
+def test_new_with_a_name_cmake_cannot_use(cli, tmp_path):
+    assert_clean_error(cli("new", tmp_path / "p", "--name", "9lives"), "'9lives' cannot name a CMake project", "--name")
+    assert not (tmp_path / "p").exists()
+
+
+def _in_process(script: str) -> str:
+    """In-process runs fix a driver's plugins for the whole process: keep them out of pytest's."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_in_process_run_of_a_function_the_module_lacks(cli, tmp_path):
+    vmfb = tmp_path / "program.vmfb"
+    assert cli("compile", SAMPLES / "substitution" / "program.mlir", "-o", vmfb).returncode == 0
+    out = _in_process(
+        "import pyree_build as pb\n"
+        "try:\n"
+        f"    pb.run({str(vmfb)!r}, 'nope', [])\n"
+        "except pb.PyreeError as err:\n"
+        "    print(err.what, '|', err.fix)\n"
+    )
+    assert "the module has no function 'nope'" in out and "func.func" in out
+
+
+def test_in_process_run_with_an_element_type_numpy_lacks(system_module):
+    out = _in_process(
+        "import pyree_build as pb\n"
+        "try:\n"
+        f"    pb.run({str(system_module)!r}, 'mixed_invocation', ['8xbf16=1', '8xbf16=1'])\n"
+        "except pb.PyreeError as err:\n"
+        "    print(err.what)\n"
+    )
+    assert "element type 'bf16' has no numpy equivalent" in out
+
+
+def test_cuda_target_for_an_sm_that_is_not_a_number(cli):
+    assert_clean_error(cli("cuda-target", "--sm", "hopper"), "'hopper' is not an sm", "--sm 80")
