@@ -199,12 +199,15 @@ endfunction()
 
 # pyree_iree_module(NAME <name> SRC <mlir> TARGET llvm-cpu|cuda [SM <sm>] [CPU generic|host]
 #                   [OBJECT_SEARCH_PATHS <dir>...] [DEPENDS <target-or-file>...]
-#                   [SUBSTITUTE <executable>=<file>...] [FLAGS <iree-compile flag>...] [OUTPUT <file>])
+#                   [SUBSTITUTE <executable>=<file>...] [FLAGS <iree-compile flag>...] [OUTPUT <file>]
+#                   [TRANSFORM_SPEC <spec.mlir>] [PDL_SPEC <spec.mlir>])
 # Compiles to <name>.vmfb. A DEPENDS entry that is a pyree_cuda_ptx or pyree_cpu_objects
 # target also adds its output directory to the object search paths. SUBSTITUTE replaces an
 # executable by a file (relative to this directory): .mlir as source, anything else as object.
+# TRANSFORM_SPEC / PDL_SPEC rewrite the program first (IREE's preprocessing specs); an edited
+# spec rebuilds the module.
 function(pyree_iree_module)
-  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT;TRANSFORM_SPEC;PDL_SPEC" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE" ${ARGN})
   _pyree_require(pyree_iree_module NAME SRC TARGET)
   _pyree_absolute(_src "${ARG_SRC}")
   if(ARG_OUTPUT)
@@ -221,6 +224,15 @@ function(pyree_iree_module)
   endif()
   _pyree_absolute(_search ${ARG_OBJECT_SEARCH_PATHS})
   set(_file_deps "${_src}")
+  foreach(_spec_kind TRANSFORM_SPEC PDL_SPEC)
+    if(ARG_${_spec_kind})
+      _pyree_absolute(_spec "${ARG_${_spec_kind}}")
+      string(TOLOWER "${_spec_kind}" _spec_flag)
+      string(REPLACE "_" "-" _spec_flag "${_spec_flag}")
+      list(APPEND _args "--${_spec_flag}" "${_spec}")
+      list(APPEND _file_deps "${_spec}")
+    endif()
+  endforeach()
   set(_target_deps "")
   foreach(_dep IN LISTS ARG_DEPENDS)
     if(TARGET "${_dep}")

@@ -25,6 +25,11 @@ def _c_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel jobs (default: the number of cores)")
 
 
+def _spec_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--transform-spec", metavar="SPEC.mlir", help="transform-dialect spec applied before lowering (IREE's --iree-preprocessing-transform-spec-filename)")
+    parser.add_argument("--pdl-spec", metavar="SPEC.mlir", help="PDL patterns applied before lowering (IREE's --iree-preprocessing-pdl-spec-filename)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyree-build",
@@ -84,11 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=None)
     _common(p)
 
-    p = sub.add_parser("dump", help="write a program's executable sources, binaries and benchmarks, and an index")
+    p = sub.add_parser("dump", help="write a program's executable sources, binaries and benchmarks, and an index (extra iree-compile flags after --)")
     p.add_argument("source", metavar="IN.mlir")
     p.add_argument("-o", "--output-dir", required=True, metavar="DIR")
     p.add_argument("--target", choices=("llvm-cpu", "cuda"), default="llvm-cpu")
     p.add_argument("--sm", default=None, help="cuda target sm (default 80)")
+    p.add_argument("--object-search-path", dest="object_search_paths", action="append", default=[], metavar="DIR")
+    _spec_options(p)
     _common(p)
 
     p = sub.add_parser("bench", help="microbenchmark a module with iree-benchmark-module; --compare A B for a ratio")
@@ -119,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace executable NAME: a .mlir/.mlirbc file as its source, any other file as its object (repeatable)",
     )  # fmt: skip
     p.add_argument("--substitute-from", metavar="DIR", help="substitute every executable named by a file in DIR (as dump writes them)")
+    _spec_options(p)
     p.add_argument("--depfile")
     _common(p)
 
@@ -211,7 +219,10 @@ def _cmd_ptx(a: argparse.Namespace) -> None:
 def _cmd_dump(a: argparse.Namespace) -> None:
     from . import executables
 
-    index = executables.dump(a.source, a.output_dir, target=a.target, sm=a.sm)
+    index = executables.dump(
+        a.source, a.output_dir, target=a.target, sm=a.sm, flags=a.extra, transform_spec=a.transform_spec, pdl_spec=a.pdl_spec,
+        object_search_paths=a.object_search_paths,
+    )  # fmt: skip
     print(executables.describe(index, a.output_dir))
     tools.log_step(f"wrote {Path(a.output_dir) / 'index.json'}")
 
@@ -245,6 +256,7 @@ def _cmd_compile(a: argparse.Namespace) -> None:
     out = iree.compile(
         a.source, a.output, target=a.target, cpu=a.cpu, sm=a.sm, object_search_paths=a.object_search_paths,
         flags=a.extra, depfile=a.depfile, substitutions=a.substitutions, substitute_from=a.substitute_from,
+        transform_spec=a.transform_spec, pdl_spec=a.pdl_spec,
     )  # fmt: skip
     tools.log_step(f"wrote {out}")
 
@@ -339,8 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not ns.verb:
             parser.print_help()
             return 2
-        if extra and ns.verb != "compile":
-            parser.error("arguments after -- are passed to iree-compile, so only `compile` takes them")
+        if extra and ns.verb not in ("compile", "dump"):
+            parser.error("arguments after -- are passed to iree-compile, so only `compile` and `dump` take them")
         tools.set_verbosity(2 if ns.verbose else 0 if ns.quiet else 1)
         code = COMMANDS[ns.verb](ns)
         return int(code or 0)

@@ -62,11 +62,23 @@ def dump(
     target: str = "llvm-cpu",
     sm: str | int | None = None,
     flags: Sequence[str] = (),
+    transform_spec: PathLike | None = None,
+    pdl_spec: PathLike | None = None,
+    object_search_paths: Sequence[PathLike] = (),
 ) -> list[Executable]:
     """Write the program's executable sources, binaries and benchmarks to `output_dir`,
     with `index.json`; return the index. The directory is replaced as a whole, so it must be
-    new, empty or an earlier dump (one holding index.json); anything else is refused."""
+    new, empty or an earlier dump (one holding index.json); anything else is refused.
+    Specs and object search paths mean what they mean to `compile`, so a dump shows the
+    executables that compile would build."""
+    from .specs import spec_flags
+
     src = require_file(source, "MLIR source")
+    for directory in object_search_paths:
+        if not Path(directory).is_dir():
+            raise PyreeError("object search path is not a directory", file=directory, fix="pass an existing directory to --object-search-path")
+    specs_flags, _ = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
+    flags = [*(f"--iree-hal-executable-object-search-path={Path(d).resolve()}" for d in object_search_paths), *specs_flags, *flags]
     out = Path(output_dir).resolve()
     _check_replaceable(out)
     prepare_output_dir(out.parent)

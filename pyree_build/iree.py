@@ -157,8 +157,13 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     depfile: PathLike | None = None,
     substitutions: Sequence[str] = (),
     substitute_from: PathLike | None = None,
+    transform_spec: PathLike | None = None,
+    pdl_spec: PathLike | None = None,
 ) -> Path:
     """Compile an MLIR program to a .vmfb for `target`.
+
+    `transform_spec` / `pdl_spec` rewrite the program before IREE lowers it (IREE's
+    preprocessing specs); each spec is an input of the compile (cache key and depfile).
 
     `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
@@ -171,13 +176,16 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     for s in search:
         if not s.is_dir():
             raise PyreeError("object search path is not a directory", file=s, fix="pass an existing directory to --object-search-path")
-    argv_tail = [*target_flags(target, cpu=cpu, sm=sm), *(f"--iree-hal-executable-object-search-path={s}" for s in search), *flags]
+    from .specs import spec_flags
+
+    specs_flags, spec_files = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
+    argv_tail = [*target_flags(target, cpu=cpu, sm=sm), *(f"--iree-hal-executable-object-search-path={s}" for s in search), *specs_flags, *flags]
     substituted: list[Path] = []
     if substitutions or substitute_from is not None:
         from .executables import substitution_flags
 
         sub_flags, substituted = substitution_flags(
-            src, target=target, substitutions=substitutions, substitute_from=substitute_from, sm=sm, flags=flags
+            src, target=target, substitutions=substitutions, substitute_from=substitute_from, sm=sm, flags=[*specs_flags, *flags]
         )
         argv_tail += sub_flags
 
@@ -204,7 +212,7 @@ def compile(  # noqa: A001 - mirrors the CLI verb
                 explain=explain,
                 fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
             )
-        return [str(src), *map(str, objects), *map(str, substituted), str(compiler.path), *map(str, tools.package_files())]
+        return [str(src), *map(str, objects), *map(str, substituted), *map(str, spec_files), str(compiler.path), *map(str, tools.package_files())]
 
     key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
     deps = cached_action("compile", key=key, inputs=[src], outputs=[out], build=build_it)
