@@ -79,4 +79,4 @@ def test_no_verb_prints_help_and_fails(cli):
 def test_extra_flags_only_for_compile(cli, tmp_path):
     result = cli("run", tmp_path / "x.vmfb", "--function", "f", "--", "--bogus")
     assert result.returncode != 0
-    assert "only `compile` takes them" in result.stderr
+    assert "only `compile` and `dump` take them" in result.stderr
