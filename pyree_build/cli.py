@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--substitute-from", metavar="DIR", help="substitute every executable named by a file in DIR (as dump writes them)")
     _spec_options(p)
+    p.add_argument(
+        "--expect-import", dest="expect_imports", action="append", default=[], metavar="NAME",
+        help="fail (and write no module) unless the compiled module calls import NAME, e.g. the one a spec should have put there (repeatable)",
+    )  # fmt: skip
     p.add_argument("--depfile")
     _common(p)
 
@@ -139,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", action="append", default=[], metavar="TEXT", help="text that must appear in the output (repeatable)")
     p.add_argument("--check-file", help="FileCheck file whose CHECK lines the output must match")
     p.add_argument("--skip-unavailable", action="store_true", help="exit 77 (ctest: skipped) when the device is not present")
+    _common(p)
+
+    p = sub.add_parser("imports", help="list the imports each executable of a module calls, and which --plugin resolves each")
+    p.add_argument("module", metavar="MODULE.vmfb")
+    p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="PATH", help="ask this plugin's resolve (repeatable; later ones are asked first, as at run time)")
     _common(p)
 
     p = sub.add_parser("samples", help="build every sample with CMake, run ctest, print a table (the main job)")
@@ -256,7 +265,7 @@ def _cmd_compile(a: argparse.Namespace) -> None:
     out = iree.compile(
         a.source, a.output, target=a.target, cpu=a.cpu, sm=a.sm, object_search_paths=a.object_search_paths,
         flags=a.extra, depfile=a.depfile, substitutions=a.substitutions, substitute_from=a.substitute_from,
-        transform_spec=a.transform_spec, pdl_spec=a.pdl_spec,
+        transform_spec=a.transform_spec, pdl_spec=a.pdl_spec, expect_imports=a.expect_imports,
     )  # fmt: skip
     tools.log_step(f"wrote {out}")
 
@@ -271,6 +280,16 @@ def _cmd_run(a: argparse.Namespace) -> None:
     sys.stdout.write(result.stdout)
     if a.expect or a.check_file:
         tools.log_step(f"output check passed ({result.seconds:.2f} s)")
+
+
+def _cmd_imports(a: argparse.Namespace) -> None:
+    from . import imports
+
+    if a.plugins:
+        found, resolution = imports.check_resolved(a.module, a.plugins)
+        print(imports.describe(found, resolution))
+    else:
+        print(imports.describe(imports.module_imports(a.module)))
 
 
 def _cmd_samples(a: argparse.Namespace) -> int:
@@ -316,6 +335,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "cuda-target": _cmd_cuda_target,
     "compile": _cmd_compile,
     "run": _cmd_run,
+    "imports": _cmd_imports,
     "samples": _cmd_samples,
     "new": _cmd_new,
     "cache": _cmd_cache,

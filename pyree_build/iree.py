@@ -159,11 +159,14 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     substitute_from: PathLike | None = None,
     transform_spec: PathLike | None = None,
     pdl_spec: PathLike | None = None,
+    expect_imports: Sequence[str] = (),
 ) -> Path:
     """Compile an MLIR program to a .vmfb for `target`.
 
     `transform_spec` / `pdl_spec` rewrite the program before IREE lowers it (IREE's
     preprocessing specs); each spec is an input of the compile (cache key and depfile).
+    `expect_imports`: import names the module must call (a spec that matched nothing is
+    caught here); otherwise the output is removed and a PyreeError names the missing ones.
 
     `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
@@ -216,6 +219,14 @@ def compile(  # noqa: A001 - mirrors the CLI verb
 
     key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
     deps = cached_action("compile", key=key, inputs=[src], outputs=[out], build=build_it)
+    if expect_imports:
+        from .imports import require_imports
+
+        try:
+            require_imports(out, expect_imports, what="compiled module")
+        except PyreeError:
+            out.unlink(missing_ok=True)  # a module that lacks the call must not look built
+            raise
     if depfile:
         write_depfile(depfile, out, deps)
     return out
@@ -329,6 +340,10 @@ def run(
     mod = require_file(module, "module")
     plugin_flags = [plugin_flag(p) for p in plugins]
     checks.parse_inputs(inputs)
+    if plugins:
+        from .imports import check_resolved
+
+        check_resolved(mod, plugins)  # names a missing import, where the runtime would not
     if device not in DEVICES:
         raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(DEVICES)}")
     require_device(device, skip_unavailable=skip_unavailable)

@@ -1,0 +1,415 @@
+"""Which imports a module's executables call, and which plugin resolves each.
+
+A .vmfb built for llvm-cpu carries each executable as an embedded ELF. Its library
+struct (what `iree_hal_executable_library_query` returns) begins with a pointer to the
+library header and the import table: a count and an array of pointers to the import
+names (a `?` prefix marks an optional import). The ELF is read without running it: the
+pointers are link-time relocations, so each one's target is its relocation's addend.
+
+Plugins are asked out of process (a crash in a plugin must not take pyree_build down):
+the child loads each plugin with dlopen, calls its `load` and `resolve` as the runtime
+does, and reports which names it filled in. The runtime asks plugins last registered
+first, so the parent walks them in that order.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .errors import PyreeError, require_file
+
+PathLike = str | os.PathLike[str]
+
+ELF_MAGIC = b"\x7fELF"
+# IREE's names for the ELF machines it builds executables for.
+_MACHINE_NAMES = {"EM_X86_64": "x86_64", "EM_AARCH64": "arm_64", "EM_RISCV": "riscv", "EM_386": "x86_32", "EM_ARM": "arm_32"}
+
+
+@dataclass(frozen=True)
+class Import:
+    name: str
+    optional: bool = False
+
+
+@dataclass
+class ExecutableImports:
+    """One embedded executable: its library name, its arch and the imports it calls."""
+
+    library: str
+    arch: str
+    imports: list[Import] = field(default_factory=list)
+
+    @property
+    def required(self) -> list[str]:
+        return [i.name for i in self.imports if not i.optional]
+
+
+class _ElfImage:
+    """Enough of one ELF to follow relocated pointers in its data."""
+
+    def __init__(self, data: bytes) -> None:
+        from elftools.elf.elffile import ELFFile
+        from elftools.elf.relocation import RelocationSection
+
+        self.elf = ELFFile(io.BytesIO(data))
+        self.data = data
+        self.word = self.elf.elfclass // 8
+        self.endian = "<" if self.elf.little_endian else ">"
+        self.sections = [s for s in self.elf.iter_sections() if s["sh_addr"] and s["sh_type"] != "SHT_NOBITS"]
+        self.pointers: dict[int, int] = {}  # address of a pointer -> address it points to
+        for section in self.elf.iter_sections():
+            if not isinstance(section, RelocationSection):
+                continue
+            symbols = self.elf.get_section(section["sh_link"]) if section["sh_link"] else None
+            for rel in section.iter_relocations():
+                base = 0
+                if rel["r_info_sym"] and symbols is not None:
+                    base = symbols.get_symbol(rel["r_info_sym"])["st_value"]
+                addend = rel["r_addend"] if rel.is_RELA() else self._raw_word(rel["r_offset"])
+                if addend is not None:
+                    self.pointers[rel["r_offset"]] = base + addend
+
+    def _offset(self, address: int, size: int) -> int | None:
+        for s in self.sections:
+            if s["sh_addr"] <= address and address + size <= s["sh_addr"] + s["sh_size"]:
+                return s["sh_offset"] + address - s["sh_addr"]
+        return None
+
+    def _raw_word(self, address: int) -> int | None:
+        at = self._offset(address, self.word)
+        if at is None:
+            return None
+        return struct.unpack_from(self.endian + ("Q" if self.word == 8 else "I"), self.data, at)[0]
+
+    def u32(self, address: int) -> int | None:
+        at = self._offset(address, 4)
+        return None if at is None else struct.unpack_from(self.endian + "I", self.data, at)[0]
+
+    def string(self, address: int) -> str | None:
+        at = self._offset(address, 1)
+        if at is None:
+            return None
+        end = self.data.find(b"\0", at, at + 4096)
+        if end < 0:
+            return None
+        try:
+            text = self.data[at:end].decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        return text if text and text.isprintable() else None
+
+    def library(self) -> tuple[str, list[Import]] | None:
+        """(library name, imports) of the executable library struct, or None if not found."""
+        w = self.word
+        for slot, header in self.pointers.items():
+            # The library struct: header pointer, then {u32 count; names pointer} for imports,
+            # then the export table, whose function pointers are relocated too.
+            if header in self.pointers or (self.u32(header) or 0) > 64 or header + w not in self.pointers:
+                continue
+            name = self.string(self.pointers[header + w])
+            count = self.u32(slot + w)
+            if name is None or count is None or count > 4096 or slot + 3 * w + w not in self.pointers:
+                continue
+            imports: list[Import] = []
+            if count:
+                table = self.pointers.get(slot + 2 * w)
+                if table is None:
+                    continue
+                names = [self.string(self.pointers.get(table + i * w, -1)) for i in range(count)]
+                if any(n is None for n in names):
+                    continue
+                imports = [Import(n.removeprefix("?"), n.startswith("?")) for n in names if n is not None]
+            return name, imports
+        return None
+
+
+def _elf_images(data: bytes) -> list[bytes]:
+    """Each ELF embedded in a module, in order (the end of one is found from its headers)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    images = []
+    at = data.find(ELF_MAGIC)
+    while at >= 0:
+        end = at + 4
+        try:
+            elf = ELFFile(io.BytesIO(data[at:]))
+            size = max(
+                elf["e_shoff"] + elf["e_shnum"] * elf["e_shentsize"],
+                *(s["sh_offset"] + s["sh_size"] for s in elf.iter_sections() if s["sh_type"] != "SHT_NOBITS"),
+            )
+            images.append(data[at : at + size])
+            end = at + size
+        except (ELFError, ValueError, KeyError, IndexError, struct.error, AssertionError):
+            pass
+        at = data.find(ELF_MAGIC, end)
+    return images
+
+
+def module_imports(module: PathLike) -> list[ExecutableImports]:
+    """The imports each embedded (llvm-cpu) executable of `module` calls."""
+    from elftools.common.exceptions import ELFError
+
+    mod = require_file(module, "module")
+    found: list[ExecutableImports] = []
+    for image in _elf_images(mod.read_bytes()):
+        try:
+            elf = _ElfImage(image)
+            library = elf.library()
+        except (ELFError, ValueError, KeyError, IndexError, struct.error, AssertionError):
+            continue
+        if library is None:
+            continue
+        arch = _MACHINE_NAMES.get(elf.elf["e_machine"], str(elf.elf["e_machine"]))
+        found.append(ExecutableImports(library[0], arch, library[1]))
+    return found
+
+
+def _host_arch() -> str:
+    from .elfcheck import host_arch
+
+    return {"aarch64": "arm_64", "riscv64": "riscv"}.get(host_arch(), host_arch())
+
+
+def describe(executables: Sequence[ExecutableImports], resolution: Resolution | None = None) -> str:
+    if not executables:
+        return "no embedded CPU executables (imports are read from llvm-cpu modules)"
+    lines = []
+    for e in executables:
+        lines.append(f"{e.library} ({e.arch}): " + (f"{len(e.imports)} import(s)" if e.imports else "no imports"))
+        for imp in e.imports:
+            text = f"  {imp.name}" + (" (optional)" if imp.optional else "")
+            if resolution is not None and e.arch == _host_arch():
+                by = resolution.provider.get(imp.name)
+                text += f"  <- {by}" if by else "  <- NOT RESOLVED"
+            lines.append(text)
+    if resolution is not None:
+        lines.append("plugins, in the order the runtime asks them (last registered first):")
+        for answer in resolution.answers:
+            lines.append(f"  {answer.path}" + (f" ({answer.name})" if answer.name else "") + (f": {answer.error}" if answer.error else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- plugins
+
+
+@dataclass
+class PluginAnswer:
+    path: str
+    name: str = ""
+    resolves: list[str] = field(default_factory=list)
+    error: str | None = None  # the plugin could not be asked (or failed to load)
+
+
+@dataclass
+class Resolution:
+    answers: list[PluginAnswer]  # in asking order: last registered first
+    provider: dict[str, str]  # import -> the plugin (path) that resolves it
+
+
+def _loadable_copy(plugin: Path, scratch: Path) -> tuple[Path | None, str | None]:
+    """A file dlopen can load for `plugin`: itself, or the host's ELF out of a FatELF."""
+    from . import fatelf
+
+    with plugin.open("rb") as f:
+        head = f.read(4)
+    if head == b"\xfa\x70\x0e\x1f":
+        try:
+            data = fatelf.select(plugin)
+        except PyreeError as exc:
+            return None, exc.what
+        out = scratch / f"{plugin.stem}_host.so"
+        out.write_bytes(data)
+        return out, None
+    return plugin, None
+
+
+def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
+    """Ask each plugin (in a child process) which of `names` it resolves, in the runtime's order.
+
+    Names are as the runtime passes them: an optional import keeps its `?` prefix.
+    """
+    from . import tools
+
+    paths = [require_file(os.fspath(p).removeprefix("embedded:"), "plugin").resolve() for p in plugins]
+    order = list(reversed(paths))
+    with tempfile.TemporaryDirectory(prefix="pyree-resolve.") as tmp:
+        scratch = Path(tmp)
+        requests = []
+        answers: list[PluginAnswer] = []
+        for path in order:
+            loadable, error = _loadable_copy(path, scratch)
+            answers.append(PluginAnswer(str(path), error=error))
+            if loadable is not None:
+                requests.append((len(answers) - 1, str(loadable)))
+        if requests:
+            report = scratch / "report.json"
+            request = json.dumps({"plugins": [p for _, p in requests], "names": list(names), "report": str(report)})
+            result = tools.spawn(
+                [sys.executable, "-m", "pyree_build.imports"], what="asking plugins to resolve imports", stdin=request,
+                check=False, timeout=120,
+            )  # fmt: skip
+            replies = json.loads(report.read_text()) if report.is_file() else []
+            for (index, _), reply in zip(requests, replies):
+                answers[index].name = reply.get("name", "")
+                answers[index].resolves = reply.get("resolves", [])
+                answers[index].error = reply.get("error")
+            if len(replies) < len(requests):  # the child died inside a plugin
+                last = (result.stderr or "").strip().splitlines()[-1:] or [f"exit code {result.returncode}"]
+                for index, _ in requests[len(replies) :]:
+                    answers[index].error = f"crashed while being asked ({last[0]})"
+                    break
+    provider: dict[str, str] = {}
+    for answer in answers:
+        for name in answer.resolves:
+            provider.setdefault(name.removeprefix("?"), answer.path)
+    return Resolution(answers, provider)
+
+
+def check_resolved(module: PathLike, plugins: Sequence[PathLike]) -> tuple[list[ExecutableImports], Resolution]:
+    """Every required import of the module's host executables is resolved by one of `plugins`,
+    or a PyreeError naming the missing imports and the plugins asked. When a plugin cannot be
+    asked here (it does not load in this process), a missing import is only noted."""
+    executables = module_imports(module)
+    host = [e for e in executables if e.arch == _host_arch()]
+    names = sorted({("?" if i.optional else "") + i.name for e in host for i in e.imports})
+    resolution = resolve(names, plugins)
+    missing = sorted({n for e in host for n in e.required if n not in resolution.provider})
+    if missing:
+        asked = "\n".join(
+            f"  {a.path}" + (f" ({a.name})" if a.name else "") + (f": could not be asked: {a.error}" if a.error else f": resolves {', '.join(a.resolves) or 'none of them'}")
+            for a in resolution.answers
+        )
+        unasked = [a for a in resolution.answers if a.error]
+        if unasked:  # one of those may provide it: leave the verdict to the runtime
+            from . import tools
+
+            tools.log_step(f"  note: could not check imports {', '.join(missing)}: some plugins could not be asked\n" + asked)
+            return executables, resolution
+        raise PyreeError(
+            f"no plugin resolves import{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}, which the module calls",
+            file=module,
+            details="plugins asked (last registered first):\n" + asked,
+            fix=(
+                "pass the plugin that exports "
+                + ", ".join(missing)
+                + " with --plugin, or check that the name in the plugin's resolve matches the MLIR declaration exactly"
+            ),
+        )
+    return executables, resolution
+
+
+def require_imports(module: PathLike, expected: Sequence[str], *, what: str = "module") -> list[ExecutableImports]:
+    """Each name in `expected` is called by some executable of the module, or a PyreeError."""
+    executables = module_imports(module)
+    called = {i.name for e in executables for i in e.imports}
+    missing = [n for n in expected if n not in called]
+    if missing:
+        raise PyreeError(
+            f"the {what} does not call import{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}",
+            file=module,
+            details="imports it calls:\n" + describe(executables),
+            fix=(
+                "if a transform/PDL spec should have put the call there, it matched nothing: compare its matcher with the "
+                "program (`pyree-build dump IN.mlir -o DIR --transform-spec SPEC` shows the executables it makes); "
+                "otherwise check the import's name in the MLIR declaration"
+            ),
+        )
+    return executables
+
+
+# ---------------------------------------------------------------------------- child side
+
+_CDEF = """
+typedef struct { void* self; void* ctl; } allocator_t;
+typedef struct { allocator_t host_allocator; } environment_t;
+typedef struct { uint32_t version; const char* name; const char* description;
+                 uint32_t features; int32_t sanitizer; uint64_t reserved[8]; } header_t;
+typedef struct { size_t count; const char* const* symbol_names; void** out_fn_ptrs; void** out_fn_contexts; } resolve_params_t;
+typedef struct {
+  const header_t* header;
+  uintptr_t (*load)(const environment_t*, size_t, const void*, void**);
+  void (*unload)(void*);
+  uintptr_t (*resolve)(void*, const resolve_params_t*, uint32_t*);
+} plugin_t;
+const header_t** iree_hal_executable_plugin_query(uint32_t max_version, void* reserved);
+void* malloc(size_t); void* calloc(size_t, size_t); void* realloc(void*, size_t); void free(void*);
+"""
+
+
+def _ask(path: str, names: list[str]) -> dict[str, object]:
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(_CDEF)
+    libc = ffi.dlopen(None)
+
+    @ffi.callback("uintptr_t(void*, int, const void*, void**)")
+    def ctl(self, command, params, inout_ptr):  # the runtime's host allocator, for plugins that allocate
+        size = ffi.cast("size_t*", params)[0] if params != ffi.NULL else 0
+        if command == 0:
+            inout_ptr[0] = libc.malloc(size)
+        elif command == 1:
+            inout_ptr[0] = libc.calloc(1, size)
+        elif command == 2:
+            inout_ptr[0] = libc.realloc(inout_ptr[0], size)
+        elif command == 3:
+            libc.free(inout_ptr[0])
+            return 0
+        return 0 if inout_ptr[0] != ffi.NULL else 8
+
+    try:
+        lib = ffi.dlopen(path)
+        query = lib.iree_hal_executable_plugin_query
+    except (OSError, AttributeError) as exc:
+        return {"error": f"cannot be loaded here ({exc})"}
+    # query returns the plugin struct, seen through its first field (the header pointer).
+    header_pp = query(1, ffi.NULL)
+    if header_pp == ffi.NULL or header_pp[0] == ffi.NULL:
+        return {"error": "its query function returned NULL for plugin ABI version 1"}
+    plugin = ffi.cast("const plugin_t*", header_pp)
+    header = header_pp[0]
+    name = ffi.string(header.name).decode("utf-8", "replace") if header != ffi.NULL and header.name != ffi.NULL else ""
+    env = ffi.new("environment_t*")
+    env.host_allocator.ctl = ffi.cast("void*", ctl)
+    self_p = ffi.new("void**")
+    status = plugin.load(env, 0, ffi.NULL, self_p)
+    if status:
+        return {"name": name, "error": f"its load returned status code {status & 0x1F}"}
+    # The runtime passes names sorted, optional ones with their `?`.
+    keep = [ffi.new("char[]", n.encode()) for n in sorted(names)]
+    symbols = ffi.new("const char*[]", keep or [ffi.NULL])
+    # cffi frees an array when its owner is dropped: keep the owners, not just the fields.
+    fn_ptrs = ffi.new("void*[]", max(1, len(keep)))
+    fn_contexts = ffi.new("void*[]", max(1, len(keep)))
+    params = ffi.new("resolve_params_t*")
+    params.count = len(keep)
+    params.symbol_names = symbols
+    params.out_fn_ptrs = fn_ptrs
+    params.out_fn_contexts = fn_contexts
+    resolution = ffi.new("uint32_t*")
+    plugin.resolve(self_p[0], params, resolution)
+    resolved = [ffi.string(keep[i]).decode() for i in range(len(keep)) if fn_ptrs[i] != ffi.NULL]
+    plugin.unload(self_p[0])
+    return {"name": name, "resolves": resolved}
+
+
+def _child_main() -> int:
+    request = json.loads(sys.stdin.read())
+    replies: list[dict[str, object]] = []
+    for path in request["plugins"]:
+        replies.append(_ask(path, request["names"]))
+        # Written after each plugin, so a crash in the next one keeps what is known.
+        Path(request["report"]).write_text(json.dumps(replies))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the child process
+    sys.exit(_child_main())

@@ -1,0 +1,90 @@
+"""Imports a module calls, read from its embedded ELFs, and which plugin resolves each (asked out of process)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error, run_cli
+from pyree_build import imports
+
+MLP = SAMPLES / "custom_dispatch" / "cpu" / "mlp_plugin"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("imports")
+    out = {
+        "fallback_module": d / "fallback.vmfb",
+        "fallback": d / "fallback.so",
+        "override": d / "override.so",
+        "standalone": d / "standalone.sos",
+        "matmul_relu": d / "matmul_relu.so",
+    }
+    steps = [
+        ("compile", PLUGIN_SAMPLE / "fallback_example.mlir", "-o", out["fallback_module"]),
+        ("plugin", "--kind", "standalone", PLUGIN_SAMPLE / "fallback_plugin.c", "-o", out["fallback"]),
+        ("plugin", "--kind", "standalone", PLUGIN_SAMPLE / "fallback_plugin.c", "-o", out["override"],
+         "-D", 'PLUGIN_NAME="override"', "-D", "PROVIDE_ADD=0"),
+        ("plugin", "--kind", "standalone", "--arch", "x86_64", "--arch", "aarch64", PLUGIN_SAMPLE / "standalone_plugin.c", "-o", out["standalone"]),
+        ("plugin", "--kind", "system", MLP / "matmul_relu_plugin.c", "-o", out["matmul_relu"]),
+    ]  # fmt: skip
+    for step in steps:
+        result = run_cli(*step)
+        assert result.returncode == 0, result
+    return out
+
+
+def test_imports_are_read_from_the_embedded_executables(system_module, cli):
+    found = imports.module_imports(system_module)
+    assert [i.name for e in found for i in e.imports] == ["simple_mul_workgroup"]
+    result = cli("imports", system_module)
+    assert result.returncode == 0, result
+    assert "simple_mul_workgroup" in result.stdout
+
+
+def test_a_module_without_imports_lists_none(cli, tmp_path):
+    out = tmp_path / "plain.vmfb"
+    assert cli("compile", MLP / "mlp.mlir", "-o", out).returncode == 0
+    assert all(not e.imports for e in imports.module_imports(out))
+    assert "no imports" in cli("imports", out).stdout
+
+
+def test_the_plugin_registered_last_is_asked_first(built, cli):
+    module = built["fallback_module"]
+    result = cli("imports", module, "--plugin", built["fallback"], "--plugin", built["override"])
+    assert result.returncode == 0, result
+    lines = result.stdout.splitlines()
+    mul = next(line for line in lines if "simple_mul_workgroup" in line)
+    add = next(line for line in lines if "simple_add_workgroup" in line)
+    assert str(built["override"]) in mul and str(built["fallback"]) in add
+    # Registered the other way round, fallback answers both.
+    swapped = cli("imports", module, "--plugin", built["override"], "--plugin", built["fallback"]).stdout
+    assert str(built["fallback"]) in next(line for line in swapped.splitlines() if "simple_mul_workgroup" in line)
+
+
+def test_a_standalone_fatelf_plugin_is_asked_too(built, system_module):
+    _, resolution = imports.check_resolved(system_module, [built["standalone"]])
+    assert resolution.provider == {"simple_mul_workgroup": str(built["standalone"])}
+    assert resolution.answers[0].name == "pyree_sample_standalone"
+
+
+def test_an_import_no_plugin_resolves_is_an_error_naming_it(built, cli, system_module):
+    result = cli("imports", system_module, "--plugin", built["matmul_relu"])
+    assert_clean_error(result, "no plugin resolves import 'simple_mul_workgroup'", str(built["matmul_relu"]), "matmul_relu")
+
+
+def test_run_checks_the_imports_before_running(built, cli, system_module):
+    result = cli("run", system_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--plugin", built["matmul_relu"])
+    assert_clean_error(result, "'simple_mul_workgroup'", "plugins asked", str(built["matmul_relu"]))
+    assert "EXEC" not in result.stdout
+
+
+def test_expect_import_fails_the_compile_and_leaves_no_module(cli, tmp_path):
+    out = tmp_path / "mlp.vmfb"
+    result = cli("compile", MLP / "mlp.mlir", "-o", out, "--expect-import", "fused_matmul_relu")
+    assert_clean_error(result, "does not call import 'fused_matmul_relu'", "matched nothing")
+    assert not out.exists()
+    result = cli("compile", MLP / "mlp.mlir", "-o", out, "--transform-spec", MLP / "matmul_relu_spec.mlir", "--expect-import", "fused_matmul_relu")
+    assert result.returncode == 0, result
+    assert out.is_file()
