@@ -126,9 +126,16 @@ def bench(
         raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
     require_device(device, skip_unavailable=skip_unavailable)
     argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
-    with tools.Stopwatch(f"iree-benchmark-module {mod.name}"):
-        result = tools.spawn(argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works")
-    return BenchResult(mod, parse_benchmark_json(result.stdout, module=mod))
+    import tempfile
+
+    # The JSON goes to a file of its own: a plugin that prints to stdout would split it.
+    with tempfile.TemporaryDirectory(prefix="pyree-bench.") as tmp:
+        report = Path(tmp) / "benchmark.json"
+        argv += [f"--benchmark_out={report}", "--benchmark_out_format=json"]
+        with tools.Stopwatch(f"iree-benchmark-module {mod.name}"):
+            result = tools.spawn(argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works")
+        text = report.read_text(encoding="utf-8", errors="replace") if report.is_file() else result.stdout
+    return BenchResult(mod, parse_benchmark_json(text, module=mod))
 
 
 def compare(

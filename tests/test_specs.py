@@ -58,3 +58,24 @@ def test_only_compile_and_dump_take_pass_through_flags(cli, tmp_path):
     result = cli("run", tmp_path / "m.vmfb", "--function", "f", "--", "--x")
     assert result.returncode != 0
     assert "only `compile` and `dump` take them" in result.stderr
+
+
+def test_cmake_transform_spec_rebuilds_on_edit_and_expect_imports_fails_the_build(tmp_path):
+    import time
+
+    from test_cmake import cmake_run, configure, write_project
+
+    src, out = tmp_path / "src", tmp_path / "build"
+    body = "pyree_iree_module(NAME m SRC mlp.mlir TARGET llvm-cpu TRANSFORM_SPEC spec.mlir EXPECT_IMPORTS fused_matmul_relu)\n"
+    write_project(src, "specs", body, {"mlp.mlir": PROGRAM, "spec.mlir": SPEC})
+    configure(src, out)
+    first = cmake_run("--build", out)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert IMPORT in (out / "m.vmfb").read_bytes()
+    time.sleep(1.1)
+    spec = src / "spec.mlir"
+    spec.write_text(spec.read_text().replace("arith.maximumf %v, %zero", "arith.minimumf %v, %zero"))
+    second = cmake_run("--build", out)
+    assert second.returncode != 0
+    assert "does not call import 'fused_matmul_relu'" in second.stdout + second.stderr
+    assert not (out / "m.vmfb").exists()
