@@ -283,11 +283,14 @@ endfunction()
 
 # pyree_add_run_test(NAME <test> MODULE <target-or-vmfb> FUNCTION <f> [INPUTS <spec>...]
 #                    [PLUGINS <target-or-file>...] [DEVICE local-sync|local-task|cuda]
-#                    [EXPECT <text>...] [CHECK_FILE <file>] [LABELS <label>...])
+#                    [EXPECT <text>...] [CHECK_FILE <file>] [CHECK_PREFIXES <prefix>...]
+#                    [LABELS <label>...])
+# EXPECT: each text appears within one output line (a substring). CHECK_PREFIXES select
+# the CHECK_FILE's lines (e.g. CHECK-SYSTEM), as FileCheck's --check-prefix.
 # A ctest that runs the function and checks its output. Labelled `cpu` or `cuda` by device;
 # a test whose device is absent (no GPU) is reported by ctest as skipped, never passed.
 function(pyree_add_run_test)
-  cmake_parse_arguments(ARG "" "NAME;MODULE;FUNCTION;DEVICE;CHECK_FILE" "INPUTS;PLUGINS;EXPECT;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;MODULE;FUNCTION;DEVICE;CHECK_FILE" "INPUTS;PLUGINS;EXPECT;LABELS;CHECK_PREFIXES" ${ARGN})
   _pyree_require(pyree_add_run_test NAME MODULE FUNCTION)
   if(NOT ARG_DEVICE)
     set(ARG_DEVICE local-sync)
@@ -302,6 +305,9 @@ function(pyree_add_run_test)
     _pyree_absolute(_check "${ARG_CHECK_FILE}")
     list(APPEND _args --check-file "${_check}")
   endif()
+  foreach(_prefix IN LISTS ARG_CHECK_PREFIXES)
+    list(APPEND _args --check-prefix "${_prefix}")
+  endforeach()
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} run "${_module}" ${_args}
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")
   if(ARG_DEVICE STREQUAL "cuda")

@@ -144,18 +144,25 @@ def parse_outputs(stdout: str) -> list[np.ndarray]:
     return arrays
 
 
+EXPECT_RULE = "each expected TEXT must appear within one output line, as a substring; runs of whitespace compare equal"
+
+
 def check_expected(output: str, expected: Sequence[str], *, source: str) -> None:
-    """Every expected text must appear in the output; whitespace runs compare equal."""
+    """Every expected text appears within one output line (substring; whitespace runs equal).
+
+    A substring, like FileCheck's CHECK: "M = 8, N = 8" passes on "M = 8, N = 8, K = 8".
+    Within one line, so a text never matches across the end of one result and the next.
+    """
 
     def norm(s: str) -> str:
         return " ".join(s.split())
 
-    flat = norm(output)
-    # Whole tokens only: expecting "8xf32=1" must not pass on "8xf32=12".
-    missing = [e for e in expected if not re.search(r"(?<!\S)" + re.escape(norm(e)) + r"(?!\S)", flat)]
+    lines = [norm(line) for line in output.splitlines()] or [""]
+    missing = [e for e in expected if not any(norm(e) in line for line in lines)]
     if missing:
         details = "expected (not found):\n" + "\n".join(f"  {m}" for m in missing)
         details += "\nactual output:\n" + "\n".join(f"  {line}" for line in output.rstrip().splitlines())
+        details += f"\nrule: {EXPECT_RULE}"
         raise PyreeError(
             "output does not match what was expected",
             file=source,
@@ -164,13 +171,28 @@ def check_expected(output: str, expected: Sequence[str], *, source: str) -> None
         )
 
 
-def check_with_filecheck(output: str, check_file: str | Path, *, source: str) -> None:
-    """Apply FileCheck semantics (the `filecheck` package) to the output."""
+def check_with_filecheck(output: str, check_file: str | Path, *, source: str, prefixes: Sequence[str] = ()) -> None:
+    """Apply FileCheck semantics (the `filecheck` package) to the output.
+
+    `prefixes` select the check lines as FileCheck's --check-prefix does (default CHECK),
+    so upstream files with `CHECK-SYSTEM:` lines work as written.
+    """
     path = Path(check_file)
     if not path.is_file():
         raise PyreeError("check file not found", file=path, fix="pass an existing file with CHECK: lines")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for prefix in prefixes or ("CHECK",):
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", prefix):
+            raise PyreeError(f"'{prefix}' is not a check prefix", fix="a prefix is letters, digits, '-' and '_', e.g. CHECK-SYSTEM")
+    if not any(re.search(rf"\b{re.escape(p)}(?:-(?:NEXT|SAME|NOT|DAG|LABEL|EMPTY|COUNT-\d+))?:", text) for p in prefixes or ("CHECK",)):
+        raise PyreeError(
+            f"no check lines with prefix {', '.join(prefixes or ('CHECK',))} in it, so nothing would be checked",
+            file=path,
+            fix="write lines like `// CHECK: 8xf32=12`, or pass the prefix the file uses with --check-prefix",
+        )
     fc = tools.filecheck()
-    result = tools.spawn(fc.command(path), what="FileCheck", stdin=output, check=False)
+    prefix_args = [a for p in prefixes for a in ("--check-prefix", p)]
+    result = tools.spawn(fc.command(*prefix_args, path), what="FileCheck", stdin=output, check=False)
     if result.returncode != 0:
         raise PyreeError(
             f"output does not match the CHECK lines of {path}",

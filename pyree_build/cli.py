@@ -140,8 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", dest="inputs", action="append", default=[], metavar="SPEC", help='e.g. "8xf32=2" (repeatable)')
     p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="PATH", help="--executable_plugin (repeatable; later ones are tried first)")
     p.add_argument("--device", default="local-sync", choices=("local-sync", "local-task", "cuda"))
-    p.add_argument("--expect", action="append", default=[], metavar="TEXT", help="text that must appear in the output (repeatable)")
+    p.add_argument(
+        "--expect", action="append", default=[], metavar="TEXT",
+        help="TEXT must appear within one output line, as a substring; runs of whitespace compare equal (repeatable)",
+    )  # fmt: skip
     p.add_argument("--check-file", help="FileCheck file whose CHECK lines the output must match")
+    p.add_argument(
+        "--check-prefix", dest="check_prefixes", action="append", default=[], metavar="PREFIX",
+        help="with --check-file: check lines with this prefix, e.g. CHECK-SYSTEM (repeatable; default CHECK)",
+    )  # fmt: skip
     p.add_argument("--skip-unavailable", action="store_true", help="exit 77 (ctest: skipped) when the device is not present")
     _common(p)
 
@@ -273,9 +280,11 @@ def _cmd_compile(a: argparse.Namespace) -> None:
 def _cmd_run(a: argparse.Namespace) -> None:
     from . import iree
 
+    if a.check_prefixes and not a.check_file:
+        raise PyreeError("--check-prefix selects lines of a --check-file, and none was given", fix="add --check-file FILE")
     result = iree.run(
         a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
-        check_file=a.check_file, skip_unavailable=a.skip_unavailable,
+        check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes,
     )  # fmt: skip
     sys.stdout.write(result.stdout)
     if a.expect or a.check_file:

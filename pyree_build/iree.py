@@ -335,6 +335,7 @@ def run(
     check_file: PathLike | None = None,
     flags: Sequence[str] = (),
     skip_unavailable: bool = False,
+    check_prefixes: Sequence[str] = (),
 ) -> RunResult:
     """Run `function` of `module` with iree-run-module; check its output if asked."""
     mod = require_file(module, "module")
@@ -363,5 +364,5 @@ def run(
     if expect:
         checks.check_expected(result.stdout, expect, source=str(mod))
     if check_file:
-        checks.check_with_filecheck(result.stdout, check_file, source=str(mod))
+        checks.check_with_filecheck(result.stdout, check_file, source=str(mod), prefixes=check_prefixes)
     return run_result

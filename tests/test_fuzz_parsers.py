@@ -60,9 +60,9 @@ def test_expect_check_passes_or_reports_what_is_missing(output, expected):
         assert err.what == "output does not match what was expected"
         assert "expected (not found)" in (err.details or "")
         return
-    flat = " ".join(output.split())
+    lines = [" ".join(line.split()) for line in output.splitlines()] or [""]
     for e in expected:
-        assert " ".join(e.split()) in flat
+        assert any(" ".join(e.split()) in line for line in lines)
 
 
 @FUZZ
