@@ -89,9 +89,14 @@ endfunction()
 
 # One `pyree-build <verb>` per source in SRCS, each making one output per variant (arch or
 # sm) in ${CMAKE_CURRENT_BINARY_DIR}/<name>/: `pattern` names them, with <stem> and <v>
-# replaced. Creates the target <name>; its directory is an object search path.
+# replaced. Creates the target <name>; its directory is an object search path. A caller may
+# set _pyree_fan_out_dir to write elsewhere.
 function(_pyree_fan_out name verb label srcs variant_flag variants pattern)
-  set(_dir "${CMAKE_CURRENT_BINARY_DIR}/${name}")
+  if(_pyree_fan_out_dir)
+    set(_dir "${_pyree_fan_out_dir}")
+  else()
+    set(_dir "${CMAKE_CURRENT_BINARY_DIR}/${name}")
+  endif()
   set(_all "")
   foreach(_src IN LISTS srcs)
     get_filename_component(_stem "${_src}" NAME_WE)
@@ -161,12 +166,18 @@ function(pyree_cpu_plugin)
 endfunction()
 
 # pyree_cpu_objects(NAME <name> SRCS <c>... ARCHS <arch>... [CC ...] [INCLUDE_DIRS ...]
-#                   [DEFINES ...] [ALLOW_UNDEFINED <symbol>...])
-# One freestanding object per source and arch in ${CMAKE_CURRENT_BINARY_DIR}/<name>/,
-# named <stem>_<arch>.o; a module that DEPENDS on <name> finds them by search path.
+#                   [DEFINES ...] [ALLOW_UNDEFINED <symbol>...] [OUTPUT_DIR <dir>])
+# One freestanding object per source and arch in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or
+# OUTPUT_DIR, relative to the binary dir: where a program's relative object paths point),
+# named <stem>_<arch>.o with the arch as spelled (arm_64 gives IREE's functions_arm_64.o);
+# a module that DEPENDS on <name> finds them by search path.
 function(pyree_cpu_objects)
-  cmake_parse_arguments(ARG "" "NAME;CC" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES;ALLOW_UNDEFINED" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;CC;OUTPUT_DIR" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES;ALLOW_UNDEFINED" ${ARGN})
   _pyree_require(pyree_cpu_objects NAME SRCS ARCHS)
+  set(_pyree_fan_out_dir "")
+  if(ARG_OUTPUT_DIR)
+    get_filename_component(_pyree_fan_out_dir "${ARG_OUTPUT_DIR}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
+  endif()
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
   foreach(_sym IN LISTS ARG_ALLOW_UNDEFINED)

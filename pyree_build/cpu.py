@@ -198,7 +198,7 @@ def standalone_plugin(
                         tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
         return _deps_of(inputs, compiler, lld)
 
-    key = [*arch_list, *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), compiler.identity(), lld.identity()]
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), compiler.identity(), lld.identity()]
     deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=build_it)
     if depfile:
         write_depfile(depfile, out, deps)
@@ -246,12 +246,16 @@ def objects(
 ) -> list[Path]:
     """Compile one C source to a freestanding object per arch, for IREE to link into a module.
 
-    Writes `<output_dir>/<stem>_<arch>.o`. Undefined symbols are rejected unless listed in
-    `allow_undefined` (functions the program itself provides).
+    Writes `<output_dir>/<stem>_<arch>.o` with each arch spelled as given, so `--arch arm_64`
+    makes the `functions_arm_64.o` that IREE's MLIR names (it calls aarch64 `arm_64`).
+    Undefined symbols are rejected unless listed in `allow_undefined` (functions the
+    program itself provides).
     """
     src = _check_sources([source])[0]
     out_dir = Path(output_dir)
-    arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs))
+    arch_list = list(dict.fromkeys(archs))  # spellings; each is checked and mapped below
+    for spelling in arch_list:
+        normalize_arch(spelling)
     if not arch_list:
         raise PyreeError("no --arch given", fix="pass --arch x86_64 --arch aarch64 (and/or riscv64)")
     compiler = tools.c_compiler(cc)
@@ -260,13 +264,14 @@ def objects(
     for o in outs.values():
         remove_stale(o)
 
-    def one(arch: str, obj: Path) -> list[str]:
+    def one(spelling: str, obj: Path) -> list[str]:
+        arch = normalize_arch(spelling)
         flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
         deps = _compile(compiler, src, obj, flags)
         Path(obj.with_suffix(".d")).unlink(missing_ok=True)
         info = read_elf(obj)
         if info.machine != ELF_MACHINES[arch]:
-            raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=outs[arch])
+            raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=outs[spelling])
         unexpected = [s for s in info.undefined if s not in allow_undefined]
         if unexpected:
             raise PyreeError(
@@ -284,7 +289,7 @@ def objects(
                     inputs = [d for deps in pool.map(one, arch_list, tmps) for d in deps]
         return _deps_of(inputs, compiler)
 
-    key = [*arch_list, *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), compiler.identity()]
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), compiler.identity()]
     deps = cached_action("objects", key=key, inputs=[src], outputs=[outs[a] for a in arch_list], build=build_it)
     if depfile:
         write_depfile(depfile, outs[arch_list[0]], deps)

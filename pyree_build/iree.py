@@ -74,11 +74,29 @@ def _missing_objects_message(source: Path, search_paths: Sequence[PathLike], com
     for obj in dict.fromkeys(candidates):
         found, tried = resolve_object(obj, search_paths)
         if found is None:
-            lines.append(f"object '{obj}' not found; tried:\n" + "\n".join(f"  {t}" for t in tried))
+            lines.append(f"object '{obj}' not found; tried:\n" + "\n".join(f"  {t}" for t in tried) + _arch_spelling_hint(obj, search_paths))
     if not lines:
         return None
     said = [line for line in compiler_output.splitlines() if "error:" in line.lower()]
     return "\n".join(lines) + "\n(iree-compile said:)\n" + "\n".join(said)
+
+
+def _arch_spelling_hint(obj: str, search_paths: Sequence[PathLike]) -> str:
+    """IREE spells aarch64 `arm_64`: point at an object that exists under another spelling."""
+    from .elfcheck import ARCH_ALIASES
+
+    stem, dot, suffix = obj.rpartition(".")
+    for spelling, arch in ARCH_ALIASES.items():
+        if not stem.endswith(f"_{spelling}"):
+            continue
+        for other in (s for s, a in ARCH_ALIASES.items() if a == arch and s != spelling):
+            candidate = f"{stem[: -len(spelling)]}{other}{dot}{suffix}"
+            if resolve_object(candidate, search_paths)[0] is not None:
+                return (
+                    f"\n  (found {candidate}: the same arch spelled '{other}'; build the objects with "
+                    f"`--arch {spelling}` (CMake: ARCHS {spelling}) to get the name the program uses)"
+                )
+    return ""
 
 
 def _error_lines(compiler_output: str) -> str:
