@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--name", help="CMake project name (default: the directory name)")
     p.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    p.add_argument("--import", dest="import_name", metavar="NAME", help="generate the plugin and program for your own import NAME (with --args)")
+    p.add_argument("--args", dest="import_args", metavar="KIND:TYPE,...", help='the import\'s buffers in call order, KIND in|out|inout, e.g. "in:f32,in:f32,out:f32"')
     _common(p)
 
     p = sub.add_parser("cache", help="the build cache: info or clear (location: $PYREE_BUILD_CACHE)")
@@ -310,7 +312,7 @@ def _cmd_samples(a: argparse.Namespace) -> int:
 def _cmd_new(a: argparse.Namespace) -> None:
     from .scaffold import new_project
 
-    out = new_project(a.directory, name=a.name, force=a.force)
+    out = new_project(a.directory, name=a.name, force=a.force, import_name=a.import_name, import_args=a.import_args)
     tools.log_step(f"wrote {out}: CMakeLists.txt, plugin.c, program.mlir, README.md, pyproject.toml")
     tools.log_step(f'next: cmake -G Ninja -S {out} -B {out}/build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"')
 

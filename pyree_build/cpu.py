@@ -5,6 +5,7 @@ Every compiler flag pyree_build uses for CPU code lives in this module.
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,8 +90,25 @@ def _compile(cc: tools.Tool, source: Path, obj: Path, flags: Sequence[str]) -> l
         what=f"compiling {source.name} with {cc.name}",
         file=source,
         fix="fix the error at the file:line shown above",
+        explain=_explain_freestanding if "-ffreestanding" in flags else None,
     )
     return parse_depfile(dep)
+
+
+_HOSTED_HEADER = re.compile(r"'((?:stdio|stdlib|string|math|pthread|unistd|time|assert|errno|malloc|fcntl)\.h)' file not found")
+
+
+def _explain_freestanding(text: str) -> str | None:
+    """A freestanding build has no libc: say so where a libc header is missing."""
+    m = _HOSTED_HEADER.search(text)
+    if m is None:
+        return None
+    return text + (
+        f"\nhint: <{m.group(1)}> is part of libc, and standalone plugins and embedded objects are freestanding: "
+        "IREE's own ELF loader maps them and links no libraries, so no libc function is available. Build a "
+        "system plugin instead (`--kind system`, CMake SYSTEM), which may use libc, or remove the include and "
+        "the calls (only <stddef.h>, <stdint.h>, <stdbool.h>, <float.h>, <limits.h> and <stdarg.h> are there)"
+    )
 
 
 def _deps_of(outputs_inputs: list[str], cc: tools.Tool, *extra: tools.Tool) -> list[str]:

@@ -14,6 +14,7 @@ first, so the parent walks them in that order.
 from __future__ import annotations
 
 import io
+import re
 import json
 import os
 import struct
@@ -413,3 +414,33 @@ def _child_main() -> int:
 
 if __name__ == "__main__":  # pragma: no cover - the child process
     sys.exit(_child_main())
+
+
+# ---------------------------------------------------------------------------- declarations
+
+_PRIVATE_DECL = re.compile(r"func\.func\s+private\s+@([\w$.\-]+)\s*\(", re.MULTILINE)
+
+
+def declarations_without_bareptr(mlir_text: str) -> list[str]:
+    """Imports declared with memref operands but without `llvm.bareptr = true`.
+
+    Without it each memref becomes a whole descriptor (pointers, offset, sizes, strides)
+    in the argument block, while C code written for base pointer + offset reads the
+    wrong fields: the module compiles and then computes garbage or crashes.
+    """
+    found = []
+    for m in _PRIVATE_DECL.finditer(mlir_text):
+        depth, i = 1, m.end()
+        while i < len(mlir_text) and depth:
+            depth += {"(": 1, ")": -1}.get(mlir_text[i], 0)
+            i += 1
+        params = mlir_text[m.end() : i - 1]
+        rest = mlir_text[i : i + 400]
+        attrs = ""
+        head = re.match(r"\s*(?:->\s*[^{\n]*)?\s*attributes\s*\{", rest)
+        if head:
+            close = rest.find("}", head.end())
+            attrs = rest[head.end() : close if close >= 0 else len(rest)]
+        if "memref<" in params and "llvm.bareptr" not in attrs:
+            found.append(m.group(1))
+    return found

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,6 +221,16 @@ def compile(  # noqa: A001 - mirrors the CLI verb
         return None
 
     text = src.read_text(encoding="utf-8", errors="replace")
+    from .imports import declarations_without_bareptr
+
+    for path, body in [(src, text), *((f, f.read_text(encoding="utf-8", errors="replace")) for f in spec_files)]:
+        for name in declarations_without_bareptr(body):
+            print(  # shown even with -q: the module would compile and then compute garbage
+                f"warning: {path.name}: import @{name} takes memrefs but is not declared with `llvm.bareptr = true`: "
+                "each memref is then passed as a whole descriptor, and C written for pointer + offset reads the wrong "
+                "fields (wrong results or a crash); add `attributes {llvm.bareptr = true}` (docs/writing-an-import.md)",
+                file=sys.stderr,
+            )
     # Where each referenced object resolves to now (cwd, then search paths) is part of the
     # key; the objects' bytes are dependencies, so an edited object is a miss.
     objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]

@@ -32,16 +32,17 @@ enable_testing()
 # plugin.c -> {name}_plugin.so, a shared library the runtime opens with dlopen.
 pyree_cpu_plugin(NAME {name}_plugin SYSTEM SRCS plugin.c)
 
-# program.mlir -> {name}_program.vmfb; its executable imports simple_mul_workgroup.
-pyree_iree_module(NAME {name}_program SRC program.mlir TARGET llvm-cpu)
+# program.mlir -> {name}_program.vmfb; its executable imports {import_name}
+# (EXPECT_IMPORTS fails the build if the module stops calling it).
+pyree_iree_module(NAME {name}_program SRC program.mlir TARGET llvm-cpu EXPECT_IMPORTS {import_name})
 
 pyree_add_run_test(
-  NAME {name}_mixed_invocation
+  NAME {name}_{function}
   MODULE {name}_program
-  FUNCTION mixed_invocation
-  INPUTS "8xf32=2" "8xf32=4"
+  FUNCTION {function}
+  INPUTS {inputs}
   PLUGINS {name}_plugin
-  EXPECT "{expected}"
+  EXPECT {expected}
 )
 
 # In a wheel build, ship the plugin and the module.
@@ -118,21 +119,82 @@ def _project_name(directory: Path, name: str | None) -> str:
     return cleaned
 
 
-def new_project(directory: PathLike, *, name: str | None = None, force: bool = False) -> Path:
-    """Write a downstream project into `directory` (which must not exist or be empty)."""
+IMPORT_README = """\
+# {name}
+
+An IREE program (`program.mlir`) whose dispatch calls the import `{import_name}`,
+provided at run time by a CPU plugin written in C (`plugin.c`). Made by
+`pyree-build new --import {import_name} --args "{args}"`; it builds and passes its
+test as written. The C argument struct and the MLIR declaration were generated from
+the same argument list: change one, change the other (pyree_build's
+`docs/writing-an-import.md` explains the layout).
+
+## Build and test with CMake
+
+```sh
+cmake -G Ninja -S . -B build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"
+cmake --build build
+ctest --test-dir build --output-on-failure
+```
+
+The test runs `run` with {inputs_text} and expects {expected_text}: the
+placeholder body in `plugin.c` writes the sum of the `in` buffers to each `out` and
+adds it to each `inout`. Replace it with your kernel and update the test's EXPECT.
+
+## By hand
+
+```sh
+pyree-build plugin --kind system plugin.c -o build/plugin.so
+pyree-build compile program.mlir -o build/program.vmfb --expect-import {import_name}
+pyree-build imports build/program.vmfb --plugin build/plugin.so
+pyree-build run build/program.vmfb --function run {run_inputs} --plugin build/plugin.so
+```
+"""
+
+
+def new_project(
+    directory: PathLike, *, name: str | None = None, force: bool = False, import_name: str | None = None, import_args: str | None = None
+) -> Path:
+    """Write a downstream project into `directory` (which must not exist or be empty).
+
+    With `import_name` and `import_args` ("in:f32,in:f32,out:f32"), the plugin and the
+    program are generated for that import (import_stub.py); otherwise they are the
+    system-plugin sample's.
+    """
     from .sample_runner import samples_dir
 
     target = Path(directory)
+    if (import_name is None) != (import_args is None):
+        raise PyreeError("--import and --args go together", fix='pass both, e.g. --import my_op --args "in:f32,in:f32,out:f32"')
     if target.exists() and any(target.iterdir()) and not force:
         raise PyreeError("directory is not empty", file=target, fix="choose a new directory, or pass --force to overwrite its files")
     project = _project_name(target.resolve(), name)
-    plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
+    if import_name is not None and import_args is not None:
+        from . import import_stub
+
+        args = import_stub.parse_args(import_name, import_args)
+        inputs, expected = import_stub.test_values(args)
+        quoted = lambda items: " ".join(f'"{i}"' for i in items)  # noqa: E731
+        cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=quoted(inputs), expected=quoted(expected))
+        readme = IMPORT_README.format(
+            name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f"--input {i}" for i in inputs),
+            inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
+        )  # fmt: skip
+        plugin_c, program = import_stub.c_source(import_name, args), import_stub.mlir_source(import_name, args)
+    else:
+        plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
+        cmake = CMAKELISTS.format(
+            name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"'
+        )  # fmt: skip
+        readme = README.format(name=project, expected=EXPECTED)
+        plugin_c = (plugin_sample / "system_plugin.c").read_text(encoding="utf-8")
+        program = (plugin_sample / "example.mlir").read_text(encoding="utf-8")
     files = {
-        "CMakeLists.txt": CMAKELISTS.format(name=project, expected=EXPECTED),
+        "CMakeLists.txt": cmake,
         "pyproject.toml": PYPROJECT.format(name=project, version=__version__),
-        "README.md": README.format(name=project, expected=EXPECTED),
-        "plugin.c": (plugin_sample / "system_plugin.c").read_text(encoding="utf-8"),
-        "program.mlir": (plugin_sample / "example.mlir").read_text(encoding="utf-8"),
+        "README.md": readme,
+        "plugin.c": plugin_c,
+        "program.mlir": program,
     }
     # Written next to the target and renamed in, so an interrupted `new` leaves no half project.
     target.parent.mkdir(parents=True, exist_ok=True)
