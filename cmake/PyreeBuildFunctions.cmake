@@ -211,14 +211,17 @@ endfunction()
 # pyree_iree_module(NAME <name> SRC <mlir> TARGET llvm-cpu|cuda [SM <sm>] [CPU generic|host]
 #                   [OBJECT_SEARCH_PATHS <dir>...] [DEPENDS <target-or-file>...]
 #                   [SUBSTITUTE <executable>=<file>...] [FLAGS <iree-compile flag>...] [OUTPUT <file>]
-#                   [TRANSFORM_SPEC <spec.mlir>] [PDL_SPEC <spec.mlir>] [EXPECT_IMPORTS <name>...])
+#                   [TRANSFORM_SPEC <spec.mlir>] [PDL_SPEC <spec.mlir>] [EXPECT_IMPORTS <name>...]
+#                   [PREPROCESS <iree-opt pass pipeline>])
 # Compiles to <name>.vmfb. A DEPENDS entry that is a pyree_cuda_ptx or pyree_cpu_objects
 # target also adds its output directory to the object search paths. SUBSTITUTE replaces an
 # executable by a file (relative to this directory): .mlir as source, anything else as object.
 # TRANSFORM_SPEC / PDL_SPEC rewrite the program first (IREE's preprocessing specs); an edited
 # spec rebuilds the module. EXPECT_IMPORTS fails the build unless the module calls each name.
+# PREPROCESS runs iree-opt with that pipeline first (files it names: absolute paths, e.g.
+# ${CMAKE_CURRENT_SOURCE_DIR}/spec.pdl.mlir; they are tracked through the depfile).
 function(pyree_iree_module)
-  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT;TRANSFORM_SPEC;PDL_SPEC" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE;EXPECT_IMPORTS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT;TRANSFORM_SPEC;PDL_SPEC;PREPROCESS" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE;EXPECT_IMPORTS" ${ARGN})
   _pyree_require(pyree_iree_module NAME SRC TARGET)
   _pyree_absolute(_src "${ARG_SRC}")
   if(ARG_OUTPUT)
@@ -244,6 +247,9 @@ function(pyree_iree_module)
       list(APPEND _file_deps "${_spec}")
     endif()
   endforeach()
+  if(ARG_PREPROCESS)
+    list(APPEND _args --preprocess "${ARG_PREPROCESS}")
+  endif()
   foreach(_import IN LISTS ARG_EXPECT_IMPORTS)
     list(APPEND _args --expect-import "${_import}")
   endforeach()

@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--expect-import", dest="expect_imports", action="append", default=[], metavar="NAME",
         help="fail (and write no module) unless the compiled module calls import NAME, e.g. the one a spec should have put there (repeatable)",
     )  # fmt: skip
+    p.add_argument(
+        "--preprocess", metavar="PIPELINE",
+        help="run iree-opt --pass-pipeline=PIPELINE on the source first (input-level rewrites on tosa/torch, e.g. PDL patterns)",
+    )  # fmt: skip
     p.add_argument("--depfile")
     _common(p)
 
@@ -274,7 +278,7 @@ def _cmd_compile(a: argparse.Namespace) -> None:
     out = iree.compile(
         a.source, a.output, target=a.target, cpu=a.cpu, sm=a.sm, object_search_paths=a.object_search_paths,
         flags=a.extra, depfile=a.depfile, substitutions=a.substitutions, substitute_from=a.substitute_from,
-        transform_spec=a.transform_spec, pdl_spec=a.pdl_spec, expect_imports=a.expect_imports,
+        transform_spec=a.transform_spec, pdl_spec=a.pdl_spec, expect_imports=a.expect_imports, preprocess=a.preprocess,
     )  # fmt: skip
     tools.log_step(f"wrote {out}")
 

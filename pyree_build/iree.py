@@ -4,6 +4,7 @@ Every iree-compile / iree-run-module flag pyree_build chooses lives here.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -179,6 +180,7 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     transform_spec: PathLike | None = None,
     pdl_spec: PathLike | None = None,
     expect_imports: Sequence[str] = (),
+    preprocess: str | None = None,
 ) -> Path:
     """Compile an MLIR program to a .vmfb for `target`.
 
@@ -186,6 +188,8 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     preprocessing specs); each spec is an input of the compile (cache key and depfile).
     `expect_imports`: import names the module must call (a spec that matched nothing is
     caught here); otherwise the output is removed and a PyreeError names the missing ones.
+    `preprocess`: an iree-opt pass pipeline run on the source first (into a private
+    temporary), for rewrites that must see the input dialects (tosa, torch).
 
     `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
@@ -201,6 +205,12 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     from .specs import spec_flags
 
     specs_flags, spec_files = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
+    pipeline, pipeline_inputs = (None, [])
+    if preprocess is not None:
+        from .specs import pipeline_files
+
+        pipeline, pipeline_inputs = pipeline_files(preprocess)
+        spec_files = [*spec_files, *pipeline_inputs]
     argv_tail = [*target_flags(target, cpu=cpu, sm=sm), *(f"--iree-hal-executable-object-search-path={s}" for s in search), *specs_flags, *flags]
     substituted: list[Path] = []
     if substitutions or substitute_from is not None:
@@ -236,17 +246,33 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
 
     def build_it() -> list[str]:
+        from .cache import scratch_dir
+
+        with contextlib.ExitStack() as stack:
+            compile_src = src
+            if pipeline is not None:
+                from .specs import preprocess as run_preprocess
+
+                compile_src = stack.enter_context(scratch_dir(out.parent, out.name)) / f"{src.stem}.preprocessed.mlir"
+                run_preprocess(src, pipeline, compile_src)
+            compile_it(compile_src)
+        extra_tools = [str(tools.iree_opt().path)] if pipeline is not None else []
+        return [str(src), *map(str, objects), *map(str, substituted), *map(str, spec_files), str(compiler.path), *extra_tools,
+                *map(str, tools.package_files())]  # fmt: skip
+
+    def compile_it(compile_src: Path) -> None:
         with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
             tools.spawn(
-                compiler.command(src, *argv_tail, "-o", tmp),
+                compiler.command(compile_src, *argv_tail, "-o", tmp),
                 what=f"iree-compile ({target})",
                 file=src,
                 explain=explain,
                 fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
             )
-        return [str(src), *map(str, objects), *map(str, substituted), *map(str, spec_files), str(compiler.path), *map(str, tools.package_files())]
 
     key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
+    if pipeline is not None:
+        key += [f"preprocess={pipeline}", tools.iree_opt().identity()]
     deps = cached_action("compile", key=key, inputs=[src], outputs=[out], build=build_it)
     if expect_imports:
         from .imports import require_imports

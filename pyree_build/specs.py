@@ -8,6 +8,7 @@ reports them as inputs so the cache and the depfile see an edited spec.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .errors import PyreeError, require_file
@@ -31,3 +32,44 @@ def spec_flags(*, transform_spec: PathLike | None = None, pdl_spec: PathLike | N
         flags.append(f"{flag}={spec}")
         files.append(spec)
     return flags, files
+
+
+# Pass options that name a file, e.g. iree-preprocessing-apply-pdl-patterns{patterns-file=X}.
+_FILE_OPTION = re.compile(r"(?P<key>[\w-]*-file)=(?P<path>[^\s,}]+)")
+
+
+def pipeline_files(pipeline: str) -> tuple[str, list[Path]]:
+    """The pipeline with each `...-file=PATH` option made absolute, and those files.
+
+    Absolute so the step does not depend on the directory it runs in; listed so the
+    cache key and the depfile see an edited pattern file.
+    """
+    if not pipeline.strip() or "(" not in pipeline:
+        raise PyreeError(
+            f"'{pipeline}' is not a pass pipeline",
+            fix="write it as iree-opt's --pass-pipeline takes it, e.g. "
+            "'builtin.module(iree-preprocessing-apply-pdl-patterns{patterns-file=spec.pdl.mlir})'",
+        )
+    files: list[Path] = []
+
+    def absolute(m: re.Match[str]) -> str:
+        path = require_file(m["path"], f"file named by {m['key']} in the --preprocess pipeline").resolve()
+        files.append(path)
+        return f"{m['key']}={path}"
+
+    return _FILE_OPTION.sub(absolute, pipeline), files
+
+
+def preprocess(source: Path, pipeline: str, output: Path) -> None:
+    """Run iree-opt --pass-pipeline=PIPELINE on `source`, writing `output` (rewrites at the
+    input level, e.g. PDL patterns on tosa or torch ops, before iree-compile converts them)."""
+    from . import tools
+
+    opt = tools.iree_opt()
+    with tools.Stopwatch(f"iree-opt {source.name}: preprocess"):
+        tools.spawn(
+            opt.command(source, f"--pass-pipeline={pipeline}", "-o", output),
+            what="iree-opt (--preprocess)",
+            file=source,
+            fix="check the pipeline (iree-opt --help lists the passes) and the pattern files it names",
+        )

@@ -141,6 +141,10 @@ def iree_compile() -> Tool:
     return _need(_iree_binary("iree-compile", "iree.compiler._mlir_libs", "iree-base-compiler"))
 
 
+def iree_opt() -> Tool:
+    return _need(_iree_binary("iree-opt", "iree.compiler._mlir_libs", "iree-base-compiler"))
+
+
 def iree_lld() -> Tool:
     return _need(_iree_binary("iree-lld", "iree.compiler._mlir_libs", "iree-base-compiler"))
 
