@@ -274,13 +274,15 @@ def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
     return Resolution(answers, provider)
 
 
-def check_resolved(module: PathLike, plugins: Sequence[PathLike]) -> tuple[list[ExecutableImports], Resolution]:
+def check_resolved(module: PathLike, plugins: Sequence[PathLike], *, ask_without_imports: bool = True) -> tuple[list[ExecutableImports], Resolution]:
     """Every required import of the module's host executables is resolved by one of `plugins`,
     or a PyreeError naming the missing imports and the plugins asked. When a plugin cannot be
     asked here (it does not load in this process), a missing import is only noted."""
     executables = module_imports(module)
     host = [e for e in executables if e.arch == _host_arch()]
     names = sorted({("?" if i.optional else "") + i.name for e in host for i in e.imports})
+    if not names and not ask_without_imports:  # nothing to check: spare the child process
+        return executables, Resolution([], {})
     resolution = resolve(names, plugins)
     missing = sorted({n for e in host for n in e.required if n not in resolution.provider})
     if missing:

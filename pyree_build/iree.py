@@ -399,7 +399,7 @@ def run(
     if plugins:
         from .imports import check_resolved
 
-        check_resolved(mod, plugins)  # names a missing import, where the runtime would not
+        check_resolved(mod, plugins, ask_without_imports=False)  # names a missing import, where the runtime would not
     if device not in DEVICES:
         raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(DEVICES)}")
     require_device(device, skip_unavailable=skip_unavailable)
