@@ -30,7 +30,7 @@ PathLike = str | os.PathLike[str]
 
 ELF_MAGIC = b"\x7fELF"
 # IREE's names for the ELF machines it builds executables for.
-_MACHINE_NAMES = {"EM_X86_64": "x86_64", "EM_AARCH64": "arm_64", "EM_RISCV": "riscv", "EM_386": "x86_32", "EM_ARM": "arm_32"}
+_MACHINE_NAMES = {"EM_X86_64": "x86_64", "EM_AARCH64": "arm_64", "EM_386": "x86_32", "EM_ARM": "arm_32"}
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,8 @@ def module_imports(module: PathLike) -> list[ExecutableImports]:
             continue
         if library is None:
             continue
-        arch = _MACHINE_NAMES.get(elf.elf["e_machine"], str(elf.elf["e_machine"]))
+        machine = elf.elf["e_machine"]
+        arch = f"riscv_{elf.elf.elfclass}" if machine == "EM_RISCV" else _MACHINE_NAMES.get(machine, str(machine))
         found.append(ExecutableImports(library[0], arch, library[1]))
     return found
 
@@ -176,7 +177,7 @@ def module_imports(module: PathLike) -> list[ExecutableImports]:
 def _host_arch() -> str:
     from .elfcheck import host_arch
 
-    return {"aarch64": "arm_64", "riscv64": "riscv"}.get(host_arch(), host_arch())
+    return {"aarch64": "arm_64", "riscv64": "riscv_64"}.get(host_arch(), host_arch())
 
 
 def describe(executables: Sequence[ExecutableImports], resolution: Resolution | None = None) -> str:

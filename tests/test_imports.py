@@ -100,3 +100,13 @@ def test_memref_imports_without_bareptr_are_warned_about(cli, tmp_path):
     result = cli("compile", bare, "-o", tmp_path / "m.vmfb", "-q")
     assert result.returncode == 0, result
     assert "import @simple_mul_workgroup takes memrefs but is not declared with `llvm.bareptr = true`" in result.stderr
+
+
+@pytest.mark.parametrize(("triple", "arch"), [("aarch64-unknown-linux-gnu", "arm_64"), ("riscv64-unknown-linux-gnu", "riscv_64")])
+def test_imports_of_modules_for_other_arches_are_read_too(cli, tmp_path, triple, arch):
+    out = tmp_path / "m.vmfb"
+    result = cli("compile", PLUGIN_SAMPLE / "fallback_example.mlir", "-o", out, "--", f"--iree-llvmcpu-target-triple={triple}")
+    assert result.returncode == 0, result
+    (found,) = imports.module_imports(out)
+    assert found.arch == arch
+    assert sorted(i.name for i in found.imports) == ["simple_add_workgroup", "simple_mul_workgroup"]
