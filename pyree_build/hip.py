@@ -182,7 +182,7 @@ def hsaco(
 
 
 def _explain_link(text: str) -> str | None:
-    undefined = re.findall(r"undefined symbol: (\S+)", text)
+    undefined = re.findall(r"undefined (?:hidden )?symbol: (.+?)\s*$", text, flags=re.MULTILINE)
     if undefined:
         return f"the code object would call functions that nothing defines: {', '.join(dict.fromkeys(undefined))}\n" + text
     return None
