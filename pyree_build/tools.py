@@ -66,7 +66,8 @@ INSTALL_CLANG = "apt-get install clang (or use the default: --cc zig, from pip i
 INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip install ziglang)"
 INSTALL_NVRTC = "pip install cuda-bindings nvidia-cuda-nvrtc"
 INSTALL_NVCC = "install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install cuda-bindings nvidia-cuda-nvrtc)"
-INSTALL_PTXAS = "install the CUDA toolkit (ptxas), or pip install nvidia-cuda-nvcc"
+INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
+
 
 
 def _dist_version(dist: str) -> str | None:
@@ -182,21 +183,41 @@ def _find_c_compiler(kind: str) -> Tool | Missing:
     raise PyreeError(f"unknown C compiler '{kind}'", fix=f"use one of: {', '.join(C_COMPILERS)}")
 
 
+def _cuda_wheel_tool(name: str) -> str | None:
+    """`name` from the nvidia-cuda-nvcc wheel (pip install "pyree_build[ptxas]"), no SDK needed."""
+    if _dist_version("nvidia-cuda-nvcc") is None:
+        return None
+    try:
+        from cuda import pathfinder  # noqa: PLC0415 - ships with cuda-bindings
+
+        found = pathfinder.find_nvidia_binary_utility(name)
+        if found:
+            return str(found)
+    except (ImportError, AttributeError, RuntimeError, ValueError):
+        pass
+    for pkg in ("nvidia.cu13", "nvidia.cuda_nvcc"):
+        root = _package_dir(pkg)
+        if root and (root / "bin" / name).is_file():
+            return str(root / "bin" / name)
+    return None
+
+
 def _cuda_tool(name: str, install: str) -> Tool | Missing:
-    found = shutil.which(name)
+    # An explicit choice (PATH, $CUDA_HOME) first, then the pip wheel, then the default SDK location.
+    found, note = shutil.which(name), "from PATH"
     if not found:
-        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
             if root and (Path(root) / "bin" / name).is_file():
-                found = str(Path(root) / "bin" / name)
+                found, note = str(Path(root) / "bin" / name), "from $CUDA_HOME"
                 break
     if not found:
-        nvcc_pkg = _package_dir("nvidia.cuda_nvcc") or _package_dir("nvidia.cu13")
-        if nvcc_pkg and (nvcc_pkg / "bin" / name).is_file():
-            found = str(nvcc_pkg / "bin" / name)
+        found, note = _cuda_wheel_tool(name), "from the nvidia-cuda-nvcc wheel"
+    if not found and Path("/usr/local/cuda/bin", name).is_file():
+        found, note = str(Path("/usr/local/cuda/bin", name)), "from /usr/local/cuda"
     if not found:
-        return Missing(name, f"no {name} on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin", install)
+        return Missing(name, f"no {name} on PATH, in $CUDA_HOME/bin, the nvidia-cuda-nvcc wheel or /usr/local/cuda/bin", install)
     version = _probe_version((found, "--version"), r"release (\d+\.\d+)")
-    return Tool(name, (found,), Path(found), version)
+    return Tool(name, (found,), Path(found), version, note=note)
 
 
 def nvcc() -> Tool:
