@@ -197,6 +197,21 @@ function(pyree_cuda_ptx)
   _pyree_fan_out(${ARG_NAME} ptx PTX "${_srcs}" --sm "${ARG_SMS}" "<stem>_sm_<v>.ptx" ${_flags} ${_c_flags})
 endfunction()
 
+# pyree_cuda_bitcode(NAME <name> SRCS <cu>... SMS <sm>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
+# NVPTX LLVM bitcode per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>_sm_<N>.bc (no
+# CUDA SDK), for pyree_iree_module(... TARGET cuda LINK_BITCODE <name>), which links the files of its SM.
+function(pyree_cuda_bitcode)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "pyree_cuda_bitcode(${ARG_NAME}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  _pyree_require(pyree_cuda_bitcode NAME SRCS SMS)
+  _pyree_absolute(_srcs ${ARG_SRCS})
+  _pyree_c_flags(_flags)
+  list(TRANSFORM ARG_SMS REPLACE "^sm_" "")
+  _pyree_fan_out(${ARG_NAME} bitcode "CUDA bitcode" "${_srcs}" --sm "${ARG_SMS}" "<stem>_sm_<v>.bc" ${_flags})
+endfunction()
+
 # pyree_vulkan_spirv(NAME <name> SRCS <glsl>... [COMPILER glslang|glslc]
 #                    [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
 # One validated SPIR-V module per GLSL compute shader in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>.spv;
@@ -252,6 +267,18 @@ macro(_pyree_gpu_module_args args_var deps_var)
       list(APPEND ARG_DEPENDS "${_bc}")  # build order; its output also becomes a file dependency
     endif()
     _pyree_artifact("${_bc}" _bc_files)
+    if(TARGET "${_bc}")
+      # A pyree_cuda_bitcode target holds one file per sm: link those of this module's sm.
+      set(_bc_sm "${ARG_SM}")
+      if(NOT _bc_sm)
+        set(_bc_sm 80)
+      endif()
+      string(REGEX REPLACE "^sm_" "" _bc_sm "${_bc_sm}")
+      list(FILTER _bc_files INCLUDE REGEX "_sm_${_bc_sm}\\.bc$")
+      if(NOT _bc_files)
+        message(FATAL_ERROR "pyree_iree_module(${ARG_NAME}): LINK_BITCODE ${_bc} has no bitcode for sm_${_bc_sm}; add ${_bc_sm} to its SMS")
+      endif()
+    endif()
     foreach(_bc_file IN LISTS _bc_files)
       list(APPEND ${args_var} --link-bitcode "${_bc_file}")
       list(APPEND ${deps_var} "${_bc_file}")

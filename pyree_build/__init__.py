@@ -38,6 +38,7 @@ _VERBS = {
     "ptx": (".cuda", "ptx"),
     "spirv": (".spirv", "spirv"),
     "hsaco": (".hip", "hsaco"),
+    "bitcode": (".bitcode", "bitcode"),
     "compile": (".iree", "compile"),
     "dump": (".executables", "dump"),
     "bench": (".bench", "bench"),
@@ -58,4 +59,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
 
-__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "compile", "run", "fatelf", "dump", "bench", "new"]
+__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "fatelf", "dump", "bench", "new"]

@@ -126,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=None)
     _common(p)
 
+    p = sub.add_parser("bitcode", help="CUDA device code -> NVPTX LLVM bitcode per sm (zig clang, no CUDA SDK), for compile --link-bitcode")
+    p.add_argument("source", metavar="SRC.cu")
+    p.add_argument("--sm", dest="sms", action="append", required=True, help="e.g. 80 or sm_80 (repeatable)")
+    p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>_sm_<N>.bc")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
+    p.add_argument("--depfile")
+    p.add_argument("-j", "--jobs", type=int, default=None)
+    _common(p)
+
     p = sub.add_parser("code-objects", help="list the AMDGPU code objects a .vmfb embeds; --gfx N checks one is there")
     p.add_argument("module", metavar="MODULE.vmfb")
     p.add_argument("--gfx", dest="gfxs", action="append", default=[], help="fail unless a code object for this gfx is embedded (repeatable)")
@@ -281,6 +291,14 @@ def _cmd_hsaco(a: argparse.Namespace) -> None:
         tools.log_step(f"wrote {out}")
 
 
+def _cmd_bitcode(a: argparse.Namespace) -> None:
+    from . import bitcode
+
+    outs = bitcode.bitcode(a.source, a.sms, a.output_dir, include_dirs=a.include_dirs, defines=a.defines, depfile=a.depfile, jobs=a.jobs)
+    for out in outs:
+        tools.log_step(f"wrote {out}")
+
+
 def _cmd_code_objects(a: argparse.Namespace) -> None:
     from . import hip
 
@@ -362,6 +380,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "cuda-target": _cmd_cuda_target,
     "spirv": _cmd_spirv,
     "hsaco": _cmd_hsaco,
+    "bitcode": _cmd_bitcode,
     "code-objects": _cmd_code_objects,
     "compile": _cmd_compile,
     "run": _cmd_run,

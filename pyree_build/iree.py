@@ -4,6 +4,7 @@ Every iree-compile / iree-run-module flag pyree_build chooses lives here.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from . import checks, tools
-from .cache import atomic_output, cached_action, remove_stale, write_depfile
+from .cache import atomic_output, cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
 
 if TYPE_CHECKING:
@@ -237,15 +238,26 @@ def compile(  # noqa: A001 - mirrors the CLI verb
 
         check_module_objects(objects, gfx_dir)  # iree-compile embeds an object for any gfx
 
+    # Generated CUDA code that calls into bitcode compiles even when a call stays unresolved
+    # (only the driver would fail): check its PTX at build time. The dump directory is
+    # scratch, so it stays out of the cache key.
+    check_ptx = target == "cuda" and bool(bitcode or "iree_codegen.ukernel" in text)
+
     def build_it() -> list[str]:
-        with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
+        with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"), contextlib.ExitStack() as stack:
+            dump = stack.enter_context(scratch_dir(out.parent, out.name)) if check_ptx else None
             tools.spawn(
-                compiler.command(src, *argv_tail, "-o", tmp),
+                compiler.command(src, *argv_tail, *([f"--iree-hal-dump-executable-binaries-to={dump}"] if dump else []), "-o", tmp),
                 what=f"iree-compile ({target})",
                 file=src,
                 explain=explain,
                 fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
             )
+            if dump is not None:
+                from .bitcode import check_cuda_module
+                from .cuda import normalize_sm
+
+                check_cuda_module(src, sorted(dump.glob("*.ptx")), normalize_sm(sm or DEFAULT_CUDA_SM), bitcode, dump)
         return [str(src), *map(str, objects), *map(str, bitcode), *map(str, substituted), str(compiler.path), *map(str, tools.package_files())]
 
     key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
