@@ -184,3 +184,11 @@ def test_vulkan_sample_ctest_passes_here_and_skips_with_the_reason_without_a_dev
     hidden = cli_env("samples", "--build-dir", tmp_path / "hidden", "-R", "vulkan", env=NO_VULKAN)
     assert hidden.returncode == 0, hidden.stdout + hidden.stderr
     assert hidden.stdout.count("skipped: no Vulkan device") == 2, hidden.stdout
+
+
+@needs_vulkan
+def test_bench_runs_on_the_vulkan_device(cli, tmp_path):
+    module = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "r.vmfb", target="vulkan")
+    result = cli("bench", module, "--device", "vulkan", "--function", "row_sums", "--input", "4x1024xf32=1", "--repetitions", "2")
+    assert result.returncode == 0, result
+    assert "BM_row_sums" in result.stdout and ("ms" in result.stdout or "us" in result.stdout), result.stdout
