@@ -90,9 +90,13 @@ def test_glslc_missing_says_how_to_install_it(cli, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc (shaderc) is not installed here")
-def test_glslc_compiles_the_sample_shaders(tmp_path):
-    outs = spirv.spirv(SHADERS, tmp_path, compiler="glslc")
+def test_glslc_compiles_the_sample_shaders_and_names_the_line_of_an_error(cli, tmp_path):
+    outs = spirv.spirv(SHADERS, tmp_path / "ok", compiler="glslc")
     assert [spirv.read_spirv_entry_points(o) for o in outs] == [["main"], ["main"]]
+    bad = tmp_path / "bad.glsl"
+    bad.write_text("#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  float y = undefined_x;\n}\n")
+    result = cli("spirv", bad, "--compiler", "glslc", "-o", tmp_path / "bad")
+    assert_clean_error(result, "compiling bad.glsl with glslc failed", "bad.glsl:4: error: 'undefined_x' : undeclared identifier")
 
 
 def test_unknown_vulkan_target_is_refused_before_iree_compile_crashes_on_it(cli, tmp_path):
