@@ -359,11 +359,18 @@ def hip_status() -> tuple[bool, str]:
     return False, "no usable AMD GPU (HIP runtime libamdhip64.so or device absent)"
 
 
+def vulkan_status() -> tuple[bool, str]:
+    from .vulkan import status
+
+    return status()
+
+
+# Driver -> (probe, what to do when it finds nothing usable).
 _DEVICE_CHECKS = {
-    "cuda": (lambda: cuda_status(), "run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found"),
-    "hip": (lambda: hip_status(), "run on a machine with an AMD GPU and ROCm; `pyree-build doctor` shows what is found"),
+    "cuda": (cuda_status, "run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found"),
+    "hip": (hip_status, "run on a machine with an AMD GPU and ROCm; `pyree-build doctor` shows what is found"),
     "vulkan": (
-        lambda: __import__("pyree_build.vulkan", fromlist=["status"]).status(),
+        vulkan_status,
         "install a Vulkan driver (CPU-only Debian: apt-get install mesa-vulkan-drivers); `pyree-build doctor` lists Vulkan devices",
     ),
 }
