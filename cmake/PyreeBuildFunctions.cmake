@@ -208,7 +208,97 @@ function(pyree_cuda_ptx)
   _pyree_fan_out(${ARG_NAME} ptx PTX "${_srcs}" --sm "${ARG_SMS}" "<stem>_sm_<v>.ptx" ${_flags} ${_c_flags})
 endfunction()
 
-# pyree_iree_module(NAME <name> SRC <mlir> TARGET llvm-cpu|cuda [SM <sm>] [CPU generic|host]
+# pyree_cuda_bitcode(NAME <name> SRCS <cu>... SMS <sm>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
+# NVPTX LLVM bitcode per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>_sm_<N>.bc (no
+# CUDA SDK), for pyree_iree_module(... TARGET cuda LINK_BITCODE <name>), which links the files of its SM.
+function(pyree_cuda_bitcode)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "pyree_cuda_bitcode(${ARG_NAME}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  _pyree_require(pyree_cuda_bitcode NAME SRCS SMS)
+  _pyree_absolute(_srcs ${ARG_SRCS})
+  _pyree_c_flags(_flags)
+  list(TRANSFORM ARG_SMS REPLACE "^sm_" "")
+  _pyree_fan_out(${ARG_NAME} bitcode "CUDA bitcode" "${_srcs}" --sm "${ARG_SMS}" "<stem>_sm_<v>.bc" ${_flags})
+endfunction()
+
+# pyree_vulkan_spirv(NAME <name> SRCS <glsl>... [COMPILER glslang|glslc]
+#                    [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
+# One validated SPIR-V module per GLSL compute shader in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>.spv;
+# a module that DEPENDS on <name> finds them by search path.
+function(pyree_vulkan_spirv)
+  cmake_parse_arguments(ARG "" "NAME;COMPILER" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "pyree_vulkan_spirv(${ARG_NAME}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  _pyree_require(pyree_vulkan_spirv NAME SRCS)
+  _pyree_absolute(_srcs ${ARG_SRCS})
+  _pyree_c_flags(_flags)  # -I and -D mean the same to glslang and glslc
+  if(ARG_COMPILER)
+    list(APPEND _flags --compiler "${ARG_COMPILER}")
+  endif()
+  set(_dir "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}")
+  set(_all "")
+  foreach(_src IN LISTS _srcs)
+    get_filename_component(_stem "${_src}" NAME_WE)
+    _pyree_action("${_dir}/${_stem}.spv" "${_src}" "SPIR-V ${_stem}" spirv ${_flags} "${_src}" -o "${_dir}")
+    list(APPEND _all "${_dir}/${_stem}.spv")
+  endforeach()
+  _pyree_artifact_target(${ARG_NAME} "${_all}" "${_dir}")
+endfunction()
+
+# pyree_hip_hsaco(NAME <name> SRCS <cu|hip>... GFX <gfx>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
+# One AMDGPU code object per source and gfx in ${CMAKE_CURRENT_BINARY_DIR}/<name>/gfx<N>/<stem>.co,
+# each checked to be for its gfx. A module with TARGET hip and GFX <N> that DEPENDS on <name>
+# takes the objects of its own gfx.
+function(pyree_hip_hsaco)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;GFX;INCLUDE_DIRS;DEFINES" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "pyree_hip_hsaco(${ARG_NAME}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  _pyree_require(pyree_hip_hsaco NAME SRCS GFX)
+  _pyree_absolute(_srcs ${ARG_SRCS})
+  _pyree_c_flags(_flags)
+  list(TRANSFORM ARG_GFX REPLACE "^gfx" "")
+  _pyree_fan_out(${ARG_NAME} hsaco "HIP code objects" "${_srcs}" --gfx "${ARG_GFX}" "gfx<v>/<stem>.co" ${_flags})
+endfunction()
+
+# pyree_iree_module's VULKAN_TARGET, GFX and LINK_BITCODE (a pyree_cuda_bitcode target or a file).
+macro(_pyree_gpu_module_args args_var deps_var)
+  set(${deps_var} "")
+  if(ARG_VULKAN_TARGET)
+    list(APPEND ${args_var} --vulkan-target "${ARG_VULKAN_TARGET}")
+  endif()
+  if(ARG_GFX)
+    list(APPEND ${args_var} --gfx "${ARG_GFX}")
+  endif()
+  foreach(_bc IN LISTS ARG_LINK_BITCODE)
+    if(TARGET "${_bc}")
+      list(APPEND ARG_DEPENDS "${_bc}")  # build order; its output also becomes a file dependency
+    endif()
+    _pyree_artifact("${_bc}" _bc_files)
+    if(TARGET "${_bc}")
+      # A pyree_cuda_bitcode target holds one file per sm: link those of this module's sm.
+      set(_bc_sm "${ARG_SM}")
+      if(NOT _bc_sm)
+        set(_bc_sm 80)
+      endif()
+      string(REGEX REPLACE "^sm_" "" _bc_sm "${_bc_sm}")
+      list(FILTER _bc_files INCLUDE REGEX "_sm_${_bc_sm}\\.bc$")
+      if(NOT _bc_files)
+        message(FATAL_ERROR "pyree_iree_module(${ARG_NAME}): LINK_BITCODE ${_bc} has no bitcode for sm_${_bc_sm}; add ${_bc_sm} to its SMS")
+      endif()
+    endif()
+    foreach(_bc_file IN LISTS _bc_files)
+      list(APPEND ${args_var} --link-bitcode "${_bc_file}")
+      list(APPEND ${deps_var} "${_bc_file}")
+    endforeach()
+  endforeach()
+endmacro()
+
+# pyree_iree_module(NAME <name> SRC <mlir> TARGET llvm-cpu|cuda|vulkan|hip [SM <sm>] [CPU generic|host]
+#                   [VULKAN_TARGET auto|<name>] [GFX <gfx>] [LINK_BITCODE <target-or-file>...]
 #                   [OBJECT_SEARCH_PATHS <dir>...] [DEPENDS <target-or-file>...]
 #                   [SUBSTITUTE <executable>=<file>...] [FLAGS <iree-compile flag>...] [OUTPUT <file>]
 #                   [TRANSFORM_SPEC <spec.mlir>] [PDL_SPEC <spec.mlir>] [EXPECT_IMPORTS <name>...]
@@ -221,7 +311,7 @@ endfunction()
 # PREPROCESS runs iree-opt with that pipeline first (files it names: absolute paths, e.g.
 # ${CMAKE_CURRENT_SOURCE_DIR}/spec.pdl.mlir; they are tracked through the depfile).
 function(pyree_iree_module)
-  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT;TRANSFORM_SPEC;PDL_SPEC;PREPROCESS" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE;EXPECT_IMPORTS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT;TRANSFORM_SPEC;PDL_SPEC;PREPROCESS;VULKAN_TARGET;GFX" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE;EXPECT_IMPORTS;LINK_BITCODE" ${ARGN})
   _pyree_require(pyree_iree_module NAME SRC TARGET)
   _pyree_absolute(_src "${ARG_SRC}")
   if(ARG_OUTPUT)
@@ -236,8 +326,9 @@ function(pyree_iree_module)
   if(ARG_CPU)
     list(APPEND _args --cpu "${ARG_CPU}")
   endif()
+  _pyree_gpu_module_args(_args _bitcode_deps)
   _pyree_absolute(_search ${ARG_OBJECT_SEARCH_PATHS})
-  set(_file_deps "${_src}")
+  set(_file_deps "${_src}" ${_bitcode_deps})
   foreach(_spec_kind TRANSFORM_SPEC PDL_SPEC)
     if(ARG_${_spec_kind})
       _pyree_absolute(_spec "${ARG_${_spec_kind}}")
@@ -299,12 +390,12 @@ function(pyree_iree_module)
 endfunction()
 
 # pyree_add_run_test(NAME <test> MODULE <target-or-vmfb> FUNCTION <f> [INPUTS <spec>...]
-#                    [PLUGINS <target-or-file>...] [DEVICE local-sync|local-task|cuda]
+#                    [PLUGINS <target-or-file>...] [DEVICE local-sync|local-task|cuda|vulkan|hip]
 #                    [EXPECT <text>...] [CHECK_FILE <file>] [CHECK_PREFIXES <prefix>...]
 #                    [LABELS <label>...])
 # EXPECT: each text appears within one output line (a substring). CHECK_PREFIXES select
 # the CHECK_FILE's lines (e.g. CHECK-SYSTEM), as FileCheck's --check-prefix.
-# A ctest that runs the function and checks its output. Labelled `cpu` or `cuda` by device;
+# A ctest that runs the function and checks its output. Labelled `cpu`, `cuda`, `vulkan` or `hip` by device;
 # a test whose device is absent (no GPU) is reported by ctest as skipped, never passed.
 function(pyree_add_run_test)
   cmake_parse_arguments(ARG "" "NAME;MODULE;FUNCTION;DEVICE;CHECK_FILE" "INPUTS;PLUGINS;EXPECT;LABELS;CHECK_PREFIXES" ${ARGN})
@@ -327,8 +418,8 @@ function(pyree_add_run_test)
   endforeach()
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} run "${_module}" ${_args}
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")
-  if(ARG_DEVICE STREQUAL "cuda")
-    set(_labels cuda)
+  if(ARG_DEVICE MATCHES "^(cuda|vulkan|hip)")
+    set(_labels ${CMAKE_MATCH_1})
   else()
     set(_labels cpu)
   endif()

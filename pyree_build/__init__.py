@@ -17,6 +17,11 @@ def _run(module, function, inputs=(), *, plugins=(), device="local-sync", in_pro
     In this process through iree.runtime by default; `in_process=False` runs
     iree-run-module instead (inputs must then be `--input` spec strings).
     """
+    if in_process and device.split("://", 1)[0] == "vulkan":
+        # IREE's Python runtime cannot read Vulkan results back on every device (lavapipe).
+        from .iree import run_to_arrays
+
+        return run_to_arrays(module, function, inputs, plugins=plugins, device=device)
     if in_process:
         from .inprocess import run as run_in_process
 
@@ -31,6 +36,9 @@ _VERBS = {
     "plugin": (".cpu", "plugin"),
     "objects": (".cpu", "objects"),
     "ptx": (".cuda", "ptx"),
+    "spirv": (".spirv", "spirv"),
+    "hsaco": (".hip", "hsaco"),
+    "bitcode": (".bitcode", "bitcode"),
     "compile": (".iree", "compile"),
     "dump": (".executables", "dump"),
     "bench": (".bench", "bench"),
@@ -51,4 +59,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
 
-__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "compile", "run", "fatelf", "dump", "bench", "new"]
+__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "fatelf", "dump", "bench", "new"]

@@ -114,11 +114,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", required=True, help="e.g. 80")
     _common(p)
 
+    p = sub.add_parser("spirv", help="GLSL compute shaders -> SPIR-V (.spv), validated with spirv-val")
+    p.add_argument("sources", nargs="+", metavar="SHADER.glsl")
+    p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>.spv")
+    p.add_argument("--compiler", choices=("glslang", "glslc"), default="glslang", help="glslang (default; pip) or glslc (shaderc)")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
+    p.add_argument("--depfile")
+    _common(p)
+
+    p = sub.add_parser("hsaco", help="HIP source -> one AMDGPU code object per gfx (zig clang + iree-lld, no ROCm)")
+    p.add_argument("source", metavar="SRC.cu|SRC.hip")
+    p.add_argument("--gfx", dest="gfxs", action="append", required=True, help="e.g. 942 or gfx942 (repeatable)")
+    p.add_argument("-o", "--output-dir", required=True, help="writes DIR/gfx<N>/<stem>.co")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
+    p.add_argument("--depfile")
+    p.add_argument("-j", "--jobs", type=int, default=None)
+    _common(p)
+
+    p = sub.add_parser("bitcode", help="CUDA device code -> NVPTX LLVM bitcode per sm (zig clang, no CUDA SDK), for compile --link-bitcode")
+    p.add_argument("source", metavar="SRC.cu")
+    p.add_argument("--sm", dest="sms", action="append", required=True, help="e.g. 80 or sm_80 (repeatable)")
+    p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>_sm_<N>.bc")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
+    p.add_argument("--depfile")
+    p.add_argument("-j", "--jobs", type=int, default=None)
+    _common(p)
+
+    p = sub.add_parser("code-objects", help="list the AMDGPU code objects a .vmfb embeds; --gfx N checks one is there")
+    p.add_argument("module", metavar="MODULE.vmfb")
+    p.add_argument("--gfx", dest="gfxs", action="append", default=[], help="fail unless a code object for this gfx is embedded (repeatable)")
+    _common(p)
+
     p = sub.add_parser("compile", help="MLIR -> .vmfb with iree-compile (extra iree-compile flags after --)")
     p.add_argument("source", metavar="IN.mlir")
     p.add_argument("-o", "--output", required=True, metavar="OUT.vmfb")
-    p.add_argument("--target", choices=("llvm-cpu", "cuda"), default="llvm-cpu")
+    p.add_argument("--target", choices=("llvm-cpu", "cuda", "vulkan", "hip"), default="llvm-cpu")
     p.add_argument("--cpu", default="generic", help="llvm-cpu target CPU: generic (portable, default) or host")
+    p.add_argument("--vulkan-target", default=None, help="vulkan: auto (default: the Vulkan device here), llvmpipe, ampere, rdna3, ...")
+    p.add_argument("--gfx", default=None, help="hip target gfx (default 942)")
+    p.add_argument("--link-bitcode", dest="link_bitcode", action="append", default=[], metavar="FILE.bc", help="LLVM bitcode to link into the generated GPU code (repeatable)")
     p.add_argument("--sm", default=None, help="cuda target sm (default 80)")
     p.add_argument("--object-search-path", dest="object_search_paths", action="append", default=[], metavar="DIR")
     p.add_argument(
@@ -143,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--function", required=True)
     p.add_argument("--input", dest="inputs", action="append", default=[], metavar="SPEC", help='e.g. "8xf32=2" (repeatable)')
     p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="PATH", help="--executable_plugin (repeatable; later ones are tried first)")
-    p.add_argument("--device", default="local-sync", choices=("local-sync", "local-task", "cuda"))
+    p.add_argument("--device", default="local-sync", choices=("local-sync", "local-task", "cuda", "vulkan", "hip"))
     p.add_argument(
         "--expect", action="append", default=[], metavar="TEXT",
         help="TEXT must appear within one output line, as a substring; runs of whitespace compare equal (repeatable)",
@@ -272,6 +309,44 @@ def _cmd_cuda_target(a: argparse.Namespace) -> None:
     print(iree.cuda_target_attr(a.sm))
 
 
+def _cmd_spirv(a: argparse.Namespace) -> None:
+    from . import spirv
+
+    for out in spirv.spirv(a.sources, a.output_dir, compiler=a.compiler, include_dirs=a.include_dirs, defines=a.defines, depfile=a.depfile):
+        tools.log_step(f"wrote {out}")
+
+
+def _cmd_hsaco(a: argparse.Namespace) -> None:
+    from . import hip
+
+    outs = hip.hsaco(a.source, a.gfxs, a.output_dir, include_dirs=a.include_dirs, defines=a.defines, depfile=a.depfile, jobs=a.jobs)
+    for out in outs:
+        tools.log_step(f"wrote {out}")
+
+
+def _cmd_bitcode(a: argparse.Namespace) -> None:
+    from . import bitcode
+
+    outs = bitcode.bitcode(a.source, a.sms, a.output_dir, include_dirs=a.include_dirs, defines=a.defines, depfile=a.depfile, jobs=a.jobs)
+    for out in outs:
+        tools.log_step(f"wrote {out}")
+
+
+def _cmd_code_objects(a: argparse.Namespace) -> None:
+    from . import hip
+
+    objects = hip.embedded_code_objects(a.module)
+    print(hip.describe(objects))
+    have = {o.gfx for o in objects}
+    missing = [g for g in dict.fromkeys(hip.normalize_gfx(x) for x in a.gfxs) if g not in have]
+    if missing:
+        raise PyreeError(
+            f"the module embeds no code object for {', '.join(missing)}",
+            file=a.module,
+            fix="compile it with --target hip --gfx N for that gfx, with the code objects from `pyree-build hsaco --gfx N`",
+        )
+
+
 def _cmd_compile(a: argparse.Namespace) -> None:
     from . import iree
 
@@ -279,6 +354,7 @@ def _cmd_compile(a: argparse.Namespace) -> None:
         a.source, a.output, target=a.target, cpu=a.cpu, sm=a.sm, object_search_paths=a.object_search_paths,
         flags=a.extra, depfile=a.depfile, substitutions=a.substitutions, substitute_from=a.substitute_from,
         transform_spec=a.transform_spec, pdl_spec=a.pdl_spec, expect_imports=a.expect_imports, preprocess=a.preprocess,
+        vulkan_target=a.vulkan_target, gfx=a.gfx, link_bitcode=a.link_bitcode,
     )  # fmt: skip
     tools.log_step(f"wrote {out}")
 
@@ -348,6 +424,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "dump": _cmd_dump,
     "bench": _cmd_bench,
     "cuda-target": _cmd_cuda_target,
+    "spirv": _cmd_spirv,
+    "hsaco": _cmd_hsaco,
+    "bitcode": _cmd_bitcode,
+    "code-objects": _cmd_code_objects,
     "compile": _cmd_compile,
     "run": _cmd_run,
     "imports": _cmd_imports,

@@ -18,6 +18,9 @@ CHECKS: list[tuple[str, Callable[[], tools.Tool], bool, str, str]] = [
     ("nvrtc", tools.nvrtc, False, ".cu -> PTX without a CUDA SDK (default)", tools.INSTALL_NVRTC),
     ("nvcc", tools.nvcc, False, ".cu -> PTX (--compiler nvcc)", tools.INSTALL_NVCC),
     ("ptxas", tools.ptxas, False, "checks PTX at build time (--verify)", tools.INSTALL_PTXAS),
+    ("glslang", lambda: tools.glsl_compiler("glslang"), False, "GLSL -> SPIR-V (pyree-build spirv)", tools.INSTALL_GLSLANG),
+    ("glslc", lambda: tools.glsl_compiler("glslc"), False, "GLSL -> SPIR-V (spirv --compiler glslc)", tools.INSTALL_GLSLC),
+    ("spirv-val", tools.spirv_val, False, "validates SPIR-V (pyree-build spirv)", tools.INSTALL_SPIRV_VAL),
     ("cmake", tools.cmake, True, "builds the samples and downstream projects", "pip install cmake"),
     ("ctest", tools.ctest, True, "runs the sample tests", "pip install cmake"),
     ("ninja", tools.ninja, True, "CMake generator", "pip install ninja"),
@@ -48,6 +51,13 @@ def report() -> int:
     else:
         print(f"no GPU   {'cuda GPU':<{width}}  {'not usable':<12} {reason}")
         print(f"{'':9}{'':<{width}}  for: running CUDA modules; needs: an NVIDIA GPU and its driver (libcuda.so)")
+    from .vulkan import status as vulkan_status
+
+    vk_usable, vk_reason = vulkan_status()
+    if vk_usable:
+        print(f"ok       {'vulkan':<{width}}  {'usable':<12} {vk_reason}")
+    else:
+        print(f"absent   {'vulkan':<{width}}  {'-':<12} {vk_reason}")
     if missing_required:
         print(f"\nrequired tools missing: {', '.join(missing_required)} (see the install commands above)")
         return 1

