@@ -185,7 +185,7 @@ def compile_inputs(source: Path, argv: Sequence[str], *, cwd: PathLike | None = 
     search: list[Path] = []
     for name, values in _flag_values(argv):
         if name and _OUTPUT_FLAG.search(name):
-            found.refuse(f"{name} makes iree-compile write files that a cache hit would not")
+            found.refuse(f"{name} makes iree-compile write files that a stored result could not restore")
             continue
         existing = False
         for value in values:
