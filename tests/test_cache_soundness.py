@@ -513,3 +513,44 @@ def test_host_cpu_is_opt_in_and_keyed_by_the_cpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cache, "host_cpu", lambda: "x86_64/Some Other CPU/features:0")
     cpu.plugin([src], tmp_path / "base_again.so")  # baseline code does not depend on the CPU
     assert "cache hit" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cmake_rebuilds_agree_with_the_cache_for_a_spec_and_an_object_after_a_comment(tmp_path):
+    """Editing a transform spec passed through FLAGS, or the C behind an object that the
+    program references after a `//` comment, rebuilds the module and changes the ctest result."""
+    from test_cmake import build, configure, ctest_run, write_project
+
+    src, out = tmp_path / "src", tmp_path / "build"
+    write_project(
+        src, "cache_agrees",
+        "pyree_iree_module(NAME spec_module SRC prog.mlir TARGET llvm-cpu\n"
+        "  FLAGS --iree-preprocessing-transform-spec-filename=${CMAKE_CURRENT_SOURCE_DIR}/spec.mlir)\n"
+        'pyree_add_run_test(NAME spec_run MODULE spec_module FUNCTION main INPUTS "8xf32=4" EXPECT "8xf32=4 4 4 4 4 4 4 4")\n'
+        "pyree_cpu_objects(NAME functions SRCS functions.c ARCHS x86_64 aarch64 riscv64)\n"
+        "pyree_iree_module(NAME objects_module SRC example.mlir TARGET llvm-cpu DEPENDS functions)\n"
+        'pyree_add_run_test(NAME objects_run MODULE objects_module FUNCTION mixed_invocation INPUTS "8xf32=2" "8xf32=4" '
+        'EXPECT "8xf32=96 96 96 96 96 96 96 96")\n',
+        {"functions.c": EMBEDDED / "functions.c"},
+    )  # fmt: skip
+    spec_project_files = spec_project(tmp_path / "spec_files")
+    (src / "prog.mlir").write_text(spec_project_files[0].read_text())
+    (src / "spec.mlir").write_text(SPEC)
+    commented_embedded(src)
+    configure(src, out)
+    build(out)
+    assert ctest_run(out).returncode == 0
+    assert "no work to do" in build(out)
+    first_spec, first_objects = (out / "spec_module.vmfb").read_bytes(), (out / "objects_module.vmfb").read_bytes()
+
+    time.sleep(1.1)  # coarse mtime filesystems
+    (src / "spec.mlir").write_text(SPEC.replace("math.absf", "math.sqrt"))
+    (src / "functions.c").write_text(
+        (EMBEDDED / "functions.c").read_text().replace("lhs[lhs_offset + i] * rhs[rhs_offset + i]", "lhs[lhs_offset + i] * rhs[rhs_offset + i] * 2.0f")
+    )
+    log = build(out)
+    assert log.count("pyree_build compile") == 2, log
+    assert (out / "spec_module.vmfb").read_bytes() != first_spec and (out / "objects_module.vmfb").read_bytes() != first_objects
+    result = ctest_run(out, "--output-on-failure")
+    assert result.returncode != 0, result.stdout
+    assert "8xf32=2 2 2 2 2 2 2 2" in result.stdout and "8xf32=320" in result.stdout, result.stdout  # sqrt(4); 2*4*2 ... = 320
