@@ -554,3 +554,11 @@ def test_cmake_rebuilds_agree_with_the_cache_for_a_spec_and_an_object_after_a_co
     result = ctest_run(out, "--output-on-failure")
     assert result.returncode != 0, result.stdout
     assert "8xf32=2 2 2 2 2 2 2 2" in result.stdout and "8xf32=320" in result.stdout, result.stdout  # sqrt(4); 2*4*2 ... = 320
+
+
+def test_cpu_host_for_a_standalone_plugin_is_refused(cli, tmp_path):
+    from conftest import assert_clean_error
+
+    result = cli("plugin", "--kind", "standalone", "--cpu", "host", PLUGIN_SAMPLE / "standalone_plugin.c", "-o", tmp_path / "p.sos")
+    assert_clean_error(result, "--cpu host applies to system plugins only", "drop --cpu")
+    assert not (tmp_path / "p.sos").exists()
