@@ -530,15 +530,16 @@ def test_cmake_rebuilds_agree_with_the_cache_for_a_spec_and_an_object_after_a_co
         "pyree_cpu_objects(NAME functions SRCS functions.c ARCHS x86_64 aarch64 riscv64)\n"
         "pyree_iree_module(NAME objects_module SRC example.mlir TARGET llvm-cpu DEPENDS functions)\n"
         'pyree_add_run_test(NAME objects_run MODULE objects_module FUNCTION mixed_invocation INPUTS "8xf32=2" "8xf32=4" '
-        'EXPECT "8xf32=96 96 96 96 96 96 96 96")\n',
-        {"functions.c": EMBEDDED / "functions.c"},
+        'EXPECT "8xf32=96 96 96 96 96 96 96 96")\n'
+        "pyree_cpu_plugin(NAME host_plugin SYSTEM CPU host SRCS system_plugin.c)\n",
+        {"functions.c": EMBEDDED / "functions.c", "system_plugin.c": PLUGIN_SAMPLE / "system_plugin.c"},
     )  # fmt: skip
     spec_project_files = spec_project(tmp_path / "spec_files")
     (src / "prog.mlir").write_text(spec_project_files[0].read_text())
     (src / "spec.mlir").write_text(SPEC)
     commented_embedded(src)
     configure(src, out)
-    build(out)
+    assert "--cpu host" in build(out)
     assert ctest_run(out).returncode == 0
     assert "no work to do" in build(out)
     first_spec, first_objects = (out / "spec_module.vmfb").read_bytes(), (out / "objects_module.vmfb").read_bytes()
