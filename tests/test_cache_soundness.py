@@ -563,3 +563,23 @@ def test_cpu_host_for_a_standalone_plugin_is_refused(cli, tmp_path):
     result = cli("plugin", "--kind", "standalone", "--cpu", "host", PLUGIN_SAMPLE / "standalone_plugin.c", "-o", tmp_path / "p.sos")
     assert_clean_error(result, "--cpu host applies to system plugins only", "drop --cpu")
     assert not (tmp_path / "p.sos").exists()
+
+
+def test_large_inputs_are_keyed_by_content_not_size_and_mtime(tmp_path):
+    """Two equal-size programs over 4 MiB swapped with their mtime kept (`cp -p`)."""
+    padding = "// " + "x" * 1021 + "\n"
+    big = padding * 4300  # 4.4 MB of comment: over the old 4 MiB size-and-mtime threshold
+    negate = SPEC_PROGRAM
+    absolute = SPEC_PROGRAM.replace("arith.negf %in : f32", "math.absf %in : f32 ")
+    assert len(negate) == len(absolute)
+    src = tmp_path / "prog.mlir"
+    out = tmp_path / "m.vmfb"
+    cache = tmp_path / "cache"
+    stamp = 1_700_000_000
+    results = []
+    for program in (negate, absolute):
+        src.write_text(big + program)
+        os.utime(src, (stamp, stamp))
+        got, _ = same_as_uncached(["compile", src, "-o", out], [out], cache)
+        results.append(got)
+    assert results[0] != results[1]
