@@ -4,7 +4,6 @@ strings cannot hide or fake one), files and directories named by pass-through fl
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
