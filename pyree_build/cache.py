@@ -252,7 +252,10 @@ def _open_cache(root: Path) -> Path | None:
     if is_cache_dir(root):
         return root
     try:
-        if root.is_symlink() or root.exists() and (not root.is_dir() or any(root.iterdir())):
+        # Another build may be marking a new directory right now: its temporary tag does
+        # not make the directory someone else's, and its finished tag makes it ours.
+        others = root.is_dir() and any(not p.name.startswith(f".{_TAG}.") for p in root.iterdir())
+        if root.exists() and not root.is_dir() or others and not is_cache_dir(root):
             tools.log_step(
                 f"  note: not caching: {CACHE_ENV} names {root}, which is not a pyree_build cache "
                 f"(it has no {_TAG} written by pyree_build); point {CACHE_ENV} at a new or empty directory"

@@ -406,6 +406,24 @@ def test_concurrent_identical_builds_leave_no_temporary_files(tmp_path):
     assert hidden == []
 
 
+def test_concurrent_builds_on_a_new_cache_all_use_it(tmp_path):
+    """Builds started together on a fresh cache directory: each one either marks it or sees it
+    marked; none mistakes another's half-written mark for someone else's directory."""
+    cache = tmp_path / "fresh"
+    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=str(REPO))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pyree_build", "plugin", PLUGIN_SAMPLE / "system_plugin.c", "-D", f"N={i}", "-o", tmp_path / f"p{i}.so"],
+            env=env, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(4)
+    ]  # fmt: skip
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and "not caching" not in err, err
+    assert len(list((cache / "entries").iterdir())) == 4
+
+
 # --- Outputs are copies; the cache is robust to junk --------------------------------------
 
 
