@@ -460,7 +460,7 @@ def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str,
         if final_dir.exists() or final_dir.is_symlink():
             _note(f"replacing damaged entry {final_dir}")
             _discard(final_dir)
-        tmp_dir = entries / f".{entry}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        tmp_dir = _temp_name(final_dir)  # also sweeps what killed writers of this entry left
         tmp_dir.mkdir()
         try:
             for i, (src, want) in enumerate(zip(private, output_hashes)):
