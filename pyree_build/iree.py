@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from . import checks, tools
-from .cache import atomic_output, cached_action, remove_stale, scratch_dir, write_depfile
+from .cache import cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
+from .inputs import compile_inputs, referenced_objects, resolve_object
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,22 +67,6 @@ def target_flags(
     raise PyreeError(f"unknown target '{target}'", fix=f"use one of: {', '.join(TARGETS)}")
 
 
-_OBJECT_PATH = re.compile(r'#hal\.executable\.object<\{\s*path\s*=\s*"(?P<path>[^"]+)"(?P<rest>[^>]*)>')
-
-
-def referenced_objects(mlir_text: str) -> list[str]:
-    """Object paths an MLIR program references without embedding their data."""
-    return list(dict.fromkeys(m["path"] for m in _OBJECT_PATH.finditer(mlir_text) if "data" not in m["rest"]))
-
-
-def resolve_object(path: str, search_paths: Sequence[PathLike]) -> tuple[Path | None, list[Path]]:
-    """Where iree-compile would find an object: absolute, then the cwd, then each search path."""
-    p = Path(path)
-    tried = [p] if p.is_absolute() else [Path.cwd() / p, *(Path(s).resolve() / p for s in search_paths)]
-    for candidate in tried:
-        if candidate.is_file():
-            return candidate, tried
-    return None, tried
 
 
 _NOT_FOUND_OBJECT = re.compile(r'object file not found.*?#hal\.executable\.object<\{path = "([^"]+)"')
@@ -280,20 +265,23 @@ def compile(  # noqa: A001 - mirrors the CLI verb
                 "fields (wrong results or a crash); add `attributes {llvm.bareptr = true}` (docs/writing-an-import.md)",
                 file=sys.stderr,
             )
-    # Where each referenced object resolves to now (cwd, then search paths) is part of the
-    # key; the objects' bytes are dependencies, so an edited object is a miss.
-    objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
     if target == "hip":
         from .hip import check_module_objects
 
+        objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
         check_module_objects(objects, gfx_dir)  # iree-compile embeds an object for any gfx
 
     # Generated CUDA code that calls into bitcode compiles even when a call stays unresolved
     # (only the driver would fail): check its PTX at build time. The dump directory is
     # scratch, so it stays out of the cache key.
     check_ptx = target == "cuda" and bool(bitcode or "iree_codegen.ukernel" in text)
+    # Every file iree-compile will read (objects the MLIR references, specs and other files
+    # named by flags) and where each name resolved: keyed by content, listed in the depfile.
+    reads = compile_inputs(src, argv_tail)
+    tools_used = [compiler, *([tools.iree_opt()] if pipeline is not None else [])]
 
-    def build_it() -> list[str]:
+    def build_it(private: list[Path]) -> list[str]:
+        (tmp,) = private
         with contextlib.ExitStack() as stack:
             compile_src = src
             if pipeline is not None:
@@ -301,13 +289,11 @@ def compile(  # noqa: A001 - mirrors the CLI verb
 
                 compile_src = stack.enter_context(scratch_dir(out.parent, out.name)) / f"{src.stem}.preprocessed.mlir"
                 run_preprocess(src, pipeline, compile_src)
-            compile_it(compile_src)
-        extra_tools = [str(tools.iree_opt().path)] if pipeline is not None else []
-        return [str(src), *map(str, objects), *map(str, bitcode), *map(str, substituted), *map(str, spec_files), str(compiler.path), *extra_tools,
-                *map(str, tools.package_files())]  # fmt: skip
+            compile_it(compile_src, tmp)
+        return [str(src), *map(str, reads.files), *map(str, bitcode), *map(str, substituted), *map(str, spec_files)]
 
-    def compile_it(compile_src: Path) -> None:
-        with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"), contextlib.ExitStack() as stack:
+    def compile_it(compile_src: Path, tmp: Path) -> None:
+        with tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"), contextlib.ExitStack() as stack:
             dump = stack.enter_context(scratch_dir(out.parent, out.name)) if check_ptx else None
             tools.spawn(
                 compiler.command(compile_src, *argv_tail, *([f"--iree-hal-dump-executable-binaries-to={dump}"] if dump else []), "-o", tmp),
@@ -322,10 +308,13 @@ def compile(  # noqa: A001 - mirrors the CLI verb
 
                 check_cuda_module(src, sorted(dump.glob("*.ptx")), normalize_sm(sm or DEFAULT_CUDA_SM), bitcode, dump)
 
-    key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
+    key = [*argv_tail, *reads.resolution]
     if pipeline is not None:
-        key += [f"preprocess={pipeline}", tools.iree_opt().identity()]
-    deps = cached_action("compile", key=key, inputs=[src], outputs=[out], build=build_it)
+        key.append(f"preprocess={pipeline}")
+    deps = cached_action(
+        "compile", key=key, inputs=[src, *reads.files, *bitcode, *substituted, *spec_files], outputs=[out],
+        build=build_it, tools_used=tools_used, uncacheable=reads.uncacheable,
+    )  # fmt: skip
     if expect_imports:
         from .imports import require_imports
 
