@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
+from .cache import cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .cuda import normalize_sm
 from .errors import PyreeError, require_file
 
@@ -63,7 +63,7 @@ def bitcode(
         "-O3", "-c", "-emit-llvm",
     ]  # fmt: skip
 
-    def build_it() -> list[str]:
+    def build_it(private: list[Path]) -> list[str]:
         with scratch_dir(out_dir, src.name) as build:
             no_sdk = build / "no-cuda-sdk"  # empty on purpose: see the module docstring
             no_sdk.mkdir()
@@ -84,14 +84,14 @@ def bitcode(
             with tools.Stopwatch(f"zig clang {src.name} -> bitcode sm {', '.join(map(str, sm_list))}"):
                 with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
                     built = dict(zip(sm_list, pool.map(one, sm_list)))
-            with atomic_outputs([outputs[sm] for sm in sm_list]) as tmps:
-                for sm, tmp in zip(sm_list, tmps):
-                    os.replace(built[sm][0], tmp)
-        deps = dict.fromkeys(str(Path(d).resolve()) for r in built.values() for d in r[1])
-        return [*deps, str(clang.path), *map(str, tools.package_files())]
+            for sm, tmp in zip(sm_list, private):  # renamed into place once all are written
+                os.replace(built[sm][0], tmp)
+        return list(dict.fromkeys(str(Path(d).resolve()) for r in built.values() for d in r[1]))
 
-    key = [*map(str, sm_list), *options, clang.identity()]
-    deps = cached_action("bitcode", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=build_it)
+    key = [*map(str, sm_list), *options]
+    deps = cached_action(
+        "bitcode", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=build_it, tools_used=[clang]
+    )
     if depfile:
         write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]

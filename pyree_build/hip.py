@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_outputs, cached_action, remove_stale, scratch_dir, write_depfile
+from .cache import cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
+from .inputs import c_includes
 
 PathLike = str | os.PathLike[str]
 
@@ -136,9 +137,10 @@ def hsaco(
         *(f"-D{d}" for d in defines), "-fuse-cuid=none", "-O3", "-mcode-object-version=5", "-emit-llvm", "-c",
     ]  # fmt: skip
 
-    def build_it() -> list[str]:
-        from .cuda import _quote_includes
+    # clang writes no depfile in this mode: the headers are found before it runs.
+    headers = c_includes(src, [src.parent, tools.include_dir(), *incs])
 
+    def build_it(private: list[Path]) -> list[str]:
         with scratch_dir(out_dir, src.name) as build:
 
             def one(gfx: str) -> Path:
@@ -169,13 +171,15 @@ def hsaco(
             with tools.Stopwatch(f"zig clang + iree-lld {src.name} -> {', '.join(gfx_list)}"):
                 with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
                     built = dict(zip(gfx_list, pool.map(one, gfx_list)))
-            with atomic_outputs([outputs[g] for g in gfx_list]) as tmps:
-                for g, tmp in zip(gfx_list, tmps):
-                    os.replace(built[g], tmp)
-        return [*_quote_includes(src, incs), str(clang.path), str(lld.path), *map(str, tools.package_files())]
+            for g, tmp in zip(gfx_list, private):  # renamed into place once all are written
+                os.replace(built[g], tmp)
+        return [str(h) for h in headers.files]
 
-    key = [*gfx_list, *options, clang.identity(), lld.identity()]
-    deps = cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=build_it)
+    key = [*gfx_list, *options, *headers.resolution]
+    deps = cached_action(
+        "hsaco", key=key, inputs=[src, *headers.files], outputs=[outputs[g] for g in gfx_list], build=build_it,
+        tools_used=[clang, lld], uncacheable=headers.uncacheable,
+    )  # fmt: skip
     if depfile:
         write_depfile(depfile, outputs[gfx_list[0]], deps)
     return [outputs[g] for g in gfx_list]

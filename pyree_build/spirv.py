@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
+from .cache import cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
@@ -61,7 +61,7 @@ def spirv(
     validator = tools.spirv_val()
     incs = [Path(d).resolve() for d in include_dirs]
 
-    def build_it() -> list[str]:
+    def build_it(private: list[Path]) -> list[str]:
         deps: dict[str, None] = {}
         with scratch_dir(out_dir, "spirv") as build:
             with tools.Stopwatch(f"{tool.name} {', '.join(s.name for s in srcs)} -> SPIR-V + spirv-val"):
@@ -80,13 +80,12 @@ def spirv(
                         fix=f"the compiler wrote SPIR-V that is not valid for {TARGET_ENV}; check the shader's extensions and types",
                     )
                     deps.update(dict.fromkeys([str(src), *(parse_depfile(dep) if dep.is_file() else [])]))
-            with atomic_outputs(outputs) as tmps:
-                for i, tmp in enumerate(tmps):
-                    os.replace(build / f"{i}.spv", tmp)
-        return [*(str(Path(d).resolve()) for d in deps), str(tool.path), str(validator.path), *map(str, tools.package_files())]
+            for i, tmp in enumerate(private):  # renamed into place once all are written
+                os.replace(build / f"{i}.spv", tmp)
+        return [str(Path(d).resolve()) for d in deps]
 
-    key = [compiler, *map(str, incs), *defines, *stems, tool.identity(), validator.identity()]
-    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=build_it)
+    key = [compiler, *map(str, incs), *defines, *stems]
+    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=build_it, tools_used=[tool, validator])
     if depfile:
         write_depfile(depfile, outputs[0], deps)
     return outputs
