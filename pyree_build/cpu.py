@@ -14,6 +14,7 @@ from . import tools
 from .cache import atomic_output, atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .elfcheck import ELF_MACHINES, check_plugin_elf, explain_undefined, host_arch, normalize_arch, probe_plugin, read_elf
 from .errors import PyreeError, require_file
+from .outputs import check_outputs
 
 PathLike = str | os.PathLike[str]
 
@@ -72,10 +73,13 @@ def _freestanding_target(cc: tools.Tool, arch: str) -> list[str]:
     )
 
 
-def _check_sources(sources: Sequence[PathLike]) -> list[Path]:
-    if not sources:
+def _check_sources(sources: Sequence[PathLike] | PathLike) -> list[Path]:
+    from . import args
+
+    listed = args.paths(sources, "C source")  # one str is one path, never its characters
+    if not listed:
         raise PyreeError("no C sources given", fix="pass at least one .c file")
-    return [require_file(s, "C source") for s in sources]
+    return [require_file(s, "C source") for s in listed]
 
 
 def _compile(cc: tools.Tool, source: Path, obj: Path, flags: Sequence[str]) -> list[str]:
@@ -108,7 +112,7 @@ def system_plugin(
 ) -> Path:
     """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime."""
     srcs = _check_sources(sources)
-    out = Path(output)
+    (out,) = check_outputs([output], srcs, depfile=depfile)
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
@@ -174,7 +178,7 @@ def standalone_plugin(
     """
     srcs = _check_sources(sources)
     arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs)) or [host_arch()]
-    out = Path(output)
+    (out,) = check_outputs([output], srcs, depfile=depfile)
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     lld = tools.iree_lld()
@@ -250,13 +254,16 @@ def objects(
     `allow_undefined` (functions the program itself provides).
     """
     src = _check_sources([source])[0]
-    out_dir = Path(output_dir)
+    from . import args
+
+    out_dir = args.path(output_dir, "output directory")
     arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs))
     if not arch_list:
         raise PyreeError("no --arch given", fix="pass --arch x86_64 --arch aarch64 (and/or riscv64)")
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     outs = {arch: out_dir / f"{src.stem}_{arch}.o" for arch in arch_list}
+    check_outputs(outs.values(), [src], depfile=depfile, output_dirs=[out_dir])
     for o in outs.values():
         remove_stale(o)
 

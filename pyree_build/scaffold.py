@@ -120,10 +120,13 @@ def _project_name(directory: Path, name: str | None) -> str:
 
 def new_project(directory: PathLike, *, name: str | None = None, force: bool = False) -> Path:
     """Write a downstream project into `directory` (which must not exist or be empty)."""
+    from . import args
+    from .outputs import check_output_dir, check_outputs
     from .sample_runner import samples_dir
 
-    target = Path(directory)
-    if target.exists() and any(target.iterdir()) and not force:
+    target = args.path(directory, "project directory")
+    check_output_dir(target, "project directory")
+    if target.is_dir() and any(target.iterdir()) and not force:
         raise PyreeError("directory is not empty", file=target, fix="choose a new directory, or pass --force to overwrite its files")
     project = _project_name(target.resolve(), name)
     plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
@@ -134,10 +137,15 @@ def new_project(directory: PathLike, *, name: str | None = None, force: bool = F
         "plugin.c": (plugin_sample / "system_plugin.c").read_text(encoding="utf-8"),
         "program.mlir": (plugin_sample / "example.mlir").read_text(encoding="utf-8"),
     }
+    # Every file is checked before any is written: --force replaces regular files only.
+    check_outputs([target / rel for rel in files])
     # Written next to the target and renamed in, so an interrupted `new` leaves no half project.
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become the project's mode
         for rel, text in files.items():
             (staging / rel).write_text(text, encoding="utf-8")
         if target.exists():
