@@ -122,12 +122,27 @@ def test_fatelf_outputs_never_replace_their_input(cli, project):
 # --- item 3: device nodes, FIFOs, directories -----------------------------------------------
 
 
-def test_dev_null_is_never_replaced(cli, project):
-    before = os.stat("/dev/null")
-    result = cli("plugin", "p.c", "-o", "/dev/null", cwd=project)
-    assert_clean_error(result, "/dev/null", "is a character device", "replaces only regular files")
-    after = os.stat("/dev/null")
-    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev and after.st_ino == before.st_ino
+def null_device(directory: Path) -> Path:
+    """A private null device (as root), so a regression can never replace the machine's
+    /dev/null while the test runs; without root /dev/null itself cannot be replaced."""
+    if os.geteuid() != 0:
+        return Path("/dev/null")
+    node = directory / "null"
+    os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return node
+
+
+@pytest.mark.parametrize("option", ["-o", "--depfile"])
+def test_a_device_node_like_dev_null_is_never_replaced(cli, project, option):
+    node = null_device(project)
+    before = snapshot(project)
+    node_before = os.stat(node)
+    argv = ["plugin", "p.c", "-o", node] if option == "-o" else ["plugin", "p.c", "-o", "x.so", "--depfile", node]
+    result = cli(*argv, cwd=project)
+    assert_clean_error(result, str(node), "is a character device", "replaces only regular files")
+    after = os.stat(node)
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == node_before.st_rdev and after.st_ino == node_before.st_ino
+    assert_intact(before, snapshot(project))
 
 
 @pytest.mark.parametrize("option", ["-o", "--depfile"])
