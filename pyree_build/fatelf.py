@@ -141,6 +141,8 @@ def _pad(n: int) -> bytes:
 
 def pack(elfs: Sequence[ElfInput]) -> bytes:
     """Build a FatELF from ELF files or ELF bytes, one per (machine, word size, byte order)."""
+    if isinstance(elfs, (str, os.PathLike, bytes, bytearray, memoryview)):
+        elfs = [elfs]  # one file, never its characters
     if not elfs:
         raise PyreeError("no ELF files to pack into a FatELF", fix="pass at least one ELF")
     if len(elfs) > MAX_RECORDS:
@@ -190,8 +192,8 @@ def write(output: PathLike, inputs: Sequence[ElfInput]) -> Path:
 
     from .outputs import check_outputs
 
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = [inputs]  # one path, never its characters
+    if isinstance(inputs, (str, os.PathLike, bytes, bytearray, memoryview)):
+        inputs = [inputs]  # one file, never its characters
     (out,) = check_outputs([output], [i for i in inputs if isinstance(i, (str, os.PathLike))])
     data = pack(inputs)  # before touching the output, so a bad input leaves nothing behind
     with atomic_output(out) as tmp:

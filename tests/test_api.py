@@ -109,6 +109,13 @@ def test_include_dirs_given_as_one_string_is_one_directory(tmp_path):
     assert out.is_file()
 
 
+def test_fatelf_takes_one_elf_without_a_list(tmp_path):
+    elf = pb.plugin(PLUGIN_SAMPLE / "standalone_plugin.c", tmp_path / "x.so", kind="standalone", archs="x86_64")
+    out = pb.fatelf.write(tmp_path / "x.sos", str(elf))
+    assert [r.arch for r in pb.fatelf.read(out)] == ["x86_64"]
+    assert pb.fatelf.pack(elf) == out.read_bytes()
+
+
 def test_one_arch_and_one_sm_need_no_list(tmp_path):
     outs = pb.objects(SAMPLES / "custom_dispatch" / "cpu" / "embedded" / "functions.c", tmp_path / "objs", archs="x86_64")
     assert [o.name for o in outs] == ["functions_x86_64.o"]
