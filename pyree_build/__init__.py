@@ -53,11 +53,14 @@ bench = _Verb("bench", ".bench", "bench", "Time a module's function (or every fu
 new = _Verb("new", ".scaffold", "new_project", "Write a downstream CMake project into a directory.", optional=("name",))
 
 
-def run(module: _Any, function: _Any, inputs: _Any = (), *, plugins: _Any = (), device: _Any = "local-sync", in_process: _Any = True) -> list:  # type: ignore[type-arg]
+def run(
+    module: _Any, function: _Any, inputs: _Any = (), *, plugins: _Any = (), device: _Any = "local-sync", in_process: _Any = True, **options: _Any
+) -> list:  # type: ignore[type-arg]
     """Run `function` of a .vmfb and return its results as numpy arrays.
 
     In this process through iree.runtime by default; `in_process=False` runs
-    iree-run-module instead (inputs must then be `--input` spec strings).
+    iree-run-module instead (inputs must then be `--input` spec strings). Other keyword
+    `options` go to the runner chosen (e.g. `expect` for iree-run-module), checked by name.
     """
     from . import args
 
@@ -72,11 +75,11 @@ def run(module: _Any, function: _Any, inputs: _Any = (), *, plugins: _Any = (), 
     if args.flag(in_process, "in_process"):
         from .inprocess import run as run_in_process
 
-        return run_in_process(mod, fn, items, plugins=plugin_paths, device=dev)
+        return args.checked_call(run_in_process, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
     from .iree import run as run_tool
 
     specs = args.strings(items, "inputs (with in_process=False, --input spec strings)")
-    return run_tool(mod, fn, inputs=specs, plugins=plugin_paths, device=dev).outputs
+    return args.checked_call(run_tool, (mod, fn), {"inputs": specs, "plugins": plugin_paths, "device": dev, **options}, verb="run").outputs
 
 
 _VERBS = ("plugin", "objects", "ptx", "compile", "run", "dump", "bench", "new")

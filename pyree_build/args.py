@@ -172,9 +172,12 @@ CHECKS = {
 }
 
 
-def checked_call(implementation, positional: tuple, keywords: dict, *, verb: str, optional: Sequence[str] = ()):  # type: ignore[no-untyped-def]
+def checked_call(  # type: ignore[no-untyped-def]
+    implementation, positional: tuple, keywords: dict, *, verb: str, optional: Sequence[str] = (), checked: Sequence[str] = ()
+):
     """Bind the caller's arguments to `implementation`'s signature, check each by its name
-    (CHECKS), and call it: a wrong argument is a PyreeError naming it, never a TypeError."""
+    (CHECKS), and call it: a wrong argument is a PyreeError naming it, never a TypeError.
+    Names in `optional` may be None; names in `checked` the caller has checked already."""
     import inspect
 
     try:
@@ -183,7 +186,7 @@ def checked_call(implementation, positional: tuple, keywords: dict, *, verb: str
         raise PyreeError(f"pb.{verb}: {exc}", fix=f"see help(pyree_build.{verb}) for its arguments") from None
     for name, value in bound.arguments.items():
         check = CHECKS.get(name)
-        if check is None or (value is None and name in optional):
+        if check is None or name in checked or (value is None and name in optional):
             continue
         bound.arguments[name] = check(value, name)
     return implementation(*bound.args, **bound.kwargs)

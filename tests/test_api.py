@@ -88,6 +88,23 @@ def test_a_wrong_argument_is_a_pyree_error(call, fragment):
     assert fragment in info.value.render()
 
 
+def test_one_item_where_a_list_is_taken_is_that_item():
+    from pyree_build import args
+
+    assert args.words(80, "sms") == ["80"] and args.words("sm_80", "sms") == ["sm_80"] and args.words([75, "80"], "sms") == ["75", "80"]
+    assert args.paths("inc", "include_dirs") == [Path("inc")] and args.paths(Path("a b"), "x") == [Path("a b")]
+    assert args.strings("NAME=1", "defines") == ["NAME=1"]
+
+
+def test_run_passes_other_options_to_the_runner_checked(system_module):
+    with pytest.raises(pb.PyreeError) as info:
+        pb.run(system_module, "mixed_invocation", ["8xf32=2", "8xf32=4"], in_process=False, expect=[3])
+    assert "expect must be strings" in info.value.render()
+    with pytest.raises(pb.PyreeError) as info:
+        pb.run(system_module, "mixed_invocation", [], bogus=True)
+    assert "unexpected keyword argument 'bogus'" in info.value.render()
+
+
 def test_a_source_given_as_one_string_is_one_path(tmp_path):
     with pytest.raises(pb.PyreeError) as info:
         pb.plugin(str(tmp_path / "p.c"), tmp_path / "x.so")
