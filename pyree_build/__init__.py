@@ -35,6 +35,12 @@ class _Verb:
 
         return checked_call(self._implementation(), positional, keywords, verb=self.__name__, optional=self._optional)
 
+    @property
+    def __signature__(self):  # type: ignore[no-untyped-def]
+        import inspect
+
+        return inspect.signature(self._implementation())  # what help() and IDEs show
+
     def __getattr__(self, name: str) -> _Any:
         if name.startswith("__"):
             raise AttributeError(name)

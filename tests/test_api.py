@@ -25,6 +25,13 @@ def test_dir_lists_every_verb():
     assert set(VERBS) <= set(pb.__all__)
 
 
+def test_verbs_show_their_arguments():
+    import inspect
+
+    assert list(inspect.signature(pb.plugin).parameters)[:2] == ["sources", "output"]
+    assert "force" in inspect.signature(pb.dump).parameters
+
+
 def test_bench_stays_the_verb_after_its_module_is_imported(system_plugin, system_module):
     # Importing the submodule used to replace the verb: the second access was the module.
     for _ in range(3):
