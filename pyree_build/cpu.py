@@ -14,7 +14,7 @@ from . import tools
 from .cache import atomic_output, atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .elfcheck import ELF_MACHINES, check_plugin_elf, explain_undefined, host_arch, normalize_arch, probe_plugin, read_elf
 from .errors import PyreeError, require_file
-from .outputs import check_outputs
+from .outputs import check_outputs, included_files
 
 PathLike = str | os.PathLike[str]
 
@@ -112,7 +112,7 @@ def system_plugin(
 ) -> Path:
     """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime."""
     srcs = _check_sources(sources)
-    (out,) = check_outputs([output], srcs, depfile=depfile)
+    (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
@@ -178,7 +178,7 @@ def standalone_plugin(
     """
     srcs = _check_sources(sources)
     arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs)) or [host_arch()]
-    (out,) = check_outputs([output], srcs, depfile=depfile)
+    (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     lld = tools.iree_lld()
@@ -263,7 +263,7 @@ def objects(
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     outs = {arch: out_dir / f"{src.stem}_{arch}.o" for arch in arch_list}
-    check_outputs(outs.values(), [src], depfile=depfile, output_dirs=[out_dir])
+    check_outputs(outs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for o in outs.values():
         remove_stale(o)
 

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -172,6 +173,36 @@ def check_outputs(
                 )
         seen.append((p, role, ident))
     return outs
+
+
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
+_MAX_SCANNED = 500
+
+
+def included_files(sources: Iterable[Path], include_dirs: Iterable[PathLike] = ()) -> list[Path]:
+    """Files the sources may `#include` (transitively), found by a textual scan: before a
+    compile the compiler's own list is unknown, and an output must not be one of them
+    (`plugin p.c -o helper.h`). It errs towards finding too many: conditional includes count."""
+    dirs = [Path(d) for d in include_dirs]
+    found: dict[str, Path] = {}
+    todo = [Path(s) for s in sources]
+    while todo and len(found) < _MAX_SCANNED:
+        current = todo.pop()
+        try:
+            text = current.read_bytes()
+        except OSError:
+            continue
+        for raw in _INCLUDE.findall(text):
+            name = os.fsdecode(raw.strip())
+            for base in (current.parent, *dirs):
+                candidate = base / name
+                if candidate.is_file():
+                    key = os.path.realpath(candidate)
+                    if key not in found:
+                        found[key] = candidate
+                        todo.append(candidate)
+                    break
+    return list(found.values())
 
 
 # --- Directory outputs: a manifest of what pyree_build wrote ------------------------

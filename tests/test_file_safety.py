@@ -86,6 +86,19 @@ def test_an_input_as_output_is_refused_before_anything_is_touched(cli, project, 
     assert_intact(before, snapshot(project))
 
 
+def test_a_header_the_source_includes_is_an_input_too(cli, project):
+    (project / "inc").mkdir()
+    (project / "inc" / "scale.h").write_text("#define SCALE 1\n")
+    (project / "helper.h").write_text('#include "scale.h"\n')
+    (project / "q.c").write_text('#include "helper.h"\n' + (project / "p.c").read_text())
+    assert cli("plugin", "q.c", "-I", "inc", "-o", "q.so", cwd=project).returncode == 0  # cached now
+    before = snapshot(project)
+    # Directly and transitively included; the second would be a cache hit without the check.
+    assert_clean_error(cli("plugin", "q.c", "-I", "inc", "-o", "helper.h", cwd=project), "is also an input (helper.h)")
+    assert_clean_error(cli("plugin", "q.c", "-I", "inc", "-o", "inc/scale.h", cwd=project), "is also an input (inc/scale.h)")
+    assert_intact(before, snapshot(project))
+
+
 def test_the_depfile_naming_the_output_is_refused(cli, project):
     before = snapshot(project)
     result = cli("compile", "e.mlir", "-o", "e.vmfb", "--depfile", "e.vmfb", cwd=project)
