@@ -2,61 +2,121 @@
 executable substitution) built and run with pip-installed tools.
 
 One function per CLI verb; each returns output paths or results and raises
-`PyreeError` (which file, what is wrong, what to do) on bad input.
+`PyreeError` (which file, what is wrong, what to do) on bad input, wrong argument types
+included.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import importlib as _importlib
+import sys as _sys
+import types as _types
+from typing import Any as _Any
+
 from .errors import PyreeError  # noqa: E402
 
 
-def _run(module, function, inputs=(), *, plugins=(), device="local-sync", in_process=True):  # type: ignore[no-untyped-def]
+class _Verb:
+    """A verb of the Python API: checks its arguments at the boundary (args.CHECKS), then
+    calls the action module's function, imported on first use so `import pyree_build`
+    stays cheap. Other attributes come from that module (`pb.bench.compare`)."""
+
+    def __init__(self, name: str, module: str, attr: str, doc: str, optional: tuple[str, ...] = ()) -> None:
+        self.__name__ = self.__qualname__ = name
+        self.__doc__ = doc
+        self._module, self._attr, self._optional = module, attr, optional
+
+    def _implementation(self):  # type: ignore[no-untyped-def]
+        return getattr(_importlib.import_module(self._module, __name__), self._attr)
+
+    def __call__(self, *positional: _Any, **keywords: _Any) -> _Any:
+        from .args import checked_call
+
+        return checked_call(self._implementation(), positional, keywords, verb=self.__name__, optional=self._optional)
+
+    @property
+    def __signature__(self):  # type: ignore[no-untyped-def]
+        import inspect
+
+        return inspect.signature(self._implementation())  # what help() and IDEs show
+
+    def __getattr__(self, name: str) -> _Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(_importlib.import_module(self._module, __name__), name)
+
+    def __repr__(self) -> str:
+        return f"<pyree_build verb {self.__name__}>"
+
+
+plugin = _Verb("plugin", ".cpu", "plugin", "Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos).")
+objects = _Verb("objects", ".cpu", "objects", "Compile one C source to a freestanding object per arch, for linking into a module.")
+ptx = _Verb("ptx", ".cuda", "ptx", "Compile one .cu to a PTX file per sm.")
+spirv = _Verb("spirv", ".spirv", "spirv", "Compile GLSL compute shaders to validated SPIR-V, one .spv per shader.")
+hsaco = _Verb("hsaco", ".hip", "hsaco", "Compile a HIP source to an AMDGPU code object per gfx.")
+bitcode = _Verb("bitcode", ".bitcode", "bitcode", "Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK).")
+compile = _Verb("compile", ".iree", "compile", "Compile an MLIR program to a .vmfb.")  # noqa: A001 - mirrors the CLI verb
+dump = _Verb("dump", ".executables", "dump", "Write a program's executables (sources, binaries, benchmarks) and index.json to a directory.")
+bench = _Verb("bench", ".bench", "bench", "Time a module's function (or every function) with iree-benchmark-module.", optional=("function",))
+new = _Verb("new", ".scaffold", "new_project", "Write a downstream CMake project into a directory.", optional=("name",))
+
+
+def run(
+    module: _Any, function: _Any, inputs: _Any = (), *, plugins: _Any = (), device: _Any = "local-sync", in_process: _Any = True, **options: _Any
+) -> list:  # type: ignore[type-arg]
     """Run `function` of a .vmfb and return its results as numpy arrays.
 
     In this process through iree.runtime by default; `in_process=False` runs
-    iree-run-module instead (inputs must then be `--input` spec strings).
+    iree-run-module instead (inputs must then be `--input` spec strings). Other keyword
+    `options` go to the runner chosen (e.g. `expect` for iree-run-module), checked by name.
     """
-    if in_process and device.split("://", 1)[0] == "vulkan":
+    from . import args
+
+    mod = args.path(module, "module")
+    fn = args.text(function, "function")
+    dev = args.text(device, "device")
+    plugin_paths = args.paths(plugins, "plugins")
+    if inputs is None or isinstance(inputs, (bytes, dict)):
+        raise PyreeError(f"inputs must be a list of arrays or input specs, got {type(inputs).__name__}", fix="pass inputs=[array, '8xf32=4', ...]")
+    # One spec string or one array is one input, never split into characters or rows.
+    items = [inputs] if isinstance(inputs, str) or hasattr(inputs, "__array__") else list(inputs)
+    if args.flag(in_process, "in_process") and dev.split("://", 1)[0] == "vulkan":
         # IREE's Python runtime cannot read Vulkan results back on every device (lavapipe).
         from .iree import run_to_arrays
 
-        return run_to_arrays(module, function, inputs, plugins=plugins, device=device)
-    if in_process:
+        return args.checked_call(run_to_arrays, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
+    if args.flag(in_process, "in_process"):
         from .inprocess import run as run_in_process
 
-        return run_in_process(module, function, inputs, plugins=plugins, device=device)
+        return args.checked_call(run_in_process, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
     from .iree import run as run_tool
 
-    return run_tool(module, function, inputs=[str(i) for i in inputs], plugins=plugins, device=device).outputs
+    specs = args.strings(items, "inputs (with in_process=False, --input spec strings)")
+    return args.checked_call(run_tool, (mod, fn), {"inputs": specs, "plugins": plugin_paths, "device": dev, **options}, verb="run").outputs
 
 
-# Verb name -> (module, function), imported on first use so `import pyree_build` stays cheap.
-_VERBS = {
-    "plugin": (".cpu", "plugin"),
-    "objects": (".cpu", "objects"),
-    "ptx": (".cuda", "ptx"),
-    "spirv": (".spirv", "spirv"),
-    "hsaco": (".hip", "hsaco"),
-    "bitcode": (".bitcode", "bitcode"),
-    "compile": (".iree", "compile"),
-    "dump": (".executables", "dump"),
-    "bench": (".bench", "bench"),
-    "new": (".scaffold", "new_project"),
-}
+_VERBS = ("plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "dump", "bench", "new")
 
 
-def __getattr__(name: str):
-    import importlib
+class _Package(_types.ModuleType):
+    def __setattr__(self, name: str, value: object) -> None:
+        # Importing a submodule sets it as an attribute of its package: `import
+        # pyree_build.bench` would replace the verb `bench`. The verb stays; the
+        # submodule is still in sys.modules and reachable through the verb's attributes.
+        if name in _VERBS and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
 
-    if name == "run":
-        return _run
-    if name == "fatelf":  # a namespace of actions, like the verb: pack, write, read, select, split
-        return importlib.import_module(".fatelf", __name__)
-    if name in _VERBS:
-        module, attr = _VERBS[name]
-        return getattr(importlib.import_module(module, __name__), attr)
-    raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
+    def __getattr__(self, name: str) -> _Any:
+        if name == "fatelf":  # a namespace of actions, like the verb: pack, write, read, select, split
+            return _importlib.import_module(".fatelf", __name__)
+        raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), "fatelf"})
+
+
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "fatelf", "dump", "bench", "new"]

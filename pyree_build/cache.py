@@ -39,7 +39,7 @@ def _temp_name(final: Path, suffix: str = ".tmp") -> Path:
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError, ValueError):  # a pid no process can have
         return False
     except PermissionError:
         return True
@@ -104,9 +104,15 @@ def atomic_output(final: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 def remove_stale(path: str | os.PathLike[str]) -> None:
-    """Delete an earlier output before rebuilding it, so a failed rebuild leaves nothing to trust."""
-    with contextlib.suppress(FileNotFoundError):
-        Path(path).unlink()
+    """Delete an earlier output before rebuilding it, so a failed rebuild leaves nothing to trust.
+
+    Only a regular file or a link is ever removed (outputs.check_outputs refuses the rest first).
+    """
+    import stat
+
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        if stat.S_ISREG(os.lstat(path).st_mode) or os.path.islink(path):
+            Path(path).unlink()
 
 
 @contextlib.contextmanager

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -17,12 +19,23 @@ def _common(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-q", "--quiet", action="store_true", help="print only errors")
 
 
+def _jobs(text: str) -> int:
+    """-j N: a whole number of at least 1 (argparse reports anything else as a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} jobs: pass at least 1 (or leave -j out to use every core)")
+    return value
+
+
 def _c_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cc", default="zig", choices=tools.C_COMPILERS, help="C compiler (default: zig, the ziglang wheel's clang)")
     parser.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR", help="add an include directory")
     parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]", help="define a macro")
     parser.add_argument("--depfile", help="also write a Make/Ninja depfile listing every input (for CMake's DEPFILE)")
-    parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel jobs (default: the number of cores)")
+    parser.add_argument("-j", "--jobs", type=_jobs, default=None, help="parallel jobs (default: the number of cores)")
 
 
 def _spec_options(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
     p.add_argument("--depfile")
-    p.add_argument("-j", "--jobs", type=int, default=None)
+    p.add_argument("-j", "--jobs", type=_jobs, default=None)
     _common(p)
 
     p = sub.add_parser("dump", help="write a program's executable sources, binaries and benchmarks, and an index (extra iree-compile flags after --)")
@@ -100,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", default=None, help="cuda target sm (default 80)")
     p.add_argument("--object-search-path", dest="object_search_paths", action="append", default=[], metavar="DIR")
     _spec_options(p)
+    p.add_argument("--force", action="store_true", help="overwrite dumped files edited since the last dump, and other files in the way")
     _common(p)
 
     p = sub.add_parser("bench", help="microbenchmark a module with iree-benchmark-module; --compare A B for a ratio")
@@ -258,7 +272,9 @@ def _cmd_fatelf(a: argparse.Namespace) -> None:
     elif a.action == "select":
         from .cache import atomic_output
         from .elfcheck import normalize_arch
+        from .outputs import check_outputs
 
+        check_outputs([a.output], [a.input])
         kwargs = {}
         if a.arch:
             kwargs["machine"] = fatelf.machine_for_arch(normalize_arch(a.arch))
@@ -284,7 +300,7 @@ def _cmd_dump(a: argparse.Namespace) -> None:
 
     index = executables.dump(
         a.source, a.output_dir, target=a.target, sm=a.sm, flags=a.extra, transform_spec=a.transform_spec, pdl_spec=a.pdl_spec,
-        object_search_paths=a.object_search_paths,
+        object_search_paths=a.object_search_paths, force=a.force,
     )  # fmt: skip
     print(executables.describe(index, a.output_dir))
     tools.log_step(f"wrote {Path(a.output_dir) / 'index.json'}")
@@ -479,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("arguments after -- are passed to iree-compile, so only `compile` and `dump` take them")
         tools.set_verbosity(2 if ns.verbose else 0 if ns.quiet else 1)
         code = COMMANDS[ns.verb](ns)
+        sys.stdout.flush()  # here, so a reader that went away is seen while it can be handled
         return int(code or 0)
     except PyreeError as err:
         print(err.render(), file=sys.stderr)
@@ -486,6 +503,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout stopped (`... | head`): stop quietly, as other command-line tools do."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit does not fail again
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

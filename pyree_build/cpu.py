@@ -15,6 +15,7 @@ from . import tools
 from .cache import cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .elfcheck import ELF_MACHINES, check_plugin_elf, explain_undefined, host_arch, normalize_arch, probe_plugin, read_elf
 from .errors import PyreeError, require_file
+from .outputs import check_outputs, included_files
 
 PathLike = str | os.PathLike[str]
 
@@ -73,10 +74,13 @@ def _freestanding_target(cc: tools.Tool, arch: str) -> list[str]:
     )
 
 
-def _check_sources(sources: Sequence[PathLike]) -> list[Path]:
-    if not sources:
+def _check_sources(sources: Sequence[PathLike] | PathLike) -> list[Path]:
+    from . import args
+
+    listed = args.paths(sources, "C source")  # one str is one path, never its characters
+    if not listed:
         raise PyreeError("no C sources given", fix="pass at least one .c file")
-    return [require_file(s, "C source") for s in sources]
+    return [require_file(s, "C source") for s in listed]
 
 
 def _compile(cc: tools.Tool, source: Path, obj: Path, flags: Sequence[str]) -> list[str]:
@@ -141,7 +145,7 @@ def system_plugin(
 
     `cpu` is baseline (any CPU of this arch) or host (this CPU's features)."""
     srcs = _check_sources(sources)
-    out = Path(output)
+    (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
@@ -208,7 +212,7 @@ def standalone_plugin(
     """
     srcs = _check_sources(sources)
     arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs)) or [host_arch()]
-    out = Path(output)
+    (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     lld = tools.iree_lld()
@@ -294,7 +298,9 @@ def objects(
     program itself provides).
     """
     src = _check_sources([source])[0]
-    out_dir = Path(output_dir)
+    from . import args
+
+    out_dir = args.path(output_dir, "output directory")
     arch_list = list(dict.fromkeys(archs))  # spellings; each is checked and mapped below
     for spelling in arch_list:
         normalize_arch(spelling)
@@ -303,6 +309,7 @@ def objects(
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     outs = {arch: out_dir / f"{src.stem}_{arch}.o" for arch in arch_list}
+    check_outputs(outs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for o in outs.values():
         remove_stale(o)
 

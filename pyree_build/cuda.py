@@ -258,8 +258,12 @@ def ptx(
         raise PyreeError("no sm given", fix="pass at least one --sm, e.g. --sm 80")
     if compiler not in COMPILERS:
         raise PyreeError(f"unknown CUDA compiler '{compiler}'", fix="use --compiler nvrtc (default) or --compiler nvcc")
-    out_dir = Path(output_dir)
+    from . import args
+    from .outputs import check_outputs, included_files
+
+    out_dir = args.path(output_dir, "output directory")
     outputs = {sm: out_dir / f"{src.stem}_sm_{sm}.ptx" for sm in sm_list}
+    check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for out in outputs.values():
         remove_stale(out)
 

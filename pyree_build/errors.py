@@ -60,8 +60,10 @@ def _indent(text: str) -> str:
 
 
 def require_file(path: str | Path, role: str) -> Path:
-    """Return `path` as a Path, or raise a PyreeError naming the missing input."""
-    p = Path(path)
+    """Return `path` as a Path, or raise a PyreeError naming the missing input (or a wrong type)."""
+    from .args import path as as_path
+
+    p = as_path(path, role)
     if not p.is_file():
         what = f"{role} not found" if not p.exists() else f"{role} is not a regular file"
         raise PyreeError(what, file=p, fix=f"check the path; it is resolved from the current directory ({Path.cwd()})")

@@ -7,6 +7,7 @@ clear refusal of object substitution on llvm-cpu, which crashes iree-compile 3.1
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from typing import Sequence
 from . import tools
 from .cache import prepare_output_dir, sweep_stale_temps
 from .errors import PyreeError, require_file
+from .outputs import check_outputs, replace_directory_files
 
 PathLike = str | os.PathLike[str]
 
@@ -65,25 +67,34 @@ def dump(
     transform_spec: PathLike | None = None,
     pdl_spec: PathLike | None = None,
     object_search_paths: Sequence[PathLike] = (),
+    force: bool = False,
 ) -> list[Executable]:
     """Write the program's executable sources, binaries and benchmarks to `output_dir`,
-    with `index.json`; return the index. The directory is replaced as a whole, so it must be
-    new, empty or an earlier dump (one holding index.json); anything else is refused.
-    Specs and object search paths mean what they mean to `compile`, so a dump shows the
-    executables that compile would build."""
+    with `index.json`; return the index.
+
+    Only the dump's own files are written, and only files an earlier dump wrote there and
+    that are unchanged since are replaced or removed (a hidden manifest records their
+    hashes); anything else in the directory is left alone. A file in the way, such as a
+    dumped source edited in place, is refused by name unless `force`. Specs and object
+    search paths mean what they mean to `compile`, so a dump shows the executables that
+    compile would build.
+    """
     from .specs import spec_flags
 
     src = require_file(source, "MLIR source")
     for directory in object_search_paths:
         if not Path(directory).is_dir():
             raise PyreeError("object search path is not a directory", file=directory, fix="pass an existing directory to --object-search-path")
-    specs_flags, _ = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
+    specs_flags, spec_files = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
     flags = [*(f"--iree-hal-executable-object-search-path={Path(d).resolve()}" for d in object_search_paths), *specs_flags, *flags]
-    out = Path(output_dir).resolve()
-    _check_replaceable(out)
-    prepare_output_dir(out.parent)
-    sweep_stale_temps(out)
-    staging = out.parent / f".{out.name}.{os.getpid()}-{os.urandom(4).hex()}.build"
+    out = Path(os.path.abspath(output_dir))
+    check_outputs([], [src, *spec_files], output_dirs=[out])
+    created = not os.path.lexists(out)
+    prepare_output_dir(out)
+    staging_name = out / "pyree-dump"
+    sweep_stale_temps(staging_name)
+    # Staged inside the directory, so each file is renamed into place on one file system.
+    staging = out / f".pyree-dump.{os.getpid()}-{os.urandom(4).hex()}.build"
     staging.mkdir()
     try:
         dump_flags = [f"--iree-hal-dump-executable-{kind}-to={staging}" for kind in ("sources", "binaries", "benchmarks")]
@@ -99,35 +110,16 @@ def dump(
         if not index:
             raise PyreeError("the program has no executables to dump", file=src, fix="dump a program that dispatches work")
         (staging / "index.json").write_text(json.dumps([asdict(e) for e in index], indent=2) + "\n", encoding="utf-8")
-        _check_replaceable(out)  # again: it may have changed during the compile
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.{os.getpid()}-{os.urandom(4).hex()}.old"
-            os.rename(out, old)
-        os.rename(staging, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
+        staged = {p.name: p for p in sorted(staging.iterdir()) if p.is_file() and not p.name.startswith(".")}
+        replace_directory_files(out, staged, inputs=[src], force=force, verb="dump")
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if still empty: a failed first dump leaves no directory
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
     return index
-
-
-def _check_replaceable(out: Path) -> None:
-    """A dump replaces its directory as a whole: only a new, empty or earlier dump directory."""
-    if not out.exists() and not out.is_symlink():
-        return
-    if out.is_symlink() or not out.is_dir():
-        raise PyreeError("the dump output exists and is not a directory", file=out, fix="choose a new directory for -o")
-    if Path.cwd().resolve().is_relative_to(out):
-        raise PyreeError("the dump output directory is (or holds) the current directory", file=out, fix="choose a new directory for -o")
-    if (out / "index.json").is_file() or not any(out.iterdir()):
-        return
-    raise PyreeError(
-        "the dump output directory holds files that are not an earlier dump (no index.json); "
-        "a dump replaces its directory as a whole, so it will not write there",
-        file=out,
-        fix="choose a new or empty directory for -o, or remove this one yourself",
-    )
 
 
 def _index(directory: Path) -> list[Executable]:

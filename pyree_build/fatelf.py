@@ -141,6 +141,8 @@ def _pad(n: int) -> bytes:
 
 def pack(elfs: Sequence[ElfInput]) -> bytes:
     """Build a FatELF from ELF files or ELF bytes, one per (machine, word size, byte order)."""
+    if isinstance(elfs, (str, os.PathLike, bytes, bytearray, memoryview)):
+        elfs = [elfs]  # one file, never its characters
     if not elfs:
         raise PyreeError("no ELF files to pack into a FatELF", fix="pass at least one ELF")
     if len(elfs) > MAX_RECORDS:
@@ -151,7 +153,9 @@ def pack(elfs: Sequence[ElfInput]) -> bytes:
         if isinstance(item, (bytes, bytearray, memoryview)):
             label, file, data = f"input {i + 1} (bytes)", None, bytes(item)
         else:
-            label = file = os.fspath(item)
+            from .args import path as as_path
+
+            label = file = os.fspath(as_path(item, "ELF input"))
             try:
                 data = Path(item).read_bytes()
             except OSError as exc:
@@ -186,8 +190,12 @@ def write(output: PathLike, inputs: Sequence[ElfInput]) -> Path:
     """Pack `inputs` into the FatELF file `output`, atomically (a failure leaves no file)."""
     from .cache import atomic_output
 
+    from .outputs import check_outputs
+
+    if isinstance(inputs, (str, os.PathLike, bytes, bytearray, memoryview)):
+        inputs = [inputs]  # one file, never its characters
+    (out,) = check_outputs([output], [i for i in inputs if isinstance(i, (str, os.PathLike))])
     data = pack(inputs)  # before touching the output, so a bad input leaves nothing behind
-    out = Path(output)
     with atomic_output(out) as tmp:
         tmp.write_bytes(data)
     return out
@@ -324,14 +332,19 @@ def split(path: PathLike, output_dir: PathLike) -> list[Path]:
     """Write each ELF of the FatELF to `output_dir/<stem>_<arch>.so`; return the paths."""
     from .cache import atomic_output
 
+    from . import args
+    from .outputs import check_outputs
+
     p, data, records = _load(path)
+    out_dir = args.path(output_dir, "output directory")
     outs: list[Path] = []
     for i, rec in enumerate(records):
         name = f"{p.stem}_{rec.arch.replace(' ', '_')}"
         if any(r.arch == rec.arch for r in records[:i]):
             name += f"_{i}"  # same arch twice (another word size or byte order): keep both
-        out = Path(output_dir) / f"{name}.so"
+        outs.append(out_dir / f"{name}.so")
+    check_outputs(outs, [p], output_dirs=[out_dir])  # every output, before the first is written
+    for rec, out in zip(records, outs):
         with atomic_output(out) as tmp:
             tmp.write_bytes(data[rec.offset : rec.end])
-        outs.append(out)
     return outs

@@ -18,6 +18,7 @@ from . import checks, tools
 from .cache import cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
 from .inputs import compile_inputs, referenced_objects, resolve_object
+from .outputs import check_outputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -169,6 +170,16 @@ def cuda_target_attr(sm: str | int) -> str:
     raise PyreeError(f"iree-compile dumped no cuda variant for sm_{sm_text}", fix="run with -v to see the command")
 
 
+def _compile_inputs(src: Path, search: Sequence[Path], substitutions: Sequence[str], substitute_from: PathLike | None) -> list[Path]:
+    """Every file a compile may read, so that none of them is taken as its output."""
+    found = [src]
+    found += [o for obj in referenced_objects(src.read_text(encoding="utf-8", errors="replace")) if (o := resolve_object(obj, search)[0])]
+    found += [Path(item.partition("=")[2]) for item in substitutions if item.partition("=")[2]]
+    if substitute_from is not None and Path(substitute_from).is_dir():
+        found += [p for p in Path(substitute_from).iterdir() if p.is_file()]
+    return found
+
+
 def compile(  # noqa: A001 - mirrors the CLI verb
     source: PathLike,
     output: PathLike,
@@ -206,10 +217,10 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
     """
     src = require_file(source, "MLIR source")
-    out = Path(output)
+    search = [Path(p).resolve() for p in object_search_paths]
+    (out,) = check_outputs([output], _compile_inputs(src, search, substitutions, substitute_from), depfile=depfile)
     remove_stale(out)
     compiler = tools.iree_compile()
-    search = [Path(p).resolve() for p in object_search_paths]
     for s in search:
         if not s.is_dir():
             raise PyreeError("object search path is not a directory", file=s, fix="pass an existing directory to --object-search-path")

@@ -161,26 +161,29 @@ def new_project(
     program are generated for that import (import_stub.py); otherwise they are the
     system-plugin sample's.
     """
+    from . import args
+    from .outputs import check_output_dir, check_outputs
     from .sample_runner import samples_dir
 
-    target = Path(directory)
+    target = args.path(directory, "project directory")
+    check_output_dir(target, "project directory")
     if (import_name is None) != (import_args is None):
         raise PyreeError("--import and --args go together", fix='pass both, e.g. --import my_op --args "in:f32,in:f32,out:f32"')
-    if target.exists() and any(target.iterdir()) and not force:
+    if target.is_dir() and any(target.iterdir()) and not force:
         raise PyreeError("directory is not empty", file=target, fix="choose a new directory, or pass --force to overwrite its files")
     project = _project_name(target.resolve(), name)
     if import_name is not None and import_args is not None:
         from . import import_stub
 
-        args = import_stub.parse_args(import_name, import_args)
-        inputs, expected = import_stub.test_values(args)
+        arguments = import_stub.parse_args(import_name, import_args)
+        inputs, expected = import_stub.test_values(arguments)
         quoted = lambda items: " ".join(f'"{i}"' for i in items)  # noqa: E731
         cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=quoted(inputs), expected=quoted(expected))
         readme = IMPORT_README.format(
             name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f"--input {i}" for i in inputs),
             inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
         )  # fmt: skip
-        plugin_c, program = import_stub.c_source(import_name, args), import_stub.mlir_source(import_name, args)
+        plugin_c, program = import_stub.c_source(import_name, arguments), import_stub.mlir_source(import_name, arguments)
     else:
         plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
         cmake = CMAKELISTS.format(
@@ -196,10 +199,15 @@ def new_project(
         "plugin.c": plugin_c,
         "program.mlir": program,
     }
+    # Every file is checked before any is written: --force replaces regular files only.
+    check_outputs([target / rel for rel in files])
     # Written next to the target and renamed in, so an interrupted `new` leaves no half project.
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become the project's mode
         for rel, text in files.items():
             (staging / rel).write_text(text, encoding="utf-8")
         if target.exists():
