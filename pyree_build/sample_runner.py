@@ -79,7 +79,7 @@ def format_table(rows: list[TestRow]) -> str:
     return "\n".join(out)
 
 
-def main_job(build_dir: Path, *, tests_regex: str | None = None) -> int:
+def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | None = None) -> int:
     """Build and run every sample. Returns 0 when no test failed (skipped tests are not failures)."""
     from .cli import cmake_dir
 
@@ -100,13 +100,13 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None) -> int:
         )
     with tools.Stopwatch("build iree-sample-deps"):
         tools.spawn(
-            cmake.command("--build", build, "--target", "iree-sample-deps"),
+            cmake.command("--build", build, "--target", "iree-sample-deps", *(["-j", str(jobs)] if jobs else [])),
             what="building iree-sample-deps",
             file=build,
             fix="the first failing step is shown above; run it with -v to see every tool command",
         )
     junit = build / "pyree-samples-junit.xml"
-    select = ["-R", tests_regex] if tests_regex else []
+    select = (["-R", tests_regex] if tests_regex else []) + (["-j", str(jobs)] if jobs else [])
     start = time.perf_counter()
     result = tools.spawn(
         ctest.command("--test-dir", build, "--output-junit", junit, "--output-on-failure", *select),
@@ -119,11 +119,12 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None) -> int:
         raise PyreeError("ctest wrote no results", file=build, details=result.stdout + result.stderr)
     listing = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1"), what="listing tests").stdout
     rows = collect_results(build, junit, listing)
-    print(format_table(rows))
     failed = [r for r in rows if r.result == "FAILED"]
     passed = sum(r.result == "passed" for r in rows)
     skipped = sum(r.result.startswith("skipped") for r in rows)
-    print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped")
+    if tools.VERBOSITY >= 1:
+        print(format_table(rows))
+        print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped")
     if failed:
         print("\nctest output for the failures:\n" + result.stdout[-8000:], file=sys.stderr)
         return 1
