@@ -10,6 +10,8 @@ from typing import Callable, Sequence
 from . import __version__, tools
 from .errors import PyreeError
 
+SKIP_EXIT_CODE = 77  # iree.SKIP_EXIT_CODE, without importing iree.py for every verb
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     """Kept so verb blocks read alike: `_finish` gives every parser the common options."""
@@ -432,7 +434,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = COMMANDS[ns.verb](ns)
         return int(code or 0)
     except PyreeError as err:
-        print(err.render(), file=sys.stderr)
+        text = err.render()
+        if err.exit_code == SKIP_EXIT_CODE:
+            text = text.removeprefix("error: ")  # a skip (ctest's SKIP_RETURN_CODE) is not an error
+        print(text, file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -124,8 +124,12 @@ def system_plugin(
                     objs.append(obj)
             with atomic_output(out) as tmp, tools.Stopwatch(f"link {out.name}"):
                 tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
-                check_plugin_elf(tmp, arch=host_arch())
-                probe_plugin(tmp)
+                try:
+                    check_plugin_elf(tmp, arch=host_arch())
+                    probe_plugin(tmp)
+                except PyreeError as err:
+                    err.file = str(out)  # the temporary name is gone by the time the user reads this
+                    raise
         return _deps_of(inputs, compiler)
 
     key = [*SYSTEM_CFLAGS, *opts.flags(), compiler.identity()]
@@ -184,7 +188,8 @@ def standalone_plugin(
     def build_it() -> list[str]:
         with scratch_dir(out.parent, out.name) as build:
             elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
-            with tools.Stopwatch(f"compile + link {', '.join(arch_list)} in parallel"):
+            parallel = " in parallel" if len(arch_list) > 1 else ""
+            with tools.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"):
                 with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
                     futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
                     inputs = [dep for f in futures for dep in f.result()]
@@ -194,7 +199,8 @@ def standalone_plugin(
                 else:
                     from . import fatelf
 
-                    with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
+                    count = f"{len(arch_list)} ELF" + ("s" if len(arch_list) > 1 else "")
+                    with tools.Stopwatch(f"pack {count} into {out.name}"):
                         tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
         return _deps_of(inputs, compiler, lld)
 
@@ -272,7 +278,7 @@ def objects(
             raise PyreeError(
                 f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
                 file=src,
-                details=explain_undefined(tuple(unexpected)),
+                details=explain_undefined(tuple(unexpected), what="an object linked into a module"),
                 fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
             )
         return deps

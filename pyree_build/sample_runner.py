@@ -79,6 +79,20 @@ def format_table(rows: list[TestRow]) -> str:
     return "\n".join(out)
 
 
+def _require_a_match(ctest: tools.Tool, build: Path, tests_regex: str) -> None:
+    """Before building anything: a -R that selects no test is a mistake, not an empty success."""
+    listing = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1"), what="listing tests").stdout
+    names = [t["name"] for t in json.loads(listing).get("tests", [])]
+    chosen = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1", "-R", tests_regex), what="listing tests").stdout
+    if not json.loads(chosen).get("tests"):
+        raise PyreeError(
+            f"no test matches -R '{tests_regex}'",
+            file=build,
+            details="the tests are:\n" + "\n".join(names),
+            fix="pass a regular expression that matches part of a test name above, e.g. -R plugin",
+        )
+
+
 def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | None = None) -> int:
     """Build and run every sample. Returns 0 when no test failed (skipped tests are not failures)."""
     from .cli import cmake_dir
@@ -98,6 +112,8 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
             what="configuring the samples with CMake",
             file=source / "CMakeLists.txt",
         )
+    if tests_regex:
+        _require_a_match(ctest, build, tests_regex)
     with tools.Stopwatch("build iree-sample-deps"):
         tools.spawn(
             cmake.command("--build", build, "--target", "iree-sample-deps", *(["-j", str(jobs)] if jobs else [])),

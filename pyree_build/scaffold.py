@@ -87,7 +87,8 @@ The test runs `mixed_invocation` with inputs `8xf32=2` and `8xf32=4` and expects
 ## Build a wheel (scikit-build-core)
 
 ```sh
-pip wheel . --no-build-isolation -w dist   # with pyree_build installed in this environment
+pip install scikit-build-core                          # the build backend, once
+pip wheel . --no-build-isolation --no-deps -w dist    # uses the pyree_build installed here
 ```
 
 No `pyree_build_DIR` is needed there: scikit-build-core puts pyree_build's CMake package
@@ -118,6 +119,17 @@ def _project_name(directory: Path, name: str | None) -> str:
     return cleaned
 
 
+def _adapt(sample_text: str, project: str) -> str:
+    """The sample's comments name the sample's files; the project's files have other names."""
+    for old, new in (
+        ("system_plugin.so", f"{project}_plugin.so"),
+        ("example.mlir", "program.mlir"),
+        ("every plugin in this folder", "the plugin in this project"),
+    ):
+        sample_text = sample_text.replace(old, new)
+    return sample_text
+
+
 def new_project(directory: PathLike, *, name: str | None = None, force: bool = False) -> Path:
     """Write a downstream project into `directory` (which must not exist or be empty)."""
     from .sample_runner import samples_dir
@@ -131,8 +143,8 @@ def new_project(directory: PathLike, *, name: str | None = None, force: bool = F
         "CMakeLists.txt": CMAKELISTS.format(name=project, expected=EXPECTED),
         "pyproject.toml": PYPROJECT.format(name=project, version=__version__),
         "README.md": README.format(name=project, expected=EXPECTED),
-        "plugin.c": (plugin_sample / "system_plugin.c").read_text(encoding="utf-8"),
-        "program.mlir": (plugin_sample / "example.mlir").read_text(encoding="utf-8"),
+        "plugin.c": _adapt((plugin_sample / "system_plugin.c").read_text(encoding="utf-8"), project),
+        "program.mlir": _adapt((plugin_sample / "example.mlir").read_text(encoding="utf-8"), project),
     }
     # Written next to the target and renamed in, so an interrupted `new` leaves no half project.
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +156,10 @@ def new_project(directory: PathLike, *, name: str | None = None, force: bool = F
             for rel in files:
                 os.replace(staging / rel, target / rel)
         else:
+            # mkdtemp made it private (0700); a project directory gets the usual umask mode.
+            umask = os.umask(0)
+            os.umask(umask)
+            staging.chmod(0o777 & ~umask)
             os.rename(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
