@@ -87,6 +87,7 @@ The test runs `mixed_invocation` with inputs `8xf32=2` and `8xf32=4` and expects
 ## Build a wheel (scikit-build-core)
 
 ```sh
+# readme-test: needs pyree_build installed from a wheel (its cmake.prefix entry point)
 pip install scikit-build-core                          # the build backend, once
 pip wheel . --no-build-isolation --no-deps -w dist    # uses the pyree_build installed here
 ```
