@@ -142,8 +142,7 @@ def system_plugin(
 def _standalone_elf(
     compiler: tools.Tool, lld: tools.Tool, srcs: list[Path], arch: str, opts: CompileOptions, build: Path, out: Path, final: Path
 ) -> list[str]:
-    arch_dir = build / arch
-    arch_dir.mkdir(parents=True, exist_ok=True)
+    arch_dir = tools.make_dir(build / arch)
     inputs: list[str] = []
     objs = []
     flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
@@ -195,11 +194,15 @@ def standalone_plugin(
                     inputs = [dep for f in futures for dep in f.result()]
             with atomic_output(out) as tmp:
                 if single:
+                    tools.echo_command(tools.shell_line(["cp", elfs[arch_list[0]], tmp]))
                     tmp.write_bytes(elfs[arch_list[0]].read_bytes())
                 else:
                     from . import fatelf
 
                     count = f"{len(arch_list)} ELF" + ("s" if len(arch_list) > 1 else "")
+                    tools.echo_command(tools.shell_line(
+                        tools.python_line("-m", "pyree_build", "fatelf", "join", *(elfs[a] for a in arch_list), "-o", tmp, "-q")
+                    ))  # fmt: skip
                     with tools.Stopwatch(f"pack {count} into {out.name}"):
                         tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
         return _deps_of(inputs, compiler, lld)
