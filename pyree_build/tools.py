@@ -35,7 +35,18 @@ def log_step(message: str) -> None:
     if VERBOSITY >= 2:  # under -v the whole output is a shell script: steps are its comments
         message = "\n".join("# " + line for line in message.splitlines())
     if VERBOSITY >= 1:
-        print(message, file=sys.stderr, flush=True)
+        _write_line(message)
+
+
+def _write_line(text: str) -> None:
+    # One write per line, under a lock: steps run in threads, and a line split between two
+    # writes could interleave with another thread's (breaking a pasted -v script).
+    with _WRITE_LOCK:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+_WRITE_LOCK = threading.Lock()
 
 
 # --- Paste-able commands (-v) -------------------------------------------------------
@@ -67,7 +78,7 @@ def echo_command(line: str, note: str | None = None) -> None:
         for recorder in _RECORDERS:
             recorder.append(line)
     if VERBOSITY >= 2:
-        print(line + (f"  # {note}" if note else ""), file=sys.stderr, flush=True)
+        _write_line(line + (f"  # {note}" if note else ""))
 
 
 @contextlib.contextmanager
