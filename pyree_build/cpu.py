@@ -105,6 +105,7 @@ def system_plugin(
     include_dirs: Sequence[str] = (),
     defines: Sequence[str] = (),
     depfile: PathLike | None = None,
+    jobs: int | None = None,
 ) -> Path:
     """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime."""
     srcs = _check_sources(sources)
@@ -116,12 +117,11 @@ def system_plugin(
     def build_it() -> list[str]:
         inputs: list[str] = []
         with scratch_dir(out.parent, out.name) as build:
-            objs = []
+            objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(srcs)]
             with tools.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
-                for i, src in enumerate(srcs):
-                    obj = build / f"{i}_{src.stem}.o"
-                    inputs += _compile(compiler, src, obj, [*SYSTEM_CFLAGS, *opts.flags()])
-                    objs.append(obj)
+                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                    flags = [*SYSTEM_CFLAGS, *opts.flags()]
+                    inputs += [d for deps in pool.map(lambda so: _compile(compiler, so[0], so[1], flags), zip(srcs, objs)) for d in deps]
             with atomic_output(out) as tmp, tools.Stopwatch(f"link {out.name}"):
                 tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
                 try:
@@ -233,7 +233,7 @@ def plugin(
                 "a system plugin is built for this host only",
                 fix="drop --arch, or use --kind standalone to build for other architectures",
             )
-        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile)
+        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs)
     if kind == "standalone":
         return standalone_plugin(
             sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs

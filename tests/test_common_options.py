@@ -53,3 +53,12 @@ def test_jobs_one_builds_the_same_plugin(cli, tmp_path):
     two = cli("-j", "2", "plugin", "--kind", "standalone", "--arch", "x86_64", "--arch", "aarch64", src, "-o", tmp_path / "b.sos")
     assert two.returncode == 0, two
     assert (tmp_path / "a.sos").read_bytes() == (tmp_path / "b.sos").read_bytes()
+
+
+def test_a_system_plugin_of_several_sources_compiles_them_with_jobs(cli, tmp_path):
+    (tmp_path / "helper.c").write_text("float docs16_helper(float x) { return 2.0f * x; }\n")
+    src = PLUGIN_SAMPLE / "system_plugin.c"
+    for jobs in ("1", "2"):
+        result = cli("plugin", src, tmp_path / "helper.c", "-o", tmp_path / f"p{jobs}.so", "-j", jobs, "-D", f"JOBS_{jobs}")
+        assert result.returncode == 0 and "compile 2 source(s)" in result.stderr, result
+    assert (tmp_path / "p1.so").stat().st_size > 0 and (tmp_path / "p2.so").stat().st_size > 0
