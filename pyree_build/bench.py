@@ -47,8 +47,8 @@ class CompareResult:
     b: Path
     a_median_ms: float
     b_median_ms: float
-    ratio: float  # median over rounds of B/A
-    ratio_min: float
+    ratio: float  # b_median_ms / a_median_ms: the two medians printed above it
+    ratio_min: float  # spread: the smallest and largest B/A of one round
     ratio_max: float
     rounds: int
 
@@ -56,8 +56,19 @@ class CompareResult:
         return (
             f"A {self.a}: median {_fmt(self.a_median_ms)}\n"
             f"B {self.b}: median {_fmt(self.b_median_ms)}\n"
-            f"B/A = {self.ratio:.3f}  (per-round {self.ratio_min:.3f} to {self.ratio_max:.3f}, {self.rounds} rounds)"
+            f"B/A = {self.ratio:.3f}  (median B / median A; per-round B/A {self.ratio_min:.3f} to {self.ratio_max:.3f}, "
+            f"{self.rounds} rounds)"
         )
+
+
+def summarize(a: PathLike, b: PathLike, a_times: Sequence[float], b_times: Sequence[float]) -> CompareResult:
+    """The ratio is that of the printed medians, so a reader can check it; the rounds give its spread."""
+    ratios = [bt / at for at, bt in zip(a_times, b_times) if at > 0]
+    a_median = statistics.median(a_times)
+    if not ratios or a_median <= 0:
+        raise PyreeError("module A measured no time", file=a)
+    b_median = statistics.median(b_times)
+    return CompareResult(Path(a), Path(b), a_median, b_median, b_median / a_median, min(ratios), max(ratios), len(a_times))
 
 
 def _fmt(ms: float) -> str:
@@ -109,6 +120,15 @@ def _argv(module: Path, function: str | None, inputs: Sequence[str], plugins: Se
     return tools.iree_benchmark_module().command(*args)
 
 
+def _explain_failure(output: str) -> str:
+    """The tool's message and run's hints, without the benchmark JSON printed before it failed."""
+    from .iree import _explain_run_failure
+
+    cut = output.find("\n{")
+    message = output[:cut] if cut >= 0 else output
+    return _explain_run_failure(message) or message
+
+
 def bench(
     module: PathLike,
     function: str | None = None,
@@ -133,7 +153,10 @@ def bench(
         report = Path(tmp) / "benchmark.json"
         argv += [f"--benchmark_out={report}", "--benchmark_out_format=json"]
         with tools.Stopwatch(f"iree-benchmark-module {mod.name}"):
-            result = tools.spawn(argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works")
+            result = tools.spawn(
+                argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works",
+                explain=_explain_failure,
+            )  # fmt: skip
         text = report.read_text(encoding="utf-8", errors="replace") if report.is_file() else result.stdout
     return BenchResult(mod, parse_benchmark_json(text, module=mod))
 
@@ -162,10 +185,4 @@ def compare(
         for module, times in ((a, a_times), (b, b_times)):
             result = bench(module, function, inputs=inputs, plugins=plugins, device=device, repetitions=repetitions, min_time=min_time)
             times.append(sum(t.median_ms for t in result.timings))
-    ratios = [bt / at for at, bt in zip(a_times, b_times) if at > 0]
-    if not ratios:
-        raise PyreeError("module A measured no time", file=a)
-    return CompareResult(
-        Path(a), Path(b), statistics.median(a_times), statistics.median(b_times),
-        statistics.median(ratios), min(ratios), max(ratios), rounds,
-    )  # fmt: skip
+    return summarize(a, b, a_times, b_times)

@@ -18,8 +18,10 @@ from .errors import PyreeError
 
 
 def prepare_output_dir(path: Path) -> None:
+    from . import tools
+
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        tools.make_dir(path)
     except OSError as exc:
         raise PyreeError(
             f"cannot create output directory: {exc.strerror}",
@@ -88,7 +90,10 @@ def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Pa
         for tmp, final in pairs:
             if not tmp.exists() or tmp.stat().st_size == 0:
                 raise PyreeError("the tool reported success but wrote no output", file=final)
+        from . import tools
+
         for tmp, final in pairs:
+            tools.echo_command(tools.shell_line(["mv", tmp, final]))
             os.replace(tmp, final)
     finally:
         for tmp, _ in pairs:
@@ -117,14 +122,22 @@ def remove_stale(path: str | os.PathLike[str]) -> None:
 
 @contextlib.contextmanager
 def scratch_dir(near: Path, label: str) -> Iterator[Path]:
-    """A private build directory for intermediates, removed afterwards; never beside the sources."""
+    """A private build directory for intermediates, removed afterwards; never beside the sources.
+
+    Under -v it is kept (until the next build of the same output sweeps it), so the printed
+    commands that read and write it can be pasted.
+    """
+    from . import tools
+
     prepare_output_dir(near)
-    tmp = _temp_name(near / label, ".build")
-    tmp.mkdir()
+    tmp = tools.make_dir(_temp_name(near / label, ".build"))
     try:
         yield tmp
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tools.VERBOSITY >= 2:
+            tools.log_step(f"kept the scratch directory {tmp} (-v)")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _escape_dep(path: str) -> str:
@@ -540,6 +553,53 @@ def _pause_point(name: str) -> None:
         time.sleep(0.02)
 
 
+def _path_forms(outputs: Sequence[Path]) -> list[tuple[str, str, str]]:
+    """(text in a command, its token, its absolute form) for each output's temporary/scratch
+    names and the output itself; a replay uses absolute forms, whatever its directory."""
+    forms = []
+    for i, out in enumerate(outputs):
+        absolute = out.resolve()
+        for j, path in enumerate(dict.fromkeys((out, absolute))):
+            forms.append((os.fspath(path.parent / f".{path.name}."), f"\x00T{i}.{j}\x00", os.fspath(absolute.parent / f".{absolute.name}.")))
+            forms.append((os.fspath(path), f"\x00O{i}.{j}\x00", os.fspath(absolute)))
+    return sorted(forms, key=lambda f: -len(f[0]))
+
+
+def _save_commands(root: Path, base: str, outputs: Sequence[Path], lines: list[str]) -> None:
+    """The commands of a build, with the outputs' names as tokens: a later hit, under other
+    output names, prints them as the commands that would have run."""
+    import json
+    import re
+
+    templated = []
+    for line in lines:
+        for text, token, _ in _path_forms(outputs):
+            line = line.replace(text, token)
+        templated.append(re.sub(r"(\x00T\d+\.\d\x00)\d+-[0-9a-f]{8}", r"\1", line))
+    target = root / "commands" / f"{base}.json"
+    with contextlib.suppress(OSError):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{os.urandom(6).hex()}.tmp"
+        tmp.write_text(json.dumps(templated), encoding="utf-8")
+        os.replace(tmp, target)
+
+
+def _replay_commands(root: Path, base: str, outputs: Sequence[Path]) -> None:
+    import json
+
+    from . import tools
+
+    try:
+        lines = json.loads((root / "commands" / f"{base}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    unique = f"{os.getpid()}-{os.urandom(4).hex()}"
+    for line in lines:
+        for _, token, absolute in _path_forms(outputs):
+            line = line.replace(token, absolute + unique if token.startswith("\x00T") else absolute)
+        tools.echo_command(line, note="(cache hit)")
+
+
 def cached_action(
     action: str,
     *,
@@ -583,11 +643,13 @@ def cached_action(
             hit, seen = None, {}
         if hit is not None:
             tools.log_step(f"  {action}: cache hit ({', '.join(o.name for o in outputs)})")
+            _replay_commands(root, base, outputs)
             return [*hit, *tool_paths]
         before = {**seen, **before}
     with atomic_outputs(outputs) as private:
         started = _fs_now(private[0]) if root is not None else 0
-        read = build(list(private))
+        with tools.recording() as commands:
+            read = build(list(private))
         _pause_point("built")
         excluded = set(tool_paths)
         deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, tools.package_files())]) if d not in excluded]
@@ -596,6 +658,7 @@ def cached_action(
             if hashes is None:
                 tools.log_step(f"  {action}: built, not cached ({why})")
             else:
+                _save_commands(root, base, outputs, commands)
                 try:
                     _store(root, base, private, hashes)
                 except OSError as exc:  # a full or read-only cache must not fail the build
@@ -634,6 +697,7 @@ _OWN_NAMES = {
     "manifests": re.compile(r"[0-9a-f]{40}\.json\Z"),
     "locks": re.compile(r"[0-9a-f]{40}\.lock\Z"),
     "tools": re.compile(r"[0-9a-f]{40}\.json\Z"),
+    "commands": re.compile(r"[0-9a-f]{40}\.json\Z"),
 }
 
 

@@ -12,11 +12,78 @@ from typing import Callable, Sequence
 from . import __version__, tools
 from .errors import PyreeError
 
+SKIP_EXIT_CODE = 77  # iree.SKIP_EXIT_CODE, without importing iree.py for every verb
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("output")
-    group.add_argument("-v", "--verbose", action="store_true", help="print every tool command, ready to paste into a shell")
-    group.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    """Kept so verb blocks read alike: `_finish` gives every parser the common options."""
+
+
+def _add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """-v, -q, -j N on the top-level parser and on every verb, so they go before or after it.
+
+    The verbs' copies default to SUPPRESS: left out after the verb, they keep what was given
+    before it instead of resetting it.
+    """
+    keep = {} if top else {"default": argparse.SUPPRESS}
+    group = parser.add_argument_group("common options")
+    options = (
+        (("-v", "--verbose"), dict(action="store_true", help="print every tool command, ready to paste into a shell")),
+        (("-q", "--quiet"), dict(action="store_true", help="print only errors (no step lines, no program output or table)")),
+        (("-j", "--jobs"), dict(type=_jobs, metavar="N", help="parallel jobs for independent steps (default: the number of cores)")),
+    )
+    for flags, kwargs in options:
+        if not any(f in parser._option_string_actions for f in flags):
+            group.add_argument(*flags, **kwargs, **({"default": False if kwargs.get("action") else None} if top else keep))
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' line breaks, shows each option's default, and the usage tail main() parses."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if action.option_strings and default not in (None, False, [], argparse.SUPPRESS) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return super()._fill_text(text, width, indent)
+        return argparse.HelpFormatter._fill_text(self, text, width, indent)
+
+    def _format_usage(self, usage, actions, groups, prefix) -> str:  # type: ignore[no-untyped-def]
+        from .help_text import USAGE_TAIL
+
+        text = super()._format_usage(usage, actions, groups, prefix)
+        tail = USAGE_TAIL.get(self._prog.split(" ", 1)[1] if " " in self._prog else "")
+        return text.rstrip("\n") + f" {tail}\n\n" if tail else text
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "") -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every parser: the top level (""), each verb, and nested verbs ("fatelf join")."""
+    found = [(name, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for verb, sub in action.choices.items():
+                found += _parsers(sub, f"{name} {verb}".strip())
+    return found
+
+
+def _finish(parser: argparse.ArgumentParser) -> None:
+    """Give every parser the common options, its description, examples and option help."""
+    from .help_text import VERBS, option_help
+
+    for name, p in _parsers(parser):
+        _add_common_options(p, top=not name)
+        p.formatter_class = _HelpFormatter
+        description, examples = VERBS.get(name, ("", ""))
+        p.description = description or p.description
+        if examples:
+            p.epilog = "examples:\n" + "\n".join("  " + line for line in examples.splitlines())
+        for action in p._actions:
+            if not action.help and action.dest not in ("help", "version"):
+                action.help = option_help(name, action.dest)
 
 
 def _jobs(text: str) -> int:
@@ -35,9 +102,6 @@ def _c_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR", help="add an include directory")
     parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]", help="define a macro")
     parser.add_argument("--depfile", help="also write a Make/Ninja depfile listing every input (for CMake's DEPFILE)")
-    parser.add_argument("-j", "--jobs", type=_jobs, default=None, help="parallel jobs (default: the number of cores)")
-
-
 def _spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transform-spec", metavar="SPEC.mlir", help="transform-dialect spec applied before lowering (IREE's --iree-preprocessing-transform-spec-filename)")
     parser.add_argument("--pdl-spec", metavar="SPEC.mlir", help="PDL patterns applied before lowering (IREE's --iree-preprocessing-pdl-spec-filename)")
@@ -103,7 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
     p.add_argument("--depfile")
-    p.add_argument("-j", "--jobs", type=_jobs, default=None)
     _common(p)
 
     p = sub.add_parser("dump", help="write a program's executable sources, binaries and benchmarks, and an index (extra iree-compile flags after --)")
@@ -235,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="show every tool found, its version, and whether a CUDA GPU is usable")
     _common(p)
+    _finish(parser)
     return parser
 
 
@@ -388,7 +452,8 @@ def _cmd_run(a: argparse.Namespace) -> None:
         a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
         check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes,
     )  # fmt: skip
-    sys.stdout.write(result.stdout)
+    if not a.quiet:
+        sys.stdout.write(result.stdout)
     if a.expect or a.check_file:
         tools.log_step(f"output check passed ({result.seconds:.2f} s)")
 
@@ -406,7 +471,7 @@ def _cmd_imports(a: argparse.Namespace) -> None:
 def _cmd_samples(a: argparse.Namespace) -> int:
     from . import sample_runner
 
-    return sample_runner.main_job(Path(a.build_dir), tests_regex=a.tests_regex)
+    return sample_runner.main_job(Path(a.build_dir), tests_regex=a.tests_regex, jobs=a.jobs)
 
 
 def _cmd_new(a: argparse.Namespace) -> None:
@@ -472,6 +537,16 @@ def cmake_dir() -> Path:
     raise PyreeError("pyree_buildConfig.cmake is not installed", file=here, fix="reinstall with `pip install .` from the pyree_build checkout")
 
 
+def _verb_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost parser the command line chose, so its error shows that verb's usage."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(ns, action.dest, None) or "")
+            if chosen is not None:
+                return _verb_parser(chosen, ns)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -479,7 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = args.index("--")
         args, extra = args[:cut], args[cut + 1 :]
     parser = build_parser()
-    ns = parser.parse_args(args)
+    ns, unknown = parser.parse_known_args(args)
+    if unknown:
+        _verb_parser(parser, ns).error(f"unrecognized arguments: {' '.join(unknown)}")
     ns.extra = extra
     try:
         if ns.cmake_dir:
@@ -498,7 +575,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, so a reader that went away is seen while it can be handled
         return int(code or 0)
     except PyreeError as err:
-        print(err.render(), file=sys.stderr)
+        text = err.render()
+        if err.exit_code == SKIP_EXIT_CODE:
+            text = text.removeprefix("error: ")  # a skip (ctest's SKIP_RETURN_CODE) is not an error
+        print(text, file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

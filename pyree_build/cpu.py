@@ -140,6 +140,7 @@ def system_plugin(
     defines: Sequence[str] = (),
     depfile: PathLike | None = None,
     cpu: str = "baseline",
+    jobs: int | None = None,
 ) -> Path:
     """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime.
 
@@ -155,16 +156,18 @@ def system_plugin(
         (tmp,) = private
         inputs: list[str] = []
         with scratch_dir(out.parent, out.name) as build:
-            objs = []
+            objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(srcs)]
             with tools.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
-                for i, src in enumerate(srcs):
-                    obj = build / f"{i}_{src.stem}.o"
-                    inputs += _compile(compiler, src, obj, cflags)
-                    objs.append(obj)
+                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                    inputs += [d for deps in pool.map(lambda so: _compile(compiler, so[0], so[1], cflags), zip(srcs, objs)) for d in deps]
             with tools.Stopwatch(f"link {out.name}"):
                 tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
-                check_plugin_elf(tmp, arch=host_arch())
-                probe_plugin(tmp)
+                try:
+                    check_plugin_elf(tmp, arch=host_arch())
+                    probe_plugin(tmp)
+                except PyreeError as err:
+                    err.file = str(out)  # the temporary name is gone by the time the user reads this
+                    raise
         return inputs
 
     deps = cached_action("system plugin", key=cflags, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler])
@@ -176,8 +179,7 @@ def system_plugin(
 def _standalone_elf(
     compiler: tools.Tool, lld: tools.Tool, srcs: list[Path], arch: str, opts: CompileOptions, build: Path, out: Path, final: Path
 ) -> list[str]:
-    arch_dir = build / arch
-    arch_dir.mkdir(parents=True, exist_ok=True)
+    arch_dir = tools.make_dir(build / arch)
     inputs: list[str] = []
     objs = []
     flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
@@ -223,16 +225,22 @@ def standalone_plugin(
         (tmp,) = private
         with scratch_dir(out.parent, out.name) as build:
             elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
-            with tools.Stopwatch(f"compile + link {', '.join(arch_list)} in parallel"):
+            parallel = " in parallel" if len(arch_list) > 1 else ""
+            with tools.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"):
                 with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
                     futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
                     inputs = [dep for f in futures for dep in f.result()]
             if single:
+                tools.echo_command(tools.shell_line(["cp", elfs[arch_list[0]], tmp]))
                 tmp.write_bytes(elfs[arch_list[0]].read_bytes())
             else:
                 from . import fatelf
 
-                with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
+                count = f"{len(arch_list)} ELF" + ("s" if len(arch_list) > 1 else "")
+                tools.echo_command(tools.shell_line(
+                    tools.python_line("-m", "pyree_build", "fatelf", "join", *(elfs[a] for a in arch_list), "-o", tmp, "-q")
+                ))  # fmt: skip
+                with tools.Stopwatch(f"pack {count} into {out.name}"):
                     tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
         return inputs
 
@@ -265,7 +273,7 @@ def plugin(
                 "a system plugin is built for this host only",
                 fix="drop --arch, or use --kind standalone to build for other architectures",
             )
-        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, cpu=cpu)
+        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, cpu=cpu, jobs=jobs)
     if kind == "standalone":
         if cpu != "baseline":
             raise PyreeError(
@@ -326,7 +334,7 @@ def objects(
             raise PyreeError(
                 f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
                 file=src,
-                details=explain_undefined(tuple(unexpected)),
+                details=explain_undefined(tuple(unexpected), what="an object linked into a module"),
                 fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
             )
         return deps

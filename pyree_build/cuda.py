@@ -168,8 +168,6 @@ def _nvrtc_compile(source: Path, text: bytes, sm: int, options: list[str]) -> by
         raise PyreeError(f"NVRTC could not create a program ({err})", file=source)
     try:
         opts = [f"--gpu-architecture=compute_{sm}", *options]
-        if tools.VERBOSITY >= 2:  # in-process, so show what an nvrtc command line would be
-            tools.log_step("+ nvrtc (in-process) " + " ".join(opts) + f" {source}")
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * log_size
@@ -188,6 +186,23 @@ def _nvrtc_compile(source: Path, text: bytes, sm: int, options: list[str]) -> by
         return ptx.rstrip(b"\x00")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+# NVRTC runs in-process; under -v this one-liner (same library, same options) stands for it.
+_NVRTC_LINE = (
+    "import sys; from cuda.bindings import nvrtc; src, out, *opts = sys.argv[1:]; "
+    "_, p = nvrtc.nvrtcCreateProgram(open(src, 'rb').read(), src.encode(), 0, [], []); "
+    "(s,) = nvrtc.nvrtcCompileProgram(p, len(opts), [o.encode() for o in opts]); "
+    "_, n = nvrtc.nvrtcGetPTXSize(p); b = b' ' * n; nvrtc.nvrtcGetPTX(p, b); "
+    "sys.exit(f'nvrtc failed: {s}') if int(s) else open(out, 'wb').write(b.rstrip(bytes(1)))"
+)
+
+
+def _write_step(path: Path, data: bytes, line: str) -> Path:
+    """Write bytes made in-process, printing (-v) the shell line that makes the same file."""
+    tools.echo_command(line)
+    path.write_bytes(data)
+    return path
 
 
 def _nvcc_compile(nvcc: tools.Tool, source: Path, sm: int, options: list[str], build: Path) -> tuple[bytes, list[str]]:
@@ -287,26 +302,33 @@ def ptx(
     def build_it(private: list[Path]) -> list[str]:
         with scratch_dir(out_dir, src.name) as build:
 
-            def one(sm: int) -> tuple[bytes, list[str], tuple[int, int] | None]:
-                sm_dir = build / f"sm_{sm}"
-                sm_dir.mkdir()
+            def one(sm: int) -> tuple[bytes, list[str], tuple[int, int] | None, Path]:
+                sm_dir = tools.make_dir(build / f"sm_{sm}")
                 if compiler == "nvrtc":
                     raw, deps = _nvrtc_compile(src, text, sm, options), [str(h) for h in headers.files]  # type: ignore[union-attr]
+                    raw_file = _write_step(sm_dir / "nvrtc.ptx", raw, tools.shell_line(tools.python_line(
+                        "-c", _NVRTC_LINE, src, sm_dir / "nvrtc.ptx", f"--gpu-architecture=compute_{sm}", *options)))  # fmt: skip
                 else:
                     raw, deps = _nvcc_compile(tool, src, sm, options, sm_dir)
+                    raw_file = sm_dir / f"sm_{sm}.ptx"
                 data, isa, _ = _finish(raw, sm, src, isa_limit, isa_reason)
+                final = sm_dir / "final.ptx"
+                if data == raw:
+                    _write_step(final, data, tools.shell_line(["cp", raw_file, final]))
+                else:  # the ISA ceiling rewrote the .version line
+                    version = f".version {isa[0]}.{isa[1]}" if isa else ""
+                    sed = ["sed", "-E", rf"0,/^\.version[[:space:]]+[0-9]+\.[0-9]+[[:space:]]*$/s//{version}/", raw_file]
+                    _write_step(final, data, tools.shell_line(sed, stdout=final))
                 if ptxas_tool is not None:
-                    checked = sm_dir / "checked.ptx"
-                    checked.write_bytes(data)
-                    _verify(ptxas_tool, checked, sm, src, sm_dir)
-                return data, deps, isa
+                    _verify(ptxas_tool, final, sm, src, sm_dir)
+                return data, deps, isa, final
 
             label = f"{tool.name} {src.name} -> sm {', '.join(map(str, sm_list))}"
             with tools.Stopwatch(label + (" + ptxas" if verify else "")):
                 with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
                     results = dict(zip(sm_list, pool.map(one, sm_list)))
             for sm, tmp in zip(sm_list, private):  # renamed into place once all are written
-                tmp.write_bytes(results[sm][0])
+                _write_step(tmp, results[sm][0], tools.shell_line(["cp", results[sm][3], tmp]))
         isas.update(r[2] for r in results.values() if r[2] is not None)
         if isas:
             tools.log_step(f"  PTX ISA {', '.join(f'{a}.{b}' for a, b in sorted(isas))}: {isa_reason}")

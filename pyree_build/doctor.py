@@ -1,10 +1,67 @@
-"""`pyree-build doctor`: every tool, where it is, its version, and whether a CUDA GPU is usable."""
+"""`pyree-build doctor`: pyree_build's version and Python, the IREE wheels against the pinned
+release, every tool (where, which version), and per workflow whether it builds and runs here."""
 from __future__ import annotations
 
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from . import tools
+from . import __version__, tools
 from .errors import PyreeError
+
+# The IREE release the samples' MLIR is written for; pyproject.toml pins the wheels to it.
+PINNED_IREE = "3.13"
+IREE_WHEELS = ("iree-base-compiler", "iree-base-runtime")
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """One row of the workflow table. `build` and `run` name tools of CHECKS by label ("a|b":
+    either will do); `device` names an entry of DEVICES that must be usable to run."""
+
+    name: str
+    build: tuple[str, ...]
+    run: tuple[str, ...]
+    device: str = "host"
+
+
+def _host_device() -> tuple[bool, str]:
+    from .elfcheck import host_arch
+
+    try:
+        return True, f"this {host_arch()} host"
+    except PyreeError as err:
+        return False, err.what
+
+
+def _cuda_device() -> tuple[bool, str]:
+    from .iree import cuda_status
+
+    return cuda_status()
+
+
+def _vulkan_device() -> tuple[bool, str]:
+    from .vulkan import status
+
+    return status()
+
+
+# device -> (usable, reason); a new backend adds its probe here and its rows to WORKFLOWS.
+DEVICES: dict[str, Callable[[], tuple[bool, str]]] = {"host": _host_device, "cuda": _cuda_device, "vulkan": _vulkan_device}
+
+WORKFLOWS: list[Workflow] = [
+    Workflow("system plugin", build=("zig cc|clang|gcc", "iree-compile"), run=("iree-run-module",)),
+    Workflow("standalone plugin (FatELF)", build=("zig cc|clang", "iree-lld", "iree-compile"), run=("iree-run-module",)),
+    Workflow("embedded objects", build=("zig cc|clang", "iree-compile"), run=("iree-run-module",)),
+    Workflow("CUDA PTX", build=("nvrtc|nvcc", "iree-compile"), run=("iree-run-module",), device="cuda"),
+    Workflow("CUDA bitcode microkernels", build=("iree-compile",), run=("iree-run-module",), device="cuda"),
+    Workflow("Vulkan SPIR-V shaders", build=("glslang|glslc", "spirv-val", "iree-compile"), run=("iree-run-module",), device="vulkan"),
+    Workflow("HIP code objects (compile only here)", build=("iree-lld", "iree-compile"), run=("iree-run-module",), device="hip"),
+    Workflow("dump / substitute / bench", build=("iree-compile",), run=("iree-run-module", "iree-benchmark-module")),
+    Workflow("CMake projects (samples, new)", build=("cmake", "ninja"), run=("ctest",)),
+]
 
 # (label, finder, required, what it is for, how to install)
 CHECKS: list[tuple[str, Callable[[], tools.Tool], bool, str, str]] = [
@@ -28,38 +85,82 @@ CHECKS: list[tuple[str, Callable[[], tools.Tool], bool, str, str]] = [
 ]
 
 
-def report() -> int:
-    """Print one line per tool and the GPU status; exit 1 only when a required tool is missing."""
-    from .iree import cuda_status
+def _iree_versions() -> list[tuple[str, str | None, bool]]:
+    """(wheel, installed version or None, matches the pinned release)."""
+    found = []
+    for dist in IREE_WHEELS:
+        version = tools._dist_version(dist)
+        found.append((dist, version, bool(version) and (version == PINNED_IREE or version.startswith(PINNED_IREE + "."))))
+    return found
 
-    missing_required = []
+
+def _requirement(labels: tuple[str, ...], found: dict[str, str | None]) -> str | None:
+    """None when every requirement has a tool found, else what is missing."""
+    missing = [label for label in labels if not any(found.get(alt) for alt in label.split("|"))]
+    return None if not missing else "needs " + ", ".join(m.replace("|", " or ") for m in missing)
+
+
+def workflow_rows(found: dict[str, str | None], devices: dict[str, tuple[bool, str]]) -> list[tuple[str, str, str]]:
+    """(workflow, can build, can run here) from which tools were found and which devices are usable."""
+    rows = []
+    for wf in WORKFLOWS:
+        build_gap = _requirement(wf.build, found)
+        run_gap = _requirement(wf.run, found)
+        usable, reason = devices.get(wf.device, (False, f"no probe for device {wf.device}"))
+        can_build = "yes" if build_gap is None else f"no: {build_gap}"
+        if build_gap is not None:
+            can_run = "no: cannot build"
+        elif run_gap is not None:
+            can_run = f"no: {run_gap}"
+        else:
+            can_run = f"yes ({reason})" if usable else f"no: {reason}"
+        rows.append((wf.name, can_build, can_run))
+    return rows
+
+
+def report() -> int:
+    """Print versions, one line per tool and the workflow table; exit 1 when a required tool is
+    missing or the IREE wheels are not the pinned release."""
+    problems = []
+    print(f"pyree_build  {__version__} ({Path(__file__).parent})")
+    print(f"python       {platform.python_version()} ({sys.executable})")
+    for dist, version, matches in _iree_versions():
+        if version is None:
+            print(f"{dist:<19} not installed (pinned: {PINNED_IREE}.*)")
+            problems.append(f"{dist} is not installed")
+        elif matches:
+            print(f"{dist:<19} {version}, the pinned release {PINNED_IREE}.*")
+        else:
+            print(f"{dist:<19} {version}, NOT the pinned release {PINNED_IREE}.*: the samples' MLIR may not parse")
+            problems.append(f'{dist} {version} is not {PINNED_IREE}.* (pip install "{dist}=={PINNED_IREE}.*")')
+    print("\ntools:")
+    found: dict[str, str | None] = {}
     width = max(len(c[0]) for c in CHECKS)
     for label, finder, required, purpose, install in CHECKS:
         try:
             tool = finder()
+            found[label] = tool.version
             note = f" ({tool.note})" if tool.note else ""
             print(f"ok       {label:<{width}}  {tool.version:<12} {tool.path}{note}")
         except PyreeError as err:
+            found[label] = None
             status = "MISSING " if required else "absent  "
             print(f"{status} {label:<{width}}  {'-':<12} {err.what}")
             print(f"{'':9}{'':<{width}}  for: {purpose}; install: {install}")
             if required:
-                missing_required.append(label)
-    usable, reason = cuda_status()
-    if usable:
-        print(f"ok       {'cuda GPU':<{width}}  {'usable':<12} {reason}")
-    else:
-        print(f"no GPU   {'cuda GPU':<{width}}  {'not usable':<12} {reason}")
-        print(f"{'':9}{'':<{width}}  for: running CUDA modules; needs: an NVIDIA GPU and its driver (libcuda.so)")
-    from .vulkan import status as vulkan_status
-
-    vk_usable, vk_reason = vulkan_status()
-    if vk_usable:
-        print(f"ok       {'vulkan':<{width}}  {'usable':<12} {vk_reason}")
-    else:
-        print(f"absent   {'vulkan':<{width}}  {'-':<12} {vk_reason}")
-    if missing_required:
-        print(f"\nrequired tools missing: {', '.join(missing_required)} (see the install commands above)")
+                problems.append(f"{label} is missing (see its install command above)")
+    devices = {name: probe() for name, probe in DEVICES.items()}
+    print("\ndevices:")
+    for name, (usable, reason) in devices.items():
+        label = "host CPU" if name == "host" else f"{name} GPU"
+        print(f"  {label:<10} {'usable' if usable else 'not usable'}: {reason}")
+    rows = [("workflow", "build", "run on this machine")] + workflow_rows(found, devices)
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    print("\nworkflows:")
+    for name, build, run in rows:
+        print(f"  {name:<{widths[0]}}  {build:<{widths[1]}}  {run}")
+    if problems:
+        print("\nproblems: " + "; ".join(problems))
         return 1
-    print("\nall required tools found" + ("" if usable else "; CUDA tests will be skipped (no usable GPU)"))
+    print("\nall required tools found" + ("" if devices["cuda"][0] else "; CUDA tests will be skipped (no usable GPU)"))
     return 0

@@ -150,19 +150,19 @@ def check_plugin_elf(path: str | os.PathLike[str], *, arch: str | None = None, s
 _LIBC_MEM = {"memcpy", "memset", "memmove", "memcmp", "bcmp"}
 
 
-def explain_undefined(names: tuple[str, ...]) -> str:
+def explain_undefined(names: tuple[str, ...], what: str = "a standalone plugin") -> str:
     lines = []
     for name in names:
         if name in _LIBC_MEM:
             lines.append(
                 f"{name}: usually emitted by the compiler for a struct copy, an array initializer or a "
                 f"loop it recognises as a copy/fill; write the loop with a volatile index, use "
-                f"__builtin_{name} with a small constant size, or define {name} in the plugin"
+                f"__builtin_{name} with a small constant size, or define {name} yourself"
             )
         elif name.startswith("__"):
             lines.append(f"{name}: a compiler runtime helper (e.g. 128-bit or soft-float arithmetic); avoid the operation or implement the helper")
         else:
-            lines.append(f"{name}: a libc or external function; a standalone plugin can only call code it contains (or the runtime's import table)")
+            lines.append(f"{name}: a libc or external function; {what} can only call code it contains (or the runtime's import table)")
     return "\n".join(lines)
 
 

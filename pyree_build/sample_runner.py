@@ -2,7 +2,10 @@
 and print one table row per test: sample, test, result, time."""
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import shutil
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -69,6 +72,47 @@ def collect_results(build_dir: Path, junit: Path, ctest_listing: str) -> list[Te
     return rows
 
 
+class Progress:
+    """Lines of CMake, Ninja and ctest shown as they come: ninja's `[n/N]` lines as one updating
+    line on a terminal (plain lines otherwise), each test as it finishes; all of it under -v."""
+
+    _NINJA = re.compile(r"^\[(\d+)/(\d+)\] ")
+    _TEST = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: ")
+
+    def __init__(self, out=None, tty: bool | None = None) -> None:  # type: ignore[no-untyped-def]
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty() if tty is None else tty
+        self.open_line = 0  # width of the updating line, 0 when none is shown
+
+    def line(self, text: str) -> None:
+        if tools.VERBOSITY >= 2:
+            self._print("# " + text)
+        elif tools.VERBOSITY < 1:
+            return
+        elif self._NINJA.match(text):
+            if self.tty:
+                width = max(20, shutil.get_terminal_size().columns - 1)
+                shown = ("  " + text)[:width]
+                self.out.write("\r" + shown.ljust(self.open_line))
+                self.out.flush()
+                self.open_line = len(shown)
+            else:
+                self._print("  " + text)
+        elif self._TEST.match(text):
+            self._print("  " + text.strip())
+
+    def close(self) -> None:
+        """Clear the updating line, so the next line (or an error) starts clean."""
+        if self.open_line:
+            self.out.write("\r" + " " * self.open_line + "\r")
+            self.out.flush()
+            self.open_line = 0
+
+    def _print(self, text: str) -> None:
+        self.close()
+        print(text, file=self.out, flush=True)
+
+
 def format_table(rows: list[TestRow]) -> str:
     headers = ("sample", "test", "result", "time")
     cells = [(r.sample, r.test, r.result, f"{r.seconds:.2f} s") for r in rows]
@@ -79,7 +123,21 @@ def format_table(rows: list[TestRow]) -> str:
     return "\n".join(out)
 
 
-def main_job(build_dir: Path, *, tests_regex: str | None = None) -> int:
+def _require_a_match(ctest: tools.Tool, build: Path, tests_regex: str) -> None:
+    """Before building anything: a -R that selects no test is a mistake, not an empty success."""
+    listing = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1"), what="listing tests").stdout
+    names = [t["name"] for t in json.loads(listing).get("tests", [])]
+    chosen = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1", "-R", tests_regex), what="listing tests").stdout
+    if not json.loads(chosen).get("tests"):
+        raise PyreeError(
+            f"no test matches -R '{tests_regex}'",
+            file=build,
+            details="the tests are:\n" + "\n".join(names),
+            fix="pass a regular expression that matches part of a test name above, e.g. -R plugin",
+        )
+
+
+def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | None = None) -> int:
     """Build and run every sample. Returns 0 when no test failed (skipped tests are not failures)."""
     from .cli import cmake_dir
 
@@ -87,8 +145,10 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None) -> int:
     source = samples_dir()
     build = build_dir.resolve()
     tools.log_step(f"samples: {source} -> {build}")
+    progress = Progress()
+    tools.log_step("  configuring with CMake ...")
     with tools.Stopwatch("configure (cmake -G Ninja)"):
-        tools.spawn(
+        tools.stream(
             cmake.command(
                 "-G", "Ninja", "-S", source, "-B", build,
                 f"-DCMAKE_MAKE_PROGRAM={ninja.path}",
@@ -97,33 +157,41 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None) -> int:
             ),  # fmt: skip
             what="configuring the samples with CMake",
             file=source / "CMakeLists.txt",
+            on_line=progress.line,
         )
-    with tools.Stopwatch("build iree-sample-deps"):
-        tools.spawn(
-            cmake.command("--build", build, "--target", "iree-sample-deps"),
+    if tests_regex:
+        _require_a_match(ctest, build, tests_regex)
+    with tools.Stopwatch("build iree-sample-deps"), contextlib.closing(progress):
+        tools.stream(
+            cmake.command("--build", build, "--target", "iree-sample-deps", *(["-j", str(jobs)] if jobs else []),
+                          *(["-v"] if tools.VERBOSITY >= 2 else [])),  # fmt: skip
             what="building iree-sample-deps",
             file=build,
             fix="the first failing step is shown above; run it with -v to see every tool command",
+            on_line=progress.line,
         )
     junit = build / "pyree-samples-junit.xml"
-    select = ["-R", tests_regex] if tests_regex else []
+    select = (["-R", tests_regex] if tests_regex else []) + (["-j", str(jobs)] if jobs else []) + (["-V"] if tools.VERBOSITY >= 2 else [])
     start = time.perf_counter()
-    result = tools.spawn(
+    tools.log_step("  testing with ctest ...")
+    result = tools.stream(
         ctest.command("--test-dir", build, "--output-junit", junit, "--output-on-failure", *select),
         what="ctest",
         file=build,
         check=False,
+        on_line=progress.line,
     )
     tools.log_step(f"  ctest ({time.perf_counter() - start:.2f} s)")
     if not junit.is_file():
         raise PyreeError("ctest wrote no results", file=build, details=result.stdout + result.stderr)
     listing = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1"), what="listing tests").stdout
     rows = collect_results(build, junit, listing)
-    print(format_table(rows))
     failed = [r for r in rows if r.result == "FAILED"]
     passed = sum(r.result == "passed" for r in rows)
     skipped = sum(r.result.startswith("skipped") for r in rows)
-    print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped")
+    if tools.VERBOSITY >= 1:
+        print(format_table(rows))
+        print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped")
     if failed:
         print("\nctest output for the failures:\n" + result.stdout[-8000:], file=sys.stderr)
         return 1

@@ -88,7 +88,9 @@ The test runs `mixed_invocation` with inputs `8xf32=2` and `8xf32=4` and expects
 ## Build a wheel (scikit-build-core)
 
 ```sh
-pip wheel . --no-build-isolation -w dist   # with pyree_build installed in this environment
+# readme-test: needs pyree_build installed from a wheel (its cmake.prefix entry point)
+pip install scikit-build-core                          # the build backend, once
+pip wheel . --no-build-isolation --no-deps -w dist    # uses the pyree_build installed here
 ```
 
 No `pyree_build_DIR` is needed there: scikit-build-core puts pyree_build's CMake package
@@ -152,6 +154,17 @@ pyree-build run build/program.vmfb --function run {run_inputs} --plugin build/pl
 """
 
 
+def _adapt(sample_text: str, project: str) -> str:
+    """The sample's comments name the sample's files; the project's files have other names."""
+    for old, new in (
+        ("system_plugin.so", f"{project}_plugin.so"),
+        ("example.mlir", "program.mlir"),
+        ("every plugin in this folder", "the plugin in this project"),
+    ):
+        sample_text = sample_text.replace(old, new)
+    return sample_text
+
+
 def new_project(
     directory: PathLike, *, name: str | None = None, force: bool = False, import_name: str | None = None, import_args: str | None = None
 ) -> Path:
@@ -190,8 +203,8 @@ def new_project(
             name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"'
         )  # fmt: skip
         readme = README.format(name=project, expected=EXPECTED)
-        plugin_c = (plugin_sample / "system_plugin.c").read_text(encoding="utf-8")
-        program = (plugin_sample / "example.mlir").read_text(encoding="utf-8")
+        plugin_c = _adapt((plugin_sample / "system_plugin.c").read_text(encoding="utf-8"), project)
+        program = _adapt((plugin_sample / "example.mlir").read_text(encoding="utf-8"), project)
     files = {
         "CMakeLists.txt": cmake,
         "pyproject.toml": PYPROJECT.format(name=project, version=__version__),
@@ -214,6 +227,10 @@ def new_project(
             for rel in files:
                 os.replace(staging / rel, target / rel)
         else:
+            # mkdtemp made it private (0700); a project directory gets the usual umask mode.
+            umask = os.umask(0)
+            os.umask(umask)
+            staging.chmod(0o777 & ~umask)
             os.rename(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

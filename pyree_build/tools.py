@@ -6,6 +6,7 @@ cache key and the depfiles written for CMake, so upgrading a wheel rebuilds.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -13,10 +14,11 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from .errors import PyreeError, trim
 
@@ -30,8 +32,79 @@ def set_verbosity(level: int) -> None:
 
 
 def log_step(message: str) -> None:
+    if VERBOSITY >= 2:  # under -v the whole output is a shell script: steps are its comments
+        message = "\n".join("# " + line for line in message.splitlines())
     if VERBOSITY >= 1:
-        print(message, file=sys.stderr, flush=True)
+        _write_line(message)
+
+
+def _write_line(text: str) -> None:
+    # One write per line, under a lock: steps run in threads, and a line split between two
+    # writes could interleave with another thread's (breaking a pasted -v script).
+    with _WRITE_LOCK:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+# --- Paste-able commands (-v) -------------------------------------------------------
+#
+# Under -v every step that makes a file prints a shell line that makes the same file when
+# pasted (tools, `mkdir -p`, the `mv` of an atomic rename, equivalents of in-process steps),
+# and everything else is a `# ` comment. The lines are also recorded, so the cache can show a
+# hit as the commands that would have run.
+
+_RECORDERS: list[list[str]] = []
+_RECORD_LOCK = threading.Lock()
+
+
+def shell_line(argv: Sequence[str | os.PathLike[str]], *, cwd: str | os.PathLike[str] | None = None,
+               env: Mapping[str, str] | None = None, stdout: str | os.PathLike[str] | None = None) -> str:  # fmt: skip
+    """`argv` as one line of POSIX shell, run in `cwd` (default: this one) as `(cd DIR && ...)`,
+    so that it means the same pasted anywhere."""
+    line = shlex.join(os.fspath(a) for a in argv)
+    if env:
+        line = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + line
+    if stdout is not None:
+        line += " > " + shlex.quote(os.fspath(stdout))
+    return f"(cd {shlex.quote(os.fspath(cwd or os.getcwd()))} && {line})"
+
+
+def echo_command(line: str, note: str | None = None) -> None:
+    """Print (under -v) and record one paste-able shell line."""
+    with _RECORD_LOCK:
+        for recorder in _RECORDERS:
+            recorder.append(line)
+    if VERBOSITY >= 2:
+        _write_line(line + (f"  # {note}" if note else ""))
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[str]]:
+    """Collect the lines `echo_command` prints inside the block."""
+    lines: list[str] = []
+    with _RECORD_LOCK:
+        _RECORDERS.append(lines)
+    try:
+        yield lines
+    finally:
+        with _RECORD_LOCK:
+            _RECORDERS.remove(lines)
+
+
+def make_dir(path: Path) -> Path:
+    """mkdir -p, shown under -v so that pasted commands find their directories."""
+    if not path.is_dir():
+        echo_command(shell_line(["mkdir", "-p", path]))
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def python_line(*args: str | os.PathLike[str]) -> list[str]:
+    """This Python with `args`: the paste-able form of a step pyree_build does in-process."""
+    return [sys.executable, *map(os.fspath, args)]
 
 
 @dataclass(frozen=True)
@@ -398,9 +471,10 @@ def spawn(
     `explain` may turn the tool's output into a better message (e.g. a known IREE crash).
     """
     args = [os.fspath(a) for a in argv]
-    if VERBOSITY >= 2:
-        prefix = f"cd {shlex.quote(os.fspath(cwd))} && " if cwd else ""
-        print("+ " + prefix + shlex.join(args), file=sys.stderr, flush=True)
+    if stdin is None:
+        echo_command(shell_line(args, cwd=cwd, env=env))
+    else:  # fed from memory: shown, but not as a line that would wait on the terminal
+        log_step(f"{shell_line(args, cwd=cwd, env=env)} < (the output above)")
     full_env = None
     if env:
         full_env = dict(os.environ)
@@ -424,6 +498,36 @@ def spawn(
             fix=fix,
         )
     return result
+
+
+def stream(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    what: str,
+    on_line: Callable[[str], None],
+    file: str | os.PathLike[str] | None = None,
+    fix: str | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run a long tool, handing each line of its output (stdout and stderr merged) to
+    `on_line` as it comes, for progress; then as `spawn`: the output, or a PyreeError."""
+    args = [os.fspath(a) for a in argv]
+    echo_command(shell_line(args))
+    try:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    except FileNotFoundError as exc:
+        raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
+    lines = []
+    with proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+    output = "".join(lines)
+    if check and proc.returncode != 0:
+        raise PyreeError(f"{what} failed (exit code {proc.returncode})", file=file, details=output or "(the tool printed nothing)",
+                         command=args, fix=fix)  # fmt: skip
+    return subprocess.CompletedProcess(args, proc.returncode, output, "")
 
 
 class Stopwatch:

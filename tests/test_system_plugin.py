@@ -83,7 +83,7 @@ def test_verbose_prints_each_tool_command(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("PYREE_BUILD_CACHE", "off")  # a cache hit would run no tool
     result = cli("plugin", "-v", "--kind", "system", PLUGIN_SAMPLE / "system_plugin.c", "-o", tmp_path / "v.so")
     assert result.returncode == 0, result
-    commands = [line for line in result.stderr.splitlines() if line.startswith("+ ")]
+    commands = [line for line in result.stderr.splitlines() if line.startswith("(cd ")]
     assert any(" cc " in c and "-c" in c for c in commands)
     assert any("-shared" in c for c in commands)
 

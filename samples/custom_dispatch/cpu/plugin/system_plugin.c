@@ -1,11 +1,10 @@
 // A *system* executable plugin: an ordinary shared library that IREE's runtime
 // opens with dlopen when it is passed `--executable_plugin=system_plugin.so`.
-// Being a normal library it may use libc (here: stdio for a load message).
+// Being a normal library it may use libc (here: calloc and free for its state).
 //
 // It provides one import, `simple_mul_workgroup`, which the program in
 // example.mlir calls from inside its dispatch.
 
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "iree/hal/local/executable_plugin.h"
