@@ -91,9 +91,9 @@ def _jobs(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of jobs") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} jobs: pass at least 1 (or leave -j out to use every core)")
+        raise argparse.ArgumentTypeError(f"{value} jobs: must be at least 1 (or leave -j out to use every core)")
     return value
 
 
@@ -211,7 +211,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
     p.add_argument("--depfile")
-    p.add_argument("-j", "--jobs", type=int, default=None)
     _common(p)
 
     p = sub.add_parser("bitcode", help="CUDA device code -> NVPTX LLVM bitcode per sm (zig clang, no CUDA SDK), for compile --link-bitcode")
@@ -221,7 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
     p.add_argument("--depfile")
-    p.add_argument("-j", "--jobs", type=int, default=None)
     _common(p)
 
     p = sub.add_parser("code-objects", help="list the AMDGPU code objects a .vmfb embeds; --gfx N checks one is there")

@@ -42,6 +42,12 @@ def _cuda_device() -> tuple[bool, str]:
     return cuda_status()
 
 
+def _hip_device() -> tuple[bool, str]:
+    from .iree import hip_status
+
+    return hip_status()
+
+
 def _vulkan_device() -> tuple[bool, str]:
     from .vulkan import status
 
@@ -49,7 +55,7 @@ def _vulkan_device() -> tuple[bool, str]:
 
 
 # device -> (usable, reason); a new backend adds its probe here and its rows to WORKFLOWS.
-DEVICES: dict[str, Callable[[], tuple[bool, str]]] = {"host": _host_device, "cuda": _cuda_device, "vulkan": _vulkan_device}
+DEVICES: dict[str, Callable[[], tuple[bool, str]]] = {"host": _host_device, "cuda": _cuda_device, "vulkan": _vulkan_device, "hip": _hip_device}
 
 WORKFLOWS: list[Workflow] = [
     Workflow("system plugin", build=("zig cc|clang|gcc", "iree-compile"), run=("iree-run-module",)),
@@ -58,7 +64,7 @@ WORKFLOWS: list[Workflow] = [
     Workflow("CUDA PTX", build=("nvrtc|nvcc", "iree-compile"), run=("iree-run-module",), device="cuda"),
     Workflow("CUDA bitcode microkernels", build=("iree-compile",), run=("iree-run-module",), device="cuda"),
     Workflow("Vulkan SPIR-V shaders", build=("glslang|glslc", "spirv-val", "iree-compile"), run=("iree-run-module",), device="vulkan"),
-    Workflow("HIP code objects (compile only here)", build=("iree-lld", "iree-compile"), run=("iree-run-module",), device="hip"),
+    Workflow("HIP code objects", build=("iree-lld", "iree-compile"), run=("iree-run-module",), device="hip"),
     Workflow("dump / substitute / bench", build=("iree-compile",), run=("iree-run-module", "iree-benchmark-module")),
     Workflow("CMake projects (samples, new)", build=("cmake", "ninja"), run=("ctest",)),
 ]

@@ -66,6 +66,36 @@ VERBS: dict[str, tuple[str, str]] = {
         "An edited source can be substituted back with `compile --substitute`.",
         "pyree-build dump program.mlir -o dumped/",
     ),
+    "spirv": (
+        "Compile GLSL compute shaders into SPIR-V, one DIR/<stem>.spv per shader, with glslang "
+        "(from PyPI, the default) or glslc, and validate each with spirv-val. A module references "
+        "them from #hal.executable.objects and finds them on an object search path.",
+        "pyree-build spirv simple_mul.glsl simple_mul_inplace.glsl -o build/spirv",
+    ),
+    "hsaco": (
+        "Compile a HIP source into an AMDGPU code object per gfx (DIR/gfx<N>/<stem>.co) with zig's "
+        "clang and iree-lld, no ROCm needed; each object's ELF flags are checked against its gfx, "
+        "since iree-compile embeds an object of any gfx without a word.",
+        "pyree-build hsaco kernels.cu --gfx 942 --gfx 1100 -o build/hsaco",
+    ),
+    "bitcode": (
+        "Compile CUDA device code into NVPTX LLVM bitcode per sm (DIR/<stem>_sm_<N>.bc) with zig's "
+        "clang and no CUDA SDK, for `compile --link-bitcode`: kernels IREE generates can then call "
+        "its __device__ functions.",
+        "pyree-build bitcode ukernel.cu --sm 80 -o build/bitcode",
+    ),
+    "code-objects": (
+        "List the AMDGPU code objects a .vmfb embeds, with the gfx each was built for; with --gfx, "
+        "fail unless one for that gfx is there.",
+        "pyree-build code-objects build/hip_example.vmfb --gfx 942",
+    ),
+    "imports": (
+        "List, per executable, the imports a module calls (read from its embedded ELFs); with "
+        "--plugin, ask each plugin's resolve, in a child process and in the runtime's order (last "
+        "registered first), which one provides each import. An import no plugin resolves is an error.",
+        "pyree-build imports build/mlp.vmfb\n"
+        "pyree-build imports build/mlp.vmfb --plugin build/matmul_relu_plugin.so",
+    ),
     "bench": (
         "Time a module's function with iree-benchmark-module and print mean and median; with "
         "--compare, time two modules alternately and print the ratio of their medians B/A.",
@@ -139,6 +169,12 @@ OPTIONS: dict[tuple[str, str], str] = {
     ("ptx", "compiler"): "nvrtc: the NVRTC library from PyPI, no CUDA SDK needed; nvcc: the CUDA toolkit's compiler",
     ("dump", "source"): "the MLIR program",
     ("dump", "target"): "the HAL target to compile the executables for",
+    ("dump", "object_search_paths"): "a directory where referenced objects are looked for, as for compile (repeatable)",
+    ("spirv", "sources"): "GLSL compute shaders (.glsl, .comp)",
+    ("hsaco", "source"): "the HIP source",
+    ("bitcode", "source"): "the CUDA source holding __device__ functions",
+    ("code-objects", "module"): "the compiled module",
+    ("imports", "module"): "the compiled module",
     ("bench", "modules"): "the module to time (two with --compare)",
     ("bench", "inputs"): 'an input of the function, e.g. "8xf32=2" or @file.npy (repeatable, in order)',
     ("bench", "plugins"): "an executable plugin the module needs (repeatable)",
@@ -154,7 +190,7 @@ OPTIONS: dict[tuple[str, str], str] = {
 }
 
 # Text appended to a verb's usage line, for arguments main() takes before argparse sees them.
-USAGE_TAIL: dict[str, str] = {"compile": "[-- IREE_FLAGS...]"}
+USAGE_TAIL: dict[str, str] = {"compile": "[-- IREE_FLAGS...]", "dump": "[-- IREE_FLAGS...]"}
 
 
 def option_help(verb: str, dest: str) -> str | None:

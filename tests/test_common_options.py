@@ -24,7 +24,7 @@ def test_jobs_must_be_at_least_one(cli, tmp_path):
         result = cli(*args)
         assert result.returncode == 2 and "must be at least 1" in result.stderr, result
     result = cli("objects", "x.c", "--arch", "x86_64", "-o", tmp_path, "-j", "two")
-    assert result.returncode == 2 and "'two' is not a number of jobs" in result.stderr, result
+    assert result.returncode == 2 and "'two' is not a whole number of jobs" in result.stderr, result
 
 
 def test_a_mistyped_option_shows_the_verbs_usage(cli, tmp_path):
