@@ -43,6 +43,8 @@ def __getattr__(name: str):
 
     if name == "run":
         return _run
+    if name == "stop_on_signals":  # `with pb.stop_on_signals():` SIGINT/SIGTERM end every tool started
+        return importlib.import_module(".tools", __name__).stop_on_signals
     if name == "fatelf":  # a namespace of actions, like the verb: pack, write, read, select, split
         return importlib.import_module(".fatelf", __name__)
     if name in _VERBS:

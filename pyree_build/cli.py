@@ -25,6 +25,13 @@ def _c_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel jobs (default: the number of cores)")
 
 
+def _timeout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SECONDS",
+        help="stop the run after this long and say why it may hang (default: 300)",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyree-build",
@@ -101,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repetitions", type=int, default=5, help="repetitions per measurement (default 5)")
     p.add_argument("--rounds", type=int, default=5, help="--compare: alternations of A and B (default 5)")
     p.add_argument("--skip-unavailable", action="store_true", help="exit 77 (ctest: skipped) when the device is not present")
+    _timeout_option(p)
     _common(p)
 
     p = sub.add_parser("cuda-target", help="print the #hal.executable.target that keys an sm's objects in MLIR")
@@ -131,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", action="append", default=[], metavar="TEXT", help="text that must appear in the output (repeatable)")
     p.add_argument("--check-file", help="FileCheck file whose CHECK lines the output must match")
     p.add_argument("--skip-unavailable", action="store_true", help="exit 77 (ctest: skipped) when the device is not present")
+    _timeout_option(p)
     _common(p)
 
     p = sub.add_parser("samples", help="build every sample with CMake, run ctest, print a table (the main job)")
@@ -221,7 +230,7 @@ def _cmd_bench(a: argparse.Namespace) -> None:
 
     common = dict(
         function=a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, repetitions=a.repetitions,
-        skip_unavailable=a.skip_unavailable,
+        skip_unavailable=a.skip_unavailable, timeout=a.timeout,
     )  # fmt: skip
     if a.compare:
         if len(a.modules) != 2:
@@ -254,7 +263,7 @@ def _cmd_run(a: argparse.Namespace) -> None:
 
     result = iree.run(
         a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
-        check_file=a.check_file, skip_unavailable=a.skip_unavailable,
+        check_file=a.check_file, skip_unavailable=a.skip_unavailable, timeout=a.timeout,
     )  # fmt: skip
     sys.stdout.write(result.stdout)
     if a.expect or a.check_file:
@@ -342,11 +351,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra and ns.verb != "compile":
             parser.error("arguments after -- are passed to iree-compile, so only `compile` takes them")
         tools.set_verbosity(2 if ns.verbose else 0 if ns.quiet else 1)
-        code = COMMANDS[ns.verb](ns)
+        # SIGINT/SIGTERM end every tool started (its whole process group) and unwind, so
+        # temporaries are removed; then the exit code says which signal stopped us.
+        with tools.stop_on_signals():
+            code = COMMANDS[ns.verb](ns)
         return int(code or 0)
     except PyreeError as err:
         print(err.render(), file=sys.stderr)
         return err.exit_code
+    except tools.Stopped as stop:
+        print(f"stopped by {stop}: every tool pyree_build started was ended", file=sys.stderr)
+        return stop.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

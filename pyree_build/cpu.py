@@ -125,7 +125,7 @@ def system_plugin(
             with atomic_output(out) as tmp, tools.Stopwatch(f"link {out.name}"):
                 tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
                 check_plugin_elf(tmp, arch=host_arch())
-                probe_plugin(tmp)
+                probe_plugin(tmp, label=out)
         return _deps_of(inputs, compiler)
 
     key = [*SYSTEM_CFLAGS, *opts.flags(), compiler.identity()]
