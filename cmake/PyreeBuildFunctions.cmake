@@ -5,6 +5,7 @@
 # an output when any of them changes and not otherwise.
 include_guard(GLOBAL)
 
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...), also in projects that ask for an old CMake
 if(POLICY CMP0116)
   cmake_policy(SET CMP0116 NEW)  # depfiles hold absolute paths
 endif()
@@ -25,6 +26,9 @@ endfunction()
 set(PYREE_BUILD_ARCHS x86_64 aarch64 riscv64 arm_64 riscv_64)
 set(PYREE_BUILD_TARGETS llvm-cpu cuda)
 set(PYREE_BUILD_DEVICES local-sync local-task cuda)
+# Multi-value keywords whose values are free text (macro names, flags, labels, symbols,
+# FileCheck prefixes), so never taken for misspelled keywords.
+set(_PYREE_FREE_TEXT_KEYWORDS DEFINES FLAGS LABELS ALLOW_UNDEFINED CHECK_PREFIXES EXPECT_IMPORTS)
 
 # cmake_parse_arguments(ARG ...) that also stops at configure time on an unknown keyword, a
 # keyword given without its value, or a value that looks like a misspelled keyword (with a
@@ -43,8 +47,8 @@ macro(_pyree_parse fn options one_value multi_value)
     message(FATAL_ERROR "${fn}: keyword(s) given without a value: ${_pyree_bad}. Valid keywords: ${_pyree_valid}")
   endif()
   foreach(_pyree_kw IN ITEMS ${multi_value})
-    if(_pyree_kw STREQUAL "DEFINES" OR _pyree_kw STREQUAL "FLAGS")
-      continue()  # macro names and compiler flags are free text
+    if(_pyree_kw IN_LIST _PYREE_FREE_TEXT_KEYWORDS)
+      continue()
     endif()
     foreach(_pyree_value IN LISTS ARG_${_pyree_kw})
       if(_pyree_value MATCHES "^[A-Z][A-Z0-9_]+$")
