@@ -318,12 +318,13 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+@functools.lru_cache(maxsize=None)
 def _set_pdeathsig() -> Callable[[], None] | None:
     """A function that makes the calling (forked) process get SIGKILL when its parent dies.
 
     It covers the one stop no handler can see (SIGKILL of pyree_build): the child dies with
-    it instead of writing into the output directory later. Linux only; looked up once here
-    so that the forked child runs no lookup.
+    it instead of writing into the output directory later. Linux only; looked up in the
+    parent, once, so that the forked child runs no lookup.
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -335,13 +336,10 @@ def _set_pdeathsig() -> Callable[[], None] | None:
         return None
     pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
 
-    def preexec() -> None:
+    def die_with_parent() -> None:
         prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
 
-    return preexec
-
-
-_PREEXEC = _set_pdeathsig()
+    return die_with_parent
 
 
 @functools.lru_cache(maxsize=None)
@@ -587,6 +585,7 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     import select
 
     check_stopped()
+    die_with_parent = _set_pdeathsig()
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -598,8 +597,8 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
             os.setpgid(0, 0)
             for s in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(s, signal.SIG_DFL)
-            if _PREEXEC is not None:
-                _PREEXEC()
+            if die_with_parent is not None:
+                die_with_parent()
             try:
                 payload = pickle.dumps(("ok", fn(*args)))
             except PyreeError as err:
