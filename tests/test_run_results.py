@@ -20,6 +20,11 @@ func.func @grid(%a: tensor<50x40xi32>, %b: tensor<?xf32>) -> (tensor<50x40xi32>,
   %s = arith.constant dense<1.5> : tensor<f32>
   return %a, %b, %s : tensor<50x40xi32>, tensor<?xf32>, tensor<f32>
 }
+func.func @positive(%a: tensor<2000xf32>) -> tensor<2000xi1> {
+  %z = arith.constant dense<0.0> : tensor<2000xf32>
+  %0 = arith.cmpf ogt, %a, %z : tensor<2000xf32>
+  return %0 : tensor<2000xi1>
+}
 func.func @none(%a: tensor<4xf32>) {
   return
 }
@@ -75,3 +80,14 @@ def test_a_function_without_results_still_runs(big_module):
     result = run_cli("run", big_module, "--function", "none", "--input", "4xf32=1")
     assert result.returncode == 0, result
     assert result.stdout.strip() == "EXEC @none"
+
+
+def test_results_numpy_cannot_hold_come_back_whole_as_text(big_module):
+    """Results read from their text rather than a .npy file (i1 here) are never elided either."""
+    import pyree_build as pb
+
+    result = run_cli("run", big_module, "--function", "positive", "--input", "2000xf32=1")
+    assert result.returncode == 0, result
+    assert "..." not in result.stdout and result.stdout.count("01") == 2000
+    (flags,) = pb.run(big_module, "positive", ["2000xf32=1"], in_process=False)
+    assert flags.shape == (2000,) and flags.dtype == np.bool_ and flags.all()
