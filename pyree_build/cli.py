@@ -27,9 +27,15 @@ def _c_options(parser: argparse.ArgumentParser) -> None:
 
 def _timeout_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--timeout", type=float, default=300.0, metavar="SECONDS",
-        help="stop the run after this long and say why it may hang (default: 300)",
+        "--timeout", type=float, default=None, metavar="SECONDS",
+        help="stop the run after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
     )  # fmt: skip
+
+
+def _timeout(a: argparse.Namespace) -> float:
+    from .iree import DEFAULT_RUN_TIMEOUT_S
+
+    return DEFAULT_RUN_TIMEOUT_S if a.timeout is None else a.timeout
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,7 +236,7 @@ def _cmd_bench(a: argparse.Namespace) -> None:
 
     common = dict(
         function=a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, repetitions=a.repetitions,
-        skip_unavailable=a.skip_unavailable, timeout=a.timeout,
+        skip_unavailable=a.skip_unavailable, timeout=_timeout(a),
     )  # fmt: skip
     if a.compare:
         if len(a.modules) != 2:
@@ -263,7 +269,7 @@ def _cmd_run(a: argparse.Namespace) -> None:
 
     result = iree.run(
         a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
-        check_file=a.check_file, skip_unavailable=a.skip_unavailable, timeout=a.timeout,
+        check_file=a.check_file, skip_unavailable=a.skip_unavailable, timeout=_timeout(a),
     )  # fmt: skip
     sys.stdout.write(result.stdout)
     if a.expect or a.check_file:

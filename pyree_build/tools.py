@@ -307,8 +307,9 @@ _LIVE: dict[int, str] = {}
 _LIVE_LOCK = threading.Lock()
 _STOP_SIGNAL: int | None = None
 # How long a stopped tool gets to clean up after SIGTERM (ninja ends its jobs, a nested
-# pyree_build its tools) before its whole group gets SIGKILL.
-STOP_GRACE_S = 3.0
+# pyree_build its tools and temporaries, which may mean finishing an in-process NVRTC
+# compile) before everything left in its session gets SIGKILL.
+STOP_GRACE_S = 10.0
 
 
 def signal_name(signum: int) -> str:
@@ -377,11 +378,11 @@ def _killpg(pgid: int, sig: int) -> bool:
     return True
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs (zombies do not count: where no init reaps
-    orphans, they would keep a plain kill(0) succeeding)."""
-    if not os.path.isdir("/proc/self"):
-        return _killpg(pgid, 0)
+def _session_members(sid: int) -> list[int]:
+    """The running processes of a tool's session (zombies do not count: where no init reaps
+    orphans they linger). The session, not the group: ninja puts each job in a group of its
+    own, but all of them stay in the session the tool was started in."""
+    members = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -390,25 +391,31 @@ def _group_alive(pgid: int) -> bool:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry.name))
+    return members
 
 
 def end_group(pgid: int, wait_leader: Callable[[float], bool]) -> None:
-    """SIGTERM a child's process group, give it STOP_GRACE_S to exit, then SIGKILL what is left.
+    """SIGTERM a child's process group, give it STOP_GRACE_S to exit (ninja and ctest pass the
+    signal on to their jobs and wait for them), then SIGKILL whatever of its session is left.
 
     `wait_leader(seconds)` reaps the group's leader (our child) and says whether it exited.
+    The child leads its own session (start_new_session), so its session id is `pgid`.
     """
+    has_proc = os.path.isdir("/proc/self")
     _killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     if not wait_leader(STOP_GRACE_S):
         _killpg(pgid, signal.SIGKILL)
         wait_leader(60.0)
-    # Members of the group may outlive its leader (a compiler's own children): the same bound.
-    while _group_alive(pgid) and time.monotonic() < deadline:
+    # Members may outlive the leader (a compiler's own children, ninja's jobs): the same bound.
+    while (_session_members(pgid) if has_proc else _killpg(pgid, 0)) and time.monotonic() < deadline:
         time.sleep(0.02)
     _killpg(pgid, signal.SIGKILL)
+    for pid in _session_members(pgid) if has_proc else ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _terminate_all() -> None:

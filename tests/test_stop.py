@@ -94,7 +94,7 @@ class Watched:
 
 
 def _assert_all_gone(watched: Watched) -> None:
-    # end_group gives each tool up to 3 s to clean up before SIGKILL; pyree_build has exited
+    # end_group gives each tool STOP_GRACE_S to clean up, then SIGKILLs its session; pyree_build exits
     # only after that, so nothing may be left now.
     assert watched.survivors() == []
 
