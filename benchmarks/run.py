@@ -1,6 +1,6 @@
 """On-demand benchmarks of pyree_build itself. Not part of the test suite.
 
-    python benchmarks/run.py [--repeat N] [--only verbs,large,cache,noop,samples]
+    python benchmarks/run.py [--repeat N] [--only probe,verbs,large,cache,noop,samples]
 
 Every section measures both sides in the same run, alternating them, and prints the
 ratio of medians with the min-max of the per-round ratios:
@@ -9,6 +9,7 @@ ratio of medians with the min-max of the per-round ratios:
   cache    a 3-arch standalone plugin, cold cache against warm cache
   noop     `cmake --build` of all samples when nothing changed
   samples  `pyree-build samples` end to end, with the time of each step
+  probe    the system plugin's query called in process against in a forked child (issue 13)
 Targets: verb overhead <= 1.05x on cold builds; warm cache >= 20x faster than cold;
 no-op rebuild < 0.3 s.
 """
@@ -271,7 +272,27 @@ def section_samples(work: Path, repeat: int) -> None:
     print(f"{'total (warm cache, fresh build dir)':<44} {warm:7.2f} s   cold/warm {total / warm:.2f}x")
 
 
-SECTIONS = {"verbs": section_verbs, "large": section_large, "cache": section_cache, "noop": section_noop, "samples": section_samples}
+def section_probe(work: Path, repeat: int) -> None:
+    """The system plugin probe: its query called in this process (before issue 13) against in a
+    forked child with a timeout (now), and what that costs the whole `plugin` verb (cold)."""
+    sys.path.insert(0, str(REPO))
+    from pyree_build import elfcheck
+
+    so = work / "probe" / "system_plugin.so"
+    subprocess.run(pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", so), check=True, env=dict(os.environ, PYREE_BUILD_CACHE="off"))
+    compare(
+        "probe: in process -> forked child",
+        "in-process", lambda: timed_call(lambda: elfcheck._query_plugin(str(so))),
+        "child", lambda: timed_call(lambda: elfcheck.probe_plugin(so)),
+        repeat * 4,
+    )  # fmt: skip
+    cold = dict(os.environ, PYREE_BUILD_CACHE="off")
+    verb = pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", so)
+    total = statistics.median(timed(verb, cold) for _ in range(repeat))
+    print(f"{'plugin --kind system (cold cache), whole verb':<44} {total * 1000:8.1f} ms")
+
+
+SECTIONS = {"probe": section_probe, "verbs": section_verbs, "large": section_large, "cache": section_cache, "noop": section_noop, "samples": section_samples}
 
 
 def main() -> int:

@@ -5,6 +5,7 @@
 # an output when any of them changes and not otherwise.
 include_guard(GLOBAL)
 
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...), also in projects that ask for an old CMake
 if(POLICY CMP0116)
   cmake_policy(SET CMP0116 NEW)  # depfiles hold absolute paths
 endif()
@@ -19,6 +20,71 @@ function(_pyree_register target)
     add_custom_target(iree-sample-deps COMMENT "Building IREE sample data targets")
   endif()
   add_dependencies(iree-sample-deps ${target})
+endfunction()
+
+# Values the CLI accepts, checked at configure time rather than at build or test time.
+set(PYREE_BUILD_ARCHS x86_64 aarch64 riscv64 arm_64 arm64 riscv_64)
+set(PYREE_BUILD_TARGETS llvm-cpu cuda vulkan hip)
+set(PYREE_BUILD_DEVICES local-sync local-task cuda vulkan hip)
+# Multi-value keywords whose values are free text (macro names, flags, labels, symbols,
+# FileCheck prefixes), so never taken for misspelled keywords.
+set(_PYREE_FREE_TEXT_KEYWORDS DEFINES FLAGS LABELS ALLOW_UNDEFINED CHECK_PREFIXES EXPECT_IMPORTS)
+
+# cmake_parse_arguments(ARG ...) that also stops at configure time on an unknown keyword, a
+# keyword given without its value, or a value that looks like a misspelled keyword (with a
+# multi-value keyword before it, `INCLUDE_DIR inc` would silently become two more SRCS). The
+# keyword lists are the only place a keyword is declared: adding one is one edit there.
+macro(_pyree_parse fn options one_value multi_value)
+  cmake_parse_arguments(ARG "${options}" "${one_value}" "${multi_value}" ${ARGN})
+  set(_pyree_keywords ${options} ${one_value} ${multi_value})
+  list(JOIN _pyree_keywords " " _pyree_valid)
+  if(ARG_UNPARSED_ARGUMENTS)
+    list(JOIN ARG_UNPARSED_ARGUMENTS " " _pyree_bad)
+    message(FATAL_ERROR "${fn}: unknown argument(s) '${_pyree_bad}' (a misspelled keyword?). Valid keywords: ${_pyree_valid}")
+  endif()
+  if(ARG_KEYWORDS_MISSING_VALUES)
+    list(JOIN ARG_KEYWORDS_MISSING_VALUES " " _pyree_bad)
+    message(FATAL_ERROR "${fn}: keyword(s) given without a value: ${_pyree_bad}. Valid keywords: ${_pyree_valid}")
+  endif()
+  foreach(_pyree_kw IN ITEMS ${multi_value})
+    if(_pyree_kw IN_LIST _PYREE_FREE_TEXT_KEYWORDS)
+      continue()
+    endif()
+    foreach(_pyree_value IN LISTS ARG_${_pyree_kw})
+      if(_pyree_value MATCHES "^[A-Z][A-Z0-9_]+$")
+        foreach(_pyree_known IN ITEMS ${_pyree_keywords})
+          string(FIND "${_pyree_value}" "${_pyree_known}" _pyree_a)
+          string(FIND "${_pyree_known}" "${_pyree_value}" _pyree_b)
+          if(_pyree_a EQUAL 0 OR _pyree_b EQUAL 0)
+            message(FATAL_ERROR "${fn}: '${_pyree_value}' among the ${_pyree_kw} values looks like a misspelled keyword "
+                                "(${_pyree_known}?). Valid keywords: ${_pyree_valid}")
+          endif()
+        endforeach()
+      endif()
+    endforeach()
+  endforeach()
+endmacro()
+
+# Stops unless every value of ARG_<keyword> is one of `allowed` (a list).
+function(_pyree_one_of fn keyword allowed)
+  foreach(_value IN LISTS ARG_${keyword})
+    string(REGEX REPLACE ":.*" "" _base "${_value}")  # cuda://0 and cuda:0 name the cuda driver
+    if(NOT _base IN_LIST allowed)
+      list(JOIN allowed ", " _list)
+      message(FATAL_ERROR "${fn}: unknown ${keyword} '${_value}'; use one of: ${_list}")
+    endif()
+  endforeach()
+endfunction()
+
+# Stops unless each path (relative to this source directory) exists or is made by the build.
+function(_pyree_require_files fn keyword)
+  foreach(_path IN LISTS ARGN)
+    get_filename_component(_abs "${_path}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    get_source_file_property(_generated "${_abs}" GENERATED)
+    if(NOT EXISTS "${_abs}" AND NOT _generated)
+      message(FATAL_ERROR "${fn}: ${keyword} file '${_path}' not found (looked for ${_abs})")
+    endif()
+  endforeach()
 endfunction()
 
 function(_pyree_require fn)
@@ -38,7 +104,8 @@ function(_pyree_absolute out_var)
   set(${out_var} "${_result}" PARENT_SCOPE)
 endfunction()
 
-# A pyree_* target name resolves to its output file; anything else is a path.
+# A pyree_* target name resolves to its output file; anything else is a path, which must
+# exist (relative to the build directory, then the source directory) or be made by the build.
 function(_pyree_artifact item out_var)
   if(TARGET "${item}")
     get_target_property(_out "${item}" PYREE_OUTPUT)
@@ -48,9 +115,27 @@ function(_pyree_artifact item out_var)
     set(${out_var} "${_out}" PARENT_SCOPE)
   else()
     get_filename_component(_abs "${item}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
+    get_filename_component(_in_source "${item}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    get_source_file_property(_generated "${_abs}" GENERATED)
+    if(NOT EXISTS "${_abs}" AND NOT _generated AND EXISTS "${_in_source}")
+      set(_abs "${_in_source}")
+    elseif(NOT EXISTS "${_abs}" AND NOT _generated)
+      message(FATAL_ERROR "'${item}' is neither a pyree_* target defined before this call nor an existing file "
+                          "(looked for ${_abs} and ${_in_source}); define the target first, or give the file's path")
+    endif()
     set(${out_var} "${_abs}" PARENT_SCOPE)
   endif()
 endfunction()
+
+# Appends `--timeout ARG_TIMEOUT` (seconds; the CLI's default bounds a run otherwise).
+macro(_pyree_timeout fn args_var)
+  if(DEFINED ARG_TIMEOUT)
+    if(NOT ARG_TIMEOUT MATCHES "^[0-9]*\\.?[0-9]+$" OR ARG_TIMEOUT EQUAL 0)
+      message(FATAL_ERROR "${fn}: TIMEOUT '${ARG_TIMEOUT}' is not a positive number of seconds")
+    endif()
+    list(APPEND ${args_var} --timeout "${ARG_TIMEOUT}")
+  endif()
+endmacro()
 
 # Appends --input/--plugin arguments for ARG_INPUTS and ARG_PLUGINS (targets or files).
 macro(_pyree_inputs_and_plugins args_var)
@@ -135,8 +220,10 @@ endfunction()
 # SYSTEM: a shared library for this host (<name>.so); CPU host builds for this CPU only. STANDALONE: freestanding ELFs, one per
 # arch, linked by iree-lld and packed into a FatELF (<name>.sos; <name>.so for one arch).
 function(pyree_cpu_plugin)
-  cmake_parse_arguments(ARG "SYSTEM;STANDALONE" "NAME;OUTPUT;CC;CPU" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_cpu_plugin "SYSTEM;STANDALONE" "NAME;OUTPUT;CC;CPU" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_cpu_plugin NAME SRCS)
+  _pyree_require_files(pyree_cpu_plugin SRCS ${ARG_SRCS})
+  _pyree_one_of(pyree_cpu_plugin ARCHS "${PYREE_BUILD_ARCHS}")
   if(ARG_SYSTEM AND ARG_STANDALONE OR NOT (ARG_SYSTEM OR ARG_STANDALONE))
     message(FATAL_ERROR "pyree_cpu_plugin(${ARG_NAME}): give exactly one of SYSTEM or STANDALONE")
   endif()
@@ -176,8 +263,10 @@ endfunction()
 # named <stem>_<arch>.o with the arch as spelled (arm_64 gives IREE's functions_arm_64.o);
 # a module that DEPENDS on <name> finds them by search path.
 function(pyree_cpu_objects)
-  cmake_parse_arguments(ARG "" "NAME;CC;OUTPUT_DIR" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES;ALLOW_UNDEFINED" ${ARGN})
+  _pyree_parse(pyree_cpu_objects "" "NAME;CC;OUTPUT_DIR" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES;ALLOW_UNDEFINED" ${ARGN})
   _pyree_require(pyree_cpu_objects NAME SRCS ARCHS)
+  _pyree_require_files(pyree_cpu_objects SRCS ${ARG_SRCS})
+  _pyree_one_of(pyree_cpu_objects ARCHS "${PYREE_BUILD_ARCHS}")
   set(_pyree_fan_out_dir "")
   if(ARG_OUTPUT_DIR)
     get_filename_component(_pyree_fan_out_dir "${ARG_OUTPUT_DIR}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
@@ -194,8 +283,14 @@ endfunction()
 #                [PTX_ISA auto|native|<major.minor>] [INCLUDE_DIRS ...] [DEFINES ...])
 # One PTX per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>_sm_<N>.ptx.
 function(pyree_cuda_ptx)
-  cmake_parse_arguments(ARG "VERIFY" "NAME;COMPILER;PTX_ISA" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_cuda_ptx "VERIFY" "NAME;COMPILER;PTX_ISA" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_cuda_ptx NAME SRCS SMS)
+  _pyree_require_files(pyree_cuda_ptx SRCS ${ARG_SRCS})
+  foreach(_sm IN LISTS ARG_SMS)
+    if(NOT _sm MATCHES "^(sm_)?[0-9]+[a-z]?$")
+      message(FATAL_ERROR "pyree_cuda_ptx: SMS value '${_sm}' is not an sm number (e.g. 80 or sm_80)")
+    endif()
+  endforeach()
   _pyree_absolute(_srcs ${ARG_SRCS})
   set(_flags "")
   if(ARG_COMPILER)
@@ -216,10 +311,7 @@ endfunction()
 # NVPTX LLVM bitcode per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>_sm_<N>.bc (no
 # CUDA SDK), for pyree_iree_module(... TARGET cuda LINK_BITCODE <name>), which links the files of its SM.
 function(pyree_cuda_bitcode)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
-  if(ARG_UNPARSED_ARGUMENTS)
-    message(FATAL_ERROR "pyree_cuda_bitcode(${ARG_NAME}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
-  endif()
+  _pyree_parse(pyree_cuda_bitcode "" "NAME" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_cuda_bitcode NAME SRCS SMS)
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
@@ -232,10 +324,7 @@ endfunction()
 # One validated SPIR-V module per GLSL compute shader in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>.spv;
 # a module that DEPENDS on <name> finds them by search path.
 function(pyree_vulkan_spirv)
-  cmake_parse_arguments(ARG "" "NAME;COMPILER" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
-  if(ARG_UNPARSED_ARGUMENTS)
-    message(FATAL_ERROR "pyree_vulkan_spirv(${ARG_NAME}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
-  endif()
+  _pyree_parse(pyree_vulkan_spirv "" "NAME;COMPILER" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_vulkan_spirv NAME SRCS)
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)  # -I and -D mean the same to glslang and glslc
@@ -257,10 +346,7 @@ endfunction()
 # each checked to be for its gfx. A module with TARGET hip and GFX <N> that DEPENDS on <name>
 # takes the objects of its own gfx.
 function(pyree_hip_hsaco)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;GFX;INCLUDE_DIRS;DEFINES" ${ARGN})
-  if(ARG_UNPARSED_ARGUMENTS)
-    message(FATAL_ERROR "pyree_hip_hsaco(${ARG_NAME}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
-  endif()
+  _pyree_parse(pyree_hip_hsaco "" "NAME" "SRCS;GFX;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_hip_hsaco NAME SRCS GFX)
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
@@ -315,8 +401,10 @@ endmacro()
 # PREPROCESS runs iree-opt with that pipeline first (files it names: absolute paths, e.g.
 # ${CMAKE_CURRENT_SOURCE_DIR}/spec.pdl.mlir; they are tracked through the depfile).
 function(pyree_iree_module)
-  cmake_parse_arguments(ARG "" "NAME;SRC;TARGET;SM;CPU;OUTPUT;TRANSFORM_SPEC;PDL_SPEC;PREPROCESS;VULKAN_TARGET;GFX" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE;EXPECT_IMPORTS;LINK_BITCODE" ${ARGN})
+  _pyree_parse(pyree_iree_module "" "NAME;SRC;TARGET;SM;CPU;OUTPUT;TRANSFORM_SPEC;PDL_SPEC;PREPROCESS;VULKAN_TARGET;GFX" "OBJECT_SEARCH_PATHS;DEPENDS;FLAGS;SUBSTITUTE;EXPECT_IMPORTS;LINK_BITCODE" ${ARGN})
   _pyree_require(pyree_iree_module NAME SRC TARGET)
+  _pyree_require_files(pyree_iree_module SRC "${ARG_SRC}")
+  _pyree_one_of(pyree_iree_module TARGET "${PYREE_BUILD_TARGETS}")
   _pyree_absolute(_src "${ARG_SRC}")
   if(ARG_OUTPUT)
     get_filename_component(_out "${ARG_OUTPUT}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
@@ -396,19 +484,24 @@ endfunction()
 # pyree_add_run_test(NAME <test> MODULE <target-or-vmfb> FUNCTION <f> [INPUTS <spec>...]
 #                    [PLUGINS <target-or-file>...] [DEVICE local-sync|local-task|cuda|vulkan|hip]
 #                    [EXPECT <text>...] [CHECK_FILE <file>] [CHECK_PREFIXES <prefix>...]
-#                    [LABELS <label>...])
+#                    [LABELS <label>...] [TIMEOUT <seconds>])
 # EXPECT: each text appears within one output line (a substring). CHECK_PREFIXES select
 # the CHECK_FILE's lines (e.g. CHECK-SYSTEM), as FileCheck's --check-prefix.
 # A ctest that runs the function and checks its output. Labelled `cpu`, `cuda`, `vulkan` or `hip` by device;
 # a test whose device is absent (no GPU) is reported by ctest as skipped, never passed.
 function(pyree_add_run_test)
-  cmake_parse_arguments(ARG "" "NAME;MODULE;FUNCTION;DEVICE;CHECK_FILE" "INPUTS;PLUGINS;EXPECT;LABELS;CHECK_PREFIXES" ${ARGN})
+  _pyree_parse(pyree_add_run_test "" "NAME;MODULE;FUNCTION;DEVICE;CHECK_FILE;TIMEOUT" "INPUTS;PLUGINS;EXPECT;LABELS;CHECK_PREFIXES" ${ARGN})
   _pyree_require(pyree_add_run_test NAME MODULE FUNCTION)
   if(NOT ARG_DEVICE)
     set(ARG_DEVICE local-sync)
   endif()
+  _pyree_one_of(pyree_add_run_test DEVICE "${PYREE_BUILD_DEVICES}")
+  if(ARG_CHECK_FILE)
+    _pyree_require_files(pyree_add_run_test CHECK_FILE "${ARG_CHECK_FILE}")
+  endif()
   _pyree_artifact("${ARG_MODULE}" _module)
   set(_args --function "${ARG_FUNCTION}" --device "${ARG_DEVICE}" --skip-unavailable)
+  _pyree_timeout(pyree_add_run_test _args)
   _pyree_inputs_and_plugins(_args)
   foreach(_text IN LISTS ARG_EXPECT)
     list(APPEND _args --expect "${_text}")
@@ -434,15 +527,16 @@ endfunction()
 
 # pyree_add_benchmark(NAME <test> MODULE <target-or-vmfb> [FUNCTION <f>] [INPUTS <spec>...]
 #                     [PLUGINS <target-or-file>...] [DEVICE <device>] [COMPARE <target-or-vmfb>]
-#                     [REPETITIONS <n>])
+#                     [REPETITIONS <n>] [TIMEOUT <seconds>])
 # A microbenchmark as a ctest outside the default run: it belongs to the ctest configuration
 # `benchmark` and carries the label `benchmark`, so plain `ctest` skips it and
 # `ctest -C benchmark -L benchmark -V` runs it. With COMPARE it prints the ratio COMPARE/MODULE.
 # Without FUNCTION every function is timed (a dumped _benchmark.mlir has one per dispatch).
 # A cuda benchmark where no GPU is usable is reported as skipped.
 function(pyree_add_benchmark)
-  cmake_parse_arguments(ARG "" "NAME;MODULE;FUNCTION;DEVICE;COMPARE;REPETITIONS" "INPUTS;PLUGINS" ${ARGN})
+  _pyree_parse(pyree_add_benchmark "" "NAME;MODULE;FUNCTION;DEVICE;COMPARE;REPETITIONS;TIMEOUT" "INPUTS;PLUGINS" ${ARGN})
   _pyree_require(pyree_add_benchmark NAME MODULE)
+  _pyree_one_of(pyree_add_benchmark DEVICE "${PYREE_BUILD_DEVICES}")
   _pyree_artifact("${ARG_MODULE}" _module)
   set(_args "")
   if(ARG_COMPARE)
@@ -461,6 +555,7 @@ function(pyree_add_benchmark)
     list(APPEND _args --repetitions "${ARG_REPETITIONS}")
   endif()
   _pyree_inputs_and_plugins(_args)
+  _pyree_timeout(pyree_add_benchmark _args)
   list(APPEND _args --skip-unavailable)
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} bench ${_args} CONFIGURATIONS benchmark
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")

@@ -109,14 +109,16 @@ class _Package(_types.ModuleType):
         super().__setattr__(name, value)
 
     def __getattr__(self, name: str) -> _Any:
+        if name == "stop_on_signals":  # `with pb.stop_on_signals():` SIGINT/SIGTERM end every tool started
+            return _importlib.import_module(".tools", __name__).stop_on_signals
         if name == "fatelf":  # a namespace of actions, like the verb: pack, write, read, select, split
             return _importlib.import_module(".fatelf", __name__)
         raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
     def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), "fatelf"})
+        return sorted({*super().__dir__(), "fatelf", "stop_on_signals"})
 
 
 _sys.modules[__name__].__class__ = _Package
 
-__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "fatelf", "dump", "bench", "new"]
+__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "fatelf", "dump", "bench", "new", "stop_on_signals"]

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from . import checks, tools
 from .errors import PyreeError, require_file
-from .iree import require_device
+from .iree import DEFAULT_RUN_TIMEOUT_S, check_timeout, crash_hint, require_device
 
 PathLike = str | os.PathLike[str]
 
@@ -139,11 +139,15 @@ def bench(
     repetitions: int = 5,
     min_time: float = 0.1,
     skip_unavailable: bool = False,
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
 ) -> BenchResult:
-    """Time `function` (or every function) of a module; mean and median per benchmark."""
+    """Time `function` (or every function) of a module; mean and median per benchmark.
+
+    iree-benchmark-module is stopped after `timeout` seconds (a plugin that loops)."""
     mod = require_file(module, "module")
     if repetitions < 1:
         raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
+    check_timeout(timeout)
     require_device(device, skip_unavailable=skip_unavailable)
     argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
     import tempfile
@@ -155,7 +159,7 @@ def bench(
         with tools.Stopwatch(f"iree-benchmark-module {mod.name}"):
             result = tools.spawn(
                 argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works",
-                explain=_explain_failure,
+                explain=_explain_failure, timeout=timeout, crash_hint=crash_hint(plugins),
             )  # fmt: skip
         text = report.read_text(encoding="utf-8", errors="replace") if report.is_file() else result.stdout
     return BenchResult(mod, parse_benchmark_json(text, module=mod))
@@ -173,6 +177,7 @@ def compare(
     rounds: int = 5,
     min_time: float = 0.1,
     skip_unavailable: bool = False,
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
 ) -> CompareResult:
     """Alternate A and B `rounds` times; the ratio B/A of their medians, per round."""
     if rounds < 1:
@@ -183,6 +188,7 @@ def compare(
     a_times, b_times = [], []
     for _ in range(rounds):
         for module, times in ((a, a_times), (b, b_times)):
-            result = bench(module, function, inputs=inputs, plugins=plugins, device=device, repetitions=repetitions, min_time=min_time)
+            result = bench(module, function, inputs=inputs, plugins=plugins, device=device, repetitions=repetitions, min_time=min_time,
+                           timeout=timeout)  # fmt: skip
             times.append(sum(t.median_ms for t in result.timings))
     return summarize(a, b, a_times, b_times)

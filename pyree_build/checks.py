@@ -134,7 +134,8 @@ def parse_outputs(stdout: str) -> list[np.ndarray]:
         values = _split_values(match["values"])
         dtype = numpy_dtype(match["type"])
         if match["type"] == "i1":
-            data = np.array([v.lower() in ("1", "true") for v in values], dtype=dtype)
+            # The runtime prints i1 as a byte ("01"/"00").
+            data = np.array([v.lower() == "true" or (v.isdigit() and int(v) != 0) for v in values], dtype=dtype)
         else:
             data = np.array([float(v) if dtype in (np.float16, np.float32, np.float64) else int(v, 0) for v in values], dtype=dtype)
         if data.size == math.prod(shape):

@@ -107,6 +107,19 @@ def _spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pdl-spec", metavar="SPEC.mlir", help="PDL patterns applied before lowering (IREE's --iree-preprocessing-pdl-spec-filename)")
 
 
+def _timeout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS",
+        help="stop the run after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
+    )  # fmt: skip
+
+
+def _timeout(a: argparse.Namespace) -> float:
+    from .iree import DEFAULT_RUN_TIMEOUT_S
+
+    return DEFAULT_RUN_TIMEOUT_S if a.timeout is None else a.timeout
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyree-build",
@@ -189,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repetitions", type=int, default=5, help="repetitions per measurement (default 5)")
     p.add_argument("--rounds", type=int, default=5, help="--compare: alternations of A and B (default 5)")
     p.add_argument("--skip-unavailable", action="store_true", help="exit 77 (ctest: skipped) when the device is not present")
+    _timeout_option(p)
     _common(p)
 
     p = sub.add_parser("cuda-target", help="print the #hal.executable.target that keys an sm's objects in MLIR")
@@ -270,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --check-file: check lines with this prefix, e.g. CHECK-SYSTEM (repeatable; default CHECK)",
     )  # fmt: skip
     p.add_argument("--skip-unavailable", action="store_true", help="exit 77 (ctest: skipped) when the device is not present")
+    _timeout_option(p)
     _common(p)
 
     p = sub.add_parser("imports", help="list the imports each executable of a module calls, and which --plugin resolves each")
@@ -373,7 +388,7 @@ def _cmd_bench(a: argparse.Namespace) -> None:
 
     common = dict(
         function=a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, repetitions=a.repetitions,
-        skip_unavailable=a.skip_unavailable,
+        skip_unavailable=a.skip_unavailable, timeout=_timeout(a),
     )  # fmt: skip
     if a.compare:
         if len(a.modules) != 2:
@@ -448,7 +463,7 @@ def _cmd_run(a: argparse.Namespace) -> None:
         raise PyreeError("--check-prefix selects lines of a --check-file, and none was given", fix="add --check-file FILE")
     result = iree.run(
         a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
-        check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes,
+        check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes, timeout=_timeout(a),
     )  # fmt: skip
     if not a.quiet:
         sys.stdout.write(result.stdout)
@@ -569,7 +584,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra and ns.verb not in ("compile", "dump"):
             parser.error("arguments after -- are passed to iree-compile, so only `compile` and `dump` take them")
         tools.set_verbosity(2 if ns.verbose else 0 if ns.quiet else 1)
-        code = COMMANDS[ns.verb](ns)
+        # SIGINT/SIGTERM end every tool started (its whole process group) and unwind, so
+        # temporaries are removed; then the exit code says which signal stopped us.
+        with tools.stop_on_signals():
+            code = COMMANDS[ns.verb](ns)
         sys.stdout.flush()  # here, so a reader that went away is seen while it can be handled
         return int(code or 0)
     except PyreeError as err:
@@ -578,6 +596,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = text.removeprefix("error: ")  # a skip (ctest's SKIP_RETURN_CODE) is not an error
         print(text, file=sys.stderr)
         return err.exit_code
+    except tools.Stopped as stop:
+        print(f"stopped by {stop}: every tool pyree_build started was ended", file=sys.stderr)
+        return stop.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

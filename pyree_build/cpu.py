@@ -164,10 +164,10 @@ def system_plugin(
                 tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
                 try:
                     check_plugin_elf(tmp, arch=host_arch())
-                    probe_plugin(tmp)
                 except PyreeError as err:
                     err.file = str(out)  # the temporary name is gone by the time the user reads this
                     raise
+                probe_plugin(tmp, label=out)
         return inputs
 
     deps = cached_action("system plugin", key=cflags, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler])

@@ -166,12 +166,43 @@ def explain_undefined(names: tuple[str, ...], what: str = "a standalone plugin")
     return "\n".join(lines)
 
 
-def probe_plugin(path: str | os.PathLike[str]) -> tuple[str, int]:
-    """Load a host plugin in-process (cffi) and call its query function like the runtime does.
+# A query function does almost nothing; one that takes this long is stuck.
+PROBE_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_ENV = "PYREE_BUILD_PROBE_TIMEOUT"
 
-    Returns (plugin name, header version). A NULL return means the plugin does not
-    implement the runtime's ABI version; say so before the runtime does.
+
+def probe_plugin(path: str | os.PathLike[str], *, label: str | os.PathLike[str] | None = None, timeout: float | None = None) -> tuple[str, int]:
+    """Load a host plugin and call its query function like the runtime does, in a child process.
+
+    The plugin's code is the user's, not ours: a query that crashes or loops must not take
+    pyree_build down or hang it, so it runs in a forked child with a time bound. `label`
+    names the plugin in messages (the file probed may be a temporary). Returns (plugin name,
+    header version). A NULL return means the plugin does not implement the runtime's ABI
+    version; say so before the runtime does.
     """
+    from . import tools
+
+    shown = label if label is not None else path
+    if timeout is None:
+        try:
+            timeout = float(os.environ.get(PROBE_TIMEOUT_ENV, PROBE_TIMEOUT_S))
+        except ValueError:
+            raise PyreeError(f"{PROBE_TIMEOUT_ENV} is not a number of seconds", fix=f"unset it, or set e.g. {PROBE_TIMEOUT_ENV}=30") from None
+    try:
+        return tools.call_in_child(  # type: ignore[return-value]
+            _query_plugin, os.fspath(Path(path).resolve()), what=f"the plugin's {QUERY_EXPORT}()", file=shown, timeout=timeout
+        )
+    except PyreeError as err:
+        err.file = str(shown)
+        if "crashed" in err.what or "did not return" in err.what or "without returning" in err.what:
+            err.fix = (
+                f"pyree_build loads each system plugin and calls {QUERY_EXPORT} once to check it; make that function "
+                "only return the plugin struct (do the work in load/resolve), and check it under a debugger"
+            )
+        raise
+
+
+def _query_plugin(path: str) -> tuple[str, int]:
     import cffi
 
     ffi = cffi.FFI()
@@ -183,22 +214,19 @@ def probe_plugin(path: str | os.PathLike[str]) -> tuple[str, int]:
         """
     )
     try:
-        lib = ffi.dlopen(os.fspath(Path(path).resolve()))
+        lib = ffi.dlopen(path)
     except OSError as exc:
         raise PyreeError(f"cannot be loaded: {exc}", file=path, fix="check the libraries it links against (ldd)") from None
-    try:
-        result = lib.iree_hal_executable_plugin_query(PLUGIN_VERSION_LATEST, ffi.NULL)
-        if result == ffi.NULL:
-            raise PyreeError(
-                f"{QUERY_EXPORT}(max_version={PLUGIN_VERSION_LATEST}) returned NULL: the plugin does not support "
-                f"the runtime's plugin ABI version {PLUGIN_VERSION_LATEST}",
-                file=path,
-                fix="return the plugin struct when max_version >= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_0_1",
-            )
-        header = result[0]
-        if header == ffi.NULL:
-            raise PyreeError("the query function returned a plugin with a NULL header", file=path, fix="set the .header field of the plugin struct")
-        name = ffi.string(header.name).decode("utf-8", "replace") if header.name != ffi.NULL else ""
-        return name, int(header.version)
-    finally:
-        ffi.dlclose(lib)
+    result = lib.iree_hal_executable_plugin_query(PLUGIN_VERSION_LATEST, ffi.NULL)
+    if result == ffi.NULL:
+        raise PyreeError(
+            f"{QUERY_EXPORT}(max_version={PLUGIN_VERSION_LATEST}) returned NULL: the plugin does not support "
+            f"the runtime's plugin ABI version {PLUGIN_VERSION_LATEST}",
+            file=path,
+            fix="return the plugin struct when max_version >= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_0_1",
+        )
+    header = result[0]
+    if header == ffi.NULL:
+        raise PyreeError("the query function returned a plugin with a NULL header", file=path, fix="set the .header field of the plugin struct")
+    name = ffi.string(header.name).decode("utf-8", "replace") if header.name != ffi.NULL else ""
+    return name, int(header.version)

@@ -464,6 +464,97 @@ def require_device(device: str, *, skip_unavailable: bool = False) -> None:
         )
 
 
+# A bound on any one run or benchmark: generous, yet a plugin that loops (or waits on
+# something that never comes) ends the run with a message instead of hanging CI forever.
+DEFAULT_RUN_TIMEOUT_S = 300.0
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not timeout > 0:
+        raise PyreeError(f"--timeout must be a positive number of seconds, got {timeout}", fix="pass e.g. --timeout 300")
+    return timeout
+
+
+def crash_hint(plugins: Sequence[PathLike], *, timed_out_too: bool = True) -> str:
+    """What usually makes a run crash or hang, naming the plugins that were loaded."""
+    if not plugins:
+        return (
+            "no plugin was loaded, so the module (or the runtime) itself failed; check that it was compiled for this "
+            "device, and rerun with the same inputs under a debugger"
+        )
+    names = ", ".join(os.fspath(p) for p in plugins)
+    return (
+        f"plugin(s) loaded: {names}; a crash or hang here is most often in a plugin's import. Likely causes:\n"
+        "- the import is declared in the MLIR without `llvm.bareptr = true`, so the plugin reads memref descriptors "
+        "where it expects plain pointers\n"
+        "- the plugin's argument struct does not match the func.call in the MLIR (operand order, count or sizes, "
+        "and the hal.import.fields appended at its end)\n"
+        "- the plugin was built for another ABI or architecture, or against another executable_plugin.h\n"
+        + ("- an endless loop in an import, or an import waiting on something that never comes" if timed_out_too else "")
+    )
+
+
+_EXPORT_LINE = re.compile(r"^\s*\[\s*\d+\]\s+(?P<name>[^\s(]+)\((?P<args>.*)\) -> \((?P<results>.*)\)\s*$")
+_DECLARED_RESULT = re.compile(r"%output\d+:\s*(?P<type>.+?)(?=,\s*%output\d+:|\)?\s*$)")
+_NPY_TENSOR = re.compile(r"^tensor<(?:(?:\d+|\?)x)*(?P<type>f16|f32|f64|[su]?i(?:8|16|32|64))>$")
+
+
+def function_results(module: Path, function: str) -> tuple[int, list[str]] | None:
+    """(number of results, their declared types) of an exported function, read with
+    iree-dump-module; None when it cannot tell (the run then reports its own error)."""
+    try:
+        dump = tools.iree_dump_module()
+    except PyreeError:
+        return None
+    listing = tools.spawn(dump.command("--output=metadata", module), what="reading the module's functions", check=False, timeout=60)
+    if listing.returncode != 0:
+        return None
+    lines = listing.stdout.splitlines()
+    for i, line in enumerate(lines):
+        m = _EXPORT_LINE.match(line)
+        if not m or m["name"] != function:
+            continue
+        count = len([r for r in m["results"].split(",") if r.strip()])
+        declared: list[str] = []
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if "iree.abi.declaration:" in following and ") -> " in following:
+            tail = following.rsplit(") -> ", 1)[1].strip()
+            declared = [d["type"].strip() for d in _DECLARED_RESULT.finditer(tail)]
+        return count, declared
+    return None
+
+
+def _format_value(value: object, float_type: bool) -> str:
+    return "%G" % float(value) if float_type else "%d" % int(value)  # noqa: UP031 - C's %G, as the runtime prints
+
+
+def format_result(index: int, array: np.ndarray, declared: str) -> str:
+    """A result as iree-run-module prints it (`result[0]: hal.buffer_view` then `4xf32=1 2 3 4`),
+    every element shown: the text that --expect and --check-file see."""
+    import numpy as np
+
+    etype = _NPY_TENSOR.match(declared)["type"]  # type: ignore[index]
+    if checks.numpy_dtype(etype) != array.dtype.type:  # the declaration can differ (f64 demoted to f32)
+        kind = {"f": "f", "i": "i", "u": "ui", "b": "i"}[array.dtype.kind]
+        etype = f"{kind}{array.dtype.itemsize * 8}"
+    is_float = bool(np.issubdtype(array.dtype, np.floating))
+
+    def nested(a: np.ndarray) -> str:
+        if a.ndim <= 1:
+            return " ".join(_format_value(v, is_float) for v in a.reshape(-1))
+        return "".join(f"[{nested(sub)}]" for sub in a)
+
+    if array.ndim == 0:
+        body = f"{etype}={_format_value(array.item(), is_float)}"
+    else:
+        body = "x".join(map(str, array.shape)) + f"x{etype}=" + nested(array)
+    return f"result[{index}]: hal.buffer_view\n{body}\n"
+
+
+# iree-run-module elides results longer than this (1024 by default) with "...".
+_NO_ELISION = f"--output_max_element_count={1 << 30}"
+
+
 def run(
     module: PathLike,
     function: str,
@@ -476,11 +567,22 @@ def run(
     flags: Sequence[str] = (),
     skip_unavailable: bool = False,
     check_prefixes: Sequence[str] = (),
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
 ) -> RunResult:
-    """Run `function` of `module` with iree-run-module; check its output if asked."""
+    """Run `function` of `module` with iree-run-module; check its output if asked.
+
+    Results come back whole, of any size: tensors through one `.npy` file each (exact
+    values), printed as iree-run-module prints them; other results as its text, never
+    elided. A run that exits without producing the function's results (a plugin that
+    called exit()) is an error, as is one killed by a signal or by `timeout` seconds.
+    """
+    import numpy as np
+    import tempfile
+
     mod = require_file(module, "module")
     plugin_flags = [plugin_flag(p) for p in plugins]
     checks.parse_inputs(inputs)
+    check_timeout(timeout)
     if plugins:
         from .imports import check_resolved
 
@@ -489,22 +591,49 @@ def run(
         raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(DEVICES)}")
     require_device(device, skip_unavailable=skip_unavailable)
     runner = tools.iree_run_module()
-    argv = runner.command(
-        f"--module={mod}",
-        f"--function={function}",
-        f"--device={device}",
-        *(f"--executable_plugin={p}" for p in plugin_flags),
-        *(f"--input={i}" for i in inputs),
-        *flags,
-    )
-    start = time.perf_counter()
-    result = tools.spawn(argv, what=f"running {function} on {device}", file=mod, explain=_explain_run_failure)
-    seconds = time.perf_counter() - start
-    run_result = RunResult(mod, function, result.stdout, seconds, checks.parse_outputs(result.stdout))
+    signature = function_results(mod, function)
+    npy = signature is not None and len(signature[1]) == signature[0] and all(_NPY_TENSOR.match(t) for t in signature[1])
+    with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
+        files = [Path(tmp) / f"result{k}.npy" for k in range(signature[0])] if npy and signature else []
+        argv = runner.command(
+            f"--module={mod}",
+            f"--function={function}",
+            f"--device={device}",
+            *(f"--executable_plugin={p}" for p in plugin_flags),
+            *(f"--input={i}" for i in inputs),
+            *(f"--output=@{f}" for f in files),
+            *([] if npy else [_NO_ELISION]),
+            *flags,
+        )
+        start = time.perf_counter()
+        result = tools.spawn(
+            argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(map(os.fspath, plugins))}" if plugins else ""), file=mod, explain=_explain_run_failure, timeout=timeout,
+            crash_hint=crash_hint(plugins),
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+        stdout = result.stdout
+        produced = sum(f.is_file() for f in files) if npy else len(re.findall(r"^result\[\d+\]:", stdout, re.MULTILINE))
+        if signature is not None and produced < signature[0]:
+            raise PyreeError(
+                f"iree-run-module exited 0 but produced {produced} of the {signature[0]} results of {function}",
+                file=mod,
+                details=(
+                    "the process ended before the function returned: something called exit() "
+                    + (f"(most likely a plugin: {', '.join(map(os.fspath, plugins))})" if plugins else "")
+                    + "\noutput:\n" + (stdout + result.stderr).strip()
+                ),
+                fix="an import must return a status to the runtime, never end the process",
+            )
+        if npy and signature:
+            outputs = [np.load(f) for f in files]
+            stdout += "".join(format_result(k, a, t) for k, (a, t) in enumerate(zip(outputs, signature[1])))
+        else:
+            outputs = checks.parse_outputs(stdout)
+    run_result = RunResult(mod, function, stdout, seconds, outputs)
     if expect:
-        checks.check_expected(result.stdout, expect, source=str(mod))
+        checks.check_expected(stdout, expect, source=str(mod))
     if check_file:
-        checks.check_with_filecheck(result.stdout, check_file, source=str(mod), prefixes=check_prefixes)
+        checks.check_with_filecheck(stdout, check_file, source=str(mod), prefixes=check_prefixes)
     return run_result
 
 

@@ -56,7 +56,15 @@ def collect_results(build_dir: Path, junit: Path, ctest_listing: str) -> list[Te
         props = {p["name"]: p["value"] for p in test.get("properties", [])}
         where[test["name"]] = _sample_of(props.get("WORKING_DIRECTORY"), build_dir)
     rows = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
+    try:
+        root = ET.parse(junit).getroot()
+    except (ET.ParseError, OSError) as exc:
+        raise PyreeError(f"ctest's result file cannot be read ({exc})", file=junit,
+                         fix="delete it and run again; it must be the JUnit XML that ctest --output-junit writes") from None  # fmt: skip
+    if root.tag not in ("testsuite", "testsuites"):
+        raise PyreeError(f"ctest's result file is not JUnit XML (its root element is <{root.tag}>)", file=junit,
+                         fix="delete it and run again; it must be the JUnit XML that ctest --output-junit writes")  # fmt: skip
+    for case in root.iter("testcase"):
         name = case.get("name", "?")
         output = case.findtext("system-out") or ""
         status = case.get("status", "")
@@ -171,7 +179,17 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
             on_line=progress.line,
         )
     junit = build / "pyree-samples-junit.xml"
-    select = (["-R", tests_regex] if tests_regex else []) + (["-j", str(jobs)] if jobs else []) + (["-V"] if tools.VERBOSITY >= 2 else [])
+    regex = ["-R", tests_regex] if tests_regex else []
+    select = regex + (["-j", str(jobs)] if jobs else []) + (["-V"] if tools.VERBOSITY >= 2 else [])
+    listing = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1", *regex), what="listing tests").stdout
+    if not json.loads(listing).get("tests"):  # a -R without a match was refused before building
+        raise PyreeError("the samples define no tests", file=build, fix="check samples/CMakeLists.txt")
+    # Only the results of the ctest started here count: an older file (or one ctest could not
+    # overwrite) must never be read as this run's results.
+    try:
+        junit.unlink(missing_ok=True)
+    except OSError as exc:
+        raise PyreeError(f"cannot remove the previous result file: {exc.strerror}", file=junit, fix="make the build directory writable") from None
     start = time.perf_counter()
     tools.log_step("  testing with ctest ...")
     result = tools.stream(
@@ -183,8 +201,8 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
     )
     tools.log_step(f"  ctest ({time.perf_counter() - start:.2f} s)")
     if not junit.is_file():
-        raise PyreeError("ctest wrote no results", file=build, details=result.stdout + result.stderr)
-    listing = tools.spawn(ctest.command("--test-dir", build, "--show-only=json-v1"), what="listing tests").stdout
+        raise PyreeError(f"ctest wrote no results (exit code {result.returncode})", file=build, details=result.stdout + result.stderr,
+                         fix="the ctest output above says why; the build directory must be writable")  # fmt: skip
     rows = collect_results(build, junit, listing)
     failed = [r for r in rows if r.result == "FAILED"]
     passed = sum(r.result == "passed" for r in rows)
@@ -194,5 +212,9 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
         print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped")
     if failed:
         print("\nctest output for the failures:\n" + result.stdout[-8000:], file=sys.stderr)
+        return 1
+    if result.returncode != 0:  # ctest failed although its result file shows no failure: trust ctest
+        print(f"\nctest failed (exit code {result.returncode}) although its results show no failed test:\n"
+              + (result.stdout + result.stderr)[-8000:], file=sys.stderr)  # fmt: skip
         return 1
     return 0 if rows else 1

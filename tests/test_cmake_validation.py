@@ -1,0 +1,115 @@
+"""The pyree_* CMake functions reject mistakes at configure time, naming what is wrong.
+
+Each case configures a small downstream project and checks CMake's message; a misspelled
+keyword used to be ignored (a test that checks nothing) or swallowed into another list.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUGIN_SAMPLE
+from pyree_build import tools
+from pyree_build.cli import cmake_dir
+from test_cmake import cmake_run, ctest_run, write_project
+
+FILES = {"plugin.c": PLUGIN_SAMPLE / "system_plugin.c", "program.mlir": PLUGIN_SAMPLE / "example.mlir"}
+MODULE = "pyree_iree_module(NAME m SRC program.mlir TARGET llvm-cpu)\n"
+PLUGIN = "pyree_cpu_plugin(NAME p SYSTEM SRCS plugin.c)\n"
+RUN = "pyree_add_run_test(NAME t MODULE m FUNCTION mixed_invocation INPUTS 8xf32=2 8xf32=4 PLUGINS p {extra})\n"
+
+
+def configure_project(tmp_path: Path, body: str):  # type: ignore[no-untyped-def]
+    src = tmp_path / "src"
+    write_project(src, "validation", body, FILES)
+    return cmake_run(
+        "-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}",
+        f"-Dpyree_build_DIR={cmake_dir()}", f"-DPYREE_BUILD_PYTHON={sys.executable}",
+    )  # fmt: skip
+
+
+CASES = {
+    # item 11 of issue 13, each as it was seen
+    "EXPECTED instead of EXPECT": (
+        MODULE + PLUGIN + RUN.format(extra='EXPECTED "8xf32=12"'),
+        ["pyree_add_run_test", "EXPECTED", "EXPECT"],
+    ),
+    "EXPECTED after FUNCTION": (
+        MODULE + PLUGIN + 'pyree_add_run_test(NAME t MODULE m FUNCTION mixed_invocation EXPECTED "8xf32=12")\n',
+        ["unknown argument(s) 'EXPECTED 8xf32=12'", "Valid keywords:"],
+    ),
+    "OBJECT_SEARCH_PATH": (
+        "pyree_iree_module(NAME m SRC program.mlir TARGET llvm-cpu OBJECT_SEARCH_PATH objs)\n",
+        ["pyree_iree_module", "OBJECT_SEARCH_PATH", "OBJECT_SEARCH_PATHS"],
+    ),
+    "INCLUDE_DIR swallowed into SRCS": (
+        "pyree_cpu_plugin(NAME p SYSTEM SRCS plugin.c INCLUDE_DIR inc)\n",
+        ["pyree_cpu_plugin", "'INCLUDE_DIR'", "misspelled keyword", "INCLUDE_DIRS"],
+    ),
+    "keyword without a value": (
+        MODULE + "pyree_add_run_test(NAME t MODULE m FUNCTION)\n",
+        ["keyword(s) given without a value: FUNCTION"],
+    ),
+    "MODULE that is no target": (
+        "pyree_add_run_test(NAME t MODULE no_such_module FUNCTION f)\n",
+        ["'no_such_module' is neither a pyree_* target", "nor an existing file"],
+    ),
+    "PLUGINS that is no target": (
+        MODULE + "pyree_add_run_test(NAME t MODULE m FUNCTION f PLUGINS no_such_plugin)\n",
+        ["'no_such_plugin' is neither a pyree_* target"],
+    ),
+    "missing source": (
+        "pyree_cpu_plugin(NAME p SYSTEM SRCS missing.c)\n",
+        ["pyree_cpu_plugin: SRCS file 'missing.c' not found"],
+    ),
+    "missing MLIR": (
+        "pyree_iree_module(NAME m SRC missing.mlir TARGET llvm-cpu)\n",
+        ["pyree_iree_module: SRC file 'missing.mlir' not found"],
+    ),
+    "unknown ARCHS": (
+        "pyree_cpu_plugin(NAME p STANDALONE SRCS plugin.c ARCHS x86_64 arm64)\n",
+        ["pyree_cpu_plugin: unknown ARCHS 'arm64'", "aarch64"],
+    ),
+    "unknown TARGET": (
+        "pyree_iree_module(NAME m SRC program.mlir TARGET cpu)\n",
+        ["pyree_iree_module: unknown TARGET 'cpu'", "llvm-cpu"],
+    ),
+    "unknown DEVICE": (
+        MODULE + "pyree_add_run_test(NAME t MODULE m FUNCTION f DEVICE local)\n",
+        ["pyree_add_run_test: unknown DEVICE 'local'", "local-sync"],
+    ),
+    "bad TIMEOUT": (
+        MODULE + "pyree_add_run_test(NAME t MODULE m FUNCTION f TIMEOUT soon)\n",
+        ["TIMEOUT 'soon' is not a positive number of seconds"],
+    ),
+    "benchmark keyword typo": (
+        MODULE + "pyree_add_benchmark(NAME b MODULE m REPETITION 3)\n",
+        ["pyree_add_benchmark: unknown argument(s) 'REPETITION 3'", "REPETITIONS"],
+    ),
+    "ptx sm": (
+        "pyree_cuda_ptx(NAME k SRCS plugin.c SMS ampere)\n",
+        ["SMS value 'ampere' is not an sm number"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_mistake_stops_the_configure_with_its_message(tmp_path, case):
+    body, fragments = CASES[case]
+    result = configure_project(tmp_path, body)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    flat = " ".join(output.split())  # CMake wraps long messages
+    for fragment in fragments:
+        assert fragment in flat, f"{fragment!r} not in:\n{output}"
+
+
+def test_valid_calls_still_configure_and_timeout_reaches_the_test(tmp_path):
+    body = MODULE + PLUGIN + RUN.format(extra='EXPECT "8xf32=12 12 12 12 12 12 12 12" TIMEOUT 120 LABELS SLOWISH')
+    body += "pyree_add_benchmark(NAME b MODULE m FUNCTION mixed_invocation INPUTS 8xf32=2 8xf32=4 PLUGINS p TIMEOUT 60)\n"
+    result = configure_project(tmp_path, body)
+    assert result.returncode == 0, result.stdout + result.stderr
+    listing = ctest_run(tmp_path / "build", "-N", "-V").stdout
+    assert "--timeout 120" in " ".join(listing.split()).replace('"', "")

@@ -1,0 +1,93 @@
+"""`run` returns whole results of any size (issue 13, item 8): iree-run-module elides text
+over 1024 elements, so results are read through .npy files and printed in full."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import assert_clean_error, run_cli
+from pyree_build import tools
+
+BIG = """
+func.func @big(%a: tensor<2000xf32>) -> (tensor<2000xf32>, tensor<2000xf32>) {
+  %0 = arith.addf %a, %a : tensor<2000xf32>
+  return %0, %a : tensor<2000xf32>, tensor<2000xf32>
+}
+func.func @grid(%a: tensor<50x40xi32>, %b: tensor<?xf32>) -> (tensor<50x40xi32>, tensor<?xf32>, tensor<f32>) {
+  %s = arith.constant dense<1.5> : tensor<f32>
+  return %a, %b, %s : tensor<50x40xi32>, tensor<?xf32>, tensor<f32>
+}
+func.func @positive(%a: tensor<2000xf32>) -> tensor<2000xi1> {
+  %z = arith.constant dense<0.0> : tensor<2000xf32>
+  %0 = arith.cmpf ogt, %a, %z : tensor<2000xf32>
+  return %0 : tensor<2000xi1>
+}
+func.func @none(%a: tensor<4xf32>) {
+  return
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def big_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("big")
+    (root / "big.mlir").write_text(BIG)
+    result = run_cli("compile", root / "big.mlir", "-o", root / "big.vmfb")
+    assert result.returncode == 0, result
+    return root / "big.vmfb"
+
+
+def test_a_2000_element_result_comes_back_whole(big_module, tmp_path):
+    values = np.arange(2000, dtype=np.float32) / 8
+    np.save(tmp_path / "a.npy", values)
+    doubled = " ".join("%G" % v for v in values * 2)  # noqa: UP031 - as the runtime prints
+    result = run_cli("run", big_module, "--function", "big", "--input", f"@{tmp_path / 'a.npy'}", "--expect", f"2000xf32={doubled}")
+    assert result.returncode == 0, result
+    assert "..." not in result.stdout
+    assert result.stdout.count("result[") == 2
+    # A wrong last element is caught: the whole result is compared, not an elided prefix.
+    wrong = doubled.rsplit(" ", 1)[0] + " 1"
+    assert_clean_error(run_cli("run", big_module, "--function", "big", "--input", f"@{tmp_path / 'a.npy'}", "--expect", f"2000xf32={wrong}"),
+                       "output does not match")  # fmt: skip
+
+
+def test_the_python_api_returns_exact_arrays_of_any_size(big_module):
+    import pyree_build as pb
+
+    doubled, same = pb.run(big_module, "big", ["2000xf32=0.1"], in_process=False)
+    assert doubled.shape == (2000,) and doubled.dtype == np.float32
+    assert np.array_equal(doubled, np.full(2000, np.float32(0.1) * 2))  # exact, not the printed 6 digits
+    assert np.array_equal(same, np.full(2000, np.float32(0.1)))
+
+
+def test_printed_results_match_what_iree_run_module_prints(big_module):
+    """The text --expect and --check-file see is iree-run-module's own format, now unelided."""
+    args = ["--function=grid", "--input=50x40xi32=-7", "--input=3xf32=0.1 -inf 1e10"]
+    unelided = f"--output_max_element_count={1 << 20}"
+    own = subprocess.run(tools.iree_run_module().command(f"--module={big_module}", *args, unelided), capture_output=True, text=True)
+    assert own.returncode == 0, own.stderr
+    ours = run_cli("run", big_module, *args)
+    assert ours.returncode == 0, ours
+    assert ours.stdout == own.stdout
+    assert ours.stdout.splitlines()[-1] == "f32=1.5" and "3xf32=0.1 -INF 1E+10" in ours.stdout
+    assert ours.stdout.count("-7") == 2000
+
+
+def test_a_function_without_results_still_runs(big_module):
+    result = run_cli("run", big_module, "--function", "none", "--input", "4xf32=1")
+    assert result.returncode == 0, result
+    assert result.stdout.strip() == "EXEC @none"
+
+
+def test_results_numpy_cannot_hold_come_back_whole_as_text(big_module):
+    """Results read from their text rather than a .npy file (i1 here) are never elided either."""
+    import pyree_build as pb
+
+    result = run_cli("run", big_module, "--function", "positive", "--input", "2000xf32=1")
+    assert result.returncode == 0, result
+    assert "..." not in result.stdout and result.stdout.count("01") == 2000
+    (flags,) = pb.run(big_module, "positive", ["2000xf32=1"], in_process=False)
+    assert flags.shape == (2000,) and flags.dtype == np.bool_ and flags.all()

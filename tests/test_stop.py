@@ -1,0 +1,265 @@
+"""Stopping pyree_build stops everything it started (issue 13, items 4-8).
+
+Each test starts a verb, waits until the tool it runs is really there (found in /proc among
+pyree_build's descendants, so the signal never races the tool's start), sends SIGTERM or
+SIGINT to pyree_build alone, as `kill PID` or Ctrl-C would, and then checks: the exit code
+is 128 + the signal, no process of any session or group the tools ran in survives, nothing
+is left in the output directory, and the next build succeeds. Also: untrusted plugin code
+(the probe at build time, imports at run time) that crashes, loops or exits is reported
+with the signal and the likely causes, bounded by a timeout.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUGIN_SAMPLE, REPO, assert_clean_error, run_cli
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads the process table from /proc")
+
+ARCH_ARGS = ["--arch", "x86_64", "--arch", "aarch64", "--arch", "riscv64"]
+ENV_NO_CACHE = dict(os.environ, PYREE_BUILD_CACHE="off", PYTHONPATH=str(REPO))
+
+
+def _process_table() -> dict[int, tuple[int, int, int, str, str]]:
+    """pid -> (ppid, pgrp, session, state, command line) of every process."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[1].split()
+        table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), fields[0].decode(), cmdline)
+    return table
+
+
+def _descendants(root: int, table: dict[int, tuple[int, int, int, str, str]]) -> set[int]:
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, row in table.items() if row[0] in frontier and pid not in found}
+        found |= frontier
+    return found
+
+
+class Watched:
+    """A pyree_build process, with every process, group and session seen below it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        # Its own session, as a shell job would be; the signal goes to its pid only.
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.pids: set[int] = set()
+        self.groups: set[int] = set()
+
+    def wait_for(self, marker: str, timeout: float = 120) -> None:
+        """Poll until a descendant whose command line contains `marker` runs."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            table = _process_table()
+            below = _descendants(self.proc.pid, table)
+            self.pids |= below
+            self.groups |= {table[p][1] for p in below} | {table[p][2] for p in below}
+            if any(marker in table[p][4] and table[p][3] not in "ZX" for p in below):
+                return
+            if self.proc.poll() is not None:
+                out, err = self.proc.communicate()
+                pytest.fail(f"finished before {marker} was seen (rc {self.proc.returncode}): {err[-3000:]}")
+            time.sleep(0.005)
+        pytest.fail(f"no {marker} process appeared within {timeout} s")
+
+    def stop(self, sig: int) -> tuple[int, str]:
+        os.kill(self.proc.pid, sig)
+        self.out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, err
+
+    def survivors(self) -> list[str]:
+        """Processes still running (not zombies) that were below pyree_build or share a tool's group or session."""
+        table = _process_table()
+        own = {os.getpid(), *_descendants(os.getpid(), table)} - self.pids
+        return [
+            f"{pid} {row[4]}"
+            for pid, row in table.items()
+            if row[3] not in "ZX" and pid not in own and (pid in self.pids or row[1] in self.groups or row[2] in self.groups)
+        ]
+
+
+def _assert_all_gone(watched: Watched) -> None:
+    # end_group gives each tool STOP_GRACE_S to clean up, then SIGKILLs its session; pyree_build exits
+    # only after that, so nothing may be left now.
+    assert watched.survivors() == []
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.rglob("*") if p.name.endswith((".tmp", ".build")) or ".tmp" in p.name)
+
+
+def _argv(*args: str | os.PathLike[str]) -> list[str]:
+    return [sys.executable, "-m", "pyree_build", *map(os.fspath, args)]
+
+
+def _slow_c_source(path: Path) -> Path:
+    """The sample's standalone plugin plus a function that keeps the compiler busy for a while
+    (and a random comment, so that no compiler cache answers for it)."""
+    body = "\n".join(f"  v = v * {i % 7 + 3} + (v >> {i % 5 + 1}) + {i};" for i in range(1200))
+    path.write_text(
+        (PLUGIN_SAMPLE / "standalone_plugin.c").read_text()
+        + f"\n/* {random.random()} */\nunsigned long slow_to_compile(unsigned long v) {{\n{body}\n  return v;\n}}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_compile_ends_iree_compile_and_leaves_nothing(tmp_path, sig):
+    out = tmp_path / "out"
+    argv = _argv("compile", PLUGIN_SAMPLE / "example.mlir", "-o", out / "e.vmfb")
+    watched = Watched(argv, ENV_NO_CACHE)
+    watched.wait_for("iree-compile")
+    code, err = watched.stop(sig)
+    assert code == 128 + sig, err
+    assert f"stopped by {signal.Signals(sig).name}" in err and "Traceback" not in err
+    _assert_all_gone(watched)
+    time.sleep(0.5)  # a surviving iree-compile would write its .tmp now
+    assert list(out.iterdir()) == []
+    again = subprocess.run(argv, env=ENV_NO_CACHE, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert [p.name for p in out.iterdir()] == ["e.vmfb"]
+
+
+def test_stopping_a_standalone_plugin_build_ends_every_per_arch_compiler(tmp_path):
+    """Three arches compile in worker threads: a stop must end the tools of all of them."""
+    src = _slow_c_source(tmp_path / "slow.c")
+    out = tmp_path / "out"
+    argv = _argv("plugin", "--kind", "standalone", *ARCH_ARGS, src, "-o", out / "p.sos")
+    watched = Watched(argv, ENV_NO_CACHE)
+    watched.wait_for("zig")
+    time.sleep(0.2)  # let every worker thread start its compiler
+    watched.wait_for("zig")
+    code, err = watched.stop(signal.SIGTERM)
+    assert code == 143, err
+    _assert_all_gone(watched)
+    time.sleep(0.5)
+    assert _leftovers(tmp_path) == [] and not (out / "p.sos").exists()
+    again = subprocess.run(argv, env=ENV_NO_CACHE, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert (out / "p.sos").is_file() and _leftovers(tmp_path) == []
+
+
+def _plugin_variant(tmp_path: Path, name: str, statement: str) -> Path:
+    """The sample's system plugin whose import first runs `statement`."""
+    anchor = "  const mul_args_t* a = (const mul_args_t*)params_ptr;\n"
+    text = (PLUGIN_SAMPLE / "system_plugin.c").read_text()
+    assert anchor in text
+    src = tmp_path / f"{name}.c"
+    src.write_text(text.replace(anchor, anchor + statement + "\n"))
+    so = tmp_path / f"{name}.so"
+    built = run_cli("plugin", src, "-o", so)
+    assert built.returncode == 0, built
+    return so
+
+
+RUN_ARGS = ["--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4"]
+
+
+def test_stopping_run_ends_iree_run_module(tmp_path, system_module):
+    looping = _plugin_variant(tmp_path, "loop", "  for (;;) {}")
+    watched = Watched(_argv("run", system_module, *RUN_ARGS, "--plugin", looping), dict(os.environ, PYTHONPATH=str(REPO)))
+    watched.wait_for("iree-run-module")
+    code, err = watched.stop(signal.SIGTERM)
+    assert code == 143, err
+    _assert_all_gone(watched)
+
+
+def test_a_looping_import_times_out_naming_the_plugin_and_the_causes(tmp_path, system_module):
+    looping = _plugin_variant(tmp_path, "loop", "  for (;;) {}")
+    start = time.monotonic()
+    result = run_cli("run", system_module, *RUN_ARGS, "--plugin", looping, "--timeout", "2")
+    assert time.monotonic() - start < 60
+    assert_clean_error(result, "timed out after 2 s", "loop.so", "llvm.bareptr = true", "argument struct", "--timeout")
+    result = run_cli("bench", system_module, *RUN_ARGS, "--plugin", looping, "--timeout", "2")
+    assert_clean_error(result, "benchmarking", "timed out after 2 s", "loop.so")
+    assert_clean_error(run_cli("run", system_module, *RUN_ARGS, "--timeout", "0"), "--timeout must be a positive number")
+
+
+def test_a_crashing_import_names_the_signal_the_plugin_and_the_causes(tmp_path, system_module):
+    crashing = _plugin_variant(tmp_path, "segv", "  *(volatile int*)0 = 1;")
+    result = run_cli("run", system_module, *RUN_ARGS, "--plugin", crashing)
+    assert_clean_error(result, "killed by SIGSEGV", "with plugin(s)", "segv.so", "llvm.bareptr = true", "another ABI")
+    assert result.returncode == 1
+
+
+def test_a_plugin_that_exits_during_run_does_not_pass(tmp_path, system_module):
+    exiting = _plugin_variant(tmp_path, "exits", "  exit(0);")
+    result = run_cli("run", system_module, *RUN_ARGS, "--plugin", exiting)
+    assert_clean_error(result, "exited 0 but produced 0 of the 1 results of mixed_invocation", "exits.so", "exit()")
+
+
+PROBE_PLUGIN = r"""
+#include "iree/hal/local/executable_plugin.h"
+IREE_HAL_EXECUTABLE_PLUGIN_EXPORT const iree_hal_executable_plugin_header_t** iree_hal_executable_plugin_query(
+    iree_hal_executable_plugin_version_t max_version, void* reserved) {
+  (void)reserved;
+  MISBEHAVE;
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "message"),
+    [
+        ("*(volatile int*)0 = (int)max_version", "crashed: killed by SIGSEGV"),
+        ("for (;;) {}", "did not return within 2 s"),
+        ("__builtin_trap()", "crashed: killed by SIGILL"),
+    ],
+)
+def test_a_plugin_query_that_crashes_or_hangs_is_a_clear_error(tmp_path, behaviour, message):
+    """The build loads the plugin and calls its query in a child process, bounded in time."""
+    src = tmp_path / "q.c"
+    src.write_text(PROBE_PLUGIN.replace("MISBEHAVE", behaviour))
+    out = tmp_path / "out" / "q.so"
+    proc = subprocess.run(
+        _argv("plugin", src, "-o", out), env=dict(ENV_NO_CACHE, PYREE_BUILD_PROBE_TIMEOUT="2"), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{out}: the plugin's iree_hal_executable_plugin_query() {message}" in proc.stderr, proc.stderr
+    assert list(out.parent.iterdir()) == []  # no output, no temporaries
+
+
+def test_a_probe_timeout_setting_that_is_not_a_number_is_an_error(tmp_path):
+    src = tmp_path / "q.c"
+    src.write_text(PROBE_PLUGIN.replace("MISBEHAVE", "(void)max_version"))
+    proc = subprocess.run(_argv("plugin", src, "-o", tmp_path / "q.so"), env=dict(ENV_NO_CACHE, PYREE_BUILD_PROBE_TIMEOUT="soon"),
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 1 and "PYREE_BUILD_PROBE_TIMEOUT is not a number" in proc.stderr, proc.stderr
+
+
+def test_the_python_api_ends_its_tools_on_a_stop(tmp_path):
+    """`with pb.stop_on_signals():` gives a Python caller what the CLI does: a SIGTERM ends the
+    tool and raises a KeyboardInterrupt carrying the exit code 143."""
+    out = tmp_path / "e.vmfb"
+    script = (
+        "import sys, pyree_build as pb\n"
+        "try:\n"
+        "    with pb.stop_on_signals():\n"
+        f"        pb.compile({str(PLUGIN_SAMPLE / 'example.mlir')!r}, {str(out)!r})\n"
+        "except KeyboardInterrupt as stop:\n"
+        "    print('stopped', stop.exit_code)\n"
+        "    sys.exit(stop.exit_code)\n"
+    )
+    watched = Watched([sys.executable, "-c", script], ENV_NO_CACHE)
+    watched.wait_for("iree-compile")
+    code, _ = watched.stop(signal.SIGTERM)
+    assert code == 143 and "stopped 143" in watched.out
+    _assert_all_gone(watched)
+    assert list(tmp_path.iterdir()) == []
