@@ -327,12 +327,47 @@ def cached_action(
     if deps is not None:
         tools.log_step(f"  {action}: cache hit ({', '.join(o.name for o in outputs)})")
         return deps
+    remote = _remote_tier(root)
+    if remote is not None:
+        deps = remote.fetch(base, outputs, _deps_unchanged)
+        if deps is not None:
+            tools.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
+            with contextlib.suppress(OSError):
+                _store(root, base, outputs, deps)  # the local tier answers next time
+            return deps
     deps = build()
     try:
         _store(root, base, outputs, deps)
     except OSError as exc:  # a full or read-only cache must not fail the build
         tools.log_step(f"  note: not cached ({exc.strerror or exc})")
+    else:
+        if remote is not None:
+            remote.upload(base, outputs, _remote_dep_hashes(deps))
     return deps
+
+
+# --- The remote tier (pyree_build/remote_cache.py), asked only on a local miss --------
+
+
+def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
+    if not os.environ.get("PYREE_BUILD_REMOTE_CACHE"):
+        return None  # the common case costs no import
+    from . import remote_cache
+
+    return remote_cache.from_env(state_dir=root)
+
+
+def _deps_unchanged(deps: dict[str, str]) -> bool:
+    return all(_hash_file(Path(dep)) == digest for dep, digest in deps.items())
+
+
+def _remote_dep_hashes(deps: Sequence[str]) -> dict[str, str]:
+    hashes = {}
+    for dep in dict.fromkeys(os.path.abspath(d) for d in deps):
+        digest = _hash_file(Path(dep))
+        if digest is not None:
+            hashes[dep] = digest
+    return hashes
 
 
 def cache_info() -> dict[str, object]:
