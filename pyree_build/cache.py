@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import json
 import os
+import re
 import shutil
-import tempfile
+import stat
+import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from . import tools
 from .errors import PyreeError
 
 
@@ -157,21 +163,42 @@ def parse_depfile(path: str | os.PathLike[str]) -> list[str]:
 
 # --- Content-addressed action cache -------------------------------------------------
 #
-# Layout under the cache root:
-#   manifests/<base>.json  for one action on one primary input: the dependency sets seen
-#                          so far, each with the content hashes it had and its entry key
+# Layout under the cache root, which the cache marks as its own with CACHEDIR.TAG (it
+# writes into, and clears, only a directory that holds that mark, or a new empty one):
+#   manifests/<base>.json  for one action on one set of known inputs: the dependency sets
+#                          seen so far, each with the content hashes it had, its entry and
+#                          the hash of each output
 #   entries/<entry>/       the outputs of one build, named 0, 1, ... in output order
 #   locks/<base>.lock      serialises read-modify-write of one manifest
-# <base> hashes the action, its flags, the tools' identities and the primary inputs' bytes;
-# <entry> also hashes every dependency the build reported (included headers, tools), so an
-# edited header is a miss even though the source did not change. Entries are written to a
-# temporary directory and renamed into place; a manifest is replaced atomically under its
-# lock, and each output's hash is checked on a hit, so a killed or concurrent build can
-# leave garbage but never an entry that would be trusted wrongly.
+#   tools/<hash>.json      a tool's content hash, remembered with its stat (see _tool_digest)
+# <base> hashes the action, its flags, the tools, the host CPU where the flags say "host"
+# and the bytes of every input known before the build; <entry> also hashes every
+# dependency the build reported (included headers). Every name read from the cache is
+# checked to be a hex digest, so nothing in it can point a lookup or a store elsewhere.
+#
+# Soundness: inputs are hashed before the tool runs and again after; a dependency that
+# changed (or whose ctime is newer than the build's start) means the output is published
+# for this build but not stored. Outputs are stored from the build's private temporary
+# files, and published as copies (copy-on-write clones where the filesystem has them),
+# each checked against its recorded hash on every hit.
 
 CACHE_ENV = "PYREE_BUILD_CACHE"
-_LARGE_FILE = 4 << 20  # tools and libraries: hashed by size and mtime, not content
+# Tests set this to a directory to force interleavings: a build that has run its tool
+# writes <dir>/built and waits for <dir>/built.go before checking its inputs and storing.
+PAUSE_ENV = "PYREE_BUILD_CACHE_TEST_PAUSE"
 _MANIFEST_ENTRIES = 8
+_TAG = "CACHEDIR.TAG"
+_MARK = "pyree_build cache"
+_TAG_TEXT = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    f"# This directory is a {_MARK} (PYREE_BUILD_CACHE). `pyree-build cache clear` empties it.\n"
+    "# See https://bford.info/cachedir/ for the meaning of this file.\n"
+)
+_HEX = re.compile(r"[0-9a-f]{40}\Z")
+_SHA = re.compile(r"[0-9a-f]{64}\Z")
+_OWN_TEMP = re.compile(r"\.[0-9a-f]{40}(?:\.json)?\.\d+-[0-9a-f]{8}\.(?:tmp|old)\Z")
+_HOST_VALUE = re.compile(r"(?:^|=)(?:host|native)\Z")
+_FICLONE = 0x40049409  # ioctl: share the source's extents (btrfs, XFS, bcachefs)
 
 
 def cache_root() -> Path | None:
@@ -185,28 +212,267 @@ def cache_root() -> Path | None:
     return Path(base) / "pyree_build"
 
 
-def _hash_file(path: Path) -> str | None:
-    import hashlib
+def _note(message: str) -> None:
+    """Why something in the cache was not used: shown with -v."""
+    if tools.VERBOSITY >= 2:
+        tools.log_step(f"  cache: {message}")
 
+
+def hash_file(path: Path) -> str | None:
+    """The sha256 of a regular file's bytes (always all of them), or None."""
     try:
-        st = path.stat()
-        if not path.is_file():
-            return None
-        if st.st_size > _LARGE_FILE:
-            return f"stat:{st.st_size}:{st.st_mtime_ns}"
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            return hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
 
 
 def _digest(*parts: str) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode("utf-8", "surrogateescape"))
         h.update(b"\0")
     return h.hexdigest()[:40]
+
+
+def is_cache_dir(root: Path) -> bool:
+    """Whether `root` carries the mark this cache writes into its own directory."""
+    try:
+        with open(root / _TAG, encoding="utf-8", errors="replace") as f:
+            return _MARK in f.read(4096)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _open_cache(root: Path) -> Path | None:
+    """`root` when it is this cache's directory (marking it when new or empty), else None."""
+    if is_cache_dir(root):
+        return root
+    try:
+        if root.is_symlink() or root.exists() and (not root.is_dir() or any(root.iterdir())):
+            tools.log_step(
+                f"  note: not caching: {CACHE_ENV} names {root}, which is not a pyree_build cache "
+                f"(it has no {_TAG} written by pyree_build); point {CACHE_ENV} at a new or empty directory"
+            )
+            return None
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{_TAG}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        tmp.write_text(_TAG_TEXT, encoding="utf-8")
+        os.replace(tmp, root / _TAG)
+    except OSError as exc:
+        tools.log_step(f"  note: not caching: cannot use {root} ({exc.strerror or exc})")
+        return None
+    return root
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """What makes code built for "the host" specific to it: the CPU's model and features."""
+    import platform
+
+    model, features = "", ""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if not model and name in ("model name", "cpu model", "uarch", "cpu part"):
+            model = value.strip()
+        if not features and name in ("flags", "features", "isa"):
+            features = " ".join(sorted(value.split()))
+    return f"{platform.machine()}/{model or 'unknown model'}/features:{_digest(features)[:16]}"
+
+
+def _stat_sig(st: os.stat_result) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _read_json(path: Path) -> object:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        _note(f"ignoring {path}: {exc}")
+        return None
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    try:
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _tool_digest(root: Path, path: Path) -> str:
+    """The content hash of a tool (zig is 185 MB): computed once, then remembered with the
+    file's device, inode, size, mtime and ctime. Any write to the file sets a new ctime,
+    which no user command can set back, and a hash is only remembered for a file unchanged
+    for two seconds, so a later write always shows in the stat."""
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    memo = root / "tools" / f"{_digest(str(path.resolve()))}.json"
+    known = _read_json(memo)
+    if isinstance(known, dict) and known.get("stat") == _stat_sig(st) and isinstance(known.get("sha256"), str) and _SHA.match(known["sha256"]):
+        return known["sha256"]
+    digest = hash_file(path)
+    if digest is None:
+        return "unreadable"
+    with contextlib.suppress(OSError):
+        if time.time_ns() - st.st_ctime_ns > 2_000_000_000 and _stat_sig(path.stat()) == _stat_sig(st):
+            _write_json(memo, {"path": str(path), "stat": _stat_sig(st), "sha256": digest})
+    return digest
+
+
+def _valid_entry(e: object) -> bool:
+    return (
+        isinstance(e, dict)
+        and isinstance(e.get("entry"), str)
+        and bool(_HEX.match(e["entry"]))
+        and isinstance(e.get("deps"), dict)
+        and all(isinstance(k, str) and os.path.isabs(k) and isinstance(v, str) for k, v in e["deps"].items())
+        and isinstance(e.get("outputs"), list)
+        and len(e["outputs"]) > 0
+        and all(isinstance(o, str) and bool(_SHA.match(o)) for o in e["outputs"])
+    )
+
+
+def _read_manifest(path: Path) -> list[dict]:
+    data = _read_json(path)
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        _note(f"ignoring {path}: not a list of entries")
+        return []
+    good = [e for e in data if _valid_entry(e)]
+    if len(good) != len(data):
+        _note(f"ignoring {len(data) - len(good)} malformed entries in {path}")
+    return good
+
+
+def _clone(src: Path, dst: Path) -> None:
+    """Copy `src` to a new file `dst`: a copy-on-write clone where the filesystem can,
+    else an in-kernel copy, else a plain one. Never a link: each copy is independent."""
+    import fcntl
+
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        try:
+            fcntl.ioctl(fo.fileno(), _FICLONE, fi.fileno())
+        except OSError:
+            try:
+                remaining = os.fstat(fi.fileno()).st_size
+                while remaining > 0:
+                    n = os.copy_file_range(fi.fileno(), fo.fileno(), remaining)
+                    if n == 0:
+                        break
+                    remaining -= n
+            except OSError:
+                fi.seek(0)
+                fo.seek(0)
+                fo.truncate()
+                shutil.copyfileobj(fi, fo, 1 << 20)
+        os.fchmod(fo.fileno(), stat.S_IMODE(os.fstat(fi.fileno()).st_mode) & 0o777)
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _publish(entry_dir: Path, hashes: Sequence[str], outputs: Sequence[Path]) -> bool:
+    """Copy an entry's files into place, each verified against its hash; False if any is bad."""
+    try:
+        with atomic_outputs(outputs) as tmps:
+            for i, (tmp, want) in enumerate(zip(tmps, hashes)):
+                src = entry_dir / str(i)
+                if src.is_symlink() or not src.is_file():
+                    raise _Damaged
+                _clone(src, tmp)
+                if hash_file(tmp) != want:
+                    raise _Damaged
+    except (_Damaged, OSError, PyreeError):
+        return False
+    return True
+
+
+def _lookup(root: Path, base: str, outputs: Sequence[Path]) -> tuple[list[str] | None, dict[str, str | None]]:
+    """The dependencies of a stored build whose dependencies still hash the same, with its
+    outputs copied into place; and every hash taken on the way (a snapshot for the build)."""
+    seen: dict[str, str | None] = {}
+
+    def current(dep: str) -> str | None:
+        if dep not in seen:
+            seen[dep] = hash_file(Path(dep))
+        return seen[dep]
+
+    for entry in reversed(_read_manifest(root / "manifests" / f"{base}.json")):
+        if len(entry["outputs"]) != len(outputs):
+            _note(f"ignoring entry {entry['entry']}: {len(entry['outputs'])} outputs, expected {len(outputs)}")
+            continue
+        if any(current(dep) != digest for dep, digest in entry["deps"].items()):
+            continue
+        entry_dir = root / "entries" / entry["entry"]
+        if _publish(entry_dir, entry["outputs"], outputs):
+            return list(entry["deps"]), seen
+        _note(f"entry {entry_dir} is missing or damaged; rebuilding")
+    return None, seen
+
+
+def _discard(path: Path) -> None:
+    """Remove an entry of this cache: renamed aside first, so no reader sees half of it."""
+    old = path.parent / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.old"
+    os.rename(path, old)
+    if old.is_symlink() or not old.is_dir():
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _entry_intact(entry_dir: Path, hashes: Sequence[str]) -> bool:
+    if entry_dir.is_symlink() or not entry_dir.is_dir():
+        return False
+    return all(not (entry_dir / str(i)).is_symlink() and hash_file(entry_dir / str(i)) == h for i, h in enumerate(hashes))
+
+
+def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str, str]) -> None:
+    output_hashes = [hash_file(p) for p in private]
+    if any(h is None for h in output_hashes):
+        return
+    entry = _digest(base, *(f"{k}={v}" for k, v in sorted(dep_hashes.items())))
+    entries = root / "entries"
+    entries.mkdir(parents=True, exist_ok=True)
+    final_dir = entries / entry
+    if not _entry_intact(final_dir, output_hashes):  # type: ignore[arg-type]
+        if final_dir.exists() or final_dir.is_symlink():
+            _note(f"replacing damaged entry {final_dir}")
+            _discard(final_dir)
+        tmp_dir = entries / f".{entry}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        tmp_dir.mkdir()
+        try:
+            for i, (src, want) in enumerate(zip(private, output_hashes)):
+                _clone(src, tmp_dir / str(i))
+                if hash_file(tmp_dir / str(i)) != want:
+                    return
+            with contextlib.suppress(OSError):  # a concurrent identical build stored it first
+                os.rename(tmp_dir, final_dir)
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    manifest = root / "manifests" / f"{base}.json"
+    with _locked(root / "locks" / f"{base}.lock"):
+        known = [e for e in _read_manifest(manifest) if e["entry"] != entry]
+        known.append({"entry": entry, "deps": dep_hashes, "outputs": output_hashes})
+        _write_json(manifest, known[-_MANIFEST_ENTRIES:])
 
 
 @contextlib.contextmanager
@@ -222,80 +488,47 @@ def _locked(lock_file: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _read_manifest(path: Path) -> list[dict]:
-    import json
-
+def _fs_now(near: Path) -> int:
+    """The filesystem's clock now, as it will stamp a file changed from here on."""
+    probe = _temp_name(near, ".stamp")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return [e for e in data if isinstance(e, dict) and "entry" in e and "deps" in e and "outputs" in e]
-    except (OSError, ValueError, TypeError):
-        return []  # absent or unreadable: a miss, and the next store rewrites it
+        probe.touch()
+        return probe.stat().st_mtime_ns
+    except OSError:
+        return time.time_ns() - 1_000_000_000  # cannot tell: count the last second as "during"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
 
 
-def _place(cached_file: Path, final: Path) -> None:
-    """Hard-link (or copy) a cached output into place, atomically."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{os.urandom(6).hex()}.tmp"
-    try:
+def _verify(deps: Sequence[str], before: dict[str, str | None], started: int) -> tuple[dict[str, str] | None, str]:
+    """Hash every dependency after the build; None (and which file) if any changed while
+    the tool ran: its hash differs from the one taken before, it changed while being
+    hashed, or it was written after the build started."""
+    hashes: dict[str, str] = {}
+    for dep in deps:
         try:
-            os.link(cached_file, tmp)
+            st1 = os.stat(dep)
+            if not stat.S_ISREG(st1.st_mode):
+                continue
+            digest = hash_file(Path(dep))
+            st2 = os.stat(dep)
         except OSError:
-            shutil.copy2(cached_file, tmp)
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+            return None, f"{dep} was removed during the build"
+        if digest is None or _stat_sig(st1) != _stat_sig(st2) or st2.st_ctime_ns >= started or (dep in before and before[dep] != digest):
+            return None, f"{dep} changed during the build"
+        hashes[dep] = digest
+    return hashes, ""
 
 
-def _lookup(root: Path, base: str, outputs: Sequence[Path]) -> list[str] | None:
-    for entry in reversed(_read_manifest(root / "manifests" / f"{base}.json")):
-        if any(_hash_file(Path(dep)) != digest for dep, digest in entry["deps"].items()):
-            continue
-        entry_dir = root / "entries" / entry["entry"]
-        files = [entry_dir / str(i) for i in range(len(outputs))]
-        if len(entry["outputs"]) != len(outputs) or any(_hash_file(f) != d for f, d in zip(files, entry["outputs"])):
-            shutil.rmtree(entry_dir, ignore_errors=True)  # damaged: drop it, rebuild
-            continue
-        for cached_file, final in zip(files, outputs):
-            _place(cached_file, final)
-        return list(entry["deps"])
-    return None
-
-
-def _store(root: Path, base: str, outputs: Sequence[Path], deps: Sequence[str]) -> None:
-    import json
-
-    dep_hashes = {}
-    for dep in dict.fromkeys(os.path.abspath(d) for d in deps):
-        digest = _hash_file(Path(dep))
-        if digest is not None:
-            dep_hashes[dep] = digest
-    output_hashes = [_hash_file(o) for o in outputs]
-    if any(h is None for h in output_hashes):
+def _pause_point(name: str) -> None:
+    where = os.environ.get(PAUSE_ENV)
+    if not where:
         return
-    entry = _digest(base, *(f"{k}={v}" for k, v in sorted(dep_hashes.items())))
-    entries = root / "entries"
-    entries.mkdir(parents=True, exist_ok=True)
-    final_dir = entries / entry
-    if not final_dir.is_dir():
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{entry}.", dir=entries))
-        try:
-            for i, out in enumerate(outputs):
-                shutil.copy2(out, tmp_dir / str(i))
-            os.rename(tmp_dir, final_dir)
-        except OSError:
-            pass  # another writer stored the same entry first
-        finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-    manifest = root / "manifests" / f"{base}.json"
-    with _locked(root / "locks" / f"{base}.lock"):
-        known = [e for e in _read_manifest(manifest) if e["entry"] != entry]
-        known.append({"entry": entry, "deps": dep_hashes, "outputs": output_hashes})
-        manifest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = manifest.parent / f".{manifest.name}.{os.urandom(6).hex()}.tmp"
-        tmp.write_text(json.dumps(known[-_MANIFEST_ENTRIES:]), encoding="utf-8")
-        os.replace(tmp, manifest)
+    (Path(where) / name).write_text(str(os.getpid()), encoding="utf-8")
+    deadline = time.monotonic() + 300
+    while not (Path(where) / f"{name}.go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def cached_action(
@@ -304,49 +537,76 @@ def cached_action(
     key: Sequence[str],
     inputs: Sequence[Path],
     outputs: Sequence[Path],
-    build: Callable[[], list[str]],
+    build: Callable[[list[Path]], Sequence[str]],
+    tools_used: Sequence[tools.Tool] = (),
+    uncacheable: str | None = None,
 ) -> list[str]:
-    """Produce `outputs` from the cache, or by `build()` and then store them.
+    """Produce `outputs` from the cache, or by `build` and then store them.
 
-    `key` holds everything besides file contents that changes the result (flags, tool
-    identities, output names); `inputs` are the files read first (sources). `build`
-    writes the outputs and returns every file it read. Returns those dependencies.
+    `key` holds everything besides file contents that changes the result (flags, output
+    names); `inputs` every file known to be read before the build runs (sources, objects
+    and specs named by the program or by flags); `tools_used` the tools, keyed by identity
+    and content. `build(private)` writes each output to the private temporary path given
+    for it (they are renamed into place afterwards, all or none) and returns every file it
+    read. `uncacheable`, when set, says why the inputs cannot be known: then the action
+    always builds. Returns every dependency, for a depfile.
     """
-    from . import tools
-
-    root = cache_root()
-    if root is None:
-        return build()
-    input_hashes = [f"{p.resolve()}={_hash_file(p)}" for p in inputs]
-    # Output suffixes, not names: the same build under another name is the same entry.
-    base = _digest(action, *key, *(o.suffix for o in outputs), *input_hashes)
-    try:
-        deps = _lookup(root, base, outputs)
-    except OSError:
-        deps = None
-    if deps is not None:
-        tools.log_step(f"  {action}: cache hit ({', '.join(o.name for o in outputs)})")
-        return deps
-    remote = _remote_tier(root)
-    if remote is not None:
-        deps = remote.fetch(base, outputs, _deps_unchanged)
-        if deps is not None:
-            tools.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
-            with contextlib.suppress(OSError):
-                _store(root, base, outputs, deps)  # the local tier answers next time
-            return deps
-    deps = build()
-    try:
-        _store(root, base, outputs, deps)
-    except OSError as exc:  # a full or read-only cache must not fail the build
-        tools.log_step(f"  note: not cached ({exc.strerror or exc})")
-    else:
+    key = list(key)
+    if any(_HOST_VALUE.search(k) for k in key):  # code for "this CPU": the CPU is part of the key
+        key.append(f"host-cpu={host_cpu()}")
+    known = [os.path.abspath(p) for p in inputs]
+    tool_paths = [str(t.path) for t in tools_used]
+    configured = cache_root()
+    root = _open_cache(configured) if configured is not None else None
+    if root is not None and uncacheable:
+        tools.log_step(f"  {action}: not cached ({uncacheable})")
+        root = None
+    before: dict[str, str | None] = {}
+    base = ""
+    remote = None
+    if root is not None:
+        before = {p: hash_file(Path(p)) for p in known}
+        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
+        base = _digest(action, *key, *tool_ids, *(o.suffix for o in outputs), *(f"{p}={h}" for p, h in before.items()))
+        try:
+            hit, seen = _lookup(root, base, outputs)
+        except OSError as exc:
+            _note(f"lookup failed: {exc}")
+            hit, seen = None, {}
+        if hit is not None:
+            tools.log_step(f"  {action}: cache hit ({', '.join(o.name for o in outputs)})")
+            return [*hit, *tool_paths]
+        before = {**seen, **before}
+        remote = _remote_tier(root)
         if remote is not None:
-            remote.upload(base, outputs, _remote_dep_hashes(deps))
-    return deps
+            fetched = remote.fetch(base, outputs, lambda deps: _deps_unchanged(deps, before))
+            if fetched is not None:
+                tools.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
+                with contextlib.suppress(OSError):
+                    _store(root, base, outputs, fetched)  # the local tier answers next time
+                return [*fetched, *tool_paths]
+    with atomic_outputs(outputs) as private:
+        started = _fs_now(private[0]) if root is not None else 0
+        read = build(list(private))
+        _pause_point("built")
+        excluded = set(tool_paths)
+        deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, tools.package_files())]) if d not in excluded]
+        if root is not None:
+            hashes, why = _verify(deps, before, started)
+            if hashes is None:
+                tools.log_step(f"  {action}: built, not cached ({why})")
+            else:
+                try:
+                    _store(root, base, private, hashes)
+                except OSError as exc:  # a full or read-only cache must not fail the build
+                    tools.log_step(f"  note: not cached ({exc.strerror or exc})")
+                else:
+                    if remote is not None:
+                        remote.upload(base, private, hashes)
+    return [*deps, *tool_paths]
 
 
-# --- The remote tier (pyree_build/remote_cache.py), asked only on a local miss --------
+# --- The remote tier (remote_cache.py): asked on a local miss, given what was stored ----
 
 
 def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
@@ -357,34 +617,83 @@ def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
     return remote_cache.from_env(state_dir=root)
 
 
-def _deps_unchanged(deps: dict[str, str]) -> bool:
-    return all(_hash_file(Path(dep)) == digest for dep, digest in deps.items())
+def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None]) -> bool:
+    """Whether every dependency of a remote entry hashes here as it did there."""
+    for dep, digest in deps.items():
+        if dep not in known:
+            known[dep] = hash_file(Path(dep))
+        if known[dep] != digest:
+            return False
+    return True
 
 
-def _remote_dep_hashes(deps: Sequence[str]) -> dict[str, str]:
-    hashes = {}
-    for dep in dict.fromkeys(os.path.abspath(d) for d in deps):
-        digest = _hash_file(Path(dep))
-        if digest is not None:
-            hashes[dep] = digest
-    return hashes
+def _entry_dirs(root: Path) -> list[Path]:
+    entries = root / "entries"
+    if entries.is_symlink() or not entries.is_dir():
+        return []
+    return [p for p in entries.iterdir() if _HEX.match(p.name) and not p.is_symlink() and p.is_dir()]
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
 
 
 def cache_info() -> dict[str, object]:
     root = cache_root()
     if root is None:
-        return {"root": None, "entries": 0, "bytes": 0}
-    entries = [p for p in (root / "entries").glob("*") if p.is_dir() and not p.name.startswith(".")] if (root / "entries").is_dir() else []
-    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
-    return {"root": str(root), "entries": len(entries), "bytes": size}
+        return {"root": None, "entries": 0, "bytes": 0, "marked": False}
+    marked = is_cache_dir(root)
+    entries = _entry_dirs(root) if marked else []
+    return {"root": str(root), "entries": len(entries), "bytes": sum(_tree_bytes(e) for e in entries), "marked": marked}
 
 
-def cache_clear() -> int:
-    """Remove every cache entry; returns how many there were."""
+# What the cache writes in each of its directories; `cache clear` removes only these.
+_OWN_NAMES = {
+    "entries": re.compile(r"[0-9a-f]{40}\Z"),
+    "manifests": re.compile(r"[0-9a-f]{40}\.json\Z"),
+    "locks": re.compile(r"[0-9a-f]{40}\.lock\Z"),
+    "tools": re.compile(r"[0-9a-f]{40}\.json\Z"),
+}
+
+
+def cache_clear() -> tuple[int, list[Path]]:
+    """Remove what the cache wrote; return how many entries were removed and the paths of
+    anything else found in its directories (left alone). Refuses a directory that is not a
+    cache: clearing must never delete someone's files."""
     root = cache_root()
-    if root is None or not root.is_dir():
-        return 0
-    count = int(cache_info()["entries"])  # type: ignore[arg-type]
-    for sub in ("manifests", "entries", "locks"):
-        shutil.rmtree(root / sub, ignore_errors=True)
-    return count
+    if root is None or not root.exists():
+        return 0, []
+    if not is_cache_dir(root):
+        raise PyreeError(
+            f"{CACHE_ENV} names a directory that is not a pyree_build cache (no {_TAG} written by pyree_build); nothing was removed",
+            file=root,
+            fix=f"check {CACHE_ENV}; a cache directory is created (and marked) by the first cached build",
+        )
+    removed = 0
+    left: list[Path] = []
+    for sub, own in _OWN_NAMES.items():
+        folder = root / sub
+        if folder.is_symlink():
+            left.append(folder)
+            continue
+        if not folder.is_dir():
+            continue
+        for child in folder.iterdir():
+            is_ours = (own.match(child.name) or _OWN_TEMP.match(child.name)) and not child.is_symlink()
+            if not is_ours:
+                left.append(child)
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+                removed += sub == "entries" and not child.name.startswith(".") and not child.exists()
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    child.unlink()
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
+    return removed, left

@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output: .so (system or one arch), .sos (FatELF of several arches)")
     p.add_argument("--kind", choices=("system", "standalone"), default="system")
     p.add_argument("--arch", dest="archs", action="append", default=[], help="standalone: x86_64, aarch64, riscv64 (repeatable)")
+    p.add_argument(
+        "--cpu", choices=("baseline", "host"), default="baseline",
+        help="system: baseline (portable to any CPU of this arch, default) or host (this CPU only; keyed by it in the cache)",
+    )  # fmt: skip
     _c_options(p)
     _common(p)
 
@@ -158,7 +162,7 @@ def _cmd_plugin(a: argparse.Namespace) -> None:
 
     out = cpu.plugin(
         a.sources, a.output, kind=a.kind, archs=a.archs, cc=a.cc, include_dirs=a.include_dirs,
-        defines=a.defines, depfile=a.depfile, jobs=a.jobs,
+        defines=a.defines, depfile=a.depfile, jobs=a.jobs, cpu=a.cpu,
     )  # fmt: skip
     tools.log_step(f"wrote {out}")
 
@@ -279,13 +283,18 @@ def _cmd_cache(a: argparse.Namespace) -> None:
     from . import cache
 
     if a.action == "clear":
-        print(f"removed {cache.cache_clear()} entries")
+        removed, left = cache.cache_clear()
+        print(f"removed {removed} entries")
+        if left:
+            print(f"left {len(left)} files the cache did not write, e.g. {left[0]}")
         return
     info = cache.cache_info()
     if info["root"] is None:
         print(f"cache: off ({cache.CACHE_ENV}=off)")
     else:
         print(f"cache: {info['root']}\nentries: {info['entries']}\nsize: {int(info['bytes']) / 1e6:.1f} MB")
+        if not info["marked"]:
+            print(f"note: not a pyree_build cache yet (no {cache._TAG}); the first cached build marks a new or empty directory")
 
 
 def _cmd_doctor(a: argparse.Namespace) -> int:

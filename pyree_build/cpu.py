@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_output, atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
+from .cache import cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .elfcheck import ELF_MACHINES, check_plugin_elf, explain_undefined, host_arch, normalize_arch, probe_plugin, read_elf
 from .errors import PyreeError, require_file
 
@@ -93,8 +93,20 @@ def _compile(cc: tools.Tool, source: Path, obj: Path, flags: Sequence[str]) -> l
     return parse_depfile(dep)
 
 
-def _deps_of(outputs_inputs: list[str], cc: tools.Tool, *extra: tools.Tool) -> list[str]:
-    return [*outputs_inputs, str(cc.path), *(str(t.path) for t in extra), *(str(p) for p in tools.package_files())]
+CPUS = ("baseline", "host")
+
+
+def system_cpu_flags(cc: tools.Tool, cpu: str) -> list[str]:
+    """Which CPU a system plugin's code may use. zig's clang targets the CPU it runs on
+    unless told otherwise, so baseline is said explicitly; host is opt-in (and the cache
+    then keys the build by this CPU, see cache.host_cpu)."""
+    if cpu not in CPUS:
+        raise PyreeError(f"unknown CPU '{cpu}'", fix="use --cpu baseline (portable, default) or --cpu host")
+    if cc.name == "zig cc":
+        return [f"-mcpu={'native' if cpu == 'host' else 'baseline'}"]
+    if cpu == "host":
+        return ["-march=native"]
+    return {"x86_64": ["-march=x86-64"], "aarch64": ["-march=armv8-a"], "riscv64": ["-march=rv64gc"]}.get(host_arch(), [])
 
 
 def system_plugin(
@@ -105,31 +117,35 @@ def system_plugin(
     include_dirs: Sequence[str] = (),
     defines: Sequence[str] = (),
     depfile: PathLike | None = None,
+    cpu: str = "baseline",
 ) -> Path:
-    """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime."""
+    """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime.
+
+    `cpu` is baseline (any CPU of this arch) or host (this CPU's features)."""
     srcs = _check_sources(sources)
     out = Path(output)
     remove_stale(out)
     compiler = tools.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    cflags = [*SYSTEM_CFLAGS, *system_cpu_flags(compiler, cpu), *opts.flags()]
 
-    def build_it() -> list[str]:
+    def build_it(private: list[Path]) -> list[str]:
+        (tmp,) = private
         inputs: list[str] = []
         with scratch_dir(out.parent, out.name) as build:
             objs = []
             with tools.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
                 for i, src in enumerate(srcs):
                     obj = build / f"{i}_{src.stem}.o"
-                    inputs += _compile(compiler, src, obj, [*SYSTEM_CFLAGS, *opts.flags()])
+                    inputs += _compile(compiler, src, obj, cflags)
                     objs.append(obj)
-            with atomic_output(out) as tmp, tools.Stopwatch(f"link {out.name}"):
+            with tools.Stopwatch(f"link {out.name}"):
                 tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
                 check_plugin_elf(tmp, arch=host_arch())
                 probe_plugin(tmp)
-        return _deps_of(inputs, compiler)
+        return inputs
 
-    key = [*SYSTEM_CFLAGS, *opts.flags(), compiler.identity()]
-    deps = cached_action("system plugin", key=key, inputs=srcs, outputs=[out], build=build_it)
+    deps = cached_action("system plugin", key=cflags, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler])
     if depfile:
         write_depfile(depfile, out, deps)
     return out
@@ -181,25 +197,25 @@ def standalone_plugin(
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     single = len(arch_list) == 1 and out.suffix != ".sos"
 
-    def build_it() -> list[str]:
+    def build_it(private: list[Path]) -> list[str]:
+        (tmp,) = private
         with scratch_dir(out.parent, out.name) as build:
             elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
             with tools.Stopwatch(f"compile + link {', '.join(arch_list)} in parallel"):
                 with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
                     futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
                     inputs = [dep for f in futures for dep in f.result()]
-            with atomic_output(out) as tmp:
-                if single:
-                    tmp.write_bytes(elfs[arch_list[0]].read_bytes())
-                else:
-                    from . import fatelf
+            if single:
+                tmp.write_bytes(elfs[arch_list[0]].read_bytes())
+            else:
+                from . import fatelf
 
-                    with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
-                        tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
-        return _deps_of(inputs, compiler, lld)
+                with tools.Stopwatch(f"pack {len(arch_list)} ELFs into {out.name}"):
+                    tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
+        return inputs
 
-    key = [*arch_list, *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), compiler.identity(), lld.identity()]
-    deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=build_it)
+    key = [*arch_list, *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags()]
+    deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler, lld])
     if depfile:
         write_depfile(depfile, out, deps)
     return out
@@ -216,16 +232,24 @@ def plugin(
     defines: Sequence[str] = (),
     depfile: PathLike | None = None,
     jobs: int | None = None,
+    cpu: str = "baseline",
 ) -> Path:
-    """Build a plugin of `kind` 'system' (.so for this host) or 'standalone' (freestanding ELF/.sos)."""
+    """Build a plugin of `kind` 'system' (.so for this host) or 'standalone' (freestanding ELF/.sos).
+
+    `cpu`: system plugins only; baseline (default) or host."""
     if kind == "system":
         if archs and any(normalize_arch(a) != host_arch() for a in archs):
             raise PyreeError(
                 "a system plugin is built for this host only",
                 fix="drop --arch, or use --kind standalone to build for other architectures",
             )
-        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile)
+        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, cpu=cpu)
     if kind == "standalone":
+        if cpu != "baseline":
+            raise PyreeError(
+                "--cpu host applies to system plugins only",
+                fix="drop --cpu: standalone plugins are built for each arch's baseline CPU, to run on any CPU of it",
+            )
         return standalone_plugin(
             sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs
         )
@@ -277,15 +301,14 @@ def objects(
             )
         return deps
 
-    def build_it() -> list[str]:
+    def build_it(private: list[Path]) -> list[str]:
         with tools.Stopwatch(f"compile {src.name} for {', '.join(arch_list)}"):
-            with atomic_outputs([outs[a] for a in arch_list]) as tmps:
-                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-                    inputs = [d for deps in pool.map(one, arch_list, tmps) for d in deps]
-        return _deps_of(inputs, compiler)
+            with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                return [d for deps in pool.map(one, arch_list, private) for d in deps]
 
-    key = [*arch_list, *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), compiler.identity()]
-    deps = cached_action("objects", key=key, inputs=[src], outputs=[outs[a] for a in arch_list], build=build_it)
+    key = [*arch_list, *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]
+    outputs = [outs[a] for a in arch_list]
+    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=build_it, tools_used=[compiler])
     if depfile:
         write_depfile(depfile, outs[arch_list[0]], deps)
     return [outs[a] for a in arch_list]

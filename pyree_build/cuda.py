@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tools
-from .cache import atomic_outputs, cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
+from .cache import cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
+from .inputs import c_includes
 
 PathLike = str | os.PathLike[str]
 
@@ -34,7 +35,6 @@ MIN_ISA_FOR_SM = {
 _VERSION_LINE = re.compile(rb"^\.version\s+(\d+)\.(\d+)\s*$", re.MULTILINE)
 _TARGET_LINE = re.compile(rb"^\.target\s+(\w+)", re.MULTILINE)
 _ENTRY = re.compile(rb"^\.(?:visible|weak)\s+\.entry\s+([\w$]+)\s*\(", re.MULTILINE)
-_QUOTE_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
 def normalize_sm(sm: str | int) -> int:
@@ -202,27 +202,6 @@ def _nvcc_compile(nvcc: tools.Tool, source: Path, sm: int, options: list[str], b
     return out.read_bytes(), parse_depfile(dep) if dep.exists() else [str(source)]
 
 
-def _quote_includes(source: Path, include_dirs: Sequence[Path]) -> list[str]:
-    """The local headers a .cu pulls in, for the depfile (NVRTC writes no dependency list)."""
-    seen: dict[Path, None] = {}
-    pending = [source]
-    while pending:
-        current = pending.pop()
-        try:
-            text = current.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        for name in _QUOTE_INCLUDE.findall(text):
-            for base in (current.parent, *include_dirs):
-                candidate = (base / name).resolve()
-                if candidate.is_file():
-                    if candidate not in seen:
-                        seen[candidate] = None
-                        pending.append(candidate)
-                    break
-    return [str(source), *map(str, seen)]
-
-
 def _finish(ptx: bytes, sm: int, source: Path, isa_limit: tuple[int, int] | None, isa_reason: str) -> tuple[bytes, tuple[int, int] | None, tuple[str, ...]]:
     """Apply the ISA ceiling and check the PTX is for this sm and has kernels."""
     target = _TARGET_LINE.search(ptx)
@@ -296,17 +275,19 @@ def ptx(
         _check_sms(sm_list, _supported_sms_nvcc(tool), f"nvcc {tool.version}")
         options = [*(f"-I{d}" for d in incs), *(f"-D{d}" for d in defines)]
     text = src.read_bytes()
+    # NVRTC writes no dependency list: its headers are found before it runs.
+    headers = c_includes(src, [src.parent.resolve(), *incs]) if compiler == "nvrtc" else None
 
     isas: set[tuple[int, int]] = set()
 
-    def build_it() -> list[str]:
+    def build_it(private: list[Path]) -> list[str]:
         with scratch_dir(out_dir, src.name) as build:
 
             def one(sm: int) -> tuple[bytes, list[str], tuple[int, int] | None]:
                 sm_dir = build / f"sm_{sm}"
                 sm_dir.mkdir()
                 if compiler == "nvrtc":
-                    raw, deps = _nvrtc_compile(src, text, sm, options), _quote_includes(src, incs)
+                    raw, deps = _nvrtc_compile(src, text, sm, options), [str(h) for h in headers.files]  # type: ignore[union-attr]
                 else:
                     raw, deps = _nvcc_compile(tool, src, sm, options, sm_dir)
                 data, isa, _ = _finish(raw, sm, src, isa_limit, isa_reason)
@@ -320,22 +301,19 @@ def ptx(
             with tools.Stopwatch(label + (" + ptxas" if verify else "")):
                 with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
                     results = dict(zip(sm_list, pool.map(one, sm_list)))
-            # Written only once every sm compiled, so a failure leaves no PTX behind.
-            with atomic_outputs([outputs[sm] for sm in sm_list]) as tmps:
-                for sm, tmp in zip(sm_list, tmps):
-                    tmp.write_bytes(results[sm][0])
+            for sm, tmp in zip(sm_list, private):  # renamed into place once all are written
+                tmp.write_bytes(results[sm][0])
         isas.update(r[2] for r in results.values() if r[2] is not None)
         if isas:
             tools.log_step(f"  PTX ISA {', '.join(f'{a}.{b}' for a, b in sorted(isas))}: {isa_reason}")
-        deps = dict.fromkeys(d for r in results.values() for d in r[1])
-        extra = [str(tool.path)] + ([str(ptxas_tool.path)] if ptxas_tool else [])
-        return [*deps, *extra, *map(str, tools.package_files())]
+        return list(dict.fromkeys(d for r in results.values() for d in r[1]))
 
-    key = [
-        compiler, *map(str, sm_list), *options, f"isa={isa_limit}", f"verify={ptxas_tool.identity() if ptxas_tool else ''}",
-        f"{tool.name}={tool.path}@{tool.version}",
-    ]  # fmt: skip
-    deps = cached_action("ptx", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=build_it)
+    key = [compiler, *map(str, sm_list), *options, f"isa={isa_limit}", f"verify={bool(ptxas_tool)}", *(headers.resolution if headers else [])]
+    deps = cached_action(
+        "ptx", key=key, inputs=[src, *(headers.files if headers else [])], outputs=[outputs[sm] for sm in sm_list],
+        build=build_it, tools_used=[tool, *([ptxas_tool] if ptxas_tool else [])],
+        uncacheable=headers.uncacheable if headers else None,
+    )  # fmt: skip
     if depfile:
         write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]

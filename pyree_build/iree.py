@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from . import checks, tools
-from .cache import atomic_output, cached_action, remove_stale, write_depfile
+from .cache import cached_action, remove_stale, write_depfile
 from .errors import PyreeError, require_file
+from .inputs import compile_inputs, referenced_objects, resolve_object
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,22 +46,6 @@ def target_flags(target: str, *, cpu: str = "generic", sm: str | int | None = No
     raise PyreeError(f"unknown target '{target}'", fix=f"use one of: {', '.join(TARGETS)}")
 
 
-_OBJECT_PATH = re.compile(r'#hal\.executable\.object<\{\s*path\s*=\s*"(?P<path>[^"]+)"(?P<rest>[^>]*)>')
-
-
-def referenced_objects(mlir_text: str) -> list[str]:
-    """Object paths an MLIR program references without embedding their data."""
-    return list(dict.fromkeys(m["path"] for m in _OBJECT_PATH.finditer(mlir_text) if "data" not in m["rest"]))
-
-
-def resolve_object(path: str, search_paths: Sequence[PathLike]) -> tuple[Path | None, list[Path]]:
-    """Where iree-compile would find an object: absolute, then the cwd, then each search path."""
-    p = Path(path)
-    tried = [p] if p.is_absolute() else [Path.cwd() / p, *(Path(s).resolve() / p for s in search_paths)]
-    for candidate in tried:
-        if candidate.is_file():
-            return candidate, tried
-    return None, tried
 
 
 _NOT_FOUND_OBJECT = re.compile(r'object file not found.*?#hal\.executable\.object<\{path = "([^"]+)"')
@@ -190,13 +175,13 @@ def compile(  # noqa: A001 - mirrors the CLI verb
             return _missing_objects_message(src, search, output_text)
         return None
 
-    text = src.read_text(encoding="utf-8", errors="replace")
-    # Where each referenced object resolves to now (cwd, then search paths) is part of the
-    # key; the objects' bytes are dependencies, so an edited object is a miss.
-    objects = [found for obj in referenced_objects(text) if (found := resolve_object(obj, search)[0])]
+    # Every file iree-compile will read (objects the MLIR references, specs and other files
+    # named by flags) and where each name resolved: keyed by content, listed in the depfile.
+    reads = compile_inputs(src, argv_tail)
 
-    def build_it() -> list[str]:
-        with atomic_output(out) as tmp, tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
+    def build_it(private: list[Path]) -> list[str]:
+        (tmp,) = private
+        with tools.Stopwatch(f"iree-compile {src.name} -> {out.name} ({target})"):
             tools.spawn(
                 compiler.command(src, *argv_tail, "-o", tmp),
                 what=f"iree-compile ({target})",
@@ -204,10 +189,12 @@ def compile(  # noqa: A001 - mirrors the CLI verb
                 explain=explain,
                 fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
             )
-        return [str(src), *map(str, objects), *map(str, substituted), str(compiler.path), *map(str, tools.package_files())]
+        return [str(src), *map(str, reads.files), *map(str, substituted)]
 
-    key = [*argv_tail, compiler.identity(), *(f"object={o}" for o in objects)]
-    deps = cached_action("compile", key=key, inputs=[src], outputs=[out], build=build_it)
+    deps = cached_action(
+        "compile", key=[*argv_tail, *reads.resolution], inputs=[src, *reads.files, *substituted], outputs=[out],
+        build=build_it, tools_used=[compiler], uncacheable=reads.uncacheable,
+    )  # fmt: skip
     if depfile:
         write_depfile(depfile, out, deps)
     return out

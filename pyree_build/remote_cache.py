@@ -217,10 +217,10 @@ class RemoteCache:
             return None
         return data
 
-    def fetch(self, key: str, outputs: Sequence[Path], deps_match: Callable[[Mapping[str, str]], bool]) -> list[str] | None:
+    def fetch(self, key: str, outputs: Sequence[Path], deps_match: Callable[[Mapping[str, str]], bool]) -> dict[str, str] | None:
         """Write `outputs` from the newest entry of record `key` whose dependencies match
         (as `deps_match` judges them) and whose every blob verifies; all or none of the
-        outputs are replaced. Returns that entry's dependencies, or None for a miss."""
+        outputs are replaced. Returns that entry's dependencies and their hashes, or None."""
         if self.disabled:
             return None
         for entry in reversed(self._record(key)):
@@ -235,7 +235,7 @@ class RemoteCache:
             else:
                 _write_all(outputs, blobs, [bool(o.get("exec")) for o in entry["outputs"]])
                 self.hits += 1
-                return list(entry["deps"])
+                return dict(entry["deps"])
             if self.disabled:
                 return None
         return None
@@ -280,7 +280,7 @@ def _parse_record(data: bytes) -> list[dict] | None:
         if not isinstance(entry, dict):
             return None
         deps, outs = entry.get("deps"), entry.get("outputs")
-        if not isinstance(deps, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in deps.items()):
+        if not isinstance(deps, dict) or not all(isinstance(k, str) and os.path.isabs(k) and isinstance(v, str) for k, v in deps.items()):
             return None
         if not isinstance(outs, list) or not outs:
             return None
