@@ -4,7 +4,8 @@ The protocol is the one bazel-remote, ccache's HTTP storage and a plain nginx We
 location all serve: `GET` and `PUT` of whole files under one base URL.
 
     <url>/cas/<sha256>   the bytes of one output, named by their SHA-256
-    <url>/ac/<key>       a small JSON action record for one local-cache key: the dependency
+    <url>/ac/<sha256>    a small JSON action record for one local-cache key (named by the
+                         key's SHA-256, as bazel-remote requires): the dependency
                          sets seen so far, each with the SHA-256 (and size, mode) of every
                          output in order
 
@@ -198,13 +199,13 @@ class RemoteCache:
     def _record(self, key: str) -> list[dict]:
         if key in self._records:
             return self._records[key]
-        data = self._get(f"ac/{key}", _MAX_RECORD)
+        data = self._get(_ac_path(key), _MAX_RECORD)
         entries: list[dict] = []
         if data is not None:
-            entries = _parse_record(data)
-            if entries is None:
-                self.note("record", f"record ac/{key} is not a pyree_build record (ignored)")
-                entries = []
+            parsed = _parse_record(data)
+            if parsed is None:
+                self.note("record", f"record {_ac_path(key)[:19]}... is not a pyree_build record (ignored)")
+            entries = parsed or []
         self._records[key] = entries
         return entries
 
@@ -261,10 +262,14 @@ class RemoteCache:
         known.append(entry)
         known = known[-_MAX_ENTRIES:]
         body = json.dumps({"format": RECORD_FORMAT, "entries": known}, sort_keys=True).encode("utf-8")
-        if not self._put(f"ac/{key}", body):
+        if not self._put(_ac_path(key), body):
             return False
         self._records[key] = known
         return True
+
+
+def _ac_path(key: str) -> str:
+    return "ac/" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def _parse_record(data: bytes) -> list[dict] | None:
