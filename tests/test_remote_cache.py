@@ -52,6 +52,15 @@ http {{
             dav_methods PUT;
             create_full_put_path on;
         }}
+        location /writers/ {{
+            root {prefix}/data;
+            dav_methods PUT;
+            create_full_put_path on;
+            set $put_ok "";
+            if ($http_authorization = "Bearer {token}") {{ set $put_ok "yes"; }}
+            if ($request_method = PUT) {{ set $put_ok "${{put_ok}}put"; }}
+            if ($put_ok = "put") {{ return 403; }}
+        }}
         location /readonly/ {{
             root {prefix}/data;
         }}
@@ -389,3 +398,16 @@ def test_a_server_refusing_writes_keeps_its_hits(nginx, tmp_path):
     c = build(src, tmp_path / "c.so", machine(tmp_path / "cache-c", ro), "-D", "NEW=1")
     assert c.returncode == 0 and ran_tools(c), c.stderr
     assert c.stderr.count("note: remote cache") == 1 and "upload refused (HTTP 405)" in c.stderr, c.stderr
+
+
+def test_the_readme_server_open_reads_token_writes(nginx, tmp_path):
+    """The README's nginx location: anyone reads, only the token holder writes."""
+    src = write_plugin(tmp_path / "src", "27.0f")
+    writer = machine(tmp_path / "cache-w", nginx.url("writers"), PYREE_BUILD_REMOTE_CACHE_TOKEN=TOKEN)
+    assert build(src, tmp_path / "w.so", writer).returncode == 0
+    anyone = machine(tmp_path / "cache-r", nginx.url("writers"))
+    r = build(src, tmp_path / "r.so", anyone)
+    assert "remote cache hit" in r.stderr and "note:" not in r.stderr, r.stderr
+    other = build(src, tmp_path / "o.so", anyone, "-D", "MINE=1")
+    assert other.returncode == 0 and "upload refused (HTTP 403)" in other.stderr, other.stderr
+    assert len(nginx.files("writers", "ac")) == 1
