@@ -224,6 +224,24 @@ class RemoteCache:
         outputs are replaced. Returns that entry's dependencies and their hashes, or None."""
         if self.disabled:
             return None
+        try:
+            return self._fetch(key, outputs, deps_match)
+        except Exception as exc:  # noqa: BLE001 - whatever goes wrong here, the build goes on locally
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return None
+
+    def upload(self, key: str, outputs: Sequence[Path], dep_hashes: Mapping[str, str]) -> bool:
+        """Put each output's bytes and then the record that names them (readers never see a
+        record before its blobs). Returns True when everything was stored."""
+        if self.read_only or self.disabled or self._upload_disabled:
+            return False
+        try:
+            return self._upload(key, outputs, dep_hashes)
+        except Exception as exc:  # noqa: BLE001 - an upload never fails the build
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return False
+
+    def _fetch(self, key: str, outputs: Sequence[Path], deps_match: Callable[[Mapping[str, str]], bool]) -> dict[str, str] | None:
         for entry in reversed(self._record(key)):
             if len(entry["outputs"]) != len(outputs) or not deps_match(entry["deps"]):
                 continue
@@ -241,11 +259,7 @@ class RemoteCache:
                 return None
         return None
 
-    def upload(self, key: str, outputs: Sequence[Path], dep_hashes: Mapping[str, str]) -> bool:
-        """Put each output's bytes and then the record that names them (readers never see a
-        record before its blobs). Returns True when everything was stored."""
-        if self.read_only or self.disabled or self._upload_disabled:
-            return False
+    def _upload(self, key: str, outputs: Sequence[Path], dep_hashes: Mapping[str, str]) -> bool:
         described = []
         for path in outputs:
             try:

@@ -411,3 +411,11 @@ def test_the_readme_server_open_reads_token_writes(nginx, tmp_path):
     other = build(src, tmp_path / "o.so", anyone, "-D", "MINE=1")
     assert other.returncode == 0 and "upload refused (HTTP 403)" in other.stderr, other.stderr
     assert len(nginx.files("writers", "ac")) == 1
+
+
+def test_a_token_http_cannot_send_is_a_note_not_a_failure(nginx, tmp_path):
+    src = write_plugin(tmp_path / "src", "29.0f")
+    env = machine(tmp_path / "cache", nginx.url(), PYREE_BUILD_REMOTE_CACHE_TOKEN="bad\ntoken")
+    result = build(src, tmp_path / "a.so", env)
+    assert result.returncode == 0 and ran_tools(result), result.stderr
+    assert result.stderr.count("note: remote cache") == 1 and "Traceback" not in result.stderr, result.stderr
