@@ -140,17 +140,21 @@ function(_pyree_c_flags out_var)
 endfunction()
 
 # pyree_cpu_plugin(NAME <name> SYSTEM|STANDALONE SRCS <c>... [ARCHS x86_64 aarch64 riscv64]
-#                  [OUTPUT <file>] [CC zig|clang|gcc] [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
-# SYSTEM: a shared library for this host (<name>.so). STANDALONE: freestanding ELFs, one per
+#                  [OUTPUT <file>] [CC zig|clang|gcc] [INCLUDE_DIRS <dir>...] [DEFINES <d>...]
+#                  [CPU baseline|host])
+# SYSTEM: a shared library for this host (<name>.so); CPU host builds for this CPU only. STANDALONE: freestanding ELFs, one per
 # arch, linked by iree-lld and packed into a FatELF (<name>.sos; <name>.so for one arch).
 function(pyree_cpu_plugin)
-  cmake_parse_arguments(ARG "SYSTEM;STANDALONE" "NAME;OUTPUT;CC" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  cmake_parse_arguments(ARG "SYSTEM;STANDALONE" "NAME;OUTPUT;CC;CPU" "SRCS;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_cpu_plugin NAME SRCS)
   if(ARG_SYSTEM AND ARG_STANDALONE OR NOT (ARG_SYSTEM OR ARG_STANDALONE))
     message(FATAL_ERROR "pyree_cpu_plugin(${ARG_NAME}): give exactly one of SYSTEM or STANDALONE")
   endif()
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
+  if(ARG_CPU)
+    list(APPEND _flags --cpu "${ARG_CPU}")
+  endif()
   if(ARG_SYSTEM)
     set(_kind system)
     set(_suffix .so)

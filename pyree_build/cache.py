@@ -252,7 +252,10 @@ def _open_cache(root: Path) -> Path | None:
     if is_cache_dir(root):
         return root
     try:
-        if root.is_symlink() or root.exists() and (not root.is_dir() or any(root.iterdir())):
+        # Another build may be marking a new directory right now: its temporary tag does
+        # not make the directory someone else's, and its finished tag makes it ours.
+        others = root.is_dir() and any(not p.name.startswith(f".{_TAG}.") for p in root.iterdir())
+        if root.exists() and not root.is_dir() or others and not is_cache_dir(root):
             tools.log_step(
                 f"  note: not caching: {CACHE_ENV} names {root}, which is not a pyree_build cache "
                 f"(it has no {_TAG} written by pyree_build); point {CACHE_ENV} at a new or empty directory"
@@ -457,7 +460,7 @@ def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str,
         if final_dir.exists() or final_dir.is_symlink():
             _note(f"replacing damaged entry {final_dir}")
             _discard(final_dir)
-        tmp_dir = entries / f".{entry}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        tmp_dir = _temp_name(final_dir)  # also sweeps what killed writers of this entry left
         tmp_dir.mkdir()
         try:
             for i, (src, want) in enumerate(zip(private, output_hashes)):

@@ -150,7 +150,7 @@ class Inputs:
 _SEARCH_PATH_FLAGS = ("--iree-hal-executable-object-search-path",)
 # Flag names that say the value is something the compiler writes: a cache hit would not
 # write it, so such a compile is never cached.
-_OUTPUT_FLAG = re.compile(r"(-to$|dump|output|print-ir)")
+_OUTPUT_FLAG = re.compile(r"(-to$|dump|output-file|print-ir)")
 
 
 def _flag_values(argv: Sequence[str]) -> Iterator[tuple[str, list[str]]]:

@@ -406,6 +406,24 @@ def test_concurrent_identical_builds_leave_no_temporary_files(tmp_path):
     assert hidden == []
 
 
+def test_concurrent_builds_on_a_new_cache_all_use_it(tmp_path):
+    """Builds started together on a fresh cache directory: each one either marks it or sees it
+    marked; none mistakes another's half-written mark for someone else's directory."""
+    cache = tmp_path / "fresh"
+    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=str(REPO))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pyree_build", "plugin", PLUGIN_SAMPLE / "system_plugin.c", "-D", f"N={i}", "-o", tmp_path / f"p{i}.so"],
+            env=env, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(4)
+    ]  # fmt: skip
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and "not caching" not in err, err
+    assert len(list((cache / "entries").iterdir())) == 4
+
+
 # --- Outputs are copies; the cache is robust to junk --------------------------------------
 
 
@@ -463,7 +481,7 @@ def test_junk_manifests_are_a_miss_never_a_traceback_nor_a_deletion(tmp_path, ju
         (cache / name).write_text("junk")
     again = pyree("plugin", src, "-o", out, "-v", cache=cache)
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
-    assert "cache hit" not in again.stderr and f"ignoring" in again.stderr, again.stderr
+    assert "cache hit" not in again.stderr and "ignoring" in again.stderr, again.stderr
     assert (victim / "keep.txt").read_text() == "user data"
     hit = pyree("plugin", src, "-o", out, cache=cache)  # the rebuild rewrote the manifest
     assert "cache hit" in hit.stderr
@@ -530,15 +548,16 @@ def test_cmake_rebuilds_agree_with_the_cache_for_a_spec_and_an_object_after_a_co
         "pyree_cpu_objects(NAME functions SRCS functions.c ARCHS x86_64 aarch64 riscv64)\n"
         "pyree_iree_module(NAME objects_module SRC example.mlir TARGET llvm-cpu DEPENDS functions)\n"
         'pyree_add_run_test(NAME objects_run MODULE objects_module FUNCTION mixed_invocation INPUTS "8xf32=2" "8xf32=4" '
-        'EXPECT "8xf32=96 96 96 96 96 96 96 96")\n',
-        {"functions.c": EMBEDDED / "functions.c"},
+        'EXPECT "8xf32=96 96 96 96 96 96 96 96")\n'
+        "pyree_cpu_plugin(NAME host_plugin SYSTEM CPU host SRCS system_plugin.c)\n",
+        {"functions.c": EMBEDDED / "functions.c", "system_plugin.c": PLUGIN_SAMPLE / "system_plugin.c"},
     )  # fmt: skip
     spec_project_files = spec_project(tmp_path / "spec_files")
     (src / "prog.mlir").write_text(spec_project_files[0].read_text())
     (src / "spec.mlir").write_text(SPEC)
     commented_embedded(src)
     configure(src, out)
-    build(out)
+    assert "--cpu host" in build(out)
     assert ctest_run(out).returncode == 0
     assert "no work to do" in build(out)
     first_spec, first_objects = (out / "spec_module.vmfb").read_bytes(), (out / "objects_module.vmfb").read_bytes()
@@ -562,3 +581,23 @@ def test_cpu_host_for_a_standalone_plugin_is_refused(cli, tmp_path):
     result = cli("plugin", "--kind", "standalone", "--cpu", "host", PLUGIN_SAMPLE / "standalone_plugin.c", "-o", tmp_path / "p.sos")
     assert_clean_error(result, "--cpu host applies to system plugins only", "drop --cpu")
     assert not (tmp_path / "p.sos").exists()
+
+
+def test_large_inputs_are_keyed_by_content_not_size_and_mtime(tmp_path):
+    """Two equal-size programs over 4 MiB swapped with their mtime kept (`cp -p`)."""
+    padding = "// " + "x" * 1021 + "\n"
+    big = padding * 4300  # 4.4 MB of comment: over the old 4 MiB size-and-mtime threshold
+    negate = SPEC_PROGRAM
+    absolute = SPEC_PROGRAM.replace("arith.negf %in : f32", "math.absf %in : f32 ")
+    assert len(negate) == len(absolute)
+    src = tmp_path / "prog.mlir"
+    out = tmp_path / "m.vmfb"
+    cache = tmp_path / "cache"
+    stamp = 1_700_000_000
+    results = []
+    for program in (negate, absolute):
+        src.write_text(big + program)
+        os.utime(src, (stamp, stamp))
+        got, _ = same_as_uncached(["compile", src, "-o", out], [out], cache)
+        results.append(got)
+    assert results[0] != results[1]
