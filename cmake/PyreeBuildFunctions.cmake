@@ -148,13 +148,28 @@ macro(_pyree_inputs_and_plugins args_var)
   endforeach()
 endmacro()
 
+# A shared remote cache behind the local one (README: "Sharing the cache between machines").
+# Empty: the environment's PYREE_BUILD_REMOTE_CACHE applies, if any. Credentials belong in the
+# environment (PYREE_BUILD_REMOTE_CACHE_TOKEN / _AUTH), never here: this ends up in build.ninja.
+set(PYREE_BUILD_REMOTE_CACHE "" CACHE STRING "http(s)://host/path of a shared pyree_build cache (HTTP GET/PUT)")
+set(PYREE_BUILD_REMOTE_CACHE_MODE "" CACHE STRING "read: use the remote cache's hits, upload nothing")
+
 # Runs `pyree-build <verb> <ARGN>` to make `outputs` (a list) from `depends`, with a depfile
 # beside the first output so Ninja also tracks the headers, tools and pyree_build itself.
 function(_pyree_action outputs depends comment verb)
   list(GET outputs 0 _first)
+  set(_env "")
+  foreach(_var IN ITEMS PYREE_BUILD_REMOTE_CACHE PYREE_BUILD_REMOTE_CACHE_MODE)
+    if(${_var})
+      list(APPEND _env "${_var}=${${_var}}")
+    endif()
+  endforeach()
+  if(_env)
+    set(_env "${CMAKE_COMMAND}" -E env ${_env})
+  endif()
   add_custom_command(
     OUTPUT ${outputs}
-    COMMAND ${PYREE_BUILD_COMMAND} ${verb} -q --depfile "${_first}.d" ${ARGN}
+    COMMAND ${_env} ${PYREE_BUILD_COMMAND} ${verb} -q --depfile "${_first}.d" ${ARGN}
     DEPENDS ${depends}
     DEPFILE "${_first}.d"
     COMMENT "pyree_build: ${comment}"

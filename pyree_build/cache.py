@@ -11,7 +11,7 @@ import shutil
 import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import tools
 from .errors import PyreeError
@@ -632,6 +632,7 @@ def cached_action(
         root = None
     before: dict[str, str | None] = {}
     base = ""
+    remote = None
     if root is not None:
         before = {p: hash_file(Path(p)) for p in known}
         tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
@@ -646,6 +647,14 @@ def cached_action(
             _replay_commands(root, base, outputs)
             return [*hit, *tool_paths]
         before = {**seen, **before}
+        remote = _remote_tier(root)
+        if remote is not None:
+            fetched = remote.fetch(base, outputs, lambda deps: _deps_unchanged(deps, before))
+            if fetched is not None:
+                tools.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
+                with contextlib.suppress(OSError):
+                    _store(root, base, outputs, fetched)  # the local tier answers next time
+                return [*fetched, *tool_paths]
     with atomic_outputs(outputs) as private:
         started = _fs_now(private[0]) if root is not None else 0
         with tools.recording() as commands:
@@ -663,7 +672,31 @@ def cached_action(
                     _store(root, base, private, hashes)
                 except OSError as exc:  # a full or read-only cache must not fail the build
                     tools.log_step(f"  note: not cached ({exc.strerror or exc})")
+                else:
+                    if remote is not None:
+                        remote.upload(base, private, hashes)
     return [*deps, *tool_paths]
+
+
+# --- The remote tier (remote_cache.py): asked on a local miss, given what was stored ----
+
+
+def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
+    if not os.environ.get("PYREE_BUILD_REMOTE_CACHE"):
+        return None  # the common case costs no import
+    from . import remote_cache
+
+    return remote_cache.from_env(state_dir=root)
+
+
+def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None]) -> bool:
+    """Whether every dependency of a remote entry hashes here as it did there."""
+    for dep, digest in deps.items():
+        if dep not in known:
+            known[dep] = hash_file(Path(dep))
+        if known[dep] != digest:
+            return False
+    return True
 
 
 def _entry_dirs(root: Path) -> list[Path]:
