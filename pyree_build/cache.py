@@ -638,7 +638,8 @@ def cached_action(
         tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
         base = _digest(action, *key, *tool_ids, *(o.suffix for o in outputs), *(f"{p}={h}" for p, h in before.items()))
         try:
-            hit, seen = _lookup(root, base, outputs)
+            with tools.muted_commands():  # a hit prints the recorded commands instead (below)
+                hit, seen = _lookup(root, base, outputs)
         except OSError as exc:
             _note(f"lookup failed: {exc}")
             hit, seen = None, {}
@@ -655,10 +656,12 @@ def cached_action(
                 with contextlib.suppress(OSError):
                     _store(root, base, outputs, fetched)  # the local tier answers next time
                 return [*fetched, *tool_paths]
-    with atomic_outputs(outputs) as private:
+    stored = False
+    # Recorded from the first command to the rename into place, so that a later hit can
+    # print the commands that would have made the outputs, pasteable as they are.
+    with tools.recording() as commands, atomic_outputs(outputs) as private:
         started = _fs_now(private[0]) if root is not None else 0
-        with tools.recording() as commands:
-            read = build(list(private))
+        read = build(list(private))
         _pause_point("built")
         excluded = set(tool_paths)
         deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, tools.package_files())]) if d not in excluded]
@@ -667,14 +670,16 @@ def cached_action(
             if hashes is None:
                 tools.log_step(f"  {action}: built, not cached ({why})")
             else:
-                _save_commands(root, base, outputs, commands)
                 try:
                     _store(root, base, private, hashes)
+                    stored = True
                 except OSError as exc:  # a full or read-only cache must not fail the build
                     tools.log_step(f"  note: not cached ({exc.strerror or exc})")
                 else:
                     if remote is not None:
                         remote.upload(base, private, hashes)
+    if stored and root is not None:
+        _save_commands(root, base, outputs, commands)
     return [*deps, *tool_paths]
 
 

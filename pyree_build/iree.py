@@ -506,7 +506,8 @@ def function_results(module: Path, function: str) -> tuple[int, list[str]] | Non
         dump = tools.iree_dump_module()
     except PyreeError:
         return None
-    listing = tools.spawn(dump.command("--output=metadata", module), what="reading the module's functions", check=False, timeout=60)
+    with tools.muted_commands():  # an inspection, not a step a pasted -v transcript needs
+        listing = tools.spawn(dump.command("--output=metadata", module), what="reading the module's functions", check=False, timeout=60)
     if listing.returncode != 0:
         return None
     lines = listing.stdout.splitlines()
@@ -605,11 +606,15 @@ def run(
             *([] if npy else [_NO_ELISION]),
             *flags,
         )
+        # Under -v, the command a user can paste: the same run, its results printed in full
+        # by iree-run-module itself instead of written to this run's private .npy files.
+        tools.echo_command(tools.shell_line([a for a in argv if not a.startswith("--output=@")] + ([] if not npy else [_NO_ELISION])))
         start = time.perf_counter()
-        result = tools.spawn(
-            argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(map(os.fspath, plugins))}" if plugins else ""), file=mod, explain=_explain_run_failure, timeout=timeout,
-            crash_hint=crash_hint(plugins),
-        )  # fmt: skip
+        with tools.muted_commands():
+            result = tools.spawn(
+                argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(map(os.fspath, plugins))}" if plugins else ""),
+                file=mod, explain=_explain_run_failure, timeout=timeout, crash_hint=crash_hint(plugins),
+            )  # fmt: skip
         seconds = time.perf_counter() - start
         stdout = result.stdout
         produced = sum(f.is_file() for f in files) if npy else len(re.findall(r"^result\[\d+\]:", stdout, re.MULTILINE))
@@ -637,25 +642,11 @@ def run(
     return run_result
 
 
-def result_count(module: Path, function: str) -> int:
-    """How many results `function` returns, read from the module's reflection data."""
-    import iree.runtime as rt
-
-    vm_module = rt.VmModule.copy_buffer(rt.VmInstance(), module.read_bytes())
-    fn = vm_module.lookup_function(function)
-    if fn is None:
-        raise PyreeError(f"the module has no function '{function}'", file=module, fix="check the function name against the MLIR's func.func names")
-    declaration = fn.reflection.get("iree.abi.declaration", "")
-    if "->" in declaration:
-        return len(re.findall(r"%output\d+\s*:", declaration.split("->", 1)[1]))
-    cconv = re.search(r"\(\w*_(\w*)\)", repr(fn))  # calling convention, e.g. 0rr_r
-    return len(cconv.group(1)) if cconv else 1
-
-
 def run_to_arrays(
     module: PathLike, function: str, inputs: Sequence[object] = (), *, plugins: Sequence[PathLike] = (), device: str = "local-sync"
 ) -> list[np.ndarray]:
-    """Run with iree-run-module and return the results as numpy arrays (`--output=@x.npy`).
+    """Run with iree-run-module and return the results as numpy arrays; `inputs` may be
+    arrays (passed through .npy files) or input spec strings.
 
     For devices whose results IREE's Python runtime cannot read back: on lavapipe it
     cannot import host memory (minImportedHostPointerAlignment 4096), the tool can.
@@ -665,7 +656,6 @@ def run_to_arrays(
     import numpy as np
 
     mod = require_file(module, "module")
-    count = result_count(mod, function)
     with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
         specs = []
         for i, value in enumerate(inputs):
@@ -675,6 +665,4 @@ def run_to_arrays(
                 path = Path(tmp) / f"input{i}.npy"
                 np.save(path, np.asarray(value))
                 specs.append(f"@{path}")
-        outs = [Path(tmp) / f"output{i}.npy" for i in range(count)]
-        run(mod, function, inputs=specs, plugins=plugins, device=device, flags=[f"--output=@{o}" for o in outs])
-        return [np.load(o) for o in outs]
+        return run(mod, function, inputs=specs, plugins=plugins, device=device).outputs

@@ -141,7 +141,7 @@ def _require_a_match(ctest: tools.Tool, build: Path, tests_regex: str) -> None:
             f"no test matches -R '{tests_regex}'",
             file=build,
             details="the tests are:\n" + "\n".join(names),
-            fix="pass a regular expression that matches part of a test name above, e.g. -R plugin",
+            fix="pass a regular expression that matches part of a test name above, e.g. -R plugin (`ctest --test-dir BUILD -N` lists them too)",
         )
 
 

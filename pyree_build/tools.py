@@ -73,8 +73,24 @@ def shell_line(argv: Sequence[str | os.PathLike[str]], *, cwd: str | os.PathLike
     return f"(cd {shlex.quote(os.fspath(cwd or os.getcwd()))} && {line})"
 
 
+_MUTED = threading.local()
+
+
+@contextlib.contextmanager
+def muted_commands() -> Iterator[None]:
+    """Neither print nor record the commands of this thread inside the block (a cache hit
+    places its outputs quietly, then prints the commands that made them)."""
+    _MUTED.depth = getattr(_MUTED, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _MUTED.depth -= 1
+
+
 def echo_command(line: str, note: str | None = None) -> None:
     """Print (under -v) and record one paste-able shell line."""
+    if getattr(_MUTED, "depth", 0):
+        return
     with _RECORD_LOCK:
         for recorder in _RECORDERS:
             recorder.append(line)

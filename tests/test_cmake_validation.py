@@ -69,8 +69,8 @@ CASES = {
         ["pyree_iree_module: SRC file 'missing.mlir' not found"],
     ),
     "unknown ARCHS": (
-        "pyree_cpu_plugin(NAME p STANDALONE SRCS plugin.c ARCHS x86_64 arm64)\n",
-        ["pyree_cpu_plugin: unknown ARCHS 'arm64'", "aarch64"],
+        "pyree_cpu_plugin(NAME p STANDALONE SRCS plugin.c ARCHS x86_64 mips)\n",
+        ["pyree_cpu_plugin: unknown ARCHS 'mips'", "aarch64"],
     ),
     "unknown TARGET": (
         "pyree_iree_module(NAME m SRC program.mlir TARGET cpu)\n",
