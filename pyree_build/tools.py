@@ -163,15 +163,18 @@ INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), 
 def _dist_version(dist: str) -> str | None:
     # The version is in the name of the installed distribution's metadata directory;
     # reading it there avoids importing importlib.metadata (~15 ms on every verb).
-    prefix = re.sub(r"[-_.]+", "_", dist).lower() + "-"
+    wanted = re.sub(r"[-_.]+", "_", dist).lower()
     for entry in sys.path:
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
         for name in names:
-            if name.endswith(".dist-info") and name.lower().replace("-", "_", name.count("-") - 1).startswith(prefix):
-                return name[len(prefix) : -len(".dist-info")]
+            if name.endswith(".dist-info"):
+                # NAME-VERSION.dist-info: the version is after the last dash of the stem.
+                project, _, version = name[: -len(".dist-info")].rpartition("-")
+                if version and re.sub(r"[-_.]+", "_", project).lower() == wanted:
+                    return version
     import importlib.metadata
 
     try:

@@ -80,3 +80,22 @@ def test_extra_flags_only_for_compile(cli, tmp_path):
     result = cli("run", tmp_path / "x.vmfb", "--function", "f", "--", "--bogus")
     assert result.returncode != 0
     assert "only `compile` and `dump` take them" in result.stderr
+
+
+def test_wheel_versions_are_read_without_importing_importlib_metadata():
+    """Every verb reads the IREE and zig wheel versions; the fast path (the dist-info
+    directory's name) must find them, or each verb pays for importlib.metadata."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from pyree_build import tools\n"
+        "versions = [tools._dist_version(d) for d in ('iree-base-compiler', 'iree-base-runtime', 'ziglang')]\n"
+        "assert all(versions), versions\n"
+        "assert 'importlib.metadata' not in sys.modules\n"
+        "print(versions)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "3.13" in result.stdout
