@@ -24,6 +24,7 @@ from . import tools
 from .cache import cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .cuda import normalize_sm
 from .errors import PyreeError, require_file
+from .outputs import check_outputs, included_files
 
 PathLike = str | os.PathLike[str]
 
@@ -53,6 +54,7 @@ def bitcode(
         raise PyreeError("no sm given", fix="pass at least one --sm, e.g. --sm 80")
     out_dir = Path(output_dir)
     outputs = {sm: out_dir / f"{src.stem}_sm_{sm}.bc" for sm in sm_list}
+    check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for out in outputs.values():
         remove_stale(out)
     clang = tools.zig_clang()

@@ -20,6 +20,7 @@ from . import tools
 from .cache import cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
 from .inputs import c_includes
+from .outputs import check_outputs, included_files
 
 PathLike = str | os.PathLike[str]
 
@@ -128,6 +129,7 @@ def hsaco(
         raise PyreeError("no gfx given", fix="pass at least one --gfx, e.g. --gfx 942")
     out_dir = Path(output_dir)
     outputs = {g: out_dir / g / f"{src.stem}.co" for g in gfx_list}
+    check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for out in outputs.values():
         remove_stale(out)
     clang, lld = tools.zig_clang(), tools.iree_lld()

@@ -339,22 +339,28 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     return out
 
 
+def _listed_devices(driver: str) -> tuple[list[str], str]:
+    """The `driver://` devices iree-run-module enumerates here, and what it said. A driver
+    listed by the runtime is not enough: its library and a device must be present."""
+    runner = tools.iree_run_module()
+    result = tools.spawn(runner.command(f"--list_devices={driver}"), what=f"listing {driver} devices", check=False, timeout=60)
+    text = (result.stdout + result.stderr).strip()
+    devices = [line.strip() for line in text.splitlines() if line.strip().startswith(f"{driver}://")] if result.returncode == 0 else []
+    return devices, text or f"exit code {result.returncode}"
+
+
 @functools.lru_cache(maxsize=None)
 def cuda_status() -> tuple[bool, str]:
     """(usable, reason): a CUDA GPU is usable when the runtime can enumerate a device on it."""
     try:
-        runner = tools.iree_run_module()
+        devices, text = _listed_devices("cuda")
     except PyreeError as exc:
         return False, exc.what
-    result = tools.spawn(runner.command("--list_devices=cuda"), what="listing CUDA devices", check=False, timeout=60)
-    text = (result.stdout + result.stderr).strip()
-    if result.returncode == 0 and "cuda://" in text:
-        devices = [line.strip() for line in text.splitlines() if line.strip().startswith("cuda://")]
+    if devices:
         return True, f"{len(devices)} device(s): {', '.join(devices)}"
     if "libcuda" in text or "driver library" in text:
         return False, "no CUDA driver (libcuda.so) on this machine"
-    last = text.splitlines()[-1] if text else f"exit code {result.returncode}"
-    return False, f"no usable CUDA device ({last})"
+    return False, f"no usable CUDA device ({text.splitlines()[-1]})"
 
 
 @dataclass
@@ -421,13 +427,11 @@ def _explain_run_failure(text: str) -> str | None:
 def hip_status() -> tuple[bool, str]:
     """(usable, reason): an AMD GPU is usable when the runtime can enumerate a HIP device."""
     try:
-        runner = tools.iree_run_module()
+        devices, _ = _listed_devices("hip")
     except PyreeError as exc:
         return False, exc.what
-    result = tools.spawn(runner.command("--list_devices=hip"), what="listing HIP devices", check=False, timeout=60)
-    text = (result.stdout + result.stderr).strip()
-    if result.returncode == 0 and "hip://" in text:
-        return True, ", ".join(line.strip() for line in text.splitlines() if line.strip().startswith("hip://"))
+    if devices:
+        return True, ", ".join(devices)
     return False, "no usable AMD GPU (HIP runtime libamdhip64.so or device absent)"
 
 

@@ -13,6 +13,7 @@ from typing import Sequence
 from . import tools
 from .cache import cached_action, parse_depfile, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
+from .outputs import check_outputs, included_files
 
 PathLike = str | os.PathLike[str]
 
@@ -55,6 +56,7 @@ def spirv(
         raise PyreeError(f"two shaders would both write {clash[0]}.spv", fix="rename one of them; outputs are named <stem>.spv")
     out_dir = Path(output_dir)
     outputs = [out_dir / f"{s}.spv" for s in stems]
+    check_outputs(outputs, [*srcs, *included_files(srcs, include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for out in outputs:
         remove_stale(out)
     tool = tools.glsl_compiler(compiler)

@@ -689,8 +689,8 @@ def spawn(
     args = [os.fspath(a) for a in argv]
     if stdin is None:
         echo_command(shell_line(args, cwd=cwd, env=env))
-    else:  # fed from memory: shown, but not as a line that would wait on the terminal
-        log_step(f"{shell_line(args, cwd=cwd, env=env)} < (the output above)")
+    elif VERBOSITY >= 2:  # fed from memory: shown under -v as a comment, not a line that would wait on the terminal
+        _write_line(f"# {shell_line(args, cwd=cwd, env=env)} < (its input comes from pyree_build)")
     full_env = None
     if env:
         full_env = dict(os.environ)

@@ -60,6 +60,8 @@ def project(tmp_path: Path) -> Path:
     (work / "sub").mkdir()
     (work / "sub" / "keep.txt").write_text("keep\n")
     os.mkfifo(work / "fifo")
+    shutil.copy(SAMPLES / "custom_dispatch" / "vulkan" / "shaders" / "simple_mul.glsl", work / "k.glsl")
+    shutil.copy(SAMPLES / "custom_dispatch" / "hip" / "kernels" / "kernels.cu", work / "k.cu")
     return work
 
 
@@ -75,8 +77,12 @@ def project(tmp_path: Path) -> Path:
         ["plugin", "--kind", "system", "p.c", "-o", "x.so", "--depfile", "p.c"],
         ["compile", "e.mlir", "-o", "e.vmfb", "--depfile", "e.mlir"],
         ["objects", "f.c", "--arch", "x86_64", "-o", ".", "--depfile", "f.c"],
+        ["spirv", "k.glsl", "-o", ".", "--depfile", "k.glsl"],
+        ["hsaco", "k.cu", "--gfx", "942", "-o", ".", "--depfile", "k.cu"],
+        ["bitcode", "k.cu", "--sm", "80", "-o", ".", "--depfile", "k.cu"],
     ],
-    ids=["plugin-system", "plugin-standalone", "compile", "depfile-source", "depfile-mlir", "objects-depfile"],
+    ids=["plugin-system", "plugin-standalone", "compile", "depfile-source", "depfile-mlir", "objects-depfile", "spirv-depfile",
+         "hsaco-depfile", "bitcode-depfile"],
 )
 def test_an_input_as_output_is_refused_before_anything_is_touched(cli, project, argv):
     before = snapshot(project)
