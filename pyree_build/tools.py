@@ -19,9 +19,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from .errors import PyreeError, trim
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 # 0 = errors only (-q), 1 = one line per step (default), 2 = every tool command (-v).
 VERBOSITY = 1
@@ -663,6 +666,14 @@ class _Popen:
         except subprocess.TimeoutExpired:
             return False
         return True
+
+
+def thread_pool(jobs: int | None) -> ThreadPoolExecutor:
+    """A pool for a verb's independent steps (-j N; default: every core). concurrent.futures is
+    imported here, when steps run, not by every verb (a cache hit needs no pool: ~5 ms)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
 
 
 def spawn(
