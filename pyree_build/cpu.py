@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from .records import record
 from pathlib import Path
 from typing import Sequence
 
@@ -48,7 +48,7 @@ STANDALONE_LDFLAGS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CompileOptions:
     cc: str = "zig"
     include_dirs: tuple[str, ...] = ()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+from .records import record
 from pathlib import Path
 
 from .errors import PyreeError
@@ -41,7 +41,7 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ElfSummary:
     path: Path
     machine: str  # pyelftools' e_machine name, e.g. EM_X86_64

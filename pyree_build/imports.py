@@ -20,7 +20,7 @@ import os
 import struct
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from .records import field, record
 from pathlib import Path
 from typing import Sequence
 
@@ -33,13 +33,13 @@ ELF_MAGIC = b"\x7fELF"
 _MACHINE_NAMES = {"EM_X86_64": "x86_64", "EM_AARCH64": "arm_64", "EM_386": "x86_32", "EM_ARM": "arm_32"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Import:
     name: str
     optional: bool = False
 
 
-@dataclass
+@record
 class ExecutableImports:
     """One embedded executable: its library name, its arch and the imports it calls."""
 
@@ -202,7 +202,7 @@ def describe(executables: Sequence[ExecutableImports], resolution: Resolution | 
 # ---------------------------------------------------------------------------- plugins
 
 
-@dataclass
+@record
 class PluginAnswer:
     path: str
     name: str = ""
@@ -210,7 +210,7 @@ class PluginAnswer:
     error: str | None = None  # the plugin could not be asked (or failed to load)
 
 
-@dataclass
+@record
 class Resolution:
     answers: list[PluginAnswer]  # in asking order: last registered first
     provider: dict[str, str]  # import -> the plugin (path) that resolves it

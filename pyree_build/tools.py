@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from .records import field, record
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
@@ -127,7 +127,7 @@ def python_line(*args: str | os.PathLike[str]) -> list[str]:
     return [sys.executable, *map(os.fspath, args)]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tool:
     name: str
     argv: tuple[str, ...]  # prefix that runs the tool, e.g. (zig, "cc")
@@ -142,7 +142,7 @@ class Tool:
         return [*self.argv, *(os.fspath(a) for a in args)]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Missing:
     """A tool that was looked for and not found, with the command that installs it."""
 
