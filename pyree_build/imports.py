@@ -13,7 +13,6 @@ first, so the parent walks them in that order.
 """
 from __future__ import annotations
 
-import io
 import re
 import os
 import struct
@@ -22,11 +21,11 @@ from .records import field, record
 from pathlib import Path
 from typing import Sequence
 
+from .elfcheck import ELF_MAGIC, ElfHeaders
 from .errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
 
-ELF_MAGIC = b"\x7fELF"
 # IREE's names for the ELF machines it builds executables for.
 _MACHINE_NAMES = {"EM_X86_64": "x86_64", "EM_AARCH64": "arm_64", "EM_386": "x86_32", "EM_ARM": "arm_32"}
 
@@ -50,30 +49,40 @@ class ExecutableImports:
         return [i.name for i in self.imports if not i.optional]
 
 
+_EM_NAMES = {62: "EM_X86_64", 183: "EM_AARCH64", 3: "EM_386", 40: "EM_ARM", 243: "EM_RISCV"}
+_SHT_RELA, _SHT_NOBITS, _SHT_REL = 4, 8, 9
+
+
 class _ElfImage:
     """Enough of one ELF to follow relocated pointers in its data."""
 
     def __init__(self, data: bytes) -> None:
-        from elftools.elf.elffile import ELFFile
-        from elftools.elf.relocation import RelocationSection
-
-        self.elf = ELFFile(io.BytesIO(data))
+        self.elf = ElfHeaders(data)
         self.data = data
         self.word = self.elf.elfclass // 8
-        self.endian = "<" if self.elf.little_endian else ">"
-        self.sections = [s for s in self.elf.iter_sections() if s["sh_addr"] and s["sh_type"] != "SHT_NOBITS"]
+        self.endian = self.elf.endian
+        wide = self.word == 8
+        self.sections = [{"sh_addr": addr, "sh_offset": off, "sh_size": size} for kind, addr, off, size, _, _ in self.elf.sections if addr and kind != _SHT_NOBITS]
         self.pointers: dict[int, int] = {}  # address of a pointer -> address it points to
-        for section in self.elf.iter_sections():
-            if not isinstance(section, RelocationSection):
+        sym_format = self.endian + ("IBBHQQ" if wide else "IIIBBH")
+        for kind, _, off, size, link, entsize in self.elf.sections:
+            if kind not in (_SHT_REL, _SHT_RELA):
                 continue
-            symbols = self.elf.get_section(section["sh_link"]) if section["sh_link"] else None
-            for rel in section.iter_relocations():
+            rela = kind == _SHT_RELA
+            rel_format = self.endian + ("QQ" if wide else "II") + (("q" if wide else "i") if rela else "")
+            stride = entsize or struct.calcsize(rel_format)
+            symbols = self.elf.sections[link] if link else None
+            for k in range(size // stride):
+                fields = struct.unpack_from(rel_format, data, off + k * stride)
+                r_offset, r_info = fields[0], fields[1]
+                sym = r_info >> 32 if wide else r_info >> 8
                 base = 0
-                if rel["r_info_sym"] and symbols is not None:
-                    base = symbols.get_symbol(rel["r_info_sym"])["st_value"]
-                addend = rel["r_addend"] if rel.is_RELA() else self._raw_word(rel["r_offset"])
+                if sym and symbols is not None:
+                    entry = struct.unpack_from(sym_format, data, symbols[2] + sym * (symbols[5] or struct.calcsize(sym_format)))
+                    base = entry[4] if wide else entry[1]
+                addend = fields[2] if rela else self._raw_word(r_offset)
                 if addend is not None:
-                    self.pointers[rel["r_offset"]] = base + addend
+                    self.pointers[r_offset] = base + addend
 
     def _offset(self, address: int, size: int) -> int | None:
         for s in self.sections:
@@ -131,22 +140,15 @@ class _ElfImage:
 
 def _elf_images(data: bytes) -> list[bytes]:
     """Each ELF embedded in a module, in order (the end of one is found from its headers)."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
     images = []
     at = data.find(ELF_MAGIC)
     while at >= 0:
         end = at + 4
         try:
-            elf = ELFFile(io.BytesIO(data[at:]))
-            size = max(
-                elf["e_shoff"] + elf["e_shnum"] * elf["e_shentsize"],
-                *(s["sh_offset"] + s["sh_size"] for s in elf.iter_sections() if s["sh_type"] != "SHT_NOBITS"),
-            )
+            size = ElfHeaders(data, at).size()
             images.append(data[at : at + size])
             end = at + size
-        except (ELFError, ValueError, KeyError, IndexError, struct.error, AssertionError):
+        except (ValueError, struct.error):
             pass
         at = data.find(ELF_MAGIC, end)
     return images
@@ -154,19 +156,17 @@ def _elf_images(data: bytes) -> list[bytes]:
 
 def module_imports(module: PathLike) -> list[ExecutableImports]:
     """The imports each embedded (llvm-cpu) executable of `module` calls."""
-    from elftools.common.exceptions import ELFError
-
     mod = require_file(module, "module")
     found: list[ExecutableImports] = []
     for image in _elf_images(mod.read_bytes()):
         try:
             elf = _ElfImage(image)
             library = elf.library()
-        except (ELFError, ValueError, KeyError, IndexError, struct.error, AssertionError):
+        except (ValueError, KeyError, IndexError, struct.error):
             continue
         if library is None:
             continue
-        machine = elf.elf["e_machine"]
+        machine = _EM_NAMES.get(elf.elf.machine, f"EM_{elf.elf.machine}")
         arch = f"riscv_{elf.elf.elfclass}" if machine == "EM_RISCV" else _MACHINE_NAMES.get(machine, str(machine))
         found.append(ExecutableImports(library[0], arch, library[1]))
     return found
