@@ -5,6 +5,7 @@ blob, answers with foreign bytes, hangs, or refuses writes costs a local build a
 from __future__ import annotations
 
 import os
+import re
 import pwd
 import shutil
 import signal
@@ -145,8 +146,12 @@ def build(src: Path, out: Path, env: dict[str, str], *flags: str) -> subprocess.
 
 
 def ran_tools(result: subprocess.CompletedProcess[str]) -> list[str]:
-    """The tool command lines -v printed (each starts with '+ ')."""
-    return [line for line in result.stderr.splitlines() if line.startswith("+ ")]
+    """The tool command lines -v printed and ran: `(cd DIR && TOOL ...)`, not pyree_build's own
+    mkdir/mv steps, nor the recorded lines a cache hit shows with `# (cache hit)`."""
+    return [
+        line for line in result.stderr.splitlines()
+        if line.startswith("(cd ") and not line.endswith("# (cache hit)") and not re.match(r"\(cd .+? && (mkdir|mv) ", line)
+    ]  # fmt: skip
 
 
 def test_machine_b_downloads_what_machine_a_built_and_runs_no_tool(nginx, tmp_path):
