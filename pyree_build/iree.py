@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from . import checks, tools
-from .cache import cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
-from .inputs import compile_inputs, referenced_objects, resolve_object
-from .outputs import check_outputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,6 +71,7 @@ _NOT_FOUND_OBJECT = re.compile(r'object file not found.*?#hal\.executable\.objec
 
 def _missing_objects_message(source: Path, search_paths: Sequence[PathLike], compiler_output: str) -> str | None:
     """Name each missing object and every place it was looked for (iree-compile names neither)."""
+    from .inputs import referenced_objects, resolve_object  # only compile needs these (run imports less)
     named = _NOT_FOUND_OBJECT.findall(compiler_output)
     candidates = named or referenced_objects(source.read_text(encoding="utf-8", errors="replace"))
     lines = []
@@ -89,6 +87,7 @@ def _missing_objects_message(source: Path, search_paths: Sequence[PathLike], com
 
 def _arch_spelling_hint(obj: str, search_paths: Sequence[PathLike]) -> str:
     """IREE spells aarch64 `arm_64`: point at an object that exists under another spelling."""
+    from .inputs import resolve_object
     from .elfcheck import ARCH_ALIASES
 
     stem, dot, suffix = obj.rpartition(".")
@@ -171,6 +170,7 @@ def cuda_target_attr(sm: str | int) -> str:
 
 def _compile_inputs(src: Path, search: Sequence[Path], substitutions: Sequence[str], substitute_from: PathLike | None) -> list[Path]:
     """Every file a compile may read, so that none of them is taken as its output."""
+    from .inputs import referenced_objects, resolve_object
     found = [src]
     found += [o for obj in referenced_objects(src.read_text(encoding="utf-8", errors="replace")) if (o := resolve_object(obj, search)[0])]
     found += [Path(item.partition("=")[2]) for item in substitutions if item.partition("=")[2]]
@@ -215,6 +215,9 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
     """
+    from .cache import cached_action, remove_stale, scratch_dir, write_depfile
+    from .inputs import compile_inputs, referenced_objects, resolve_object
+    from .outputs import check_outputs
     src = require_file(source, "MLIR source")
     search = [Path(p).resolve() for p in object_search_paths]
     (out,) = check_outputs([output], _compile_inputs(src, search, substitutions, substitute_from), depfile=depfile)
