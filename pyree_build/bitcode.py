@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -84,7 +83,7 @@ def bitcode(
                 return bc, parse_depfile(dep) if dep.is_file() else [str(src)]
 
             with tools.Stopwatch(f"zig clang {src.name} -> bitcode sm {', '.join(map(str, sm_list))}"):
-                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                with tools.thread_pool(jobs) as pool:
                     built = dict(zip(sm_list, pool.map(one, sm_list)))
             for sm, tmp in zip(sm_list, private):  # renamed into place once all are written
                 os.replace(built[sm][0], tmp)

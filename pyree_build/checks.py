@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from .records import record
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -51,7 +51,7 @@ _NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)
 _FIX_INPUT = 'write it as SHAPExTYPE=VALUES, e.g. --input "8xf32=2" (one value fills the buffer) or --input "2x2xi32=1 2 3 4"'
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class InputSpec:
     text: str
     shape: tuple[int, ...] | None  # None for a plain scalar or a .npy file

@@ -120,7 +120,17 @@ def _timeout(a: argparse.Namespace) -> float:
     return DEFAULT_RUN_TIMEOUT_S if a.timeout is None else a.timeout
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """Stands in for a verb's parser that this command line does not name: takes its options
+    and sub-verbs, builds nothing (building all ~20 parsers costs ~10 ms per command)."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unbuilt]:
+        return lambda *args, **kwargs: self
+
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The command-line parser; with `verb`, only that verb's parser is built under the top level
+    ("": none); the top level's --help and its list of verbs need them all: build_parser()."""
     parser = argparse.ArgumentParser(
         prog="pyree-build",
         description="Build and run IREE custom dispatches (CPU plugins, FatELF, CUDA PTX, embedded objects) with pip-installed tools.",
@@ -130,7 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--include-dir", action="store_true", help="print the directory holding iree/hal/local/executable_plugin.h and exit")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
-    p = sub.add_parser("plugin", help="C sources -> executable plugin (system .so, or standalone ELF / FatELF .sos)")
+    def add(name: str, **kwargs: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, **kwargs) if verb is None or name == verb else _Unbuilt()  # type: ignore[return-value]
+
+    p = add("plugin", help="C sources -> executable plugin (system .so, or standalone ELF / FatELF .sos)")
     p.add_argument("sources", nargs="+", metavar="SRC")
     p.add_argument("-o", "--output", required=True, help="output: .so (system or one arch), .sos (FatELF of several arches)")
     p.add_argument("--kind", choices=("system", "standalone"), default="system")
@@ -142,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     _c_options(p)
     _common(p)
 
-    p = sub.add_parser("objects", help="C source -> one freestanding object per arch, for linking into a module")
+    p = add("objects", help="C source -> one freestanding object per arch, for linking into a module")
     p.add_argument("source", metavar="SRC")
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>_<arch>.o")
     p.add_argument("--arch", dest="archs", action="append", default=[], required=True, help="x86_64, aarch64, riscv64 (repeatable)")
@@ -150,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _c_options(p)
     _common(p)
 
-    p = sub.add_parser("fatelf", help="FatELF containers: join, split, list, select (like iree-fatelf)")
+    p = add("fatelf", help="FatELF containers: join, split, list, select (like iree-fatelf)")
     fsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     fj = fsub.add_parser("join", help="pack ELFs into one FatELF")
     fj.add_argument("inputs", nargs="+", metavar="ELF")
@@ -167,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     for q in (fj, fs, fl, fe):
         _common(q)
 
-    p = sub.add_parser("ptx", help=".cu -> one PTX per sm (NVRTC by default, or nvcc)")
+    p = add("ptx", help=".cu -> one PTX per sm (NVRTC by default, or nvcc)")
     p.add_argument("source", metavar="SRC.cu")
     p.add_argument("--sm", dest="sms", action="append", required=True, help="e.g. 80 or sm_80 (repeatable)")
     p.add_argument("--compiler", choices=("nvrtc", "nvcc"), default="nvrtc")
@@ -182,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depfile")
     _common(p)
 
-    p = sub.add_parser("dump", help="write a program's executable sources, binaries and benchmarks, and an index (extra iree-compile flags after --)")
+    p = add("dump", help="write a program's executable sources, binaries and benchmarks, and an index (extra iree-compile flags after --)")
     p.add_argument("source", metavar="IN.mlir")
     p.add_argument("-o", "--output-dir", required=True, metavar="DIR")
     p.add_argument("--target", choices=("llvm-cpu", "cuda"), default="llvm-cpu")
@@ -192,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite dumped files edited since the last dump, and other files in the way")
     _common(p)
 
-    p = sub.add_parser("bench", help="microbenchmark a module with iree-benchmark-module; --compare A B for a ratio")
+    p = add("bench", help="microbenchmark a module with iree-benchmark-module; --compare A B for a ratio")
     p.add_argument("modules", nargs="+", metavar="MODULE.vmfb")
     p.add_argument("--compare", action="store_true", help="measure two modules interleaved and print the ratio B/A")
     p.add_argument("--function", default=None, help="the function to time (default: every function, as for dumped benchmarks)")
@@ -205,11 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     _timeout_option(p)
     _common(p)
 
-    p = sub.add_parser("cuda-target", help="print the #hal.executable.target that keys an sm's objects in MLIR")
+    p = add("cuda-target", help="print the #hal.executable.target that keys an sm's objects in MLIR")
     p.add_argument("--sm", required=True, help="e.g. 80")
     _common(p)
 
-    p = sub.add_parser("spirv", help="GLSL compute shaders -> SPIR-V (.spv), validated with spirv-val")
+    p = add("spirv", help="GLSL compute shaders -> SPIR-V (.spv), validated with spirv-val")
     p.add_argument("sources", nargs="+", metavar="SHADER.glsl")
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>.spv")
     p.add_argument("--compiler", choices=("glslang", "glslc"), default="glslang", help="glslang (default; pip) or glslc (shaderc)")
@@ -218,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depfile")
     _common(p)
 
-    p = sub.add_parser("hsaco", help="HIP source -> one AMDGPU code object per gfx (zig clang + iree-lld, no ROCm)")
+    p = add("hsaco", help="HIP source -> one AMDGPU code object per gfx (zig clang + iree-lld, no ROCm)")
     p.add_argument("source", metavar="SRC.cu|SRC.hip")
     p.add_argument("--gfx", dest="gfxs", action="append", required=True, help="e.g. 942 or gfx942 (repeatable)")
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/gfx<N>/<stem>.co")
@@ -227,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depfile")
     _common(p)
 
-    p = sub.add_parser("bitcode", help="CUDA device code -> NVPTX LLVM bitcode per sm (zig clang, no CUDA SDK), for compile --link-bitcode")
+    p = add("bitcode", help="CUDA device code -> NVPTX LLVM bitcode per sm (zig clang, no CUDA SDK), for compile --link-bitcode")
     p.add_argument("source", metavar="SRC.cu")
     p.add_argument("--sm", dest="sms", action="append", required=True, help="e.g. 80 or sm_80 (repeatable)")
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>_sm_<N>.bc")
@@ -236,12 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depfile")
     _common(p)
 
-    p = sub.add_parser("code-objects", help="list the AMDGPU code objects a .vmfb embeds; --gfx N checks one is there")
+    p = add("code-objects", help="list the AMDGPU code objects a .vmfb embeds; --gfx N checks one is there")
     p.add_argument("module", metavar="MODULE.vmfb")
     p.add_argument("--gfx", dest="gfxs", action="append", default=[], help="fail unless a code object for this gfx is embedded (repeatable)")
     _common(p)
 
-    p = sub.add_parser("compile", help="MLIR -> .vmfb with iree-compile (extra iree-compile flags after --)")
+    p = add("compile", help="MLIR -> .vmfb with iree-compile (extra iree-compile flags after --)")
     p.add_argument("source", metavar="IN.mlir")
     p.add_argument("-o", "--output", required=True, metavar="OUT.vmfb")
     p.add_argument("--target", choices=("llvm-cpu", "cuda", "vulkan", "hip"), default="llvm-cpu")
@@ -268,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depfile")
     _common(p)
 
-    p = sub.add_parser("run", help="run a module function with iree-run-module and check its output")
+    p = add("run", help="run a module function with iree-run-module and check its output")
     p.add_argument("module", metavar="MODULE.vmfb")
     p.add_argument("--function", required=True)
     p.add_argument("--input", dest="inputs", action="append", default=[], metavar="SPEC", help='e.g. "8xf32=2" (repeatable)')
@@ -287,17 +300,17 @@ def build_parser() -> argparse.ArgumentParser:
     _timeout_option(p)
     _common(p)
 
-    p = sub.add_parser("imports", help="list the imports each executable of a module calls, and which --plugin resolves each")
+    p = add("imports", help="list the imports each executable of a module calls, and which --plugin resolves each")
     p.add_argument("module", metavar="MODULE.vmfb")
     p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="PATH", help="ask this plugin's resolve (repeatable; later ones are asked first, as at run time)")
     _common(p)
 
-    p = sub.add_parser("samples", help="build every sample with CMake, run ctest, print a table (the main job)")
+    p = add("samples", help="build every sample with CMake, run ctest, print a table (the main job)")
     p.add_argument("--build-dir", default="build/samples", help="CMake build directory (default: build/samples)")
     p.add_argument("-R", "--tests-regex", default=None, help="only run tests matching this regex")
     _common(p)
 
-    p = sub.add_parser("new", help="write a downstream CMake project (plugin, MLIR, CMakeLists.txt, README) that builds as written")
+    p = add("new", help="write a downstream CMake project (plugin, MLIR, CMakeLists.txt, README) that builds as written")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--name", help="CMake project name (default: the directory name)")
     p.add_argument("--force", action="store_true", help="write into a non-empty directory")
@@ -305,11 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--args", dest="import_args", metavar="KIND:TYPE,...", help='the import\'s buffers in call order, KIND in|out|inout, e.g. "in:f32,in:f32,out:f32"')
     _common(p)
 
-    p = sub.add_parser("cache", help="the build cache: info or clear (location: $PYREE_BUILD_CACHE)")
+    p = add("cache", help="the build cache: info or clear (location: $PYREE_BUILD_CACHE)")
     p.add_argument("action", choices=("info", "clear"))
     _common(p)
 
-    p = sub.add_parser("doctor", help="show every tool found, its version, and whether a CUDA GPU is usable")
+    p = add("doctor", help="show every tool found, its version, and whether a CUDA GPU is usable")
     _common(p)
     _finish(parser)
     return parser
@@ -560,13 +573,32 @@ def _verb_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> arg
     return parser
 
 
+def _named_verb(args: Sequence[str]) -> str | None:
+    """The verb a command line names (its first word that is no option nor -j's value); "" when
+    it names none (--version: no verb's parser is needed); None for help (every verb is listed)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("-j", "--jobs"):
+            skip = True
+        elif arg in ("-h", "--help"):
+            return None
+        elif not arg.startswith("-"):
+            return arg
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in args:
         cut = args.index("--")
         args, extra = args[:cut], args[cut + 1 :]
-    parser = build_parser()
+    named = _named_verb(args)
+    parser = build_parser(named)
+    if named and not any(isinstance(a, argparse._SubParsersAction) and a.choices for a in parser._actions):
+        parser = build_parser()  # not a verb: the full parser says which verbs there are
     ns, unknown = parser.parse_known_args(args)
     if unknown:
         _verb_parser(parser, ns).error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -579,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(tools.include_dir())
             return 0
         if not ns.verb:
-            parser.print_help()
+            build_parser().print_help()
             return 2
         if extra and ns.verb not in ("compile", "dump"):
             parser.error("arguments after -- are passed to iree-compile, so only `compile` and `dump` take them")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from .records import record
 from pathlib import Path
 from typing import Sequence
 
@@ -49,7 +48,7 @@ STANDALONE_LDFLAGS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CompileOptions:
     cc: str = "zig"
     include_dirs: tuple[str, ...] = ()
@@ -158,7 +157,7 @@ def system_plugin(
         with scratch_dir(out.parent, out.name) as build:
             objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(srcs)]
             with tools.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
-                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                with tools.thread_pool(jobs) as pool:
                     inputs += [d for deps in pool.map(lambda so: _compile(compiler, so[0], so[1], cflags), zip(srcs, objs)) for d in deps]
             with tools.Stopwatch(f"link {out.name}"):
                 tools.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
@@ -227,7 +226,7 @@ def standalone_plugin(
             elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
             parallel = " in parallel" if len(arch_list) > 1 else ""
             with tools.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"):
-                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                with tools.thread_pool(jobs) as pool:
                     futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
                     inputs = [dep for f in futures for dep in f.result()]
             if single:
@@ -341,7 +340,7 @@ def objects(
 
     def build_it(private: list[Path]) -> list[str]:
         with tools.Stopwatch(f"compile {src.name} for {', '.join(arch_list)}"):
-            with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+            with tools.thread_pool(jobs) as pool:
                 return [d for deps in pool.map(one, arch_list, private) for d in deps]
 
     key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -325,7 +324,7 @@ def ptx(
 
             label = f"{tool.name} {src.name} -> sm {', '.join(map(str, sm_list))}"
             with tools.Stopwatch(label + (" + ptxas" if verify else "")):
-                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                with tools.thread_pool(jobs) as pool:
                     results = dict(zip(sm_list, pool.map(one, sm_list)))
             for sm, tmp in zip(sm_list, private):  # renamed into place once all are written
                 _write_step(tmp, results[sm][0], tools.shell_line(["cp", results[sm][3], tmp]))

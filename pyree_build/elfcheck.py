@@ -1,4 +1,4 @@
-"""Checks on built plugins and objects, by reading them (pyelftools) and by loading them (cffi).
+"""Checks on built plugins and objects, by reading them (pyelftools) and by loading them (ctypes).
 
 These run after a build and before any IREE runtime sees the file, so a missing export or
 an undefined symbol is reported with the file and the fix, not as a runtime load failure.
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+import struct
+from .records import record
 from pathlib import Path
 
 from .errors import PyreeError
@@ -41,7 +42,7 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ElfSummary:
     path: Path
     machine: str  # pyelftools' e_machine name, e.g. EM_X86_64
@@ -92,8 +93,78 @@ def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSumm
         raise PyreeError(f"not a readable ELF file ({exc})", file=p, fix="rebuild it; the file may be truncated") from None
 
 
+ELF_MAGIC = b"\x7fELF"
+_ET_DYN, _SHT_DYNAMIC, _SHT_DYNSYM, _DT_NEEDED = 3, 6, 11, 1
+
+
+class ElfHeaders:
+    """An ELF's header and section headers, read with struct (pyelftools' import alone costs
+    ~27 ms, a quarter of a `run`). Raises struct.error or ValueError on a malformed file."""
+
+    def __init__(self, data: bytes | memoryview, at: int = 0) -> None:
+        if bytes(data[at : at + 4]) != ELF_MAGIC or data[at + 4] not in (1, 2) or data[at + 5] not in (1, 2):
+            raise ValueError("not an ELF header")
+        self.elfclass = 64 if data[at + 4] == 2 else 32
+        self.endian = "<" if data[at + 5] == 1 else ">"
+        wide = self.elfclass == 64
+        e = self.endian
+        (self.type, self.machine, _, _, _, shoff, _, _, _, _, shentsize, shnum, _) = struct.unpack_from(e + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH"), data, at + 16)
+        shdr = e + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+        if shentsize < struct.calcsize(shdr) and shnum:
+            raise ValueError("section headers too small")
+        if shnum == 0 and shoff:  # more sections than e_shnum holds: the count is in section 0
+            shnum = struct.unpack_from(shdr, data, at + shoff)[5]
+        self.header_end = shoff + shnum * shentsize
+        # (type, addr, offset, size, link, entsize) of each section, offsets relative to the ELF
+        self.sections = [
+            (f[1], f[3], f[4], f[5], f[6], f[9]) for f in (struct.unpack_from(shdr, data, at + shoff + i * shentsize) for i in range(shnum))
+        ]
+
+    def size(self) -> int:
+        return max([self.header_end, *(off + size for kind, _, off, size, _, _ in self.sections if kind != 8)])
+
+
+def _standalone_by_headers(data: bytes) -> bool | None:
+    """is_standalone_elf read with struct; None when these headers cannot decide."""
+    try:
+        elf = ElfHeaders(data)
+        if elf.type != _ET_DYN:
+            return False
+        wide = elf.elfclass == 64
+        dyn = elf.endian + ("qQ" if wide else "iI")
+        for kind, _, off, size, _, _ in elf.sections:
+            if kind == _SHT_DYNAMIC:
+                for k in range(size // struct.calcsize(dyn)):
+                    tag = struct.unpack_from(dyn, data, off + k * struct.calcsize(dyn))[0]
+                    if tag == 0:
+                        break
+                    if tag == _DT_NEEDED:
+                        return False
+        dynsyms = [s for s in elf.sections if s[0] == _SHT_DYNSYM]
+        if len(dynsyms) != 1:
+            return None  # read_elf's rules for .symtab apply: leave them to it
+        _, _, off, size, link, entsize = dynsyms[0]
+        strings = elf.sections[link][2]
+        sym = elf.endian + ("IBBHQQ" if wide else "IIIBBH")
+        step = entsize or struct.calcsize(sym)
+        for k in range(size // step):
+            fields = struct.unpack_from(sym, data, off + k * step)
+            name_at, shndx = fields[0], (fields[3] if wide else fields[5])
+            if shndx == 0 and name_at and data[strings + name_at] != 0:
+                return False  # an undefined, named dynamic symbol: an import
+        return True
+    except (ValueError, IndexError, struct.error):
+        return None
+
+
 def is_standalone_elf(path: str | os.PathLike[str]) -> bool:
     """A shared object that needs no library and imports nothing: IREE's ELF loader can map it."""
+    try:
+        decided = _standalone_by_headers(Path(path).read_bytes())
+    except OSError:
+        return False
+    if decided is not None:
+        return decided
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
@@ -203,22 +274,21 @@ def probe_plugin(path: str | os.PathLike[str], *, label: str | os.PathLike[str] 
 
 
 def _query_plugin(path: str) -> tuple[str, int]:
-    import cffi
+    # ctypes, not cffi: cffi's cdef parse alone costs ~65 ms per probe.
+    import ctypes as C
 
-    ffi = cffi.FFI()
-    ffi.cdef(
-        """
-        typedef struct { uint32_t version; const char* name; const char* description;
-                         uint32_t features; int32_t sanitizer; uint64_t reserved[8]; } header_t;
-        const header_t** iree_hal_executable_plugin_query(uint32_t max_version, void* reserved);
-        """
-    )
+    class Header(C.Structure):
+        _fields_ = [("version", C.c_uint32), ("name", C.c_char_p), ("description", C.c_char_p),
+                    ("features", C.c_uint32), ("sanitizer", C.c_int32), ("reserved", C.c_uint64 * 8)]  # fmt: skip
+
     try:
-        lib = ffi.dlopen(path)
+        query = C.CDLL(path).iree_hal_executable_plugin_query
     except OSError as exc:
         raise PyreeError(f"cannot be loaded: {exc}", file=path, fix="check the libraries it links against (ldd)") from None
-    result = lib.iree_hal_executable_plugin_query(PLUGIN_VERSION_LATEST, ffi.NULL)
-    if result == ffi.NULL:
+    query.restype = C.POINTER(C.POINTER(Header))
+    query.argtypes = [C.c_uint32, C.c_void_p]
+    result = query(PLUGIN_VERSION_LATEST, None)
+    if not result:
         raise PyreeError(
             f"{QUERY_EXPORT}(max_version={PLUGIN_VERSION_LATEST}) returned NULL: the plugin does not support "
             f"the runtime's plugin ABI version {PLUGIN_VERSION_LATEST}",
@@ -226,7 +296,8 @@ def _query_plugin(path: str) -> tuple[str, int]:
             fix="return the plugin struct when max_version >= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_0_1",
         )
     header = result[0]
-    if header == ffi.NULL:
+    if not header:
         raise PyreeError("the query function returned a plugin with a NULL header", file=path, fix="set the .header field of the plugin struct")
-    name = ffi.string(header.name).decode("utf-8", "replace") if header.name != ffi.NULL else ""
-    return name, int(header.version)
+    raw_name = header.contents.name
+    name = raw_name.decode("utf-8", "replace") if raw_name else ""
+    return name, int(header.contents.version)

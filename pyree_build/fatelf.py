@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from dataclasses import dataclass
+from .records import record
 from pathlib import Path
 from typing import Sequence, Union
 
@@ -51,7 +51,7 @@ _EHDR_SIZE = {_ELFCLASS32: 52, _ELFCLASS64: 64}
 _FIX_REBUILD = "rebuild it with `pyree-build plugin --kind standalone --arch A --arch B ... -o X.sos` or `pyree-build fatelf join`"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Record:
     """One row of the record table: which ELF, and where its bytes lie in the container."""
 
@@ -92,7 +92,7 @@ class Record:
         return f"{self.arch} ({bits} {order})"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _ElfIdentity:
     """The fields a record copies from an ELF header, already in FatELF's encoding."""
 

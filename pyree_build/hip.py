@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -171,7 +170,7 @@ def hsaco(
                 return co
 
             with tools.Stopwatch(f"zig clang + iree-lld {src.name} -> {', '.join(gfx_list)}"):
-                with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+                with tools.thread_pool(jobs) as pool:
                     built = dict(zip(gfx_list, pool.map(one, gfx_list)))
             for g, tmp in zip(gfx_list, private):  # renamed into place once all are written
                 os.replace(built[g], tmp)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from .records import field, record
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -129,7 +129,7 @@ def is_mlir_bytecode(path: Path) -> bool:
         return False
 
 
-@dataclass
+@record
 class Inputs:
     """What an action reads besides its primary source, and how names resolved."""
 

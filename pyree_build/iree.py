@@ -10,15 +10,11 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from . import checks, tools
-from .cache import cached_action, remove_stale, scratch_dir, write_depfile
 from .errors import PyreeError, require_file
-from .inputs import compile_inputs, referenced_objects, resolve_object
-from .outputs import check_outputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -75,6 +71,7 @@ _NOT_FOUND_OBJECT = re.compile(r'object file not found.*?#hal\.executable\.objec
 
 def _missing_objects_message(source: Path, search_paths: Sequence[PathLike], compiler_output: str) -> str | None:
     """Name each missing object and every place it was looked for (iree-compile names neither)."""
+    from .inputs import referenced_objects, resolve_object  # only compile needs these (run imports less)
     named = _NOT_FOUND_OBJECT.findall(compiler_output)
     candidates = named or referenced_objects(source.read_text(encoding="utf-8", errors="replace"))
     lines = []
@@ -90,6 +87,7 @@ def _missing_objects_message(source: Path, search_paths: Sequence[PathLike], com
 
 def _arch_spelling_hint(obj: str, search_paths: Sequence[PathLike]) -> str:
     """IREE spells aarch64 `arm_64`: point at an object that exists under another spelling."""
+    from .inputs import resolve_object
     from .elfcheck import ARCH_ALIASES
 
     stem, dot, suffix = obj.rpartition(".")
@@ -172,6 +170,7 @@ def cuda_target_attr(sm: str | int) -> str:
 
 def _compile_inputs(src: Path, search: Sequence[Path], substitutions: Sequence[str], substitute_from: PathLike | None) -> list[Path]:
     """Every file a compile may read, so that none of them is taken as its output."""
+    from .inputs import referenced_objects, resolve_object
     found = [src]
     found += [o for obj in referenced_objects(src.read_text(encoding="utf-8", errors="replace")) if (o := resolve_object(obj, search)[0])]
     found += [Path(item.partition("=")[2]) for item in substitutions if item.partition("=")[2]]
@@ -216,6 +215,9 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
     """
+    from .cache import cached_action, remove_stale, scratch_dir, write_depfile
+    from .inputs import compile_inputs, referenced_objects, resolve_object
+    from .outputs import check_outputs
     src = require_file(source, "MLIR source")
     search = [Path(p).resolve() for p in object_search_paths]
     (out,) = check_outputs([output], _compile_inputs(src, search, substitutions, substitute_from), depfile=depfile)
@@ -363,13 +365,25 @@ def cuda_status() -> tuple[bool, str]:
     return False, f"no usable CUDA device ({text.splitlines()[-1]})"
 
 
-@dataclass
 class RunResult:
-    module: Path
-    function: str
-    stdout: str
-    seconds: float
-    outputs: list[np.ndarray] = field(default_factory=list)
+    """A run's text and timing; `outputs` (the results as numpy arrays) are made when first
+    read, so a run that only prints or checks text never imports numpy (~100 ms)."""
+
+    def __init__(self, module: Path, function: str, stdout: str, seconds: float, outputs: list[np.ndarray] | Callable[[], list[np.ndarray]] | None = None) -> None:
+        self.module = module
+        self.function = function
+        self.stdout = stdout
+        self.seconds = seconds
+        self._outputs = outputs if outputs is not None else []
+
+    @property
+    def outputs(self) -> list[np.ndarray]:
+        if callable(self._outputs):
+            self._outputs = self._outputs()
+        return self._outputs
+
+    def __repr__(self) -> str:
+        return f"RunResult(module={self.module!r}, function={self.function!r}, seconds={self.seconds:.3f})"
 
 
 EMBEDDED_PREFIX = "embedded:"
@@ -533,6 +547,74 @@ def _format_value(value: object, float_type: bool) -> str:
     return "%G" % float(value) if float_type else "%d" % int(value)  # noqa: UP031 - C's %G, as the runtime prints
 
 
+# .npy element codes this module reads without numpy: little-endian or single-byte ints and floats.
+_NPY_CODES = {
+    "<f2": ("e", "f16"), "<f4": ("f", "f32"), "<f8": ("d", "f64"),
+    "|i1": ("b", "i8"), "<i2": ("h", "i16"), "<i4": ("i", "i32"), "<i8": ("q", "i64"),
+    "|u1": ("B", "ui8"), "<u2": ("H", "ui16"), "<u4": ("I", "ui32"), "<u8": ("Q", "ui64"),
+}  # fmt: skip
+_NPY_HEADER = re.compile(r"^\{'descr': '(?P<descr>[<>|=][a-z]\d+)', 'fortran_order': False, 'shape': \((?P<shape>[\d, ]*)\), \}\s*$")
+
+
+def _npy_text(index: int, data: bytes, declared: str) -> str | None:
+    """format_result for a .npy file's bytes, without numpy: None when the file is not the plain
+    C-order little-endian array iree-run-module writes (then numpy reads it)."""
+    import struct
+
+    if data[:6] != b"\x93NUMPY" or data[6] not in (1, 2, 3):
+        return None
+    size_len = 2 if data[6] == 1 else 4
+    (header_len,) = struct.unpack_from("<H" if size_len == 2 else "<I", data, 8)
+    start = 8 + size_len + header_len
+    m = _NPY_HEADER.match(data[8 + size_len : start].decode("latin-1"))
+    if not m or m["descr"] not in _NPY_CODES:
+        return None
+    code, own_type = _NPY_CODES[m["descr"]]
+    shape = [int(d) for d in m["shape"].replace(" ", "").split(",") if d]
+    count = 1
+    for d in shape:
+        count *= d
+    if len(data) - start != count * struct.calcsize(code):
+        return None
+    values = struct.unpack_from(f"<{count}{code}", data, start)
+    etype = _NPY_TENSOR.match(declared)["type"]  # type: ignore[index]
+    if _NPY_CODES_OF_TYPE.get(etype) != m["descr"]:  # the declaration can differ (f64 demoted to f32)
+        etype = own_type
+    is_float = code in "efd"
+    if not shape:
+        return f"result[{index}]: hal.buffer_view\n{etype}={_format_value(values[0], is_float)}\n"
+
+    def nested(offset: int, dims: list[int]) -> str:
+        if len(dims) <= 1:
+            return " ".join(_format_value(v, is_float) for v in values[offset : offset + (dims[0] if dims else 1)])
+        step = count_of(dims[1:])
+        return "".join(f"[{nested(offset + k * step, dims[1:])}]" for k in range(dims[0]))
+
+    def count_of(dims: list[int]) -> int:
+        n = 1
+        for d in dims:
+            n *= d
+        return n
+
+    body = "x".join(map(str, shape)) + f"x{etype}=" + nested(0, shape)
+    return f"result[{index}]: hal.buffer_view\n{body}\n"
+
+
+_NPY_CODES_OF_TYPE = {
+    "f16": "<f2", "f32": "<f4", "f64": "<f8", "i8": "|i1", "si8": "|i1", "ui8": "|u1",
+    "i16": "<i2", "si16": "<i2", "ui16": "<u2", "i32": "<i4", "si32": "<i4", "ui32": "<u4",
+    "i64": "<i8", "si64": "<i8", "ui64": "<u8",
+}  # fmt: skip
+
+
+def _load_npy(data: bytes) -> np.ndarray:
+    import io
+
+    import numpy as np
+
+    return np.load(io.BytesIO(data))
+
+
 def format_result(index: int, array: np.ndarray, declared: str) -> str:
     """A result as iree-run-module prints it (`result[0]: hal.buffer_view` then `4xf32=1 2 3 4`),
     every element shown: the text that --expect and --check-file see."""
@@ -581,7 +663,6 @@ def run(
     elided. A run that exits without producing the function's results (a plugin that
     called exit()) is an error, as is one killed by a signal or by `timeout` seconds.
     """
-    import numpy as np
     import tempfile
 
     mod = require_file(module, "module")
@@ -633,11 +714,16 @@ def run(
                 ),
                 fix="an import must return a status to the runtime, never end the process",
             )
+        outputs: Callable[[], list[np.ndarray]]
         if npy and signature:
-            outputs = [np.load(f) for f in files]
-            stdout += "".join(format_result(k, a, t) for k, (a, t) in enumerate(zip(outputs, signature[1])))
+            raw = [f.read_bytes() for f in files]
+            outputs = lambda: [_load_npy(data) for data in raw]  # noqa: E731
+            for k, (data, declared) in enumerate(zip(raw, signature[1])):
+                text = _npy_text(k, data, declared)
+                stdout += text if text is not None else format_result(k, _load_npy(data), declared)
         else:
-            outputs = checks.parse_outputs(stdout)
+            text_out = stdout
+            outputs = lambda: checks.parse_outputs(text_out)  # noqa: E731
     run_result = RunResult(mod, function, stdout, seconds, outputs)
     if expect:
         checks.check_expected(stdout, expect, source=str(mod))

@@ -17,11 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from .records import field, record
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from .errors import PyreeError, trim
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 # 0 = errors only (-q), 1 = one line per step (default), 2 = every tool command (-v).
 VERBOSITY = 1
@@ -124,7 +127,7 @@ def python_line(*args: str | os.PathLike[str]) -> list[str]:
     return [sys.executable, *map(os.fspath, args)]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tool:
     name: str
     argv: tuple[str, ...]  # prefix that runs the tool, e.g. (zig, "cc")
@@ -139,7 +142,7 @@ class Tool:
         return [*self.argv, *(os.fspath(a) for a in args)]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Missing:
     """A tool that was looked for and not found, with the command that installs it."""
 
@@ -663,6 +666,14 @@ class _Popen:
         except subprocess.TimeoutExpired:
             return False
         return True
+
+
+def thread_pool(jobs: int | None) -> ThreadPoolExecutor:
+    """A pool for a verb's independent steps (-j N; default: every core). concurrent.futures is
+    imported here, when steps run, not by every verb (a cache hit needs no pool: ~5 ms)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
 
 
 def spawn(

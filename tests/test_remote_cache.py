@@ -5,6 +5,7 @@ blob, answers with foreign bytes, hangs, or refuses writes costs a local build a
 from __future__ import annotations
 
 import os
+import re
 import pwd
 import shutil
 import signal
@@ -145,16 +146,12 @@ def build(src: Path, out: Path, env: dict[str, str], *flags: str) -> subprocess.
 
 
 def ran_tools(result: subprocess.CompletedProcess[str]) -> list[str]:
-    """The tool command lines -v printed, `(cd DIR && TOOL ...)`: without pyree_build's own
-    mkdir/mv/cp steps and without the commands a local cache hit replays."""
-    import re
-
-    ran = []
-    for line in result.stderr.splitlines():
-        m = re.match(r"\(cd \S+ && (\S+)", line)
-        if m and not line.endswith("# (cache hit)") and Path(m.group(1)).name not in ("mkdir", "mv", "cp"):
-            ran.append(line)
-    return ran
+    """The tool command lines -v printed and ran: `(cd DIR && TOOL ...)`, not pyree_build's own
+    mkdir/mv steps, nor the recorded lines a cache hit shows with `# (cache hit)`."""
+    return [
+        line for line in result.stderr.splitlines()
+        if line.startswith("(cd ") and not line.endswith("# (cache hit)") and not re.match(r"\(cd .+? && (mkdir|mv) ", line)
+    ]  # fmt: skip
 
 
 def test_machine_b_downloads_what_machine_a_built_and_runs_no_tool(nginx, tmp_path):
