@@ -97,11 +97,18 @@ def _jobs(text: str) -> int:
     return value
 
 
+def _source_options(parser: argparse.ArgumentParser) -> None:
+    """-I, -D and --depfile, which mean the same to every verb that compiles a source."""
+    parser.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR", help="add an include directory (repeatable)")
+    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]", help="define a macro (repeatable)")
+    parser.add_argument("--depfile", help="also write a Make/Ninja depfile listing every input (for CMake's DEPFILE)")
+
+
 def _c_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cc", default="zig", choices=tools.C_COMPILERS, help="C compiler (default: zig, the ziglang wheel's clang)")
-    parser.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR", help="add an include directory")
-    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]", help="define a macro")
-    parser.add_argument("--depfile", help="also write a Make/Ninja depfile listing every input (for CMake's DEPFILE)")
+    _source_options(parser)
+
+
 def _spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transform-spec", metavar="SPEC.mlir", help="transform-dialect spec applied before lowering (IREE's --iree-preprocessing-transform-spec-filename)")
     parser.add_argument("--pdl-spec", metavar="SPEC.mlir", help="PDL patterns applied before lowering (IREE's --iree-preprocessing-pdl-spec-filename)")
@@ -190,9 +197,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         help="PTX ISA version to mark the PTX with; auto (default): the newest the driver here and ptxas accept",
     )  # fmt: skip
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>_sm_<N>.ptx")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
-    p.add_argument("--depfile")
+    _source_options(p)
     _common(p)
 
     p = add("dump", help="write a program's executable sources, binaries and benchmarks, and an index (extra iree-compile flags after --)")
@@ -226,27 +231,21 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SHADER.glsl")
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>.spv")
     p.add_argument("--compiler", choices=("glslang", "glslc"), default="glslang", help="glslang (default; pip) or glslc (shaderc)")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
-    p.add_argument("--depfile")
+    _source_options(p)
     _common(p)
 
     p = add("hsaco", help="HIP source -> one AMDGPU code object per gfx (zig clang + iree-lld, no ROCm)")
     p.add_argument("source", metavar="SRC.cu|SRC.hip")
     p.add_argument("--gfx", dest="gfxs", action="append", required=True, help="e.g. 942 or gfx942 (repeatable)")
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/gfx<N>/<stem>.co")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
-    p.add_argument("--depfile")
+    _source_options(p)
     _common(p)
 
     p = add("bitcode", help="CUDA device code -> NVPTX LLVM bitcode per sm (zig clang, no CUDA SDK), for compile --link-bitcode")
     p.add_argument("source", metavar="SRC.cu")
     p.add_argument("--sm", dest="sms", action="append", required=True, help="e.g. 80 or sm_80 (repeatable)")
     p.add_argument("-o", "--output-dir", required=True, help="writes DIR/<stem>_sm_<N>.bc")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
-    p.add_argument("--depfile")
+    _source_options(p)
     _common(p)
 
     p = add("code-objects", help="list the AMDGPU code objects a .vmfb embeds; --gfx N checks one is there")
