@@ -70,7 +70,8 @@ def main() -> int:
     parser.add_argument("--baseline", metavar="REV", help="also time pyree_build as committed at REV (e.g. a commit before the cuts)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from pyree_build import iree, tools
+    from pyree_build.actions import iree
+    from pyree_build.core import toolchain
 
     base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with tempfile.TemporaryDirectory(prefix="pyree-overhead.") as tmp:
@@ -107,12 +108,12 @@ def main() -> int:
         module = work / "example.vmfb"
         subprocess.run(verb("compile", "-q", PLUGIN / "example.mlir", "-o", module), check=True, env=envs["now"], cwd=work)
         inputs = ["8xf32=2", "8xf32=4"]
-        raw_run = tools.iree_run_module().command(f"--module={module}", "--function=mixed_invocation", *(f"--input={i}" for i in inputs), f"--executable_plugin={work / 'now.so'}")
+        raw_run = toolchain.iree_run_module().command(f"--module={module}", "--function=mixed_invocation", *(f"--input={i}" for i in inputs), f"--executable_plugin={work / 'now.so'}")
         row("run the sample with its system plugin (iree-run-module)",
             {"raw": (raw_run, base), **{name: (verb("run", module, "--function", "mixed_invocation", *(a for i in inputs for a in ("--input", i)), "--plugin", work / f"{name}.so"), env) for name, env in envs.items()}},
             args.repeat)  # fmt: skip
 
-        raw_compile = tools.iree_compile().command(PLUGIN / "example.mlir", *iree.target_flags("llvm-cpu"), "-o", work / "raw.vmfb")
+        raw_compile = toolchain.iree_compile().command(PLUGIN / "example.mlir", *iree.target_flags("llvm-cpu"), "-o", work / "raw.vmfb")
         row("compile the sample, cache off (iree-compile)",
             {"raw": (raw_compile, base), **{name: (verb("compile", "-q", PLUGIN / "example.mlir", "-o", work / f"{name}.vmfb"), dict(env, PYREE_BUILD_CACHE="off")) for name, env in envs.items()}},
             args.repeat)  # fmt: skip

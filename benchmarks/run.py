@@ -78,16 +78,19 @@ def cold_zig(work: Path) -> None:
 
 
 def section_verbs(work: Path, repeat: int) -> None:
-    from pyree_build import cpu, cuda, iree, tools
+    from pyree_build.actions import iree
+    from pyree_build.backends.cuda import ptx as cuda
+    from pyree_build.backends.llvm_cpu import plugins as cpu
+    from pyree_build.core import echo, toolchain
 
     print("\n== verbs against the same tools by hand (cache off, zig's cache cold on both sides) ==")
 
     def env() -> dict[str, str]:
         cold_zig(work)
         return dict(os.environ, PYREE_BUILD_CACHE="off")
-    zig = tools.c_compiler("zig")
-    lld = tools.iree_lld()
-    inc = ["-I", str(tools.include_dir())]
+    zig = toolchain.c_compiler("zig")
+    lld = toolchain.iree_lld()
+    inc = ["-I", str(toolchain.include_dir())]
 
     def hand_system() -> float:
         cold_zig(work)
@@ -110,7 +113,7 @@ def section_verbs(work: Path, repeat: int) -> None:
         procs = [subprocess.Popen(lld.command(*cpu.STANDALONE_LDFLAGS, work / f"h_{a}.o", "-o", work / f"h_{a}.so")) for a in ARCHS]
         for p in procs:
             assert p.wait() == 0
-        from pyree_build import fatelf
+        from pyree_build.backends.llvm_cpu import fatelf
 
         (work / "h.sos").write_bytes(fatelf.pack([work / f"h_{a}.so" for a in ARCHS]))
         return time.perf_counter() - start
@@ -135,7 +138,7 @@ def section_verbs(work: Path, repeat: int) -> None:
 
     compare("objects (3 arches)", "by hand", hand_objects, "verb", lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env()), repeat)
 
-    compiler = tools.iree_compile()
+    compiler = toolchain.iree_compile()
     flags = iree.target_flags("llvm-cpu")
     compare(
         "compile (llvm-cpu)", "by hand", lambda: timed(compiler.command(PLUGIN / "example.mlir", *flags, "-o", work / "h.vmfb")), "verb",
@@ -143,7 +146,7 @@ def section_verbs(work: Path, repeat: int) -> None:
     )  # fmt: skip
 
     if shutil.which("nvcc"):
-        nvcc = tools.nvcc()
+        nvcc = toolchain.nvcc()
         compare(
             "ptx --compiler nvcc (sm 75, 80)", "by hand",
             lambda: timed(nvcc.command("-ptx", "-arch=sm_75", CUDA / "kernels.cu", "-o", work / "h75.ptx"))
@@ -153,9 +156,8 @@ def section_verbs(work: Path, repeat: int) -> None:
         )  # fmt: skip
     def nvrtc_in_process() -> float:
         os.environ["PYREE_BUILD_CACHE"] = "off"  # by hand, NVRTC is a library call: compare with the same call
-        from pyree_build import tools as t
 
-        t.set_verbosity(0)
+        echo.set_verbosity(0)
         return timed_call(lambda: cuda.ptx(CUDA / "kernels.cu", [75, 80], work / "ptx_inproc"))
 
     compare(
@@ -202,10 +204,11 @@ def large_program(work: Path) -> Path:
 
 
 def section_large(work: Path, repeat: int) -> None:
-    from pyree_build import iree, tools
+    from pyree_build.actions import iree
+    from pyree_build.core import toolchain
 
     print("\n== verbs on realistic sizes (cache off) ==")
-    compiler = tools.iree_compile()
+    compiler = toolchain.iree_compile()
     program = large_program(work)
     flags = iree.target_flags("llvm-cpu")
     env = dict(os.environ, PYREE_BUILD_CACHE="off")
@@ -243,12 +246,12 @@ def _samples_build(work: Path) -> Path:
 
 
 def section_noop(work: Path, repeat: int) -> None:
-    from pyree_build import tools
+    from pyree_build.core import toolchain
 
     print("\n== no-op rebuild of every sample ==")
     build = _samples_build(work)
-    times = [timed([*tools.cmake().argv, "--build", build, "--target", "iree-sample-deps"]) for _ in range(repeat)]
-    ninja_times = [timed([*tools.ninja().argv, "-C", build, "iree-sample-deps"]) for _ in range(repeat)]
+    times = [timed([*toolchain.cmake().argv, "--build", build, "--target", "iree-sample-deps"]) for _ in range(repeat)]
+    ninja_times = [timed([*toolchain.ninja().argv, "-C", build, "iree-sample-deps"]) for _ in range(repeat)]
     print(f"{'cmake --build (nothing changed)':<44} median {statistics.median(times) * 1000:7.1f} ms (target < 300 ms)")
     print(f"{'ninja alone, for reference':<44} median {statistics.median(ninja_times) * 1000:7.1f} ms   cmake/ninja {statistics.median(times) / statistics.median(ninja_times):.2f}x")
 
@@ -276,7 +279,7 @@ def section_probe(work: Path, repeat: int) -> None:
     """The system plugin probe: its query called in this process (before issue 13) against in a
     forked child with a timeout (now), and what that costs the whole `plugin` verb (cold)."""
     sys.path.insert(0, str(REPO))
-    from pyree_build import elfcheck
+    from pyree_build.backends.llvm_cpu import elf as elfcheck
 
     so = work / "probe" / "system_plugin.so"
     subprocess.run(pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", so), check=True, env=dict(os.environ, PYREE_BUILD_CACHE="off"))

@@ -35,7 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pyree_build import cpu, tools  # noqa: E402
+from pyree_build.backends.llvm_cpu import plugins as cpu  # noqa: E402
+from pyree_build.core import toolchain  # noqa: E402
 
 SAMPLES = REPO / "samples" / "custom_dispatch"
 ARCHS = ("x86_64", "aarch64", "riscv64")
@@ -107,11 +108,11 @@ def generate(root: Path, n: int, tag: str = "kernel") -> tuple[Path, Path]:
     raw.mkdir()
     (raw / "pack.py").write_text(PACK)
     (raw / "nvrtc_ptx.py").write_text(NVRTC)
-    zig = " ".join(tools.c_compiler("zig").argv)
-    lld = " ".join(tools.iree_lld().argv)
-    compile_ = " ".join(tools.iree_compile().argv)
-    run = " ".join(tools.iree_run_module().argv)
-    inc = f"-I {tools.include_dir()}"
+    zig = " ".join(toolchain.c_compiler("zig").argv)
+    lld = " ".join(toolchain.iree_lld().argv)
+    compile_ = " ".join(toolchain.iree_compile().argv)
+    run = " ".join(toolchain.iree_run_module().argv)
+    inc = f"-I {toolchain.include_dir()}"
     free = " ".join(cpu.FREESTANDING_CFLAGS)
     py = f"{sys.executable} -I -S"
     lines = [
@@ -159,9 +160,9 @@ class Timer:
     def __init__(self, jobs: int, work: Path) -> None:
         self.jobs = jobs
         self.work = work
-        self.cmake = tools.cmake().argv
-        self.ctest = tools.ctest().argv
-        self.ninja = str(tools.ninja().path)
+        self.cmake = toolchain.cmake().argv
+        self.ctest = toolchain.ctest().argv
+        self.ninja = str(toolchain.ninja().path)
         self.zig_template: Path | None = None
 
     def warm_zig(self, root: Path) -> None:

@@ -7,14 +7,13 @@ included.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import importlib as _importlib
 import sys as _sys
 import types as _types
 from typing import Any as _Any
 
-from .errors import PyreeError  # noqa: E402
+from pyree_build.core.errors import PyreeError  # noqa: E402
+from pyree_build.core.package import __version__  # noqa: E402
 
 
 class _Verb:
@@ -31,7 +30,7 @@ class _Verb:
         return getattr(_importlib.import_module(self._module, __name__), self._attr)
 
     def __call__(self, *positional: _Any, **keywords: _Any) -> _Any:
-        from .args import checked_call
+        from pyree_build.core.args import checked_call
 
         return checked_call(self._implementation(), positional, keywords, verb=self.__name__, optional=self._optional)
 
@@ -50,16 +49,16 @@ class _Verb:
         return f"<pyree_build verb {self.__name__}>"
 
 
-plugin = _Verb("plugin", ".cpu", "plugin", "Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos).")
-objects = _Verb("objects", ".cpu", "objects", "Compile one C source to a freestanding object per arch, for linking into a module.")
-ptx = _Verb("ptx", ".cuda", "ptx", "Compile one .cu to a PTX file per sm.")
-spirv = _Verb("spirv", ".spirv", "spirv", "Compile GLSL compute shaders to validated SPIR-V, one .spv per shader.")
-hsaco = _Verb("hsaco", ".hip", "hsaco", "Compile a HIP source to an AMDGPU code object per gfx.")
-bitcode = _Verb("bitcode", ".bitcode", "bitcode", "Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK).")
-compile = _Verb("compile", ".iree", "compile", "Compile an MLIR program to a .vmfb.")  # noqa: A001 - mirrors the CLI verb
-dump = _Verb("dump", ".executables", "dump", "Write a program's executables (sources, binaries, benchmarks) and index.json to a directory.")
-bench = _Verb("bench", ".bench", "bench", "Time a module's function (or every function) with iree-benchmark-module.", optional=("function",))
-new = _Verb("new", ".scaffold", "new_project", "Write a downstream CMake project into a directory.", optional=("name",))
+plugin = _Verb("plugin", ".backends.llvm_cpu.plugins", "plugin", "Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos).")
+objects = _Verb("objects", ".backends.llvm_cpu.plugins", "objects", "Compile one C source to a freestanding object per arch, for linking into a module.")
+ptx = _Verb("ptx", ".backends.cuda.ptx", "ptx", "Compile one .cu to a PTX file per sm.")
+spirv = _Verb("spirv", ".backends.vulkan.spirv", "spirv", "Compile GLSL compute shaders to validated SPIR-V, one .spv per shader.")
+hsaco = _Verb("hsaco", ".backends.hip.hsaco", "hsaco", "Compile a HIP source to an AMDGPU code object per gfx.")
+bitcode = _Verb("bitcode", ".backends.cuda.bitcode", "bitcode", "Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK).")
+compile = _Verb("compile", ".actions.iree", "compile", "Compile an MLIR program to a .vmfb.")  # noqa: A001 - mirrors the CLI verb
+dump = _Verb("dump", ".actions.executables", "dump", "Write a program's executables (sources, binaries, benchmarks) and index.json to a directory.")
+bench = _Verb("bench", ".actions.bench", "bench", "Time a module's function (or every function) with iree-benchmark-module.", optional=("function",))
+new = _Verb("new", ".actions.scaffold", "new_project", "Write a downstream CMake project into a directory.", optional=("name",))
 
 
 def run(
@@ -71,7 +70,7 @@ def run(
     iree-run-module instead (inputs must then be `--input` spec strings). Other keyword
     `options` go to the runner chosen (e.g. `expect` for iree-run-module), checked by name.
     """
-    from . import args
+    from pyree_build.core import args
 
     mod = args.path(module, "module")
     fn = args.text(function, "function")
@@ -83,14 +82,14 @@ def run(
     items = [inputs] if isinstance(inputs, str) or hasattr(inputs, "__array__") else list(inputs)
     if args.flag(in_process, "in_process") and dev.split("://", 1)[0] == "vulkan":
         # IREE's Python runtime cannot read Vulkan results back on every device (lavapipe).
-        from .iree import run_to_arrays
+        from pyree_build.actions.iree import run_to_arrays
 
         return args.checked_call(run_to_arrays, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
     if args.flag(in_process, "in_process"):
-        from .inprocess import run as run_in_process
+        from pyree_build.actions.inprocess import run as run_in_process
 
         return args.checked_call(run_in_process, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
-    from .iree import run as run_tool
+    from pyree_build.actions.iree import run as run_tool
 
     specs = args.strings(items, "inputs (with in_process=False, --input spec strings)")
     return args.checked_call(run_tool, (mod, fn), {"inputs": specs, "plugins": plugin_paths, "device": dev, **options}, verb="run").outputs
@@ -110,9 +109,9 @@ class _Package(_types.ModuleType):
 
     def __getattr__(self, name: str) -> _Any:
         if name == "stop_on_signals":  # `with pb.stop_on_signals():` SIGINT/SIGTERM end every tool started
-            return _importlib.import_module(".tools", __name__).stop_on_signals
+            return _importlib.import_module(".core.processes", __name__).stop_on_signals
         if name == "fatelf":  # a namespace of actions, like the verb: pack, write, read, select, split
-            return _importlib.import_module(".fatelf", __name__)
+            return _importlib.import_module(".backends.llvm_cpu.fatelf", __name__)
         raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
     def __dir__(self) -> list[str]:

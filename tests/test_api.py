@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import PLUGIN_SAMPLE, REPO, SAMPLES
 
 import pyree_build as pb
-from conftest import PLUGIN_SAMPLE, REPO, SAMPLES
 
 VERBS = ["plugin", "objects", "ptx", "compile", "run", "dump", "bench", "new", "fatelf"]
 
@@ -35,18 +35,18 @@ def test_verbs_show_their_arguments():
 def test_bench_stays_the_verb_after_its_module_is_imported(system_plugin, system_module):
     # Importing the submodule used to replace the verb: the second access was the module.
     for _ in range(3):
-        importlib.import_module("pyree_build.bench")
-        from pyree_build import bench as imported  # noqa: F401
+        importlib.import_module("pyree_build.actions.bench")
+        from pyree_build.actions import bench as imported  # noqa: F401
 
         assert callable(pb.bench) and not isinstance(pb.bench, type(sys))
     result = pb.bench(system_module, "mixed_invocation", inputs=["8xf32=2", "8xf32=4"], plugins=system_plugin, repetitions=1, min_time=0.01)
     result_again = pb.bench(system_module, "mixed_invocation", inputs=["8xf32=2", "8xf32=4"], plugins=system_plugin, repetitions=1, min_time=0.01)
     assert result.timings and result_again.timings
-    assert pb.bench.compare is sys.modules["pyree_build.bench"].compare  # the module's other functions, through the verb
+    assert pb.bench.compare is sys.modules["pyree_build.actions.bench"].compare  # the module's other functions, through the verb
 
 
 def test_bench_is_the_verb_in_a_fresh_process_too():
-    code = "import pyree_build as pb, pyree_build.bench; from pyree_build import cli; print(callable(pb.bench), type(pb.bench).__name__)"
+    code = "import pyree_build as pb, pyree_build.actions.bench; from pyree_build import cli; print(callable(pb.bench), type(pb.bench).__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.split() == ["True", "_Verb"]
 
@@ -96,7 +96,7 @@ def test_a_wrong_argument_is_a_pyree_error(call, fragment):
 
 
 def test_one_item_where_a_list_is_taken_is_that_item():
-    from pyree_build import args
+    from pyree_build.core import args
 
     assert args.words(80, "sms") == ["80"] and args.words("sm_80", "sms") == ["sm_80"] and args.words([75, "80"], "sms") == ["75", "80"]
     assert args.paths("inc", "include_dirs") == [Path("inc")] and args.paths(Path("a b"), "x") == [Path("a b")]
@@ -146,10 +146,10 @@ def test_one_arch_and_one_sm_need_no_list(tmp_path):
 
 
 def test_ptx_takes_one_sm_as_an_int(tmp_path):
-    from pyree_build import tools
+    from pyree_build.core import toolchain
 
     try:
-        tools.nvrtc()
+        toolchain.nvrtc()
     except pb.PyreeError as exc:
         pytest.skip(f"no NVRTC: {exc.what}")
     kernels = SAMPLES / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"

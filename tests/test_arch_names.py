@@ -3,7 +3,8 @@ the program uses, and pyree_cpu_objects(OUTPUT_DIR) for a program's relative obj
 from __future__ import annotations
 
 from conftest import SAMPLES, assert_clean_error
-from pyree_build.elfcheck import normalize_arch, read_elf
+
+from pyree_build.backends.llvm_cpu.elf import normalize_arch, read_elf
 
 EMBEDDED = SAMPLES / "custom_dispatch" / "cpu" / "embedded"
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE, assert_clean_error
 
 NO_EXPORT = r"""

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, assert_clean_error
-from pyree_build import bitcode, iree, tools
+
+from pyree_build.actions import iree
+from pyree_build.backends.cuda import bitcode
+from pyree_build.core import toolchain
 
 SAMPLE = SAMPLES / "custom_dispatch" / "cuda" / "ukernel"
 UKERNEL = SAMPLE / "ukernel.cu"
@@ -54,7 +56,7 @@ def test_generated_kernel_links_the_microkernel_and_leaves_no_extern_call(cli, b
     assert "ptxas" in result.stderr or "no ptxas found" in result.stderr  # assembled where a ptxas exists
     dump = tmp_path / "dump"
     subprocess.run(
-        tools.iree_compile().command(PROGRAM, *iree.target_flags("cuda", sm=80), f"--iree-link-bitcode={bc}",
+        toolchain.iree_compile().command(PROGRAM, *iree.target_flags("cuda", sm=80), f"--iree-link-bitcode={bc}",
                                      f"--iree-hal-dump-executable-binaries-to={dump}", "-o", tmp_path / "x.vmfb"),
         check=True, capture_output=True,
     )  # fmt: skip

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import PLUGIN_SAMPLE, REPO, SAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import PLUGIN_SAMPLE, SAMPLES, REPO
 
 EMBEDDED = SAMPLES / "custom_dispatch" / "cpu" / "embedded"
 CUDA = SAMPLES / "custom_dispatch" / "cuda" / "kernels"
@@ -270,7 +269,7 @@ def test_compile_with_ptx_objects_matches_uncached_builds(tmp_path):
 def test_dump_with_a_spec_flag_matches_uncached_builds(tmp_path, monkeypatch):
     """dump is never cached (it writes a directory of the compiler's choosing); an edited
     spec passed through its flags changes the dump, with the cache on as with it off."""
-    from pyree_build import executables
+    from pyree_build.actions import executables
 
     src, spec = spec_project(tmp_path / "s")
     out = tmp_path / "dump"
@@ -514,14 +513,16 @@ def test_cache_clear_refuses_a_directory_that_is_not_a_cache(tmp_path):
 
 
 def test_host_cpu_is_opt_in_and_keyed_by_the_cpu(tmp_path, monkeypatch, capsys):
-    from pyree_build import cache, cpu, tools
+    from pyree_build.backends.llvm_cpu import plugins as cpu
+    from pyree_build.cache import local as cache
+    from pyree_build.core import echo
 
     # All in this process: a `python -m pyree_build` child may import another copy of
     # pyree_build (the checkout rather than the installed wheel), whose header directory,
     # part of the key, differs.
     src = PLUGIN_SAMPLE / "system_plugin.c"
     monkeypatch.setenv("PYREE_BUILD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(tools, "VERBOSITY", 2)
+    monkeypatch.setattr(echo, "VERBOSITY", 2)
     cpu.plugin([src], tmp_path / "base.so")
     said = capsys.readouterr().err
     assert "-mcpu=baseline" in said, said

@@ -3,10 +3,10 @@ with their own prefixes."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import assert_clean_error
-from pyree_build import checks
-from pyree_build.errors import PyreeError
+
+from pyree_build.actions import checks
+from pyree_build.core.errors import PyreeError
 
 OUTPUT = "EXEC @mlp\n[Plugin]: M = 8, N = 8, K = 8\nresult[0]: hal.buffer_view\n8xf32=12 12 12\n"
 

@@ -9,20 +9,20 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pyree_build import tools
-from pyree_build.cli import cmake_dir
 from conftest import PLUGIN_SAMPLE
+
+from pyree_build.cli import cmake_dir
+from pyree_build.core import toolchain
 
 pytestmark = pytest.mark.slow
 
 
 def cmake_run(*args: str | os.PathLike[str], cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*tools.cmake().argv, *map(os.fspath, args)], cwd=cwd, capture_output=True, text=True, env=env)
+    return subprocess.run([*toolchain.cmake().argv, *map(os.fspath, args)], cwd=cwd, capture_output=True, text=True, env=env)
 
 
 def ctest_run(build: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*tools.ctest().argv, "--test-dir", str(build), *args], capture_output=True, text=True)
+    return subprocess.run([*toolchain.ctest().argv, "--test-dir", str(build), *args], capture_output=True, text=True)
 
 
 def test_samples_main_job_builds_and_passes(cli, tmp_path):
@@ -118,7 +118,7 @@ def write_project(root: Path, name: str, body: str, files: dict[str, Path]) -> N
 
 
 def configure(src: Path, build: Path, *, pass_python: bool = True) -> None:
-    args = ["-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}"]
+    args = ["-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}"]
     if pass_python:
         args.append(f"-DPYREE_BUILD_PYTHON={sys.executable}")
     result = cmake_run(*args)
@@ -172,7 +172,7 @@ def test_find_package_discovers_python_without_hints(tmp_path):
     write_downstream(src)
     env = {k: v for k, v in os.environ.items() if k not in ("PYREE_BUILD_PYTHON", "VIRTUAL_ENV")}
     env["PATH"] = "/usr/bin:/bin"
-    result = cmake_run("-G", "Ninja", "-S", src, "-B", out, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", f"-Dpyree_build_DIR={cfg}", env=env)
+    result = cmake_run("-G", "Ninja", "-S", src, "-B", out, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", f"-Dpyree_build_DIR={cfg}", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     cache = (out / "CMakeCache.txt").read_text()
     assert f"PYREE_BUILD_PYTHON:FILEPATH={Path(sys.executable).parent}" in cache
@@ -181,7 +181,7 @@ def test_find_package_discovers_python_without_hints(tmp_path):
 def test_find_package_without_a_usable_python_says_what_to_do(tmp_path):
     src, out = tmp_path / "src", tmp_path / "build"
     write_downstream(src)
-    result = cmake_run("-G", "Ninja", "-S", src, "-B", out, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}",
+    result = cmake_run("-G", "Ninja", "-S", src, "-B", out, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}",
                        "-DPYREE_BUILD_PYTHON=", "-DPython3_EXECUTABLE=/nonexistent",
                        env={**{k: v for k, v in os.environ.items() if k != "PYREE_BUILD_PYTHON"}, "PATH": "/nonexistent"})
     if result.returncode == 0:
@@ -193,7 +193,7 @@ def test_without_pyree_build_dir_cmake_names_the_package_and_the_fix_is_in_the_r
     src = tmp_path / "src"
     write_downstream(src)
     env = {k: v for k, v in os.environ.items() if not k.lower().startswith(("pyree_build", "cmake_prefix"))}
-    result = cmake_run("-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}", env=env)
+    result = cmake_run("-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", env=env)
     assert result.returncode != 0
     assert "pyree_build" in result.stderr
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()

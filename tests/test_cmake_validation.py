@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE
-from pyree_build import tools
-from pyree_build.cli import cmake_dir
 from test_cmake import cmake_run, ctest_run, write_project
+
+from pyree_build.cli import cmake_dir
+from pyree_build.core import toolchain
 
 FILES = {"plugin.c": PLUGIN_SAMPLE / "system_plugin.c", "program.mlir": PLUGIN_SAMPLE / "example.mlir"}
 MODULE = "pyree_iree_module(NAME m SRC program.mlir TARGET llvm-cpu)\n"
@@ -25,7 +25,7 @@ def configure_project(tmp_path: Path, body: str):  # type: ignore[no-untyped-def
     src = tmp_path / "src"
     write_project(src, "validation", body, FILES)
     return cmake_run(
-        "-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}",
+        "-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}",
         f"-Dpyree_build_DIR={cmake_dir()}", f"-DPYREE_BUILD_PYTHON={sys.executable}",
     )  # fmt: skip
 

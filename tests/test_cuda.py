@@ -7,9 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, assert_clean_error
-from pyree_build import cuda, iree, tools
+
+from pyree_build.actions import iree
+from pyree_build.backends.cuda import ptx as cuda
+from pyree_build.core import toolchain
 
 CUDA_SAMPLE = SAMPLES / "custom_dispatch" / "cuda" / "kernels"
 KERNELS = CUDA_SAMPLE / "kernels.cu"
@@ -80,7 +82,7 @@ def test_ptx_isa_for_a_cuda_release(release, isa):
 
 
 def test_auto_isa_takes_the_oldest_reader_and_explicit_isa_wins():
-    ptxas_13_0 = tools.Tool("ptxas", ("ptxas",), Path("ptxas"), "13.0")
+    ptxas_13_0 = toolchain.Tool("ptxas", ("ptxas",), Path("ptxas"), "13.0")
     assert cuda.choose_ptx_isa("auto", driver=(12, 4), verify_with=ptxas_13_0)[0] == (8, 4)
     assert cuda.choose_ptx_isa("auto", driver=(13, 0), verify_with=None)[0] == (9, 0)
     assert cuda.choose_ptx_isa("auto", driver=None, verify_with=None)[0] is None
@@ -104,7 +106,7 @@ def test_ptx_isa_below_what_the_sm_needs_is_refused(cli, tmp_path):
 def test_verify_assembles_each_ptx_at_an_isa_this_ptxas_reads(cli, tmp_path):
     result = cli("ptx", KERNELS, "--sm", "75", "--sm", "80", "--verify", "-o", tmp_path)
     assert result.returncode == 0, result
-    limit = cuda.isa_for_cuda_release(*map(int, tools.ptxas().version.split(".")[:2]))
+    limit = cuda.isa_for_cuda_release(*map(int, toolchain.ptxas().version.split(".")[:2]))
     for sm in (75, 80):
         isa = cuda.read_ptx(tmp_path / f"kernels_sm_{sm}.ptx").isa
         assert isa is not None and isa <= limit
@@ -231,7 +233,7 @@ def test_nvcc_missing_says_how_to_install_it_or_use_nvrtc(tmp_path):
 
     if Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("the CUDA toolkit is installed in /usr/local/cuda here; nvcc cannot be hidden")
-    if tools._dist_version("nvidia-cuda-nvcc") is not None:
+    if toolchain._dist_version("nvidia-cuda-nvcc") is not None:
         pytest.skip("the nvidia-cuda-nvcc wheel is installed in this Python; its nvcc cannot be hidden")
     path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "nvcc").exists())
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}

@@ -7,7 +7,9 @@ import re
 import sys
 
 from conftest import REPO
-from pyree_build import __version__, doctor, iree
+
+from pyree_build.actions import doctor, iree
+from pyree_build.core.package import __version__
 
 
 def test_doctor_shows_versions_python_and_the_pinned_release(cli):

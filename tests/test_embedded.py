@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, assert_clean_error
-from pyree_build.elfcheck import read_elf
+
+from pyree_build.backends.llvm_cpu.elf import read_elf
 
 EMBEDDED = SAMPLES / "custom_dispatch" / "cpu" / "embedded"
 ARCHES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64", "riscv64": "EM_RISCV"}

@@ -6,13 +6,13 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import PLUGIN_SAMPLE, assert_clean_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PLUGIN_SAMPLE, assert_clean_error
-from pyree_build import fatelf
-from pyree_build.elfcheck import host_arch
-from pyree_build.errors import PyreeError
+from pyree_build.backends.llvm_cpu import fatelf
+from pyree_build.backends.llvm_cpu.elf import host_arch
+from pyree_build.core.errors import PyreeError
 
 ARCHES = ("x86_64", "aarch64", "riscv64")
 # Bounded by default (the whole file stays well under 20 s); PYREE_FUZZ_EXAMPLES=100000 for a long run.

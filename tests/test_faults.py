@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error, run_cli
 
 CUDA_KERNELS = SAMPLES / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"
@@ -152,7 +151,7 @@ def test_two_builds_of_the_same_outputs_at_once_share_one_cache(tmp_path):
         with ThreadPoolExecutor(max_workers=2) as pool:
             results = list(pool.map(build, range(2)))
         assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
-        from pyree_build import fatelf
+        from pyree_build.backends.llvm_cpu import fatelf
 
         assert len(fatelf.read(outputs[0])) == 3
 
@@ -160,7 +159,8 @@ def test_two_builds_of_the_same_outputs_at_once_share_one_cache(tmp_path):
 @pytest.mark.slow
 def test_two_cmake_builds_at_once_sharing_a_cache_give_identical_outputs(tmp_path):
     from test_cmake import configure, write_downstream
-    from pyree_build import tools
+
+    from pyree_build.core import toolchain
 
     src = tmp_path / "src"
     write_downstream(src)
@@ -168,7 +168,7 @@ def test_two_cmake_builds_at_once_sharing_a_cache_give_identical_outputs(tmp_pat
     for b in builds:
         configure(src, b)
     env = dict(os.environ, PYREE_BUILD_CACHE=str(tmp_path / "cache"))
-    procs = [subprocess.Popen([*tools.cmake().argv, "--build", b], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for b in builds]
+    procs = [subprocess.Popen([*toolchain.cmake().argv, "--build", b], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for b in builds]
     logs = [p.communicate()[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), logs
     for name in ("my_plugin.so", "my_module.vmfb"):

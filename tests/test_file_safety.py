@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error
 
 PROGRAM = SAMPLES / "substitution" / "program.mlir"

@@ -21,10 +21,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import PLUGIN_SAMPLE, SAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import PLUGIN_SAMPLE, SAMPLES
 from test_file_safety import null_device, snapshot
 
 EXAMPLES = int(os.environ.get("PYREE_FUZZ_EXAMPLES", "10"))

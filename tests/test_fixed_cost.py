@@ -12,10 +12,12 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import PLUGIN_SAMPLE, REPO, run_cli
-from pyree_build import elfcheck, imports, iree
-from pyree_build.records import FrozenError, field, record
+
+from pyree_build.actions import iree
+from pyree_build.backends.llvm_cpu import elf as elfcheck
+from pyree_build.backends.llvm_cpu import imports
+from pyree_build.core.records import FrozenError, field, record
 
 RUN_ARGS = ["--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4"]
 
@@ -32,7 +34,7 @@ def _imported(*args: object) -> set[str]:
 
 def test_run_with_a_plugin_imports_neither_numpy_nor_pyelftools_nor_cffi(system_module, system_plugin):
     names = _imported("run", system_module, *RUN_ARGS, "--plugin", system_plugin, "--expect", "8xf32=12 12 12 12 12 12 12 12")
-    assert "pyree_build.imports" in names  # the import check still ran
+    assert "pyree_build.backends.llvm_cpu.imports" in names  # the import check still ran
     for heavy in ("numpy", "elftools", "cffi", "dataclasses"):
         assert not any(n == heavy or n.startswith(heavy + ".") for n in names), heavy
 
@@ -42,7 +44,7 @@ def test_a_cache_hit_builds_one_parser_and_imports_no_pool(tmp_path):
     assert run_cli(*argv).returncode == 0
     names = _imported(*argv)
     assert "concurrent.futures" not in names and "dataclasses" not in names
-    assert "pyree_build.help_text" in names  # the verb's own parser got its help and examples
+    assert "pyree_build.cli.help_text" in names  # the verb's own parser got its help and examples
 
 
 def test_a_command_line_builds_only_the_verb_it_names():

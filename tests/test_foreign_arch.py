@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE
 
 QEMU_DIR = Path(os.environ["PYREE_QEMU_DIR"]) if os.environ.get("PYREE_QEMU_DIR") else None

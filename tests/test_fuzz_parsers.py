@@ -12,8 +12,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyree_build import checks
-from pyree_build.errors import PyreeError
+from pyree_build.actions import checks
+from pyree_build.core.errors import PyreeError
 
 EXAMPLES = int(os.environ.get("PYREE_FUZZ_EXAMPLES", "3000"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from pyree_build import tools
+from pyree_build.core import toolchain
 
 # Every public name of the ABI used once, as a plugin written against IREE's header would.
 USES_EVERY_NAME = r"""
@@ -78,10 +78,10 @@ IREE_HAL_EXECUTABLE_PLUGIN_EXPORT const iree_hal_executable_plugin_header_t** ir
 def test_header_compiles_freestanding_for_every_arch(tmp_path, arch):
     src = tmp_path / "uses.c"
     src.write_text(USES_EVERY_NAME)
-    zig = tools.c_compiler("zig")
+    zig = toolchain.c_compiler("zig")
     cmd = zig.command(
         "-target", f"{arch}-freestanding-none", "-std=c11", "-ffreestanding", "-Wall", "-Wextra", "-Werror",
-        "-I", tools.include_dir(), "-c", src, "-o", tmp_path / "uses.o",
+        "-I", toolchain.include_dir(), "-c", src, "-o", tmp_path / "uses.o",
     )  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -90,8 +90,8 @@ def test_header_compiles_freestanding_for_every_arch(tmp_path, arch):
 def test_header_compiles_as_cxx(tmp_path):
     src = tmp_path / "uses.cc"
     src.write_text('#include "iree/hal/local/executable_plugin.h"\nint main() { return IREE_HAL_EXECUTABLE_PLUGIN_STATUS_OK; }\n')
-    zig = tools.c_compiler("zig")
-    cmd = [zig.argv[0], "c++", "-std=c++17", "-Wall", "-Werror", "-I", str(tools.include_dir()), "-c", str(src), "-o", str(tmp_path / "uses.o")]
+    zig = toolchain.c_compiler("zig")
+    cmd = [zig.argv[0], "c++", "-std=c++17", "-Wall", "-Werror", "-I", str(toolchain.include_dir()), "-c", str(src), "-o", str(tmp_path / "uses.o")]
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -102,7 +102,7 @@ def test_header_with_gcc_pedantic(tmp_path):
     src = tmp_path / "uses.c"
     src.write_text(USES_EVERY_NAME)
     result = subprocess.run(
-        ["gcc", "-std=c17", "-pedantic", "-Wall", "-Werror", "-I", str(tools.include_dir()), "-c", str(src), "-o", str(tmp_path / "u.o")],
+        ["gcc", "-std=c17", "-pedantic", "-Wall", "-Werror", "-I", str(toolchain.include_dir()), "-c", str(src), "-o", str(tmp_path / "u.o")],
         capture_output=True,
         text=True,
     )

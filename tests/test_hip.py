@@ -6,9 +6,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from conftest import SAMPLES, assert_clean_error
-from pyree_build import hip, iree, tools
+
+from pyree_build.actions import iree
+from pyree_build.backends.hip import hsaco as hip
+from pyree_build.core import toolchain
 
 SAMPLE = SAMPLES / "custom_dispatch" / "hip" / "kernels"
 KERNELS = SAMPLE / "kernels.cu"
@@ -39,8 +41,8 @@ def test_every_known_gfx_builds_to_the_machine_byte_in_the_table(tmp_path):
 
 
 def test_the_stand_in_header_ships_inside_the_package():
-    header = tools.include_dir() / "hip" / "hip_runtime.h"
-    assert header.is_file() and header in tools.package_files()
+    header = toolchain.include_dir() / "hip" / "hip_runtime.h"
+    assert header.is_file() and header in toolchain.package_files()
 
 
 def test_hip_module_embeds_the_code_object_of_its_gfx(cli, hsaco_dir, tmp_path):

@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error, run_cli
-from pyree_build import imports
+
+from pyree_build.backends.llvm_cpu import imports
 
 MLP = SAMPLES / "custom_dispatch" / "cpu" / "mlp_plugin"
 

@@ -8,7 +8,12 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyree_build.inputs import c_includes, compile_inputs, referenced_objects, resolve_object
+from pyree_build.core.inputs import (
+    c_includes,
+    compile_inputs,
+    referenced_objects,
+    resolve_object,
+)
 
 MLIR = r'''
 // #hal.executable.object<{path = "commented.o"}>

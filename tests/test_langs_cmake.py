@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES
-from pyree_build import tools, vulkan
+
+from pyree_build.backends.vulkan import devices as vulkan
 from pyree_build.cli import cmake_dir
+from pyree_build.core import toolchain
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ pyree_iree_module(NAME uk SRC ukernel_example.mlir TARGET cuda SM 80 LINK_BITCOD
 
 
 def cmake(*args) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*tools.cmake().argv, *map(os.fspath, args)], capture_output=True, text=True)
+    return subprocess.run([*toolchain.cmake().argv, *map(os.fspath, args)], capture_output=True, text=True)
 
 
 def project(root: Path, body: str) -> None:
@@ -51,7 +52,7 @@ def project(root: Path, body: str) -> None:
 
 
 def configure(src: Path, build: Path) -> subprocess.CompletedProcess[str]:
-    return cmake("-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}",
+    return cmake("-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}",
                  f"-Dpyree_build_DIR={cmake_dir()}", f"-DPYREE_BUILD_PYTHON={sys.executable}")  # fmt: skip
 
 
@@ -64,10 +65,10 @@ def test_gpu_language_functions_build_test_and_rebuild(tmp_path):
     assert (build / "shaders" / "simple_mul.spv").is_file() and (build / "vk.vmfb").is_file()
     assert (build / "hsaco" / "gfx942" / "kernels.co").is_file() and (build / "hsaco" / "gfx1100" / "kernels.co").is_file()
     assert (build / "ukbc" / "ukernel_sm_75.bc").is_file() and (build / "uk.vmfb").is_file()
-    from pyree_build import hip
+    from pyree_build.backends.hip import hsaco as hip
 
     assert {o.gfx for o in hip.embedded_code_objects(build / "hip1100.vmfb")} == {"gfx1100"}
-    ctest = subprocess.run([*tools.ctest().argv, "--test-dir", build, "-L", "vulkan", "--output-on-failure"], capture_output=True, text=True)
+    ctest = subprocess.run([*toolchain.ctest().argv, "--test-dir", build, "-L", "vulkan", "--output-on-failure"], capture_output=True, text=True)
     assert ctest.returncode == 0, ctest.stdout
     assert ("1 tests passed" in ctest.stdout or "100% tests passed" in ctest.stdout) if vulkan.status()[0] else "Skipped" in ctest.stdout
     # An edited shader rebuilds its SPIR-V and the module; nothing else.

@@ -7,8 +7,8 @@ import sys
 import zipfile
 
 import pytest
-
 from conftest import assert_clean_error
+
 from pyree_build.cli import cmake_dir
 
 pytestmark = pytest.mark.slow

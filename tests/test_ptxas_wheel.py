@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES
-from pyree_build import cuda, tools
+
+from pyree_build.backends.cuda import ptx as cuda
+from pyree_build.core import toolchain
 
 KERNELS = SAMPLES / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"
-HAS_WHEEL = tools._dist_version("nvidia-cuda-nvcc") is not None
+HAS_WHEEL = toolchain._dist_version("nvidia-cuda-nvcc") is not None
 pytestmark = pytest.mark.skipif(not HAS_WHEEL, reason='the nvidia-cuda-nvcc wheel is not installed (pip install "pyree_build[ptxas]")')
 
 
@@ -27,12 +28,12 @@ def without_sdk() -> dict[str, str]:
 
 
 def test_ptxas_is_found_in_the_wheel_without_an_sdk():
-    code = "from pyree_build import tools; t = tools.ptxas(); print(t.path); print(t.version); print(t.note)"
+    code = "from pyree_build.core import toolchain; t = toolchain.ptxas(); print(t.path); print(t.version); print(t.note)"
     out = subprocess.run([sys.executable, "-c", code], env=without_sdk(), capture_output=True, text=True, check=True).stdout.split("\n")
     from cuda import pathfinder
 
     assert Path(out[0]) == Path(pathfinder.find_nvidia_binary_utility("ptxas"))
-    assert out[1] == ".".join(tools._dist_version("nvidia-cuda-nvcc").split(".")[:2])  # ptxas's release = the wheel's
+    assert out[1] == ".".join(toolchain._dist_version("nvidia-cuda-nvcc").split(".")[:2])  # ptxas's release = the wheel's
     assert out[2] == "from the nvidia-cuda-nvcc wheel"
 
 
@@ -42,7 +43,7 @@ def test_verify_uses_the_wheel_ptxas_and_marks_the_ptx_with_the_isa_it_reads(tmp
         env=without_sdk(), capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    major, minor = map(int, tools._dist_version("nvidia-cuda-nvcc").split(".")[:2])
+    major, minor = map(int, toolchain._dist_version("nvidia-cuda-nvcc").split(".")[:2])
     ceiling = cuda.isa_for_cuda_release(major, minor)
     driver = cuda.driver_release()
     if driver is not None:

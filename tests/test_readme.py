@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from conftest import REPO
 
 RUNNABLE = {"sh": "bash", "bash": "bash", "shell": "bash", "python": "python"}
@@ -63,7 +62,7 @@ def extract(text: str, readme: Path) -> list[Block]:
 
 def _have_tool(finder: Callable[[], object]) -> Callable[[], bool]:
     def check() -> bool:
-        from pyree_build.errors import PyreeError
+        from pyree_build.core.errors import PyreeError
 
         try:
             finder()
@@ -81,18 +80,18 @@ def _installed_wheel() -> bool:
 
 
 def _cuda_gpu() -> bool:
-    from pyree_build.iree import cuda_status
+    from pyree_build.actions.iree import cuda_status
 
     return cuda_status()[0]
 
 
 def _needs() -> dict[str, Callable[[], bool]]:
-    from pyree_build import tools
+    from pyree_build.core import toolchain
 
     return {
-        "nvcc": _have_tool(tools.nvcc),
-        "ptxas": _have_tool(tools.ptxas),
-        "nvrtc": _have_tool(tools.nvrtc),
+        "nvcc": _have_tool(toolchain.nvcc),
+        "ptxas": _have_tool(toolchain.ptxas),
+        "nvrtc": _have_tool(toolchain.nvrtc),
         "a CUDA GPU": _cuda_gpu,
         "pyree_build installed from a wheel": _installed_wheel,
     }
@@ -173,7 +172,7 @@ def test_readme_block(block: Block, scratch: tuple[Path, dict[str, str]]) -> Non
 
 
 def _new_readme_blocks() -> list[Block]:
-    from pyree_build.scaffold import EXPECTED, README
+    from pyree_build.actions.scaffold import EXPECTED, README
 
     return extract(README.format(name="fresh_project", expected=EXPECTED), Path("fresh_project/README.md"))
 

@@ -5,8 +5,8 @@ blob, answers with foreign bytes, hangs, or refuses writes costs a local build a
 from __future__ import annotations
 
 import os
-import re
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_cache import write_plugin
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
@@ -363,8 +362,8 @@ def test_cmake_cache_variable_shares_a_downstream_build(nginx, tmp_path):
     build (plugin and module) comes from the server: it uploads nothing, so it built nothing."""
     from test_cmake import cmake_run, ctest_run, write_downstream
 
-    from pyree_build import tools
     from pyree_build.cli import cmake_dir
+    from pyree_build.core import toolchain
 
     src = tmp_path / "src"
     write_downstream(src, scale=6)
@@ -373,7 +372,7 @@ def test_cmake_cache_variable_shares_a_downstream_build(nginx, tmp_path):
         env = machine(tmp_path / f"cache-{name}", None)
         build_dir = tmp_path / f"build-{name}"
         configure = cmake_run(
-            "-G", "Ninja", "-S", src, "-B", build_dir, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}",
+            "-G", "Ninja", "-S", src, "-B", build_dir, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}",
             f"-Dpyree_build_DIR={cmake_dir()}", f"-DPYREE_BUILD_PYTHON={sys.executable}",
             f"-DPYREE_BUILD_REMOTE_CACHE={nginx.url()}", env=env,
         )  # fmt: skip

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import assert_clean_error, run_cli
-from pyree_build import tools
+
+from pyree_build.core import toolchain
 
 BIG = """
 func.func @big(%a: tensor<2000xf32>) -> (tensor<2000xf32>, tensor<2000xf32>) {
@@ -67,7 +67,7 @@ def test_printed_results_match_what_iree_run_module_prints(big_module):
     """The text --expect and --check-file see is iree-run-module's own format, now unelided."""
     args = ["--function=grid", "--input=50x40xi32=-7", "--input=3xf32=0.1 -inf 1e10"]
     unelided = f"--output_max_element_count={1 << 20}"
-    own = subprocess.run(tools.iree_run_module().command(f"--module={big_module}", *args, unelided), capture_output=True, text=True)
+    own = subprocess.run(toolchain.iree_run_module().command(f"--module={big_module}", *args, unelided), capture_output=True, text=True)
     assert own.returncode == 0, own.stderr
     ours = run_cli("run", big_module, *args)
     assert ours.returncode == 0, ours

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from pyree_build import tools
-from pyree_build.sample_runner import Progress
+from pyree_build.actions.sample_runner import Progress
+from pyree_build.core import echo
 
 NINJA = ["[1/3] pyree_build: system plugin a", "[2/3] pyree_build: iree-compile b", "[3/3] pyree_build: compile c"]
 TEST = "1/2 Test #1: plugin.system ......   Passed    0.12 sec"
@@ -15,10 +15,10 @@ TEST = "1/2 Test #1: plugin.system ......   Passed    0.12 sec"
 
 @pytest.fixture(autouse=True)
 def default_verbosity():
-    before = tools.VERBOSITY
-    tools.set_verbosity(1)
+    before = echo.VERBOSITY
+    echo.set_verbosity(1)
     yield
-    tools.set_verbosity(before)
+    echo.set_verbosity(before)
 
 
 def test_on_a_terminal_ninja_lines_update_one_line():
@@ -48,10 +48,10 @@ def test_elsewhere_each_ninja_line_is_a_plain_line():
 
 def test_quiet_shows_nothing_and_verbose_everything():
     out = io.StringIO()
-    tools.set_verbosity(0)
+    echo.set_verbosity(0)
     Progress(out, tty=False).line(NINJA[0])
     assert out.getvalue() == ""
-    tools.set_verbosity(2)
+    echo.set_verbosity(2)
     Progress(out, tty=False).line("-- Configuring done")
     assert out.getvalue() == "# -- Configuring done\n"
 

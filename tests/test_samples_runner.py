@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, assert_clean_error, run_cli
-from pyree_build.errors import PyreeError
-from pyree_build.sample_runner import collect_results
 from test_stop import Watched, _leftovers
+
+from pyree_build.actions.sample_runner import collect_results
+from pyree_build.core.errors import PyreeError
 
 pytestmark = pytest.mark.slow
 

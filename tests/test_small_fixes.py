@@ -6,9 +6,9 @@ import re
 import stat
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error
-from pyree_build import bench
+
+from pyree_build.actions import bench
 
 PROGRAM = SAMPLES / "substitution" / "program.mlir"
 
@@ -47,7 +47,7 @@ def test_a_missing_plugin_in_bench_gets_runs_hint_without_the_json(cli, system_m
 
 
 def test_skip_unavailable_is_not_reported_as_an_error(cli, system_module):
-    from pyree_build import iree
+    from pyree_build.actions import iree
 
     if iree.cuda_status()[0]:
         pytest.skip("a CUDA GPU is usable here")

@@ -3,9 +3,9 @@ packed into a FatELF the runtime loads; and the plugin search order."""
 from __future__ import annotations
 
 import pytest
-
-from pyree_build import elfcheck
 from conftest import PLUGIN_SAMPLE, assert_clean_error
+
+from pyree_build.backends.llvm_cpu import elf as elfcheck
 
 ARCHES = ("x86_64", "aarch64", "riscv64")
 
@@ -66,7 +66,7 @@ def test_system_kind_refuses_foreign_arch(cli, tmp_path):
 
 
 def test_fatelf_holds_every_arch_and_runs(cli, standalone_sos, system_module):
-    from pyree_build import fatelf
+    from pyree_build.backends.llvm_cpu import fatelf
 
     records = fatelf.read(standalone_sos)
     assert sorted(r.arch for r in records) == sorted(ARCHES)

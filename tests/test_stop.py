@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE, REPO, assert_clean_error, run_cli
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads the process table from /proc")

@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, assert_clean_error
-from pyree_build import bench, executables
+
+from pyree_build.actions import bench, executables
 
 SAMPLE = SAMPLES / "substitution"
 PROGRAM = SAMPLE / "program.mlir"
@@ -176,7 +176,7 @@ def test_the_substituted_file_is_a_dependency(cli, tmp_path):
 
 
 def test_bench_on_cuda_without_a_gpu_says_so(cli, tmp_path):
-    from pyree_build import iree
+    from pyree_build.actions import iree
 
     if iree.cuda_status()[0]:
         pytest.skip("a CUDA GPU is usable here")
@@ -205,8 +205,8 @@ def test_cmake_substitute_rebuilds_on_edit_and_benchmarks_stay_out_of_plain_ctes
     import sys
     import time
 
-    from pyree_build import tools
     from pyree_build.cli import cmake_dir
+    from pyree_build.core import toolchain
 
     src, build = tmp_path / "src", tmp_path / "build"
     src.mkdir()
@@ -219,16 +219,16 @@ def test_cmake_substitute_rebuilds_on_edit_and_benchmarks_stay_out_of_plain_ctes
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
-    run(tools.cmake(), "-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={tools.ninja().path}",
+    run(toolchain.cmake(), "-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}",
         f"-Dpyree_build_DIR={cmake_dir()}", f"-DPYREE_BUILD_PYTHON={sys.executable}")  # fmt: skip
-    run(tools.cmake(), "--build", build)
-    assert "Total Tests: 1" in run(tools.ctest(), "--test-dir", build, "-N")  # the benchmark is not in it
-    listed = run(tools.ctest(), "--test-dir", build, "-C", "benchmark", "-L", "benchmark", "-N")
+    run(toolchain.cmake(), "--build", build)
+    assert "Total Tests: 1" in run(toolchain.ctest(), "--test-dir", build, "-N")  # the benchmark is not in it
+    listed = run(toolchain.ctest(), "--test-dir", build, "-C", "benchmark", "-L", "benchmark", "-N")
     assert "edited.bench" in listed and "Total Tests: 1" in listed
-    run(tools.ctest(), "--test-dir", build, "--output-on-failure")
+    run(toolchain.ctest(), "--test-dir", build, "--output-on-failure")
 
     time.sleep(1.1)  # coarse mtime filesystems
     edit = src / "edit.mlir"
     edit.write_text(edit.read_text().replace("arith.mulf %in, %in_0", "arith.subf %in, %in_0"))
-    log = run(tools.cmake(), "--build", build, "-v")
+    log = run(toolchain.cmake(), "--build", build, "-v")
     assert "-o " + str(build / "edited.vmfb") in log and "original.vmfb" not in log, log

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import PLUGIN_SAMPLE
 
 import pyree_build as pb
-from pyree_build import elfcheck
-from pyree_build.cache import parse_depfile
-from conftest import PLUGIN_SAMPLE
+from pyree_build.backends.llvm_cpu import elf as elfcheck
+from pyree_build.core.files import parse_depfile
 
 EXPECTED = "8xf32=12 12 12 12 12 12 12 12"
 
@@ -64,7 +64,7 @@ def test_python_api_builds_runs_and_returns_arrays(tmp_path):
     deps = parse_depfile(tmp_path / "p.so.d")
     assert str(PLUGIN_SAMPLE / "system_plugin.c") in deps
     assert any(d.endswith("iree/hal/local/executable_plugin.h") for d in deps)
-    assert any(d.endswith("cpu.py") for d in deps)  # flags live there: a change must rebuild
+    assert any(d.endswith("llvm_cpu/plugins.py") for d in deps)  # flags live there: a change must rebuild
 
 
 def test_gcc_builds_the_same_plugin(cli, tmp_path, system_module):

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pyree_build import tools
-from pyree_build.errors import PyreeError
-from conftest import assert_clean_error
+from pyree_build.core import toolchain
+from pyree_build.core.errors import PyreeError
 
 
 @pytest.mark.parametrize(
-    "finder", [tools.iree_compile, tools.iree_lld, tools.iree_run_module, tools.iree_benchmark_module, lambda: tools.c_compiler("zig")]
+    "finder", [toolchain.iree_compile, toolchain.iree_lld, toolchain.iree_run_module, toolchain.iree_benchmark_module, lambda: toolchain.c_compiler("zig")]
 )
 def test_required_tools_are_found_with_a_version(finder):
     tool = finder()
@@ -23,19 +22,19 @@ def test_required_tools_are_found_with_a_version(finder):
 
 
 def test_iree_tools_come_from_the_pinned_wheels():
-    assert tools.iree_compile().version.startswith("3.13.")
-    assert tools.iree_run_module().version.startswith("3.13.")
+    assert toolchain.iree_compile().version.startswith("3.13.")
+    assert toolchain.iree_run_module().version.startswith("3.13.")
 
 
 def test_iree_lld_is_found_although_it_is_not_on_path():
-    lld = tools.iree_lld()
+    lld = toolchain.iree_lld()
     assert lld.path.name == "iree-lld"
     assert "_mlir_libs" in str(lld.path)
 
 
 def test_unknown_c_compiler_is_a_clear_error():
     with pytest.raises(PyreeError) as info:
-        tools.c_compiler("tcc")
+        toolchain.c_compiler("tcc")
     assert "unknown C compiler" in info.value.what
     assert "zig" in (info.value.fix or "")
 
@@ -43,7 +42,7 @@ def test_unknown_c_compiler_is_a_clear_error():
 def test_gcc_found_when_present():
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed on this machine")
-    assert tools.c_compiler("gcc").version[0].isdigit()
+    assert toolchain.c_compiler("gcc").version[0].isdigit()
 
 
 def test_doctor_lists_tools_and_gpu_status(cli):
@@ -90,8 +89,8 @@ def test_wheel_versions_are_read_without_importing_importlib_metadata():
 
     code = (
         "import sys\n"
-        "from pyree_build import tools\n"
-        "versions = [tools._dist_version(d) for d in ('iree-base-compiler', 'iree-base-runtime', 'ziglang')]\n"
+        "from pyree_build.core import toolchain\n"
+        "versions = [toolchain._dist_version(d) for d in ('iree-base-compiler', 'iree-base-runtime', 'ziglang')]\n"
         "assert all(versions), versions\n"
         "assert 'importlib.metadata' not in sys.modules\n"
         "print(versions)\n"

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_SAMPLE, REPO, SAMPLES
 
 KERNELS = SAMPLES / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"
@@ -68,11 +67,11 @@ def test_compile(tmp_path):
 
 
 def test_ptx_through_nvrtc_with_an_isa_ceiling(tmp_path):
-    from pyree_build import tools
-    from pyree_build.errors import PyreeError
+    from pyree_build.core import toolchain
+    from pyree_build.core.errors import PyreeError
 
     try:
-        tools.nvrtc()
+        toolchain.nvrtc()
     except PyreeError as err:
         pytest.skip(str(err.what))
     _check_paste(tmp_path, ["ptx", str(KERNELS), "--sm", "75", "--sm", "80", "--ptx-isa", "8.0", "-o", "ptx"],

@@ -11,9 +11,12 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLES, assert_clean_error
-from pyree_build import iree, spirv, tools, vulkan
+
+from pyree_build.actions import iree
+from pyree_build.backends.vulkan import devices as vulkan
+from pyree_build.backends.vulkan import spirv
+from pyree_build.core import toolchain
 
 SAMPLE = SAMPLES / "custom_dispatch" / "vulkan" / "shaders"
 SHADERS = [SAMPLE / "simple_mul.glsl", SAMPLE / "simple_mul_inplace.glsl"]
@@ -47,7 +50,7 @@ def test_spirv_writes_one_valid_module_per_shader_with_a_main_entry(cli, tmp_pat
     assert sorted(p.name for p in (tmp_path / "spv").iterdir()) == ["simple_mul.spv", "simple_mul_inplace.spv"]
     for spv in (tmp_path / "spv").iterdir():
         assert spirv.read_spirv_entry_points(spv) == ["main"]
-        subprocess.run(tools.spirv_val().command("--target-env", "vulkan1.1", spv), check=True)
+        subprocess.run(toolchain.spirv_val().command("--target-env", "vulkan1.1", spv), check=True)
     deps = (tmp_path / "spv.d").read_text()
     assert all(str(s) in deps for s in SHADERS) and "glslang" in deps
 
@@ -201,8 +204,8 @@ def test_bench_runs_on_the_vulkan_device(cli, tmp_path):
 def test_without_glslang_or_spirv_val_the_error_says_how_to_install_them(tmp_path):
     # -S: no site-packages (so no cmeel wheels) and an empty PATH, as on a machine without them.
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from pyree_build import tools, errors\n"
-        "for find in (tools.glsl_compiler, tools.spirv_val):\n"
+        "import sys; sys.path.insert(0, sys.argv[1]); from pyree_build.core import toolchain, errors\n"
+        "for find in (toolchain.glsl_compiler, toolchain.spirv_val):\n"
         "    try: find()\n"
         "    except errors.PyreeError as e: print(e.render())\n"
     )

@@ -1,0 +1,203 @@
+"""Input specs and output checks for `run`: parse, validate and compare, with clear messages.
+
+The spec grammar is iree-run-module's `--input=`: a scalar (`3.5`), a buffer
+(`[DIMxDIMx]TYPE=VALUES`, values separated by spaces or commas, optionally in brackets),
+a raw file (`SHAPExTYPE=@file.bin`) or a numpy file (`@file.npy`). Mistakes are caught
+here, before the runtime prints a terse flag error.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from pyree_build.core import processes, toolchain
+from pyree_build.core.records import record
+
+if TYPE_CHECKING:
+    import numpy as np
+from pyree_build.core.errors import PyreeError
+
+_INT_TYPES = {f"{p}{w}": w for p in ("i", "si", "ui") for w in (1, 2, 4, 8, 16, 32, 64)}
+_FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN"}
+ELEMENT_TYPES = set(_INT_TYPES) | _FLOAT_TYPES
+
+# IREE element type -> numpy type name; numpy is imported only when arrays are made
+# (it costs ~60 ms, which every compile would pay otherwise).
+_NUMPY_TYPE_NAMES = {
+    "i1": "bool_", "i8": "int8", "si8": "int8", "ui8": "uint8",
+    "i16": "int16", "si16": "int16", "ui16": "uint16",
+    "i32": "int32", "si32": "int32", "ui32": "uint32",
+    "i64": "int64", "si64": "int64", "ui64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64",
+}  # fmt: skip
+
+def numpy_dtype(element_type: str) -> type:
+    """The numpy type for an IREE element type, or a clear error for one numpy lacks (bf16, f8...)."""
+    import numpy as np
+
+    try:
+        return getattr(np, _NUMPY_TYPE_NAMES[element_type])
+    except KeyError:
+        raise PyreeError(
+            f"element type '{element_type}' has no numpy equivalent",
+            fix="pass a numpy array, or use iree-run-module through pb.run(..., in_process=False)",
+        ) from None
+
+
+_SHAPE_TYPE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)$")
+_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf|nan|true|false|0x[0-9a-fA-F]+)$", re.I)
+_FIX_INPUT = 'write it as SHAPExTYPE=VALUES, e.g. --input "8xf32=2" (one value fills the buffer) or --input "2x2xi32=1 2 3 4"'
+
+
+@record(frozen=True)
+class InputSpec:
+    text: str
+    shape: tuple[int, ...] | None  # None for a plain scalar or a .npy file
+    element_type: str | None
+    values: tuple[str, ...]
+    file: Path | None
+
+
+def _bad(spec: str, what: str, fix: str = _FIX_INPUT) -> PyreeError:
+    return PyreeError(f"malformed input spec '{spec}': {what}", fix=fix)
+
+
+def _split_values(text: str) -> list[str]:
+    return [v for v in re.split(r"[\s,\[\]]+", text) if v]
+
+
+def parse_input(spec: str) -> InputSpec:
+    """Validate one `--input` spec and return its parts; raise PyreeError saying what is wrong."""
+    text = spec.strip()
+    if not text:
+        raise _bad(spec, "it is empty")
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise _bad(spec, f"file {path} not found", "check the path after '@' (a .npy file written by numpy.save)")
+        return InputSpec(spec, None, None, (), path)
+    if "=" not in text:
+        if _NUMBER.match(text):
+            return InputSpec(spec, None, None, (text,), None)
+        raise _bad(spec, "no '=' between the shape/type and the values")
+    head, _, body = text.partition("=")
+    match = _SHAPE_TYPE.match(head.strip())
+    if not match:
+        raise _bad(spec, f"'{head}' is not SHAPExTYPE (dimensions are non-negative integers joined by 'x', then an element type)")
+    etype = match["type"]
+    if etype not in ELEMENT_TYPES:
+        raise _bad(spec, f"unknown element type '{etype}'", f"use one of: {', '.join(sorted(ELEMENT_TYPES))}")
+    shape = tuple(int(d) for d in match["dims"].split("x") if d)
+    body = body.strip()
+    if body.startswith("@"):
+        path = Path(body[1:])
+        if not path.is_file():
+            raise _bad(spec, f"file {path} not found", "check the path after '@' (raw little-endian element data)")
+        return InputSpec(spec, shape, etype, (), path)
+    if re.search(r"[^\s,\[\]]", body) is None and math.prod(shape) > 0:
+        raise _bad(spec, "no values after '='")
+    if body.count("[") != body.count("]"):
+        raise _bad(spec, "unbalanced brackets in the values")
+    values = _split_values(body)
+    for value in values:
+        if not _NUMBER.match(value):
+            raise _bad(spec, f"'{value}' is not a number")
+    count = math.prod(shape)
+    if values and len(values) not in (1, count):
+        raise _bad(
+            spec,
+            f"{len(values)} values for shape {'x'.join(map(str, shape)) or '(scalar)'}, which has {count} elements",
+            f"give one value (it fills the buffer) or exactly {count}",
+        )
+    return InputSpec(spec, shape, etype, tuple(values), None)
+
+
+def parse_inputs(specs: Sequence[str]) -> list[InputSpec]:
+    return [parse_input(s) for s in specs]
+
+
+_RESULT_LINE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)=(?P<values>.*)$")
+
+
+def parse_outputs(stdout: str) -> list[np.ndarray]:
+    """The result buffers iree-run-module printed (`8xf32=12 12 ...`), as numpy arrays."""
+    import numpy as np
+
+    arrays = []
+    for line in stdout.splitlines():
+        match = _RESULT_LINE.match(line.strip())
+        if not match or match["type"] not in _NUMPY_TYPE_NAMES:
+            continue
+        shape = tuple(int(d) for d in match["dims"].split("x") if d)
+        values = _split_values(match["values"])
+        dtype = numpy_dtype(match["type"])
+        if match["type"] == "i1":
+            # The runtime prints i1 as a byte ("01"/"00").
+            data = np.array([v.lower() == "true" or (v.isdigit() and int(v) != 0) for v in values], dtype=dtype)
+        else:
+            data = np.array([float(v) if dtype in (np.float16, np.float32, np.float64) else int(v, 0) for v in values], dtype=dtype)
+        if data.size == math.prod(shape):
+            arrays.append(data.reshape(shape))
+        elif data.size == 1:  # large outputs may be elided; only a splat is unambiguous
+            arrays.append(np.full(shape, data[0], dtype=dtype))
+    return arrays
+
+
+EXPECT_RULE = "each expected TEXT must appear within one output line, as a substring; runs of whitespace compare equal"
+
+
+def check_expected(output: str, expected: Sequence[str], *, source: str) -> None:
+    """Every expected text appears within one output line (substring; whitespace runs equal).
+
+    A substring, like FileCheck's CHECK: "M = 8, N = 8" passes on "M = 8, N = 8, K = 8".
+    Within one line, so a text never matches across the end of one result and the next.
+    """
+
+    def norm(s: str) -> str:
+        return " ".join(s.split())
+
+    lines = [norm(line) for line in output.splitlines()] or [""]
+    missing = [e for e in expected if not any(norm(e) in line for line in lines)]
+    if missing:
+        details = "expected (not found):\n" + "\n".join(f"  {m}" for m in missing)
+        details += "\nactual output:\n" + "\n".join(f"  {line}" for line in output.rstrip().splitlines())
+        details += f"\nrule: {EXPECT_RULE}"
+        raise PyreeError(
+            "output does not match what was expected",
+            file=source,
+            details=details,
+            fix="compare the expected and actual lines above; fix the program or the expectation",
+        )
+
+
+def check_with_filecheck(output: str, check_file: str | Path, *, source: str, prefixes: Sequence[str] = ()) -> None:
+    """Apply FileCheck semantics (the `filecheck` package) to the output.
+
+    `prefixes` select the check lines as FileCheck's --check-prefix does (default CHECK),
+    so upstream files with `CHECK-SYSTEM:` lines work as written.
+    """
+    path = Path(check_file)
+    if not path.is_file():
+        raise PyreeError("check file not found", file=path, fix="pass an existing file with CHECK: lines")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for prefix in prefixes or ("CHECK",):
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", prefix):
+            raise PyreeError(f"'{prefix}' is not a check prefix", fix="a prefix is letters, digits, '-' and '_', e.g. CHECK-SYSTEM")
+    if not any(re.search(rf"\b{re.escape(p)}(?:-(?:NEXT|SAME|NOT|DAG|LABEL|EMPTY|COUNT-\d+))?:", text) for p in prefixes or ("CHECK",)):
+        raise PyreeError(
+            f"no check lines with prefix {', '.join(prefixes or ('CHECK',))} in it, so nothing would be checked",
+            file=path,
+            fix="write lines like `// CHECK: 8xf32=12`, or pass the prefix the file uses with --check-prefix",
+        )
+    fc = toolchain.filecheck()
+    prefix_args = [a for p in prefixes for a in ("--check-prefix", p)]
+    result = processes.spawn(fc.command(*prefix_args, path), what="FileCheck", stdin=output, check=False)
+    if result.returncode != 0:
+        raise PyreeError(
+            f"output does not match the CHECK lines of {path}",
+            file=source,
+            details=(result.stderr + result.stdout).strip() + "\nactual output:\n" + output.rstrip(),
+            fix="compare the CHECK lines with the actual output above",
+        )

@@ -1,0 +1,169 @@
+"""What a backend declares: the small interface every target implements.
+
+A backend is one IREE target (`--target` of compile) with everything pyree_build knows about
+it: the iree-compile flags that select it, its options, the checks before and after
+iree-compile, the explanations of its errors, the run devices it serves and how to tell
+whether one is usable, the verbs that build its kernels, and its rows in `doctor`.
+`compile`, `run`, `doctor` and the CLI ask the registry (backends/__init__.py) for these;
+none of them names a target.
+
+This module is imported by every command, so it imports nothing heavy.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from pyree_build.core.records import field, record
+from pyree_build.core.toolchain import Tool
+
+Probe = Callable[[], "tuple[bool, str]"]
+
+
+@record(frozen=True)
+class Option:
+    """A command-line option a backend owns (`--sm` of cuda), added to the verbs it names.
+
+    `dest` is also the keyword of the Python function the verb calls; `kwargs` are argparse's
+    (help, default, metavar, choices, action, ...).
+    """
+
+    flags: tuple[str, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def dest(self) -> str:
+        explicit = self.kwargs.get("dest")
+        if explicit:
+            return str(explicit)
+        longest = max(self.flags, key=len)
+        return longest.lstrip("-").replace("-", "_")
+
+
+@record(frozen=True)
+class Verb:
+    """A CLI verb (and Python function) that builds a backend's kernels, e.g. `ptx`.
+
+    `function` is "module:attribute", imported only when the verb runs. Its keyword names
+    are the options' dests; what it returns is shown as the CLI shows every build: each path
+    as `wrote PATH`, a string printed as it is. `actions` are sub-verbs (`fatelf join`).
+    """
+
+    name: str
+    help: str
+    function: str = ""
+    options: tuple[Option, ...] = ()
+    actions: tuple[Verb, ...] = ()
+
+    def load(self) -> Callable[..., Any]:
+        module, _, attr = self.function.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@record(frozen=True)
+class ToolCheck:
+    """A tool `doctor` looks for: its label, how to find it, what it is for, how to install it."""
+
+    label: str
+    find: Callable[[], Tool]
+    required: bool
+    purpose: str
+    install: str
+
+
+@record(frozen=True)
+class Workflow:
+    """One row of doctor's workflow table. `build` and `run` name ToolCheck labels ("a|b":
+    either will do); `device` is the device whose probe says whether it runs here ("host": the CPU)."""
+
+    name: str
+    build: tuple[str, ...]
+    run: tuple[str, ...]
+    device: str = "host"
+
+
+@record
+class CompileJob:
+    """What one compile knows, handed to its backend's hooks.
+
+    `options` holds every target option the caller gave (`sm`, `gfx`, `vulkan_target`, `cpu`,
+    and any a registered backend declares); a backend reads its own.
+    """
+
+    source: Path
+    text: str
+    output: Path
+    options: Mapping[str, Any]
+    search_paths: list[Path]
+    link_bitcode: list[Path]
+
+
+class Backend:
+    """The interface; subclasses override what their target needs.
+
+    Class attributes are data (read without running anything); methods are hooks that
+    compile, run and doctor call. A backend module ends with `BACKEND = TheBackend()`, and
+    one line in backends/__init__.py (or an entry point in the `pyree_build.backends` group)
+    registers it.
+    """
+
+    #: the `--target` name (IREE's target device / backend name).
+    name: str = ""
+    #: one line for help and doctor.
+    description: str = ""
+    #: `--device` values whose modules this backend compiles (their driver names).
+    devices: tuple[str, ...] = ()
+    #: compile options this target reads (added to `compile`, and `dump` where listed there).
+    compile_options: tuple[Option, ...] = ()
+    #: the verbs that build this target's kernels.
+    verbs: tuple[Verb, ...] = ()
+    #: tools doctor lists, and its workflow rows.
+    tools: tuple[ToolCheck, ...] = ()
+    workflows: tuple[Workflow, ...] = ()
+    #: whether `pb.run` may read results through IREE's Python runtime on this target's devices.
+    runs_in_process: bool = True
+    #: whether `dump` / substitution support this target.
+    dumps: bool = False
+
+    def target_flags(self, options: Mapping[str, Any]) -> list[str]:
+        """The iree-compile flags that select this target."""
+        raise NotImplementedError
+
+    def search_paths(self, job: CompileJob) -> list[Path]:
+        """Where iree-compile looks for objects (a target may put its own directories first)."""
+        return job.search_paths
+
+    def before_compile(self, job: CompileJob) -> None:
+        """Checks that need the program and its objects, before iree-compile runs."""
+
+    def wants_binaries(self, job: CompileJob) -> bool:
+        """Whether after_compile needs the executables' binaries (dumped into a scratch directory)."""
+        return False
+
+    def after_compile(self, job: CompileJob, binaries: Path | None) -> None:
+        """Checks of what iree-compile produced; raise PyreeError to refuse the module."""
+
+    def explain(self, job: CompileJob, compiler_output: str) -> str | None:
+        """A better message for an iree-compile failure on this target, or None."""
+        return None
+
+    def probe(self, device: str) -> tuple[bool, str]:
+        """(usable, reason) for running on `device` here."""
+        return True, f"{device} needs no probe"
+
+    def unusable_fix(self, device: str) -> str:
+        """What to do when probe() says the device is not usable."""
+        return "run `pyree-build doctor` to see which devices are usable here"
+
+    def explain_run(self, run_output: str) -> str | None:
+        """A better message for a failed run of a module of this target, or None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<pyree_build backend {self.name}>"
+
+
+def option_values(options: Sequence[Option], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of `options` found in `values` (by dest), leaving out those not given."""
+    return {o.dest: values[o.dest] for o in options if values.get(o.dest) is not None}

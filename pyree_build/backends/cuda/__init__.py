@@ -1,0 +1,73 @@
+"""cuda: NVIDIA GPUs. PTX per sm from .cu sources (NVRTC or nvcc), NVPTX bitcode linked into
+IREE's generated code, and the `#hal.executable.target` that keys objects for an sm."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.options import SOURCE_OPTIONS
+from pyree_build.core import toolchain
+
+DEFAULT_SM = "80"
+_SM_OPTION = Option(("--sm",), {"default": None, "help": "cuda target sm (default 80)"})
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    description = "NVIDIA GPUs: PTX objects per sm, NVPTX bitcode microkernels"
+    devices = ("cuda",)
+    dumps = True
+    compile_options = (_SM_OPTION,)
+    verbs = (
+        Verb(
+            "ptx",
+            ".cu -> one PTX per sm (NVRTC by default, or nvcc)",
+            "pyree_build.backends.cuda.ptx:ptx",
+            (
+                Option(("source",), {"metavar": "SRC.cu"}),
+                Option(("--sm",), {"dest": "sms", "action": "append", "required": True, "help": "e.g. 80 or sm_80 (repeatable)"}),
+                Option(("--compiler",), {"choices": ("nvrtc", "nvcc"), "default": "nvrtc"}),
+                Option(("--verify",), {"action": "store_true", "help": "assemble each PTX with ptxas for its sm"}),
+                Option(
+                    ("--ptx-isa",),
+                    {"default": "auto", "metavar": "auto|native|X.Y", "help": "PTX ISA version to mark the PTX with; auto (default): the newest the driver here and ptxas accept"},
+                ),
+                Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/<stem>_sm_<N>.ptx"}),
+                *SOURCE_OPTIONS,
+            ),
+        ),
+        Verb(
+            "bitcode",
+            "CUDA device code -> NVPTX LLVM bitcode per sm (zig clang, no CUDA SDK), for compile --link-bitcode",
+            "pyree_build.backends.cuda.bitcode:bitcode",
+            (
+                Option(("source",), {"metavar": "SRC.cu"}),
+                Option(("--sm",), {"dest": "sms", "action": "append", "required": True, "help": "e.g. 80 or sm_80 (repeatable)"}),
+                Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/<stem>_sm_<N>.bc"}),
+                *SOURCE_OPTIONS,
+            ),
+        ),
+        Verb(
+            "cuda-target",
+            "print the #hal.executable.target that keys an sm's objects in MLIR",
+            "pyree_build.backends.cuda.target:cuda_target_attr",
+            (Option(("--sm",), {"required": True, "help": "e.g. 80"}),),
+        ),
+    )
+    tools = (
+        ToolCheck("nvrtc", toolchain.nvrtc, False, ".cu -> PTX without a CUDA SDK (default)", toolchain.INSTALL_NVRTC),
+        ToolCheck("nvcc", toolchain.nvcc, False, ".cu -> PTX (--compiler nvcc)", toolchain.INSTALL_NVCC),
+        ToolCheck("ptxas", toolchain.ptxas, False, "checks PTX at build time (--verify)", toolchain.INSTALL_PTXAS),
+    )
+    workflows = (
+        Workflow("CUDA PTX", build=("nvrtc|nvcc", "iree-compile"), run=("iree-run-module",), device="cuda"),
+        Workflow("CUDA bitcode microkernels", build=("iree-compile",), run=("iree-run-module",), device="cuda"),
+    )
+
+    def target_flags(self, options: Mapping[str, Any]) -> list[str]:
+        from pyree_build.backends.cuda.ptx import normalize_sm
+
+        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{normalize_sm(options.get('sm') or DEFAULT_SM)}"]
+
+
+BACKEND = CudaBackend()

@@ -1,0 +1,100 @@
+"""llvm-cpu: modules for the host CPU (local-sync, local-task), CPU plugins (system .so and
+standalone FatELF .sos) and embedded objects linked into a module."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.options import C_OPTIONS
+from pyree_build.core import toolchain
+
+_SOURCES_PLUGIN = "pyree_build.backends.llvm_cpu.plugins"
+_FATELF = "pyree_build.backends.llvm_cpu.fatelf"
+
+
+class LlvmCpuBackend(Backend):
+    name = "llvm-cpu"
+    description = "the host CPU: modules, CPU plugins (system .so, standalone FatELF .sos), embedded objects"
+    devices = ("local-sync", "local-task")
+    dumps = True
+    compile_options = (
+        Option(("--cpu",), {"default": "generic", "help": "llvm-cpu target CPU: generic (portable, default) or host"}),
+    )
+    verbs = (
+        Verb(
+            "plugin",
+            "C sources -> executable plugin (system .so, or standalone ELF / FatELF .sos)",
+            f"{_SOURCES_PLUGIN}:plugin",
+            (
+                Option(("sources",), {"nargs": "+", "metavar": "SRC"}),
+                Option(("-o", "--output"), {"required": True, "help": "output: .so (system or one arch), .sos (FatELF of several arches)"}),
+                Option(("--kind",), {"choices": ("system", "standalone"), "default": "system"}),
+                Option(("--arch",), {"dest": "archs", "action": "append", "default": [], "help": "standalone: x86_64, aarch64, riscv64 (repeatable)"}),
+                Option(
+                    ("--cpu",),
+                    {
+                        "choices": ("baseline", "host"),
+                        "default": "baseline",
+                        "help": "system: baseline (portable to any CPU of this arch, default) or host (this CPU only; keyed by it in the cache)",
+                    },
+                ),
+                *C_OPTIONS,
+            ),
+        ),
+        Verb(
+            "objects",
+            "C source -> one freestanding object per arch, for linking into a module",
+            f"{_SOURCES_PLUGIN}:objects",
+            (
+                Option(("source",), {"metavar": "SRC"}),
+                Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/<stem>_<arch>.o"}),
+                Option(("--arch",), {"dest": "archs", "action": "append", "default": [], "required": True, "help": "x86_64, aarch64, riscv64 (repeatable)"}),
+                Option(("--allow-undefined",), {"action": "append", "default": [], "metavar": "NAME", "help": "a symbol the program itself provides"}),
+                *C_OPTIONS,
+            ),
+        ),
+        Verb(
+            "fatelf",
+            "FatELF containers: join, split, list, select (like iree-fatelf)",
+            actions=(
+                Verb("join", "pack ELFs into one FatELF", f"{_FATELF}:join_files", (Option(("inputs",), {"nargs": "+", "metavar": "ELF"}), Option(("-o", "--output"), {"required": True}))),
+                Verb(
+                    "split",
+                    "write each ELF of a FatELF to DIR/<stem>_<arch>.so",
+                    f"{_FATELF}:split",
+                    (Option(("input",), {"metavar": "FATELF"}), Option(("-o", "--output-dir"), {"required": True})),
+                ),
+                Verb("list", "print each record: arch, class, byte order, offset, size", f"{_FATELF}:listing", (Option(("input",), {"metavar": "FATELF"}),)),
+                Verb(
+                    "select",
+                    "extract the ELF for this host (or --arch)",
+                    f"{_FATELF}:select_file",
+                    (
+                        Option(("input",), {"metavar": "FATELF"}),
+                        Option(("--arch",), {"help": "x86_64, aarch64 or riscv64 (default: this host)"}),
+                        Option(("-o", "--output"), {"required": True}),
+                    ),
+                ),
+            ),
+        ),
+    )
+    tools = (
+        ToolCheck("zig cc", lambda: toolchain.c_compiler("zig"), True, "default C compiler (every arch)", toolchain.INSTALL_ZIG),
+        ToolCheck("clang", lambda: toolchain.c_compiler("clang"), False, "optional C compiler (--cc clang)", toolchain.INSTALL_CLANG),
+        ToolCheck("gcc", lambda: toolchain.c_compiler("gcc"), False, "optional C compiler for system plugins (--cc gcc)", toolchain.INSTALL_GCC),
+    )
+    workflows = (
+        Workflow("system plugin", build=("zig cc|clang|gcc", "iree-compile"), run=("iree-run-module",)),
+        Workflow("standalone plugin (FatELF)", build=("zig cc|clang", "iree-lld", "iree-compile"), run=("iree-run-module",)),
+        Workflow("embedded objects", build=("zig cc|clang", "iree-compile"), run=("iree-run-module",)),
+    )
+
+    def target_flags(self, options: Mapping[str, Any]) -> list[str]:
+        return [
+            "--iree-hal-target-device=local",
+            "--iree-hal-local-target-device-backends=llvm-cpu",
+            f"--iree-llvmcpu-target-cpu={options.get('cpu') or 'generic'}",
+        ]
+
+
+BACKEND = LlvmCpuBackend()

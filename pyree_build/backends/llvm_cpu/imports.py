@@ -1,0 +1,446 @@
+"""Which imports a module's executables call, and which plugin resolves each.
+
+A .vmfb built for llvm-cpu carries each executable as an embedded ELF. Its library
+struct (what `iree_hal_executable_library_query` returns) begins with a pointer to the
+library header and the import table: a count and an array of pointers to the import
+names (a `?` prefix marks an optional import). The ELF is read without running it: the
+pointers are link-time relocations, so each one's target is its relocation's addend.
+
+Plugins are asked out of process (a crash in a plugin must not take pyree_build down):
+the child loads each plugin with dlopen, calls its `load` and `resolve` as the runtime
+does, and reports which names it filled in. The runtime asks plugins last registered
+first, so the parent walks them in that order.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders
+from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.core.records import field, record
+
+PathLike = str | os.PathLike[str]
+
+# IREE's names for the ELF machines it builds executables for.
+_MACHINE_NAMES = {"EM_X86_64": "x86_64", "EM_AARCH64": "arm_64", "EM_386": "x86_32", "EM_ARM": "arm_32"}
+
+
+@record(frozen=True)
+class Import:
+    name: str
+    optional: bool = False
+
+
+@record
+class ExecutableImports:
+    """One embedded executable: its library name, its arch and the imports it calls."""
+
+    library: str
+    arch: str
+    imports: list[Import] = field(default_factory=list)
+
+    @property
+    def required(self) -> list[str]:
+        return [i.name for i in self.imports if not i.optional]
+
+
+_EM_NAMES = {62: "EM_X86_64", 183: "EM_AARCH64", 3: "EM_386", 40: "EM_ARM", 243: "EM_RISCV"}
+_SHT_RELA, _SHT_NOBITS, _SHT_REL = 4, 8, 9
+
+
+class _ElfImage:
+    """Enough of one ELF to follow relocated pointers in its data."""
+
+    def __init__(self, data: bytes) -> None:
+        self.elf = ElfHeaders(data)
+        self.data = data
+        self.word = self.elf.elfclass // 8
+        self.endian = self.elf.endian
+        wide = self.word == 8
+        self.sections = [{"sh_addr": addr, "sh_offset": off, "sh_size": size} for kind, addr, off, size, _, _ in self.elf.sections if addr and kind != _SHT_NOBITS]
+        self.pointers: dict[int, int] = {}  # address of a pointer -> address it points to
+        sym_format = self.endian + ("IBBHQQ" if wide else "IIIBBH")
+        for kind, _, off, size, link, entsize in self.elf.sections:
+            if kind not in (_SHT_REL, _SHT_RELA):
+                continue
+            rela = kind == _SHT_RELA
+            rel_format = self.endian + ("QQ" if wide else "II") + (("q" if wide else "i") if rela else "")
+            stride = entsize or struct.calcsize(rel_format)
+            symbols = self.elf.sections[link] if link else None
+            for k in range(size // stride):
+                fields = struct.unpack_from(rel_format, data, off + k * stride)
+                r_offset, r_info = fields[0], fields[1]
+                sym = r_info >> 32 if wide else r_info >> 8
+                base = 0
+                if sym and symbols is not None:
+                    entry = struct.unpack_from(sym_format, data, symbols[2] + sym * (symbols[5] or struct.calcsize(sym_format)))
+                    base = entry[4] if wide else entry[1]
+                addend = fields[2] if rela else self._raw_word(r_offset)
+                if addend is not None:
+                    self.pointers[r_offset] = base + addend
+
+    def _offset(self, address: int, size: int) -> int | None:
+        for s in self.sections:
+            if s["sh_addr"] <= address and address + size <= s["sh_addr"] + s["sh_size"]:
+                return s["sh_offset"] + address - s["sh_addr"]
+        return None
+
+    def _raw_word(self, address: int) -> int | None:
+        at = self._offset(address, self.word)
+        if at is None:
+            return None
+        return struct.unpack_from(self.endian + ("Q" if self.word == 8 else "I"), self.data, at)[0]
+
+    def u32(self, address: int) -> int | None:
+        at = self._offset(address, 4)
+        return None if at is None else struct.unpack_from(self.endian + "I", self.data, at)[0]
+
+    def string(self, address: int) -> str | None:
+        at = self._offset(address, 1)
+        if at is None:
+            return None
+        end = self.data.find(b"\0", at, at + 4096)
+        if end < 0:
+            return None
+        try:
+            text = self.data[at:end].decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        return text if text and text.isprintable() else None
+
+    def library(self) -> tuple[str, list[Import]] | None:
+        """(library name, imports) of the executable library struct, or None if not found."""
+        w = self.word
+        for slot, header in self.pointers.items():
+            # The library struct: header pointer, then {u32 count; names pointer} for imports,
+            # then the export table, whose function pointers are relocated too.
+            if header in self.pointers or (self.u32(header) or 0) > 64 or header + w not in self.pointers:
+                continue
+            name = self.string(self.pointers[header + w])
+            count = self.u32(slot + w)
+            if name is None or count is None or count > 4096 or slot + 3 * w + w not in self.pointers:
+                continue
+            imports: list[Import] = []
+            if count:
+                table = self.pointers.get(slot + 2 * w)
+                if table is None:
+                    continue
+                names = [self.string(self.pointers.get(table + i * w, -1)) for i in range(count)]
+                if any(n is None for n in names):
+                    continue
+                imports = [Import(n.removeprefix("?"), n.startswith("?")) for n in names if n is not None]
+            return name, imports
+        return None
+
+
+def _elf_images(data: bytes) -> list[bytes]:
+    """Each ELF embedded in a module, in order (the end of one is found from its headers)."""
+    images = []
+    at = data.find(ELF_MAGIC)
+    while at >= 0:
+        end = at + 4
+        try:
+            size = ElfHeaders(data, at).size()
+            images.append(data[at : at + size])
+            end = at + size
+        except (ValueError, struct.error):
+            pass
+        at = data.find(ELF_MAGIC, end)
+    return images
+
+
+def module_imports(module: PathLike) -> list[ExecutableImports]:
+    """The imports each embedded (llvm-cpu) executable of `module` calls."""
+    mod = require_file(module, "module")
+    found: list[ExecutableImports] = []
+    for image in _elf_images(mod.read_bytes()):
+        try:
+            elf = _ElfImage(image)
+            library = elf.library()
+        except (ValueError, KeyError, IndexError, struct.error):
+            continue
+        if library is None:
+            continue
+        machine = _EM_NAMES.get(elf.elf.machine, f"EM_{elf.elf.machine}")
+        arch = f"riscv_{elf.elf.elfclass}" if machine == "EM_RISCV" else _MACHINE_NAMES.get(machine, str(machine))
+        found.append(ExecutableImports(library[0], arch, library[1]))
+    return found
+
+
+def _host_arch() -> str:
+    from pyree_build.backends.llvm_cpu.elf import host_arch
+
+    return {"aarch64": "arm_64", "riscv64": "riscv_64"}.get(host_arch(), host_arch())
+
+
+def describe(executables: Sequence[ExecutableImports], resolution: Resolution | None = None) -> str:
+    if not executables:
+        return "no embedded CPU executables (imports are read from llvm-cpu modules)"
+    lines = []
+    for e in executables:
+        lines.append(f"{e.library} ({e.arch}): " + (f"{len(e.imports)} import(s)" if e.imports else "no imports"))
+        for imp in e.imports:
+            text = f"  {imp.name}" + (" (optional)" if imp.optional else "")
+            if resolution is not None and e.arch == _host_arch():
+                by = resolution.provider.get(imp.name)
+                text += f"  <- {by}" if by else "  <- NOT RESOLVED"
+            lines.append(text)
+    if resolution is not None:
+        lines.append("plugins, in the order the runtime asks them (last registered first):")
+        for answer in resolution.answers:
+            lines.append(f"  {answer.path}" + (f" ({answer.name})" if answer.name else "") + (f": {answer.error}" if answer.error else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- plugins
+
+
+@record
+class PluginAnswer:
+    path: str
+    name: str = ""
+    resolves: list[str] = field(default_factory=list)
+    error: str | None = None  # the plugin could not be asked (or failed to load)
+
+
+@record
+class Resolution:
+    answers: list[PluginAnswer]  # in asking order: last registered first
+    provider: dict[str, str]  # import -> the plugin (path) that resolves it
+
+
+def _loadable_copy(plugin: Path, scratch: Path) -> tuple[Path | None, str | None]:
+    """A file dlopen can load for `plugin`: itself, or the host's ELF out of a FatELF."""
+    from pyree_build.backends.llvm_cpu import fatelf
+
+    with plugin.open("rb") as f:
+        head = f.read(4)
+    if head == b"\xfa\x70\x0e\x1f":
+        try:
+            data = fatelf.select(plugin)
+        except PyreeError as exc:
+            return None, exc.what
+        out = scratch / f"{plugin.stem}_host.so"
+        out.write_bytes(data)
+        return out, None
+    return plugin, None
+
+
+def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
+    """Ask each plugin (in a child process) which of `names` it resolves, in the runtime's order.
+
+    Names are as the runtime passes them: an optional import keeps its `?` prefix.
+    """
+    from pyree_build.core import processes
+
+    paths = [require_file(os.fspath(p).removeprefix("embedded:"), "plugin").resolve() for p in plugins]
+    order = list(reversed(paths))
+    with tempfile.TemporaryDirectory(prefix="pyree-resolve.") as tmp:
+        scratch = Path(tmp)
+        requests = []
+        answers: list[PluginAnswer] = []
+        for path in order:
+            loadable, error = _loadable_copy(path, scratch)
+            answers.append(PluginAnswer(str(path), error=error))
+            if loadable is not None:
+                requests.append((len(answers) - 1, str(loadable)))
+        for index, loadable in requests:
+            # A fork of this process, not a new Python (~70 ms less per run): the plugin's
+            # code still runs apart from pyree_build, so a crash or hang there is reported.
+            try:
+                reply = processes.call_in_child(_ask_quietly, loadable, list(names), what="asking its resolve", file=answers[index].path, timeout=120)
+            except PyreeError as err:
+                answers[index].error = err.what
+                continue
+            answers[index].name = reply.get("name", "")  # type: ignore[union-attr]
+            answers[index].resolves = reply.get("resolves", [])  # type: ignore[union-attr]
+            answers[index].error = reply.get("error")  # type: ignore[union-attr]
+    provider: dict[str, str] = {}
+    for answer in answers:
+        for name in answer.resolves:
+            provider.setdefault(name.removeprefix("?"), answer.path)
+    return Resolution(answers, provider)
+
+
+def check_resolved(module: PathLike, plugins: Sequence[PathLike], *, ask_without_imports: bool = True) -> tuple[list[ExecutableImports], Resolution]:
+    """Every required import of the module's host executables is resolved by one of `plugins`,
+    or a PyreeError naming the missing imports and the plugins asked. When a plugin cannot be
+    asked here (it does not load in this process), a missing import is only noted."""
+    executables = module_imports(module)
+    host = [e for e in executables if e.arch == _host_arch()]
+    names = sorted({("?" if i.optional else "") + i.name for e in host for i in e.imports})
+    if not names and not ask_without_imports:  # nothing to check: spare the child process
+        return executables, Resolution([], {})
+    resolution = resolve(names, plugins)
+    missing = sorted({n for e in host for n in e.required if n not in resolution.provider})
+    if missing:
+        asked = "\n".join(
+            f"  {a.path}" + (f" ({a.name})" if a.name else "") + (f": could not be asked: {a.error}" if a.error else f": resolves {', '.join(a.resolves) or 'none of them'}")
+            for a in resolution.answers
+        )
+        unasked = [a for a in resolution.answers if a.error]
+        if unasked:  # one of those may provide it: leave the verdict to the runtime
+            from pyree_build.core import echo
+
+            echo.log_step(f"  note: could not check imports {', '.join(missing)}: some plugins could not be asked\n" + asked)
+            return executables, resolution
+        raise PyreeError(
+            f"no plugin resolves import{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}, which the module calls",
+            file=module,
+            details="plugins asked (last registered first):\n" + asked,
+            fix=(
+                "pass the plugin that exports "
+                + ", ".join(missing)
+                + " with --plugin, or check that the name in the plugin's resolve matches the MLIR declaration exactly"
+            ),
+        )
+    return executables, resolution
+
+
+def require_imports(module: PathLike, expected: Sequence[str], *, what: str = "module") -> list[ExecutableImports]:
+    """Each name in `expected` is called by some executable of the module, or a PyreeError."""
+    executables = module_imports(module)
+    called = {i.name for e in executables for i in e.imports}
+    missing = [n for n in expected if n not in called]
+    if missing:
+        raise PyreeError(
+            f"the {what} does not call import{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}",
+            file=module,
+            details="imports it calls:\n" + describe(executables),
+            fix=(
+                "if a transform/PDL spec should have put the call there, it matched nothing: compare its matcher with the "
+                "program (`pyree-build dump IN.mlir -o DIR --transform-spec SPEC` shows the executables it makes); "
+                "otherwise check the import's name in the MLIR declaration"
+            ),
+        )
+    return executables
+
+
+# ---------------------------------------------------------------------------- child side
+
+def _ask(path: str, names: list[str]) -> dict[str, object]:
+    """Load the plugin as the runtime does (query, load with a host allocator, resolve, unload)
+    and return which of `names` it resolves. ctypes, not cffi: cffi's cdef parse alone costs
+    ~65 ms of every run with a plugin."""
+    import ctypes as C
+
+    class Header(C.Structure):
+        _fields_ = [("version", C.c_uint32), ("name", C.c_char_p), ("description", C.c_char_p),
+                    ("features", C.c_uint32), ("sanitizer", C.c_int32), ("reserved", C.c_uint64 * 8)]  # fmt: skip
+
+    ctl_t = C.CFUNCTYPE(C.c_size_t, C.c_void_p, C.c_int, C.c_void_p, C.POINTER(C.c_void_p))
+
+    class Allocator(C.Structure):
+        _fields_ = [("self", C.c_void_p), ("ctl", ctl_t)]
+
+    class Environment(C.Structure):
+        _fields_ = [("host_allocator", Allocator)]
+
+    class ResolveParams(C.Structure):
+        _fields_ = [("count", C.c_size_t), ("symbol_names", C.POINTER(C.c_char_p)),
+                    ("out_fn_ptrs", C.POINTER(C.c_void_p)), ("out_fn_contexts", C.POINTER(C.c_void_p))]  # fmt: skip
+
+    class Plugin(C.Structure):
+        _fields_ = [
+            ("header", C.POINTER(Header)),
+            ("load", C.CFUNCTYPE(C.c_size_t, C.POINTER(Environment), C.c_size_t, C.c_void_p, C.POINTER(C.c_void_p))),
+            ("unload", C.CFUNCTYPE(None, C.c_void_p)),
+            ("resolve", C.CFUNCTYPE(C.c_size_t, C.c_void_p, C.POINTER(ResolveParams), C.POINTER(C.c_uint32))),
+        ]
+
+    libc = C.CDLL(None)
+    libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = C.c_void_p
+    libc.malloc.argtypes = [C.c_size_t]
+    libc.calloc.argtypes = [C.c_size_t, C.c_size_t]
+    libc.realloc.argtypes = [C.c_void_p, C.c_size_t]
+    libc.free.argtypes = [C.c_void_p]
+
+    def ctl(self, command, params, inout_ptr):  # type: ignore[no-untyped-def] # the runtime's host allocator, for plugins that allocate
+        size = C.cast(params, C.POINTER(C.c_size_t))[0] if params else 0
+        if command == 0:
+            inout_ptr[0] = libc.malloc(size)
+        elif command == 1:
+            inout_ptr[0] = libc.calloc(1, size)
+        elif command == 2:
+            inout_ptr[0] = libc.realloc(inout_ptr[0], size)
+        elif command == 3:
+            libc.free(inout_ptr[0])
+            return 0
+        return 0 if inout_ptr[0] else 8
+
+    ctl_fn = ctl_t(ctl)  # kept alive until the plugin is unloaded
+    try:
+        lib = C.CDLL(path)
+        query = lib.iree_hal_executable_plugin_query
+    except (OSError, AttributeError) as exc:
+        return {"error": f"cannot be loaded here ({exc})"}
+    query.restype = C.POINTER(C.POINTER(Header))
+    query.argtypes = [C.c_uint32, C.c_void_p]
+    # query returns the plugin struct, seen through its first field (the header pointer).
+    header_pp = query(1, None)
+    if not header_pp or not header_pp[0]:
+        return {"error": "its query function returned NULL for plugin ABI version 1"}
+    plugin = C.cast(header_pp, C.POINTER(Plugin)).contents
+    raw_name = header_pp[0].contents.name
+    name = raw_name.decode("utf-8", "replace") if raw_name else ""
+    env = Environment()
+    env.host_allocator.ctl = ctl_fn
+    self_p = C.c_void_p()
+    status = plugin.load(C.byref(env), 0, None, C.byref(self_p))
+    if status:
+        return {"name": name, "error": f"its load returned status code {status & 0x1F}"}
+    # The runtime passes names sorted, optional ones with their `?`.
+    keep = sorted(names)
+    count = len(keep)
+    symbols = (C.c_char_p * max(1, count))(*[n.encode() for n in keep])
+    fn_ptrs = (C.c_void_p * max(1, count))()
+    fn_contexts = (C.c_void_p * max(1, count))()
+    params = ResolveParams(count, C.cast(symbols, C.POINTER(C.c_char_p)), C.cast(fn_ptrs, C.POINTER(C.c_void_p)), C.cast(fn_contexts, C.POINTER(C.c_void_p)))
+    resolution = C.c_uint32()
+    plugin.resolve(self_p, C.byref(params), C.byref(resolution))
+    resolved = [keep[i] for i in range(count) if fn_ptrs[i]]
+    plugin.unload(self_p)
+    return {"name": name, "resolves": resolved}
+
+
+def _ask_quietly(path: str, names: list[str]) -> dict[str, object]:
+    """_ask in the forked child, the plugin's own prints kept out of pyree_build's output."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    return _ask(path, names)
+
+
+# ---------------------------------------------------------------------------- declarations
+
+_PRIVATE_DECL = re.compile(r"func\.func\s+private\s+@([\w$.\-]+)\s*\(", re.MULTILINE)
+
+
+def declarations_without_bareptr(mlir_text: str) -> list[str]:
+    """Imports declared with memref operands but without `llvm.bareptr = true`.
+
+    Without it each memref becomes a whole descriptor (pointers, offset, sizes, strides)
+    in the argument block, while C code written for base pointer + offset reads the
+    wrong fields: the module compiles and then computes garbage or crashes.
+    """
+    found = []
+    for m in _PRIVATE_DECL.finditer(mlir_text):
+        depth, i = 1, m.end()
+        while i < len(mlir_text) and depth:
+            depth += {"(": 1, ")": -1}.get(mlir_text[i], 0)
+            i += 1
+        params = mlir_text[m.end() : i - 1]
+        rest = mlir_text[i : i + 400]
+        attrs = ""
+        head = re.match(r"\s*(?:->\s*[^{\n]*)?\s*attributes\s*\{", rest)
+        if head:
+            close = rest.find("}", head.end())
+            attrs = rest[head.end() : close if close >= 0 else len(rest)]
+        if "memref<" in params and "llvm.bareptr" not in attrs:
+            found.append(m.group(1))
+    return found

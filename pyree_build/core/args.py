@@ -1,0 +1,192 @@
+"""Argument checks at the Python API's boundary: a wrong type is a PyreeError naming the
+argument, never a TypeError from deep inside, and a single path where a list is taken
+is one path (never a string split into characters)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from pyree_build.core.errors import PyreeError
+
+PathLike = str | os.PathLike[str]
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def path(value: object, role: str) -> Path:
+    """`value` as a Path: a str or os.PathLike, not empty."""
+    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
+        text = os.fspath(value)
+        if isinstance(text, str) and text:
+            return Path(text)
+    raise PyreeError(
+        f"{role} must be a path (a str or pathlib.Path), got {type(value).__name__} {_shown(value)}",
+        fix=f"pass the {role} as a string or a pathlib.Path",
+    )
+
+
+def optional_path(value: object, role: str) -> Path | None:
+    return None if value is None else path(value, role)
+
+
+def _items(value: object, role: str, what: str) -> list[object]:
+    if isinstance(value, (str, os.PathLike)):
+        return [value]
+    if isinstance(value, (bytes, bytearray, dict)) or not isinstance(value, Iterable):
+        raise PyreeError(
+            f"{role} must be {what} or a list of them, got {type(value).__name__} {_shown(value)}",
+            fix=f"pass {what}, or a list of them",
+        )
+    return list(value)
+
+
+def paths(value: object, role: str) -> list[Path]:
+    """One path or a list of paths, as a list (a single str is one path)."""
+    return [path(v, role) for v in _items(value, role, "a path")]
+
+
+def strings(value: object, role: str) -> list[str]:
+    """One string or a list of strings (a single str is one item)."""
+    items = _items(value, role, "a string")
+    for v in items:
+        if not isinstance(v, str):
+            raise PyreeError(f"{role} must be strings, got {type(v).__name__} {_shown(v)}", fix=f"pass {role} as a list of strings")
+    return [str(v) for v in items]
+
+
+def words(value: object, role: str) -> list[str]:
+    """One value or a list of values that are strings or ints (sms, archs): `80` is `[80]`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [str(value)]
+    items = _items(value, role, "a string or an int")
+    out = []
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, (str, int)):
+            raise PyreeError(f"{role} must be strings or ints, got {type(v).__name__} {_shown(v)}", fix=f"pass {role} as e.g. [80, 90]")
+        out.append(str(v))
+    return out
+
+
+def choice(value: object, role: str, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise PyreeError(f"{role} must be one of {', '.join(choices)}, got {_shown(value)}", fix=f"pass {role}={choices[0]!r}, for example")
+    return value
+
+
+def text(value: object, role: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise PyreeError(f"{role} must be a non-empty string, got {type(value).__name__} {_shown(value)}", fix=f"pass {role} as a string")
+    return value
+
+
+def optional_text(value: object, role: str) -> str | None:
+    return None if value is None else text(value, role)
+
+
+def jobs(value: object) -> int | None:
+    """Parallel jobs: None (the number of cores) or an int of at least 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PyreeError(f"jobs must be a whole number of at least 1, got {_shown(value)}", fix="pass -j 4, for example, or leave it out to use every core")
+    return value
+
+
+def count(value: object, role: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PyreeError(f"{role} must be a whole number of at least 1, got {_shown(value)}", fix=f"pass {role}=5, for example")
+    return value
+
+
+def flag(value: object, role: str) -> bool:
+    if not isinstance(value, bool):
+        raise PyreeError(f"{role} must be True or False, got {_shown(value)}", fix=f"pass {role}=True or {role}=False")
+    return value
+
+
+def _sm(value: object, role: str) -> str | int | None:
+    if value is None or (isinstance(value, (str, int)) and not isinstance(value, bool)):
+        return value
+    raise PyreeError(f"{role} must be an sm such as 80 or 'sm_80', got {type(value).__name__} {_shown(value)}", fix=f"pass {role}=80, for example")
+
+
+def _number(value: object, role: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise PyreeError(f"{role} must be a number of seconds, got {_shown(value)}", fix=f"pass {role}=0.1, for example")
+    return value
+
+
+def _one_source(value: object, role: str) -> Path:
+    items = paths(value, role)
+    if len(items) != 1:
+        raise PyreeError(f"{role} takes one file, got {len(items)}", fix="call it once per source")
+    return items[0]
+
+
+# Each argument name the verbs use -> how it is checked (and normalised) at the API boundary.
+# One table, so every verb checks the same name the same way; a name not listed passes as is.
+CHECKS = {
+    "sources": paths,
+    "source": _one_source,
+    "output": path,
+    "output_dir": path,
+    "module": path,
+    "directory": path,
+    "a": path,
+    "b": path,
+    "depfile": optional_path,
+    "check_file": optional_path,
+    "substitute_from": optional_path,
+    "include_dirs": paths,
+    "object_search_paths": paths,
+    "plugins": paths,
+    "defines": strings,
+    "flags": strings,
+    "allow_undefined": strings,
+    "substitutions": strings,
+    "expect": strings,
+    "inputs": strings,
+    "archs": words,
+    "sms": words,
+    "jobs": lambda v, _role: jobs(v),
+    "device": text,
+    "kind": text,
+    "target": text,
+    "cc": text,
+    "compiler": text,
+    "ptx_isa": text,
+    "cpu": text,
+    "function": text,
+    "name": optional_text,
+    "sm": _sm,
+    "force": flag,
+    "verify": flag,
+    "skip_unavailable": flag,
+    "repetitions": count,
+    "rounds": count,
+    "min_time": _number,
+}
+
+
+def checked_call(  # type: ignore[no-untyped-def]
+    implementation, positional: tuple, keywords: dict, *, verb: str, optional: Sequence[str] = (), checked: Sequence[str] = ()
+):
+    """Bind the caller's arguments to `implementation`'s signature, check each by its name
+    (CHECKS), and call it: a wrong argument is a PyreeError naming it, never a TypeError.
+    Names in `optional` may be None; names in `checked` the caller has checked already."""
+    import inspect
+
+    try:
+        bound = inspect.signature(implementation).bind(*positional, **keywords)
+    except TypeError as exc:
+        raise PyreeError(f"pb.{verb}: {exc}", fix=f"see help(pyree_build.{verb}) for its arguments") from None
+    for name, value in bound.arguments.items():
+        check = CHECKS.get(name)
+        if check is None or name in checked or (value is None and name in optional):
+            continue
+        bound.arguments[name] = check(value, name)
+    return implementation(*bound.args, **bound.kwargs)

@@ -1,0 +1,195 @@
+"""Writing outputs safely: atomic renames, private scratch directories, depfiles."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from pyree_build.core import echo
+from pyree_build.core.errors import PyreeError
+
+
+def prepare_output_dir(path: Path) -> None:
+
+    try:
+        echo.make_dir(path)
+    except OSError as exc:
+        raise PyreeError(
+            f"cannot create output directory: {exc.strerror}",
+            file=path,
+            fix="choose an output path in a directory you can write to",
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise PyreeError("output directory is not writable", file=path, fix="choose an output path in a directory you can write to")
+
+
+def _temp_name(final: Path, suffix: str = ".tmp") -> Path:
+    """A hidden sibling name that records its writer's pid, so leftovers of a killed build can be swept."""
+    sweep_stale_temps(final)
+    return final.parent / f".{final.name}.{os.getpid()}-{os.urandom(4).hex()}{suffix}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError, ValueError):  # a pid no process can have
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_temps(final: Path) -> None:
+    """Remove temporaries of `final` left by writers that no longer run (a killed build).
+
+    A running writer's temporaries are left alone, so concurrent builds never race here.
+    """
+
+    # Also matches what a killed tool derived from our name (clang writes `<output>-<random>.tmp`).
+    pattern = re.compile(re.escape(f".{final.name}.") + r"(\d+)-[0-9a-f]{8}[.-]")
+    try:
+        siblings = list(final.parent.iterdir())
+    except OSError:
+        return
+    for path in siblings:
+        m = pattern.match(path.name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Path]]:
+    """Yield a temporary path beside each of `finals`; rename them into place only if the
+    block succeeds, all in one tight loop after it.
+
+    A crash, an error or a kill in the block leaves every final file as it was before (or
+    absent), never a partial file, nor a partial set of files that belong together (one
+    per arch or sm), that a later build would trust. The paths are only names: the tool
+    creates the files, so they get the usual mode (umask, +x for a linker).
+    """
+    pairs = []
+    for final in map(Path, finals):
+        prepare_output_dir(final.parent)
+        pairs.append((_temp_name(final), final))
+    try:
+        yield [tmp for tmp, _ in pairs]
+        for tmp, final in pairs:
+            if not tmp.exists() or tmp.stat().st_size == 0:
+                raise PyreeError("the tool reported success but wrote no output", file=final)
+        from pyree_build.core import echo
+
+        for tmp, final in pairs:
+            echo.echo_command(echo.shell_line(["mv", tmp, final]))
+            os.replace(tmp, final)
+    finally:
+        for tmp, _ in pairs:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_output(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """`atomic_outputs` for one file."""
+    with atomic_outputs([final]) as (tmp,):
+        yield tmp
+
+
+def remove_stale(path: str | os.PathLike[str]) -> None:
+    """Delete an earlier output before rebuilding it, so a failed rebuild leaves nothing to trust.
+
+    Only a regular file or a link is ever removed (outputs.check_outputs refuses the rest first).
+    """
+
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        if stat.S_ISREG(os.lstat(path).st_mode) or os.path.islink(path):
+            Path(path).unlink()
+
+
+@contextlib.contextmanager
+def scratch_dir(near: Path, label: str) -> Iterator[Path]:
+    """A private build directory for intermediates, removed afterwards; never beside the sources.
+
+    Under -v it is kept (until the next build of the same output sweeps it), so the printed
+    commands that read and write it can be pasted.
+    """
+
+    prepare_output_dir(near)
+    tmp = echo.make_dir(_temp_name(near / label, ".build"))
+    try:
+        yield tmp
+    finally:
+        if echo.VERBOSITY >= 2:
+            echo.log_step(f"kept the scratch directory {tmp} (-v)")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _escape_dep(path: str) -> str:
+    return path.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+
+
+def write_depfile(depfile: str | os.PathLike[str], target: str | os.PathLike[str], deps: Iterable[str | os.PathLike[str]]) -> None:
+    """Write a Make/Ninja depfile: `target: dep dep ...`, deduplicated, absolute paths."""
+    seen: dict[str, None] = {}
+    for dep in deps:
+        seen.setdefault(os.path.abspath(os.fspath(dep)), None)
+    text = _escape_dep(os.path.abspath(os.fspath(target))) + ": " + " \\\n  ".join(_escape_dep(d) for d in seen) + "\n"
+    with atomic_output(depfile) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def parse_depfile(path: str | os.PathLike[str]) -> list[str]:
+    """Dependencies listed in a compiler-written depfile (`-MD -MF`), in order."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = text.replace("\\\n", " ")
+    _, _, rest = text.partition(": ")
+    deps: list[str] = []
+    current = ""
+    i = 0
+    while i < len(rest):
+        ch = rest[i]
+        if ch == "\\" and i + 1 < len(rest) and rest[i + 1] == " ":
+            current += " "
+            i += 2
+            continue
+        if ch.isspace():
+            if current:
+                deps.append(current)
+                current = ""
+        else:
+            current += ch
+        i += 1
+    if current:
+        deps.append(current)
+    return deps
+
+
+# --- Content-addressed action cache -------------------------------------------------
+#
+# Layout under the cache root, which the cache marks as its own with CACHEDIR.TAG (it
+# writes into, and clears, only a directory that holds that mark, or a new empty one):
+#   manifests/<base>.json  for one action on one set of known inputs: the dependency sets
+#                          seen so far, each with the content hashes it had, its entry and
+#                          the hash of each output
+#   entries/<entry>/       the outputs of one build, named 0, 1, ... in output order
+#   locks/<base>.lock      serialises read-modify-write of one manifest
+#   tools/<hash>.json      a tool's content hash, remembered with its stat (see cache._tool_digest)
+# <base> hashes the action, its flags, the tools, the host CPU where the flags say "host"
+# and the bytes of every input known before the build; <entry> also hashes every
+# dependency the build reported (included headers). Every name read from the cache is
+# checked to be a hex digest, so nothing in it can point a lookup or a store elsewhere.
+#
+# Soundness: inputs are hashed before the tool runs and again after; a dependency that
+# changed (or whose ctime is newer than the build's start) means the output is published
+# for this build but not stored. Outputs are stored from the build's private temporary
+# files, and published as copies (copy-on-write clones where the filesystem has them),
+# each checked against its recorded hash on every hit.
+

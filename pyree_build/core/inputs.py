@@ -1,0 +1,264 @@
+"""Every file an action will read, found before the tool runs.
+
+The cache key and the depfile must name every file a tool reads, however it was named:
+objects referenced from MLIR (`#hal.executable.object<{path = ...}>`, resolved as
+iree-compile resolves them), files and directories named by pass-through flags, headers
+named by `#include`. Where the inputs cannot be known (a flag naming a directory whose
+reads are unknown, MLIR bytecode, an `#include` through a macro), the answer says why,
+and the action is then not cached.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from pyree_build.core.records import field, record
+
+PathLike = str | os.PathLike[str]
+
+MLIR_BYTECODE_MAGIC = b"ML\xefR"
+
+# One MLIR token: a `//` comment, a string (escapes kept; possibly unterminated), an
+# identifier with its sigil, the arrow of a function type, or any other single character.
+_TOKEN = re.compile(
+    r'(?P<comment>//[^\n]*)'
+    r'|(?P<string>"(?:[^"\\\n]|\\.)*"?)'
+    r'|(?P<ident>[#!@%^]?[A-Za-z_][\w$.]*)'
+    r'|(?P<arrow>->)'
+    r'|(?P<punct>\S)'
+)
+_OPEN = {"<": ">", "{": "}", "[": "]", "(": ")"}
+_CLOSE = set(_OPEN.values())
+
+
+def _unescape(body: str) -> str:
+    """The value of an MLIR string literal's body: `\\\\`, `\\"`, `\\n`, `\\t` and `\\HH` escapes."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\" or i + 1 >= len(body):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = body[i + 1]
+        if nxt in "\\\"":
+            out.append(nxt)
+            i += 2
+        elif nxt == "n":
+            out.append("\n")
+            i += 2
+        elif nxt == "t":
+            out.append("\t")
+            i += 2
+        elif re.fullmatch(r"[0-9A-Fa-f]{2}", body[i + 1 : i + 3]):
+            out.append(chr(int(body[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _tokens(text: str) -> Iterator[tuple[str, str]]:
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup or "punct"
+        if kind == "comment":
+            continue
+        value = m.group()
+        if kind == "string":
+            value = _unescape(value[1:-1] if value.endswith('"') and len(value) > 1 else value[1:])
+        yield kind, value
+
+
+def referenced_objects(mlir_text: str) -> list[str]:
+    """Paths of the `#hal.executable.object`s an MLIR program references without `data`.
+
+    Parsed by tokens, so comments and strings cannot hide or fake a reference.
+    """
+    toks = list(_tokens(mlir_text))
+    found: dict[str, None] = {}
+    i = 0
+    while i < len(toks):
+        if toks[i] != ("ident", "#hal.executable.object") or toks[i + 1 : i + 3] != [("punct", "<"), ("punct", "{")]:
+            i += 1
+            continue
+        # Read the dictionary's top-level keys: `key = value` or a unit `key`.
+        depth, j = 1, i + 3
+        keys: dict[str, object] = {}
+        expect_key = True
+        while j < len(toks) and depth > 0:
+            kind, value = toks[j]
+            if kind == "punct" and value in _OPEN:
+                depth += 1
+            elif kind == "punct" and value in _CLOSE:
+                depth -= 1
+            elif depth == 1 and kind == "punct" and value == ",":
+                expect_key = True
+            elif depth == 1 and expect_key and kind in ("ident", "string"):
+                keys[value] = None
+                expect_key = False
+                if toks[j + 1 : j + 2] == [("punct", "=")] and j + 2 < len(toks) and toks[j + 2][0] == "string":
+                    keys[value] = toks[j + 2][1]
+            j += 1
+        path = keys.get("path")
+        if isinstance(path, str) and "data" not in keys:
+            found.setdefault(path, None)
+        i = j
+    return list(found)
+
+
+def resolve_object(path: str, search_paths: Sequence[PathLike], cwd: PathLike | None = None) -> tuple[Path | None, list[Path]]:
+    """Where iree-compile finds an object: absolute as is, else the working directory, then
+    each search path in order. Returns the file (or None) and every place tried."""
+    p = Path(path)
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    tried = [p] if p.is_absolute() else [base / p, *(Path(s).resolve() / p for s in search_paths)]
+    for candidate in tried:
+        if candidate.is_file():
+            return candidate.resolve(), tried
+    return None, tried
+
+
+def is_mlir_bytecode(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == MLIR_BYTECODE_MAGIC
+    except OSError:
+        return False
+
+
+@record
+class Inputs:
+    """What an action reads besides its primary source, and how names resolved."""
+
+    files: list[Path] = field(default_factory=list)  # read by the tool: keyed by content, listed in the depfile
+    resolution: list[str] = field(default_factory=list)  # how each name resolved: part of the key
+    uncacheable: str | None = None  # why the inputs cannot be known (then nothing is cached)
+
+    def add(self, path: Path) -> None:
+        if path not in self.files:
+            self.files.append(path)
+
+    def refuse(self, why: str) -> None:
+        if self.uncacheable is None:
+            self.uncacheable = why
+
+
+# Flags whose value is where the compiler looks for objects named in the program.
+_SEARCH_PATH_FLAGS = ("--iree-hal-executable-object-search-path",)
+# Flag names that say the value is something the compiler writes: a cache hit would not
+# write it, so such a compile is never cached.
+_OUTPUT_FLAG = re.compile(r"(-to$|dump|output-file|print-ir)")
+
+
+def _flag_values(argv: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
+    """(flag name, candidate values) for `--flag=VALUE` and `--flag VALUE`. The candidates
+    are the value, what follows each `=` in it (NAME=FILE) and its comma-separated parts."""
+    name = ""
+    for arg in argv:
+        if arg.startswith("-"):
+            name, eq, value = arg.partition("=")
+            if not eq:
+                yield name, []
+                continue
+        else:
+            value = arg
+        parts = [value]
+        rest = value
+        while "=" in rest:
+            rest = rest.split("=", 1)[1]
+            parts.append(rest)
+        for part in list(parts):
+            if "," in part:
+                parts.extend(p for p in part.split(",") if p)
+        yield name, [p for p in dict.fromkeys(parts) if p]
+
+
+def compile_inputs(source: Path, argv: Sequence[str], *, cwd: PathLike | None = None) -> Inputs:
+    """Every file iree-compile reads for `source` with flags `argv`, besides itself and its
+    own installation: files named by flags, objects the MLIR (source and any MLIR named by a
+    flag, such as a transform spec) references, resolved through the search paths."""
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    found = Inputs()
+    search: list[Path] = []
+    for name, values in _flag_values(argv):
+        if name and _OUTPUT_FLAG.search(name):
+            found.refuse(f"{name} makes iree-compile write files that a stored result could not restore")
+            continue
+        existing = False
+        for value in values:
+            path = base / value
+            try:
+                is_file, is_dir = path.is_file(), path.is_dir()
+            except OSError:  # a name too long to be a path, say
+                continue
+            existing = existing or is_file or is_dir
+            if is_file:
+                found.add(path.resolve())
+            elif is_dir and name in _SEARCH_PATH_FLAGS:
+                search.append(path.resolve())
+            elif is_dir and name.endswith("-from"):  # substitute-*-from: reads the files named by executable
+                children = sorted(c for c in path.iterdir() if c.is_file())
+                for child in children:
+                    found.add(child.resolve())
+                found.resolution.append(f"dir:{path.resolve()}:{','.join(c.name for c in children)}")
+            elif is_dir:
+                found.refuse(f"{name} names the directory {value}; which files the compiler reads from it is unknown")
+        if not existing and any("/" in v for v in values):
+            found.refuse(f"{name} names {values[0]}, which does not exist (an output, or a missing input)")
+    mlir_files = [source, *(f for f in found.files if f.suffix in (".mlir", ".mlirbc"))]
+    for mlir in mlir_files:
+        if is_mlir_bytecode(mlir):
+            found.refuse(f"{mlir} is MLIR bytecode; the objects it references cannot be read from it")
+            continue
+        try:
+            text = mlir.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue  # iree-compile reports it
+        for ref in referenced_objects(text):
+            obj, _ = resolve_object(ref, search, cwd=base)
+            found.resolution.append(f"object:{ref}->{obj or 'missing'}")
+            if obj is not None:
+                found.add(obj)
+    found.resolution.extend(f"search:{s}" for s in search)
+    return found
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))', re.MULTILINE)
+
+
+def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
+    """The headers a C/CUDA source includes, found by following `#include` lines (for
+    compilers that write no dependency list, such as NVRTC). Every `#include` is followed,
+    even in comments or disabled branches: an extra dependency costs a rebuild, a missed
+    one a wrong output. An include through a macro cannot be followed: not cacheable."""
+    found = Inputs()
+    pending = [source]
+    seen: set[Path] = {source.resolve()}
+    while pending:
+        current = pending.pop()
+        try:
+            text = current.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for m in _INCLUDE.finditer(text):
+            if m["other"] is not None:
+                found.refuse(f"{current}: `#include {m['other'].strip()}` names its header through a macro")
+                continue
+            name = m["quoted"] or m["angled"]
+            bases = ([current.parent] if m["quoted"] else []) + list(include_dirs)
+            for b in bases:
+                candidate = (b / name).resolve()
+                if candidate.is_file():
+                    found.resolution.append(f"include:{current}:{name}->{candidate}")
+                    if candidate not in seen:
+                        seen.add(candidate)
+                        found.add(candidate)
+                        pending.append(candidate)
+                    break
+            else:  # the compiler's own header (cuda_fp16.h), part of the tool
+                found.resolution.append(f"include:{current}:{name}->tool")
+    return found

@@ -1,0 +1,301 @@
+"""Which files a verb may write or remove, decided before anything is touched.
+
+The rule: a verb replaces only the outputs the user named, and only when each is a regular
+file or absent; an output that is also an input (the same path, a symlink to it or a hard
+link of it) or the depfile, or that exists as a directory, FIFO or device node, is refused.
+A directory output (`dump`) records what it wrote, with hashes, in a hidden manifest, and
+later removes or replaces only files it wrote that are unchanged since.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from pyree_build.core import args
+from pyree_build.core.errors import PyreeError
+
+PathLike = str | os.PathLike[str]
+
+# Temporaries live beside an output under a longer name (".NAME.PID-RANDOM.build", and
+# a compiler may add its own suffix to that): names are refused that leave less room.
+TEMP_NAME_ROOM = 40
+_PATH_MAX = 4096
+_FIX_OTHER_NAME = "choose another output path"
+
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _kind(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def _stat(p: Path) -> os.stat_result | None:
+    try:
+        return p.stat()
+    except (OSError, ValueError):
+        return None
+
+
+def _existing_ancestor(p: Path) -> Path:
+    for parent in Path(os.path.abspath(p)).parents:
+        if os.path.lexists(parent):
+            return parent
+    return Path("/")
+
+
+def _check_parents(p: Path, role: str) -> None:
+    """Every existing ancestor must be a directory (`-o some_file/x.so` is refused here)."""
+    for parent in Path(os.path.abspath(p)).parents:
+        if not os.path.lexists(parent):
+            continue
+        st = _stat(parent)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            raise PyreeError(
+                f"the {role}'s parent {parent} is {'a broken link' if st is None else _kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, not a directory",
+                file=p,
+                fix=f"choose an {role} path whose parent directories are directories",
+            )
+        return
+
+
+def _check_name(p: Path, role: str) -> None:
+    name_bytes = len(os.fsencode(p.name))
+    try:
+        name_max = os.pathconf(_existing_ancestor(p), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    longest = max(1, name_max - TEMP_NAME_ROOM)
+    if name_bytes > longest:
+        raise PyreeError(
+            f"the {role}'s file name is {name_bytes} bytes long; this file system allows {name_max}, and pyree_build needs "
+            f"{TEMP_NAME_ROOM} of those for the temporary files it writes beside it",
+            file=p.name[:60] + "...",
+            fix=f"choose an {role} name of at most {longest} bytes",
+        )
+    full = len(os.fsencode(os.path.abspath(p)))
+    if full + TEMP_NAME_ROOM > _PATH_MAX:
+        raise PyreeError(
+            f"the {role}'s path is {full} bytes long; paths are limited to {_PATH_MAX} bytes, temporary names included",
+            file=p.name,
+            fix=f"choose an {role} path of at most {_PATH_MAX - TEMP_NAME_ROOM} bytes",
+        )
+
+
+def _identity(p: Path) -> tuple[str, tuple[int, int] | None]:
+    st = _stat(p)
+    return os.path.realpath(p), ((st.st_dev, st.st_ino) if st is not None else None)
+
+
+def _same(a: tuple[str, tuple[int, int] | None], b: tuple[str, tuple[int, int] | None]) -> bool:
+    return a[0] == b[0] or (a[1] is not None and a[1] == b[1])
+
+
+def check_output_file(p: Path, role: str = "output") -> None:
+    """`p` may be written: its name fits, its parents are directories, and it is absent or
+    a regular file (a symlink counts as what it points to)."""
+    _check_name(p, role)
+    _check_parents(p, role)
+    if not os.path.lexists(p):
+        return
+    st = _stat(p)
+    if st is None:  # a dangling symlink: replacing it loses nothing
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise PyreeError(
+            f"the {role} is an existing directory",
+            file=p,
+            fix=f"name a file for the {role}, e.g. {p}/<name>",
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise PyreeError(
+            f"the {role} exists and is {_kind(st.st_mode)}; pyree_build replaces only regular files",
+            file=p,
+            fix=_FIX_OTHER_NAME,
+        )
+
+
+def check_output_dir(p: Path, role: str = "output directory") -> None:
+    """`p` may hold outputs: absent (it is created) or a directory."""
+    _check_parents(p, role)
+    st = _stat(p) if os.path.lexists(p) else None
+    if os.path.lexists(p) and (st is None or not stat.S_ISDIR(st.st_mode)):
+        what = "a broken link" if st is None else "a file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        raise PyreeError(f"the {role} exists and is {what}, not a directory", file=p, fix=f"choose a directory for the {role} (a new one is created)")
+
+
+def check_outputs(
+    outputs: Iterable[object],
+    inputs: Iterable[object] = (),
+    *,
+    depfile: object = None,
+    output_dirs: Iterable[object] = (),
+) -> list[Path]:
+    """Refuse, before anything is touched, any output that would replace something other
+    than an earlier output: see the module docstring. Returns the outputs as Paths."""
+    dirs = [args.path(d, "output directory") for d in output_dirs]
+    outs = [args.path(o, "output") for o in outputs]
+    dep = args.optional_path(depfile, "depfile")
+    ins = [args.path(i, "input") for i in inputs]
+    for d in dirs:
+        check_output_dir(d)
+    named = [(o, "output") for o in outs] + ([(dep, "depfile")] if dep is not None else [])
+    for p, role in named:
+        check_output_file(p, role)
+    input_ids = [(i, _identity(i)) for i in ins]
+    seen: list[tuple[Path, str, tuple[str, tuple[int, int] | None]]] = []
+    for p, role in named:
+        ident = _identity(p)
+        for i, i_ident in input_ids:
+            if _same(ident, i_ident):
+                raise PyreeError(
+                    f"the {role} is also an input ({i}): writing it would destroy the input",
+                    file=p,
+                    fix=f"choose another {role} path; pyree_build never writes over its inputs",
+                )
+        for q, q_role, q_ident in seen:
+            if _same(ident, q_ident):
+                raise PyreeError(
+                    f"the {role} and the {q_role} {q} are the same file",
+                    file=p,
+                    fix=f"give the {role} its own path",
+                )
+        seen.append((p, role, ident))
+    return outs
+
+
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
+_MAX_SCANNED = 500
+
+
+def included_files(sources: Iterable[Path], include_dirs: Iterable[PathLike] = ()) -> list[Path]:
+    """Files the sources may `#include` (transitively), found by a textual scan: before a
+    compile the compiler's own list is unknown, and an output must not be one of them
+    (`plugin p.c -o helper.h`). It errs towards finding too many: conditional includes count."""
+    dirs = [Path(d) for d in include_dirs]
+    found: dict[str, Path] = {}
+    todo = [Path(s) for s in sources]
+    while todo and len(found) < _MAX_SCANNED:
+        current = todo.pop()
+        try:
+            text = current.read_bytes()
+        except OSError:
+            continue
+        for raw in _INCLUDE.findall(text):
+            name = os.fsdecode(raw.strip())
+            for base in (current.parent, *dirs):
+                candidate = base / name
+                if candidate.is_file():
+                    key = os.path.realpath(candidate)
+                    if key not in found:
+                        found[key] = candidate
+                        todo.append(candidate)
+                    break
+    return list(found.values())
+
+
+# --- Directory outputs: a manifest of what pyree_build wrote ------------------------
+
+MANIFEST = ".pyree_build-written.json"
+
+
+def file_hash(p: Path) -> str | None:
+    """sha256 of a regular file's bytes; None for anything else (absent, a directory, a FIFO)."""
+    try:
+        st = os.stat(p, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def read_manifest(directory: Path) -> dict[str, list[str]]:
+    """name -> the hashes pyree_build wrote under that name (more than one only while a
+    write is under way, so a killed write leaves every file recognisable)."""
+    try:
+        data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        files = data["files"]
+        return {str(k): [str(h) for h in v] for k, v in files.items() if isinstance(v, list) and "/" not in str(k)}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def write_manifest(directory: Path, files: Mapping[str, Sequence[str]]) -> None:
+    tmp = directory / f".{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"files": {k: list(v) for k, v in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, directory / MANIFEST)
+
+
+def replace_directory_files(
+    directory: Path, staged: Mapping[str, Path], *, inputs: Sequence[Path] = (), force: bool = False, verb: str = "dump"
+) -> None:
+    """Move the `staged` files (name -> a file on the same file system) into `directory`,
+    and remove the files an earlier run wrote there that this one does not write.
+
+    Only files recorded in the manifest with their current bytes are replaced or removed;
+    any other file in the way (edited since, or never written by pyree_build) is refused
+    by name, before anything moves, unless `force` (which replaces edited or foreign
+    regular files, and leaves edited files an earlier run wrote alone rather than removing them).
+    """
+    old = read_manifest(directory)
+    input_ids = [_identity(i) for i in inputs]
+    new_hashes = {name: file_hash(src) for name, src in staged.items()}
+    check_outputs([directory / name for name in staged], inputs)
+    in_the_way: list[str] = []
+    stale_ours: list[str] = []
+    kept_edited: list[str] = []
+    for name in sorted(set(staged) | set(old)):
+        final = directory / name
+        if not os.path.lexists(final):
+            continue
+        current = file_hash(final)
+        ours = current is not None and current in old.get(name, [])
+        if name in staged:
+            if not ours and current != new_hashes[name]:  # the same bytes: replacing loses nothing
+                in_the_way.append(name)
+        elif ours and not any(_same(_identity(final), i) for i in input_ids):
+            stale_ours.append(name)
+        else:
+            kept_edited.append(name)
+    if in_the_way and not force:
+        edited = [n for n in in_the_way if n in old]
+        foreign = [n for n in in_the_way if n not in old]
+        lines = []
+        if edited:
+            lines.append("edited since pyree_build wrote them: " + ", ".join(edited))
+        if foreign:
+            lines.append("not written by pyree_build: " + ", ".join(foreign))
+        raise PyreeError(
+            f"{len(in_the_way)} file(s) in the way would be overwritten; nothing was changed",
+            file=directory,
+            details="\n".join(lines),
+            fix=f"copy your edits elsewhere (e.g. a directory for --substitute-from) and remove them here, choose another directory, or pass --force to overwrite them ({verb} --force)",
+        )
+    # Record old and new hashes first: a write killed half-way leaves every file known.
+    during = {name: list(dict.fromkeys([*old.get(name, []), h])) for name, h in new_hashes.items() if h is not None}
+    for name in stale_ours:
+        during.setdefault(name, old[name])
+    write_manifest(directory, during)
+    for name, src in staged.items():
+        os.replace(src, directory / name)
+    for name in stale_ours:
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
+    write_manifest(directory, {name: [h] for name, h in new_hashes.items() if h is not None})
+    del kept_edited  # edited leftovers of an earlier run stay, unrecorded: they are the user's now

