@@ -24,8 +24,21 @@ endfunction()
 
 # Values the CLI accepts, checked at configure time rather than at build or test time.
 set(PYREE_BUILD_ARCHS x86_64 aarch64 riscv64 arm_64 arm64 riscv_64)
-set(PYREE_BUILD_TARGETS llvm-cpu cuda vulkan hip)
-set(PYREE_BUILD_DEVICES local-sync local-task cuda vulkan hip)
+# Targets and devices are the backend registry's (pyree_build/backends), asked once per configure,
+# so a backend installed as a package is a valid TARGET / DEVICE with no edit here.
+if(NOT DEFINED PYREE_BUILD_TARGETS OR NOT DEFINED PYREE_BUILD_DEVICES)
+  execute_process(
+    COMMAND "${PYREE_BUILD_PYTHON}" -c "import pyree_build.backends as b; print(','.join(b.names()), ','.join(b.devices()), sep='|', end='')"
+    RESULT_VARIABLE _pyree_rc OUTPUT_VARIABLE _pyree_registry ERROR_VARIABLE _pyree_err)
+  if(NOT _pyree_rc EQUAL 0)
+    message(FATAL_ERROR "pyree_build: reading the backend registry with ${PYREE_BUILD_PYTHON} failed:\n${_pyree_err}\nReinstall pyree_build (pip install .) or point -DPYREE_BUILD_PYTHON at the Python that has it.")
+  endif()
+  string(REPLACE "|" ";" _pyree_registry_parts "${_pyree_registry}")
+  list(GET _pyree_registry_parts 0 _pyree_targets)
+  list(GET _pyree_registry_parts 1 _pyree_devices)
+  string(REPLACE "," ";" PYREE_BUILD_TARGETS "${_pyree_targets}")
+  string(REPLACE "," ";" PYREE_BUILD_DEVICES "${_pyree_devices}")
+endif()
 # Multi-value keywords whose values are free text (macro names, flags, labels, symbols,
 # FileCheck prefixes), so never taken for misspelled keywords.
 set(_PYREE_FREE_TEXT_KEYWORDS DEFINES FLAGS LABELS ALLOW_UNDEFINED CHECK_PREFIXES EXPECT_IMPORTS)
@@ -530,9 +543,9 @@ function(pyree_add_run_test)
   endforeach()
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} run "${_module}" ${_args}
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")
-  if(ARG_DEVICE MATCHES "^(cuda|vulkan|hip)")
-    set(_labels ${CMAKE_MATCH_1})
-  else()
+  # Labelled by the device's driver (cuda, vulkan, hip, ...); the host CPU's devices as cpu.
+  string(REGEX REPLACE ":.*$" "" _labels "${ARG_DEVICE}")
+  if(_labels MATCHES "^local-")
     set(_labels cpu)
   endif()
   set_tests_properties(${ARG_NAME} PROPERTIES
