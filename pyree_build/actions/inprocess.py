@@ -1,14 +1,20 @@
 """Run a module inside this Python process through `iree.runtime`, returning numpy arrays.
 
 IREE's Python runtime creates each HAL driver once per process and reads the
-`--executable_plugin` flags when it does, so the plugins a driver sees are fixed by the
-first in-process run that uses that driver. This module remembers what each driver was
-created with and refuses, with an explanation, a later run that asks for other plugins
-(rather than silently running without them).
+`--executable_plugin` flags when it does; a loaded plugin stays loaded (a system plugin's
+dlopen handle, a standalone plugin's image) until the process ends. So a driver can only
+ever run the plugins it was created with, as they were then. This module remembers, per
+driver, each plugin's path and the SHA-256 of its contents at that moment. A later run
+that asks for the same plugins, unchanged, runs in process; one that asks for other
+plugins, or for a plugin rebuilt since (the notebook loop: edit, rebuild, run again), runs
+in a fresh iree-run-module process instead, which loads the files as they are now, with a
+one-time note on stderr saying why. A wrong (stale) result is never returned.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -20,42 +26,66 @@ from pyree_build.core.errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
 InputValue = "np.ndarray | str | float | int"
+EMBEDDED_PREFIX = "embedded:"
+
+# (the --executable_plugin value, the SHA-256 of the file it names), in the order given.
+PluginSet = tuple[tuple[str, str], ...]
 
 _LOCK = threading.Lock()
-_PARSED_PLUGIN_FLAGS: tuple[str, ...] | None = None
-_DRIVER_PLUGINS: dict[str, tuple[str, ...]] = {}
+_PARSED_PLUGINS: PluginSet | None = None  # what rt.flags.parse_flags was given (once per process)
+_DRIVER_PLUGINS: dict[str, PluginSet] = {}  # driver -> the plugins it was created with
+_NOTED: set[tuple[str, str]] = set()  # (driver, reason) already explained on stderr
 
 
 def _driver_name(device: str) -> str:
     return device.split("://", 1)[0]
 
 
-def _register_plugins(driver: str, plugin_flags: tuple[str, ...]) -> None:
-    """Make sure `driver` is (or will be) created with exactly these plugins."""
-    global _PARSED_PLUGIN_FLAGS
+def plugin_set(plugin_flags: Sequence[str]) -> PluginSet:
+    """Each plugin flag with the digest of the file it names, as it is now."""
+    return tuple((flag, hashlib.sha256(Path(flag.removeprefix(EMBEDDED_PREFIX)).read_bytes()).hexdigest()) for flag in plugin_flags)
+
+
+def _mismatch(have: PluginSet, want: PluginSet) -> str | None:
+    """Why a driver created with `have` cannot run a module that asks for `want`, or None."""
+    if have == want:
+        return None
+    have_paths, want_paths = [flag for flag, _ in have], [flag for flag, _ in want]
+    if have_paths == want_paths:
+        changed = [flag for (flag, old), (_, new) in zip(have, want) if old != new]
+        return f"{', '.join(changed)} changed since this process loaded it"
+    return f"this process loaded plugins {have_paths or 'none'}, not {want_paths or 'none'}"
+
+
+def claim_driver(driver: str, want: PluginSet) -> str | None:
+    """Make sure `driver` is (or will be) created with exactly `want`; returns None when it
+    is, else the reason it cannot be (the caller then runs out of process)."""
+    global _PARSED_PLUGINS
     import iree.runtime as rt
 
     with _LOCK:
         if driver in _DRIVER_PLUGINS:
-            have = _DRIVER_PLUGINS[driver]
-            if plugin_flags and plugin_flags != have:
-                raise PyreeError(
-                    f"the {driver} driver of this process was created with plugins {list(have) or 'none'}; "
-                    f"IREE's Python runtime cannot give it {list(plugin_flags)} now",
-                    fix="pass the same plugins to every in-process run on this device, or use pb.run(..., in_process=False) "
-                    "to run in a separate iree-run-module process",
-                )
+            return _mismatch(_DRIVER_PLUGINS[driver], want)
+        # A driver not created yet is created with whatever plugin flags were parsed.
+        if _PARSED_PLUGINS is None and want:
+            rt.flags.parse_flags(*(f"--executable_plugin={flag}" for flag, _ in want))
+            _PARSED_PLUGINS = want
+        reason = _mismatch(_PARSED_PLUGINS or (), want)
+        if reason is None:
+            _DRIVER_PLUGINS[driver] = want
+        return reason
+
+
+def _note_once(driver: str, reason: str) -> None:
+    with _LOCK:
+        if (driver, reason) in _NOTED:
             return
-        if plugin_flags:
-            if _PARSED_PLUGIN_FLAGS is not None and _PARSED_PLUGIN_FLAGS != plugin_flags:
-                raise PyreeError(
-                    f"this process already registered plugins {list(_PARSED_PLUGIN_FLAGS)} with the IREE runtime",
-                    fix="use the same plugins for every in-process run, or pb.run(..., in_process=False)",
-                )
-            if _PARSED_PLUGIN_FLAGS is None:
-                rt.flags.parse_flags(*(f"--executable_plugin={p}" for p in plugin_flags))
-                _PARSED_PLUGIN_FLAGS = plugin_flags
-        _DRIVER_PLUGINS[driver] = _PARSED_PLUGIN_FLAGS or ()
+        _NOTED.add((driver, reason))
+    print(
+        f"note: pb.run: {reason}; IREE's runtime keeps a loaded plugin until the process ends, so this run "
+        f"on {driver} uses iree-run-module (the plugins as they are now). Restart the process to run in process again.",
+        file=sys.stderr,
+    )
 
 
 def _to_array(value: object) -> np.ndarray:
@@ -86,7 +116,7 @@ def run(
     device: str = "local-sync",
 ) -> list[np.ndarray]:
     """Call `function` of a .vmfb in this process; inputs are arrays or `--input` specs."""
-    from pyree_build.actions.iree import plugin_flag, require_device
+    from pyree_build.actions.iree import plugin_flag, require_device, run_to_arrays
 
     mod = require_file(module, "module")
     try:
@@ -95,7 +125,11 @@ def run(
         raise PyreeError(f"iree.runtime cannot be imported ({exc})", fix='pip install "iree-base-runtime==3.13.*"') from None
     require_device(device)
     args = [_to_array(v) for v in inputs]
-    _register_plugins(_driver_name(device), tuple(plugin_flag(p) for p in plugins))
+    driver = _driver_name(device)
+    reason = claim_driver(driver, plugin_set([plugin_flag(p) for p in plugins]))
+    if reason is not None:
+        _note_once(driver, reason)
+        return run_to_arrays(mod, function, args, plugins=plugins, device=device)
     try:
         config = rt.Config(device)
         context = rt.SystemContext(config=config)
