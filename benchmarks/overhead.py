@@ -70,7 +70,7 @@ def main() -> int:
     parser.add_argument("--baseline", metavar="REV", help="also time pyree_build as committed at REV (e.g. a commit before the cuts)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from pyree_build.actions import iree
+    from pyree_build.actions import compile as compile_action
     from pyree_build.core import toolchain
 
     base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -113,7 +113,7 @@ def main() -> int:
             {"raw": (raw_run, base), **{name: (verb("run", module, "--function", "mixed_invocation", *(a for i in inputs for a in ("--input", i)), "--plugin", work / f"{name}.so"), env) for name, env in envs.items()}},
             args.repeat)  # fmt: skip
 
-        raw_compile = toolchain.iree_compile().command(PLUGIN / "example.mlir", *iree.target_flags("llvm-cpu"), "-o", work / "raw.vmfb")
+        raw_compile = toolchain.iree_compile().command(PLUGIN / "example.mlir", *compile_action.target_flags("llvm-cpu"), "-o", work / "raw.vmfb")
         row("compile the sample, cache off (iree-compile)",
             {"raw": (raw_compile, base), **{name: (verb("compile", "-q", PLUGIN / "example.mlir", "-o", work / f"{name}.vmfb"), dict(env, PYREE_BUILD_CACHE="off")) for name, env in envs.items()}},
             args.repeat)  # fmt: skip

@@ -78,7 +78,7 @@ def cold_zig(work: Path) -> None:
 
 
 def section_verbs(work: Path, repeat: int) -> None:
-    from pyree_build.actions import iree
+    from pyree_build.actions import compile as compile_action
     from pyree_build.backends.cuda import ptx as cuda
     from pyree_build.backends.llvm_cpu import plugins as cpu
     from pyree_build.core import echo, toolchain
@@ -139,7 +139,7 @@ def section_verbs(work: Path, repeat: int) -> None:
     compare("objects (3 arches)", "by hand", hand_objects, "verb", lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env()), repeat)
 
     compiler = toolchain.iree_compile()
-    flags = iree.target_flags("llvm-cpu")
+    flags = compile_action.target_flags("llvm-cpu")
     compare(
         "compile (llvm-cpu)", "by hand", lambda: timed(compiler.command(PLUGIN / "example.mlir", *flags, "-o", work / "h.vmfb")), "verb",
         lambda: timed(pyree("compile", "-q", PLUGIN / "example.mlir", "-o", work / "v.vmfb"), env()), repeat,
@@ -204,13 +204,13 @@ def large_program(work: Path) -> Path:
 
 
 def section_large(work: Path, repeat: int) -> None:
-    from pyree_build.actions import iree
+    from pyree_build.actions import compile as compile_action
     from pyree_build.core import toolchain
 
     print("\n== verbs on realistic sizes (cache off) ==")
     compiler = toolchain.iree_compile()
     program = large_program(work)
-    flags = iree.target_flags("llvm-cpu")
+    flags = compile_action.target_flags("llvm-cpu")
     env = dict(os.environ, PYREE_BUILD_CACHE="off")
     compare(
         "compile (240 matmul+exp+add stages)", "by hand", lambda: timed(compiler.command(program, *flags, "-o", work / "hl.vmfb")), "verb",

@@ -55,7 +55,7 @@ ptx = _Verb("ptx", ".backends.cuda.ptx", "ptx", "Compile one .cu to a PTX file p
 spirv = _Verb("spirv", ".backends.vulkan.spirv", "spirv", "Compile GLSL compute shaders to validated SPIR-V, one .spv per shader.")
 hsaco = _Verb("hsaco", ".backends.hip.hsaco", "hsaco", "Compile a HIP source to an AMDGPU code object per gfx.")
 bitcode = _Verb("bitcode", ".backends.cuda.bitcode", "bitcode", "Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK).")
-compile = _Verb("compile", ".actions.iree", "compile", "Compile an MLIR program to a .vmfb.")  # noqa: A001 - mirrors the CLI verb
+compile = _Verb("compile", ".actions.compile", "compile", "Compile an MLIR program to a .vmfb.")  # noqa: A001 - mirrors the CLI verb
 dump = _Verb("dump", ".actions.executables", "dump", "Write a program's executables (sources, binaries, benchmarks) and index.json to a directory.")
 bench = _Verb("bench", ".actions.bench", "bench", "Time a module's function (or every function) with iree-benchmark-module.", optional=("function",))
 new = _Verb("new", ".actions.scaffold", "new_project", "Write a downstream CMake project into a directory.", optional=("name",))
@@ -80,16 +80,19 @@ def run(
         raise PyreeError(f"inputs must be a list of arrays or input specs, got {type(inputs).__name__}", fix="pass inputs=[array, '8xf32=4', ...]")
     # One spec string or one array is one input, never split into characters or rows.
     items = [inputs] if isinstance(inputs, str) or hasattr(inputs, "__array__") else list(inputs)
-    if args.flag(in_process, "in_process") and dev.split("://", 1)[0] == "vulkan":
-        # IREE's Python runtime cannot read Vulkan results back on every device (lavapipe).
-        from pyree_build.actions.iree import run_to_arrays
+    from pyree_build import backends
+
+    backend = backends.for_device(dev)
+    if args.flag(in_process, "in_process") and backend is not None and not backend.runs_in_process:
+        # IREE's Python runtime cannot read results back on every device of this backend (Vulkan: lavapipe).
+        from pyree_build.actions.run import run_to_arrays
 
         return args.checked_call(run_to_arrays, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
     if args.flag(in_process, "in_process"):
         from pyree_build.actions.inprocess import run as run_in_process
 
         return args.checked_call(run_in_process, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
-    from pyree_build.actions.iree import run as run_tool
+    from pyree_build.actions.run import run as run_tool
 
     specs = args.strings(items, "inputs (with in_process=False, --input spec strings)")
     return args.checked_call(run_tool, (mod, fn), {"inputs": specs, "plugins": plugin_paths, "device": dev, **options}, verb="run").outputs

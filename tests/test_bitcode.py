@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, assert_clean_error
 
-from pyree_build.actions import iree
+from pyree_build.actions import compile as compile_action
+from pyree_build.actions import run as run_action
+from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.backends.cuda import bitcode
 from pyree_build.core import toolchain
 
@@ -56,7 +58,7 @@ def test_generated_kernel_links_the_microkernel_and_leaves_no_extern_call(cli, b
     assert "ptxas" in result.stderr or "no ptxas found" in result.stderr  # assembled where a ptxas exists
     dump = tmp_path / "dump"
     subprocess.run(
-        toolchain.iree_compile().command(PROGRAM, *iree.target_flags("cuda", sm=80), f"--iree-link-bitcode={bc}",
+        toolchain.iree_compile().command(PROGRAM, *compile_action.target_flags("cuda", sm=80), f"--iree-link-bitcode={bc}",
                                      f"--iree-hal-dump-executable-binaries-to={dump}", "-o", tmp_path / "x.vmfb"),
         check=True, capture_output=True,
     )  # fmt: skip
@@ -94,11 +96,11 @@ def test_missing_bitcode_file_is_named(cli, tmp_path):
 
 
 def test_the_sample_runs_on_a_gpu_or_is_skipped_with_the_reason(cli, bc, tmp_path):
-    module = iree.compile(PROGRAM, tmp_path / "uk.vmfb", target="cuda", sm=80, link_bitcode=[bc])
+    module = compile_action.compile(PROGRAM, tmp_path / "uk.vmfb", target="cuda", sm=80, link_bitcode=[bc])
     result = cli("run", module, "--device", "cuda", "--function", "scaled_add_squared", "--input", "32xf32=1", "--input", "32xf32=3",
                  "--expect", "32xf32=" + " ".join(["25"] * 32), "--skip-unavailable")  # fmt: skip
-    usable, reason = iree.cuda_status()
+    usable, reason = cuda_target.cuda_status()
     if usable:
         assert result.returncode == 0, result
     else:
-        assert result.returncode == iree.SKIP_EXIT_CODE and reason in result.stderr, result
+        assert result.returncode == run_action.SKIP_EXIT_CODE and reason in result.stderr, result

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, assert_clean_error
 
-from pyree_build.actions import iree
+from pyree_build.actions import run as run_action
+from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.backends.cuda import ptx as cuda
 from pyree_build.core import toolchain
 
@@ -152,7 +153,7 @@ def test_the_module_compiles_without_a_gpu_and_embeds_that_sms_ptx(cli, nvrtc_pt
 
 @pytest.mark.parametrize("sm", [75, 80])
 def test_the_samples_object_keys_are_what_the_compiler_uses(sm):
-    assert iree.cuda_target_attr(sm) in (CUDA_SAMPLE / "example.mlir").read_text()
+    assert cuda_target.cuda_target_attr(sm) in (CUDA_SAMPLE / "example.mlir").read_text()
 
 
 def test_an_sm_without_an_object_key_says_which_keys_exist(cli, nvrtc_ptx, tmp_path):
@@ -175,17 +176,17 @@ def test_a_missing_ptx_names_it_and_the_paths_tried(cli, tmp_path):
 
 
 def test_gpu_run_without_a_gpu_is_a_skip_not_a_pass(cli, cuda_module):
-    usable, reason = iree.cuda_status()
+    usable, reason = cuda_target.cuda_status()
     if usable:
         pytest.skip("a CUDA GPU is present; test_gpu_run covers it")
     result = cli("run", cuda_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4",
                  "--device", "cuda", "--expect", EXPECTED, "--skip-unavailable")  # fmt: skip
-    assert result.returncode == iree.SKIP_EXIT_CODE, result
+    assert result.returncode == run_action.SKIP_EXIT_CODE, result
     assert "skipped:" in result.output and reason in result.output
 
 
 def test_gpu_run(cli, cuda_module):
-    usable, reason = iree.cuda_status()
+    usable, reason = cuda_target.cuda_status()
     if not usable:
         pytest.skip(f"no usable CUDA GPU: {reason}")
     result = cli("run", cuda_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4",
@@ -196,7 +197,7 @@ def test_gpu_run(cli, cuda_module):
 
 def test_doctor_says_whether_a_cuda_gpu_is_usable(cli):
     result = cli("doctor")
-    usable, reason = iree.cuda_status()
+    usable, reason = cuda_target.cuda_status()
     assert ("usable" if usable else reason) in result.output, result
 
 
@@ -222,7 +223,7 @@ def test_cmake_rebuilds_the_module_when_the_cu_changes(tmp_path):
     assert "pyree_build ptx" in log and "pyree_build compile" in log, log
     result = ctest_run(out, "--output-on-failure")
     assert result.returncode == 0, result.stdout  # passes on a GPU, skipped (not failed) without one
-    if not iree.cuda_status()[0]:
+    if not cuda_target.cuda_status()[0]:
         assert "Skipped" in result.stdout or "***Skipped" in result.stdout, result.stdout
 
 
@@ -245,7 +246,7 @@ def test_nvcc_missing_says_how_to_install_it_or_use_nvrtc(tmp_path):
 
 
 def test_a_cuda_run_without_a_gpu_and_without_skip_is_an_error(cli, cuda_module):
-    usable, reason = iree.cuda_status()
+    usable, reason = cuda_target.cuda_status()
     if usable:
         pytest.skip("a CUDA GPU is present")
     result = cli("run", cuda_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--device", "cuda")
@@ -258,5 +259,5 @@ def test_a_driver_refusing_the_ptx_isa_gets_the_isa_it_reads():
         "CUDA error 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION' (222): the provided PTX was compiled with an unsupported "
         "toolchain.; ptxas application ptx input, line 9; fatal   : Unsupported .version 9.5; current version is '9.0'"
     )
-    hint = iree._explain_run_failure(said)
+    hint = run_action._explain_run_failure(said)
     assert hint is not None and "newer PTX ISA" in hint and "--ptx-isa" in hint

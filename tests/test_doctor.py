@@ -8,7 +8,8 @@ import sys
 
 from conftest import REPO
 
-from pyree_build.actions import doctor, iree
+from pyree_build.actions import doctor
+from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.core.package import __version__
 
 
@@ -34,7 +35,7 @@ def test_every_workflow_says_whether_it_builds_and_runs_here(cli):
     for wf in doctor.WORKFLOWS:
         (line,) = [line for line in table.splitlines() if line.strip().startswith(wf.name + "  ")]
         assert "  yes  " in line, line  # everything builds here
-    usable, reason = iree.cuda_status()
+    usable, reason = cuda_target.cuda_status()
     (cuda,) = [line for line in table.splitlines() if "CUDA PTX" in line]
     assert cuda.rstrip().endswith(f"yes ({reason})" if usable else f"no: {reason}"), cuda
     (system,) = [line for line in table.splitlines() if "system plugin" in line]

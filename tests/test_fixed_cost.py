@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from conftest import PLUGIN_SAMPLE, REPO, run_cli
 
-from pyree_build.actions import iree
+from pyree_build.actions import results
+from pyree_build.actions import run as run_action
 from pyree_build.backends.llvm_cpu import elf as elfcheck
 from pyree_build.backends.llvm_cpu import imports
 from pyree_build.core.records import FrozenError, field, record
@@ -83,19 +84,19 @@ def test_npy_results_print_as_numpy_would_print_them(dtype, declared, shape):
     buffer = io.BytesIO()
     np.save(buffer, array)
     tensor = f"tensor<{''.join(f'{d}x' for d in shape)}{declared}>"
-    assert iree._npy_text(2, buffer.getvalue(), tensor) == iree.format_result(2, array, tensor)
+    assert results.npy_text(2, buffer.getvalue(), tensor) == results.format_result(2, array, tensor)
 
 
 def test_npy_files_the_small_reader_does_not_know_go_to_numpy():
     for array in (np.asfortranarray(np.ones((2, 3), np.float32)), np.ones(3, ">f4"), np.ones(3, np.bool_)):
         buffer = io.BytesIO()
         np.save(buffer, array)
-        assert iree._npy_text(0, buffer.getvalue(), "tensor<3xf32>") is None
-    assert iree._npy_text(0, b"not numpy", "tensor<3xf32>") is None
+        assert results.npy_text(0, buffer.getvalue(), "tensor<3xf32>") is None
+    assert results.npy_text(0, b"not numpy", "tensor<3xf32>") is None
 
 
 def test_pb_run_outputs_are_still_arrays(system_module, system_plugin):
-    result = iree.run(system_module, "mixed_invocation", inputs=["8xf32=2", "8xf32=4"], plugins=[system_plugin])
+    result = run_action.run(system_module, "mixed_invocation", inputs=["8xf32=2", "8xf32=4"], plugins=[system_plugin])
     assert "8xf32=12 12 12 12 12 12 12 12" in result.stdout
     (out,) = result.outputs
     assert out.dtype == np.float32 and out.tolist() == [12.0] * 8

@@ -8,7 +8,9 @@ import shutil
 import pytest
 from conftest import SAMPLES, assert_clean_error
 
-from pyree_build.actions import iree
+from pyree_build.actions import compile as compile_action
+from pyree_build.actions import run as run_action
+from pyree_build.backends.hip import devices as hip_devices
 from pyree_build.backends.hip import hsaco as hip
 from pyree_build.core import toolchain
 
@@ -93,10 +95,10 @@ def test_an_undefined_device_function_is_named(cli, tmp_path):
 
 
 def test_hip_run_without_an_amd_gpu_is_skipped_with_the_reason(cli, hsaco_dir, tmp_path):
-    usable, reason = iree.hip_status()
+    usable, reason = hip_devices.hip_status()
     if usable:
         pytest.skip(f"an AMD GPU is usable here: {reason}")
-    module = iree.compile(SAMPLE / "example.mlir", tmp_path / "m.vmfb", target="hip", gfx=942, object_search_paths=[hsaco_dir])
+    module = compile_action.compile(SAMPLE / "example.mlir", tmp_path / "m.vmfb", target="hip", gfx=942, object_search_paths=[hsaco_dir])
     result = cli("run", module, "--device", "hip", "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--skip-unavailable")
-    assert result.returncode == iree.SKIP_EXIT_CODE, result
+    assert result.returncode == run_action.SKIP_EXIT_CODE, result
     assert "skipped: no usable AMD GPU" in result.stderr

@@ -80,7 +80,7 @@ def _installed_wheel() -> bool:
 
 
 def _cuda_gpu() -> bool:
-    from pyree_build.actions.iree import cuda_status
+    from pyree_build.backends.cuda.target import cuda_status
 
     return cuda_status()[0]
 

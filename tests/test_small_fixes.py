@@ -47,9 +47,9 @@ def test_a_missing_plugin_in_bench_gets_runs_hint_without_the_json(cli, system_m
 
 
 def test_skip_unavailable_is_not_reported_as_an_error(cli, system_module):
-    from pyree_build.actions import iree
+    from pyree_build.backends.cuda import target as cuda_target
 
-    if iree.cuda_status()[0]:
+    if cuda_target.cuda_status()[0]:
         pytest.skip("a CUDA GPU is usable here")
     result = cli("run", system_module, "--function", "f", "--device", "cuda", "--skip-unavailable")
     assert result.returncode == 77 and result.stderr.startswith("skipped: "), result

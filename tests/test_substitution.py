@@ -176,9 +176,9 @@ def test_the_substituted_file_is_a_dependency(cli, tmp_path):
 
 
 def test_bench_on_cuda_without_a_gpu_says_so(cli, tmp_path):
-    from pyree_build.actions import iree
+    from pyree_build.backends.cuda import target as cuda_target
 
-    if iree.cuda_status()[0]:
+    if cuda_target.cuda_status()[0]:
         pytest.skip("a CUDA GPU is usable here")
     module = tmp_path / "m.vmfb"
     module.write_bytes(b"not run")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import SAMPLES, assert_clean_error
 
-from pyree_build.actions import iree
+from pyree_build.actions import compile as compile_action
+from pyree_build.actions import run as run_action
 from pyree_build.backends.vulkan import devices as vulkan
 from pyree_build.backends.vulkan import spirv
 from pyree_build.core import toolchain
@@ -121,7 +122,7 @@ def test_auto_target_follows_the_device_here_and_the_baseline_without_one(tmp_pa
 
 
 def test_vulkan_module_compiles_without_a_device(spv_dir, tmp_path):
-    out = iree.compile(SAMPLE / "example.mlir", tmp_path / "ex.vmfb", target="vulkan", vulkan_target="ampere", object_search_paths=[spv_dir])
+    out = compile_action.compile(SAMPLE / "example.mlir", tmp_path / "ex.vmfb", target="vulkan", vulkan_target="ampere", object_search_paths=[spv_dir])
     assert out.stat().st_size > 0
 
 
@@ -148,20 +149,20 @@ def test_pb_run_on_vulkan_returns_arrays_through_the_tool(spv_dir, tmp_path):
 @on_lavapipe
 def test_target_chosen_for_the_device_gives_right_results_where_a_mismatched_one_does_not(tmp_path):
     ones = np.ones((4, 1024), np.float32)
-    auto = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "auto.vmfb", target="vulkan")
-    (sums,) = iree.run_to_arrays(auto, "row_sums", [ones], device="vulkan")
+    auto = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / "auto.vmfb", target="vulkan")
+    (sums,) = run_action.run_to_arrays(auto, "row_sums", [ones], device="vulkan")
     np.testing.assert_array_equal(sums, np.full(4, 1024, np.float32))
     # The hazard `auto` avoids: a GPU target runs on lavapipe, exits 0 and is wrong.
-    gpu = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "rdna3.vmfb", target="vulkan", vulkan_target="rdna3")
-    (wrong,) = iree.run_to_arrays(gpu, "row_sums", [ones], device="vulkan")
+    gpu = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / "rdna3.vmfb", target="vulkan", vulkan_target="rdna3")
+    (wrong,) = run_action.run_to_arrays(gpu, "row_sums", [ones], device="vulkan")
     assert not np.array_equal(wrong, sums)
 
 
 def test_run_on_vulkan_without_a_device_is_skipped_with_the_reason(spv_dir, tmp_path):
-    module = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "r.vmfb", target="vulkan", vulkan_target="llvmpipe")
+    module = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / "r.vmfb", target="vulkan", vulkan_target="llvmpipe")
     args = ("run", module, "--device", "vulkan", "--function", "row_sums", "--input", "4x1024xf32=1")
     skipped = cli_env(*args, "--skip-unavailable", env=NO_VULKAN)
-    assert skipped.returncode == iree.SKIP_EXIT_CODE, skipped
+    assert skipped.returncode == run_action.SKIP_EXIT_CODE, skipped
     assert "skipped: no Vulkan device" in skipped.stderr and "mesa-vulkan-drivers" in skipped.stderr
     failed = cli_env(*args, env=NO_VULKAN)
     assert failed.returncode == 1 and "device vulkan is not usable" in failed.stderr and "Traceback" not in failed.stderr
@@ -195,7 +196,7 @@ def test_vulkan_sample_ctest_passes_here_and_skips_with_the_reason_without_a_dev
 
 @needs_vulkan
 def test_bench_runs_on_the_vulkan_device(cli, tmp_path):
-    module = iree.compile(SAMPLE / "row_sums.mlir", tmp_path / "r.vmfb", target="vulkan")
+    module = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / "r.vmfb", target="vulkan")
     result = cli("bench", module, "--device", "vulkan", "--function", "row_sums", "--input", "4x1024xf32=1", "--repetitions", "2")
     assert result.returncode == 0, result
     assert "BM_row_sums" in result.stdout and ("ms" in result.stdout or "us" in result.stdout), result.stdout

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Sequence
 
 from pyree_build.actions import checks
-from pyree_build.actions.iree import (
+from pyree_build.actions.run import (
     DEFAULT_RUN_TIMEOUT_S,
     check_timeout,
     crash_hint,
+    explain_run_failure,
+    plugin_flag,
     require_device,
 )
 from pyree_build.core import echo, processes, toolchain
@@ -114,8 +116,6 @@ def parse_benchmark_json(text: str, *, module: PathLike) -> list[Timing]:
 
 
 def _argv(module: Path, function: str | None, inputs: Sequence[str], plugins: Sequence[PathLike], device: str, repetitions: int, min_time: float) -> list[str]:
-    from pyree_build.actions.iree import plugin_flag
-
     checks.parse_inputs(inputs)
     args = [f"--module={module}", f"--device={device}", "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
             f"--benchmark_min_time={min_time}s"]  # fmt: skip
@@ -128,11 +128,9 @@ def _argv(module: Path, function: str | None, inputs: Sequence[str], plugins: Se
 
 def _explain_failure(output: str) -> str:
     """The tool's message and run's hints, without the benchmark JSON printed before it failed."""
-    from pyree_build.actions.iree import _explain_run_failure
-
     cut = output.find("\n{")
     message = output[:cut] if cut >= 0 else output
-    return _explain_run_failure(message) or message
+    return explain_run_failure(message) or message
 
 
 def bench(

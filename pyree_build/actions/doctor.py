@@ -2,11 +2,13 @@
 release, every tool (where, which version), and per workflow whether it builds and runs here."""
 from __future__ import annotations
 
+import functools
 import platform
 import sys
-from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
+from pyree_build import backends
+from pyree_build.backends.base import Workflow
 from pyree_build.core import toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import PACKAGE_DIR, __version__
@@ -15,80 +17,63 @@ from pyree_build.core.package import PACKAGE_DIR, __version__
 PINNED_IREE = "3.13"
 IREE_WHEELS = ("iree-base-compiler", "iree-base-runtime")
 
-
-@dataclass(frozen=True)
-class Workflow:
-    """One row of the workflow table. `build` and `run` name tools of CHECKS by label ("a|b":
-    either will do); `device` names an entry of DEVICES that must be usable to run."""
-
-    name: str
-    build: tuple[str, ...]
-    run: tuple[str, ...]
-    device: str = "host"
-
-
-def _host_device() -> tuple[bool, str]:
-    from pyree_build.backends.llvm_cpu.elf import host_arch
-
-    try:
-        return True, f"this {host_arch()} host"
-    except PyreeError as err:
-        return False, err.what
-
-
-def _cuda_device() -> tuple[bool, str]:
-    from pyree_build.actions.iree import cuda_status
-
-    return cuda_status()
-
-
-def _hip_device() -> tuple[bool, str]:
-    from pyree_build.actions.iree import hip_status
-
-    return hip_status()
-
-
-def _vulkan_device() -> tuple[bool, str]:
-    from pyree_build.backends.vulkan.devices import status
-
-    return status()
-
-
-# device -> (usable, reason); a new backend adds its probe here and its rows to WORKFLOWS.
-DEVICES: dict[str, Callable[[], tuple[bool, str]]] = {"host": _host_device, "cuda": _cuda_device, "vulkan": _vulkan_device, "hip": _hip_device}
-
-WORKFLOWS: list[Workflow] = [
-    Workflow("system plugin", build=("zig cc|clang|gcc", "iree-compile"), run=("iree-run-module",)),
-    Workflow("standalone plugin (FatELF)", build=("zig cc|clang", "iree-lld", "iree-compile"), run=("iree-run-module",)),
-    Workflow("embedded objects", build=("zig cc|clang", "iree-compile"), run=("iree-run-module",)),
-    Workflow("CUDA PTX", build=("nvrtc|nvcc", "iree-compile"), run=("iree-run-module",), device="cuda"),
-    Workflow("CUDA bitcode microkernels", build=("iree-compile",), run=("iree-run-module",), device="cuda"),
-    Workflow("Vulkan SPIR-V shaders", build=("glslang|glslc", "spirv-val", "iree-compile"), run=("iree-run-module",), device="vulkan"),
-    Workflow("HIP code objects", build=("iree-lld", "iree-compile"), run=("iree-run-module",), device="hip"),
-    Workflow("dump / substitute / bench", build=("iree-compile",), run=("iree-run-module", "iree-benchmark-module")),
-    Workflow("CMake projects (samples, new)", build=("cmake", "ninja"), run=("ctest",)),
-]
-
-# (label, finder, required, what it is for, how to install)
-CHECKS: list[tuple[str, Callable[[], toolchain.Tool], bool, str, str]] = [
+# (label, finder, required, what it is for, how to install): the tools every target uses;
+# each backend adds its own (Backend.tools) between the IREE tools and the build tools.
+Check = tuple[str, Callable[[], toolchain.Tool], bool, str, str]
+_IREE_CHECKS: list[Check] = [
     ("iree-compile", toolchain.iree_compile, True, "MLIR -> .vmfb", toolchain.INSTALL_IREE),
     ("iree-lld", toolchain.iree_lld, True, "links standalone plugins", toolchain.INSTALL_IREE),
     ("iree-run-module", toolchain.iree_run_module, True, "runs modules", toolchain.INSTALL_IREE),
     ("iree-benchmark-module", toolchain.iree_benchmark_module, True, "benchmarks modules", toolchain.INSTALL_IREE),
-    ("zig cc", lambda: toolchain.c_compiler("zig"), True, "default C compiler (every arch)", toolchain.INSTALL_ZIG),
-    ("clang", lambda: toolchain.c_compiler("clang"), False, "optional C compiler (--cc clang)", toolchain.INSTALL_CLANG),
-    ("gcc", lambda: toolchain.c_compiler("gcc"), False, "optional C compiler for system plugins (--cc gcc)", toolchain.INSTALL_GCC),
-    ("nvrtc", toolchain.nvrtc, False, ".cu -> PTX without a CUDA SDK (default)", toolchain.INSTALL_NVRTC),
-    ("nvcc", toolchain.nvcc, False, ".cu -> PTX (--compiler nvcc)", toolchain.INSTALL_NVCC),
-    ("ptxas", toolchain.ptxas, False, "checks PTX at build time (--verify)", toolchain.INSTALL_PTXAS),
-    ("glslang", lambda: toolchain.glsl_compiler("glslang"), False, "GLSL -> SPIR-V (pyree-build spirv)", toolchain.INSTALL_GLSLANG),
-    ("glslc", lambda: toolchain.glsl_compiler("glslc"), False, "GLSL -> SPIR-V (spirv --compiler glslc)", toolchain.INSTALL_GLSLC),
-    ("spirv-val", toolchain.spirv_val, False, "validates SPIR-V (pyree-build spirv)", toolchain.INSTALL_SPIRV_VAL),
+]
+_BUILD_CHECKS: list[Check] = [
     ("cmake", toolchain.cmake, True, "builds the samples and downstream projects", "pip install cmake"),
     ("ctest", toolchain.ctest, True, "runs the sample tests", "pip install cmake"),
     ("ninja", toolchain.ninja, True, "CMake generator", "pip install ninja"),
     ("filecheck", toolchain.filecheck, True, "--check-file output checks", "pip install filecheck"),
 ]
+# Rows after the backends' own: what every target shares.
+_SHARED_WORKFLOWS = [
+    Workflow("dump / substitute / bench", build=("iree-compile",), run=("iree-run-module", "iree-benchmark-module")),
+    Workflow("CMake projects (samples, new)", build=("cmake", "ninja"), run=("ctest",)),
+]
+
+
+def checks() -> list[Check]:
+    """Every tool doctor looks for: IREE's, each backend's (a label listed once), the build tools."""
+    found: dict[str, Check] = {c[0]: c for c in _IREE_CHECKS}
+    for backend in backends.every():
+        for t in backend.tools:
+            found.setdefault(t.label, (t.label, t.find, t.required, t.purpose, t.install))
+    for c in _BUILD_CHECKS:
+        found.setdefault(c[0], c)
+    return list(found.values())
+
+
+def workflows() -> list[Workflow]:
+    """The workflow table's rows: each backend's (a name listed once), then the shared ones."""
+    rows: dict[str, Workflow] = {}
+    for backend in backends.every():
+        for wf in backend.workflows:
+            rows.setdefault(wf.name, wf)
+    return [*rows.values(), *(wf for wf in _SHARED_WORKFLOWS if wf.name not in rows)]
+
+
+def device_probes() -> dict[str, Callable[[], tuple[bool, str]]]:
+    """Workflow device -> its probe, asked of the backend whose workflow names it ("host": the CPU)."""
+    probes: dict[str, Callable[[], tuple[bool, str]]] = {}
+    for backend in backends.every():
+        for wf in backend.workflows:
+            probes.setdefault(wf.device, functools.partial(backend.probe, wf.device))
+    return probes
+
+
+def __getattr__(name: str) -> Any:
+    # The tables as module constants (CHECKS, WORKFLOWS, DEVICES), read from the registry when first used.
+    tables = {"CHECKS": checks, "WORKFLOWS": workflows, "DEVICES": device_probes}
+    if name in tables:
+        return tables[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _iree_versions() -> list[tuple[str, str | None, bool]]:
@@ -109,7 +94,7 @@ def _requirement(labels: tuple[str, ...], found: dict[str, str | None]) -> str |
 def workflow_rows(found: dict[str, str | None], devices: dict[str, tuple[bool, str]]) -> list[tuple[str, str, str]]:
     """(workflow, can build, can run here) from which tools were found and which devices are usable."""
     rows = []
-    for wf in WORKFLOWS:
+    for wf in workflows():
         build_gap = _requirement(wf.build, found)
         run_gap = _requirement(wf.run, found)
         usable, reason = devices.get(wf.device, (False, f"no probe for device {wf.device}"))
@@ -124,10 +109,7 @@ def workflow_rows(found: dict[str, str | None], devices: dict[str, tuple[bool, s
     return rows
 
 
-def report() -> int:
-    """Print versions, one line per tool and the workflow table; exit 1 when a required tool is
-    missing or the IREE wheels are not the pinned release."""
-    problems = []
+def _versions(problems: list[str]) -> None:
     print(f"pyree_build  {__version__} ({PACKAGE_DIR})")
     print(f"python       {platform.python_version()} ({sys.executable})")
     for dist, version, matches in _iree_versions():
@@ -139,10 +121,14 @@ def report() -> int:
         else:
             print(f"{dist:<19} {version}, NOT the pinned release {PINNED_IREE}.*: the samples' MLIR may not parse")
             problems.append(f'{dist} {version} is not {PINNED_IREE}.* (pip install "{dist}=={PINNED_IREE}.*")')
+
+
+def _tools(problems: list[str]) -> dict[str, str | None]:
     print("\ntools:")
     found: dict[str, str | None] = {}
-    width = max(len(c[0]) for c in CHECKS)
-    for label, finder, required, purpose, install in CHECKS:
+    listed = checks()
+    width = max(len(c[0]) for c in listed)
+    for label, finder, required, purpose, install in listed:
         try:
             tool = finder()
             found[label] = tool.version
@@ -155,7 +141,16 @@ def report() -> int:
             print(f"{'':9}{'':<{width}}  for: {purpose}; install: {install}")
             if required:
                 problems.append(f"{label} is missing (see its install command above)")
-    devices = {name: probe() for name, probe in DEVICES.items()}
+    return found
+
+
+def report() -> int:
+    """Print versions, one line per tool and the workflow table; exit 1 when a required tool is
+    missing or the IREE wheels are not the pinned release."""
+    problems: list[str] = []
+    _versions(problems)
+    found = _tools(problems)
+    devices = {name: probe() for name, probe in device_probes().items()}
     print("\ndevices:")
     for name, (usable, reason) in devices.items():
         label = "host CPU" if name == "host" else f"{name} GPU"
@@ -168,5 +163,6 @@ def report() -> int:
     if problems:
         print("\nproblems: " + "; ".join(problems))
         return 1
-    print("\nall required tools found" + ("" if devices["cuda"][0] else "; CUDA tests will be skipped (no usable GPU)"))
+    skipped = [name for name, (usable, _) in devices.items() if name != "host" and not usable]
+    print("\nall required tools found" + (f"; tests on {', '.join(skipped)} will be skipped (no usable device)" if skipped else ""))
     return 0

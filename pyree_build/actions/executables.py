@@ -3,7 +3,8 @@
 IREE's flags do the work (`--iree-hal-dump-executable-*-to`, `--iree-hal-substitute-
 executable-*`); this module adds what they lack: an index of what was dumped, names
 checked against the program (IREE only warns about a name that matches nothing), and a
-clear refusal of object substitution on llvm-cpu, which crashes iree-compile 3.13.
+clear refusal of object substitution where the backend says it cannot work (llvm-cpu: it
+crashes iree-compile 3.13).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from pyree_build import backends
+from pyree_build.actions.specs import spec_flags
 from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import prepare_output_dir, sweep_stale_temps
@@ -38,9 +41,7 @@ class Executable:
 
 
 def _target_args(target: str, sm: str | int | None) -> list[str]:
-    from pyree_build.actions.iree import target_flags
-
-    return target_flags(target, sm=sm)
+    return backends.get(target).target_flags({"sm": sm})
 
 
 def executable_names(source: PathLike, *, target: str = "llvm-cpu", sm: str | int | None = None, flags: Sequence[str] = ()) -> list[str]:
@@ -55,6 +56,40 @@ def executable_names(source: PathLike, *, target: str = "llvm-cpu", sm: str | in
             fix="fix the MLIR at the location shown",
         )
         return list(dict.fromkeys(_EXECUTABLE_OP.findall(out.read_text(encoding="utf-8", errors="replace"))))
+
+
+def _check_dumps(target: str) -> None:
+    backend = backends.get(target)
+    if not backend.dumps:
+        dumping = [b.name for b in backends.every() if b.dumps]
+        raise PyreeError(f"dump does not support target '{target}'", fix=f"dump for one of: {', '.join(dumping)}")
+
+
+def _dump_flags(src: Path, flags: Sequence[str], transform_spec: PathLike | None, pdl_spec: PathLike | None, object_search_paths: Sequence[PathLike]) -> tuple[list[str], list[Path]]:
+    """The flags compile would add for these specs and search paths, and the spec files."""
+    for directory in object_search_paths:
+        if not Path(directory).is_dir():
+            raise PyreeError("object search path is not a directory", file=directory, fix="pass an existing directory to --object-search-path")
+    specs_flags, spec_files = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
+    return [*(f"--iree-hal-executable-object-search-path={Path(d).resolve()}" for d in object_search_paths), *specs_flags, *flags], spec_files
+
+
+def _dump_into(staging: Path, src: Path, target: str, sm: str | int | None, flags: Sequence[str]) -> list[Executable]:
+    """Compile with every executable dumped into `staging`, and write its index.json."""
+    dump_flags = [f"--iree-hal-dump-executable-{kind}-to={staging}" for kind in ("sources", "binaries", "benchmarks")]
+    with echo.Stopwatch(f"iree-compile {src.name}: dump executables ({target})"):
+        processes.spawn(
+            toolchain.iree_compile().command(src, *_target_args(target, sm), *dump_flags, *flags, "-o", staging / ".program.vmfb"),
+            what=f"iree-compile ({target}) dumping executables",
+            file=src,
+            fix="fix the MLIR at the location shown",
+        )
+    (staging / ".program.vmfb").unlink(missing_ok=True)
+    index = _index(staging)
+    if not index:
+        raise PyreeError("the program has no executables to dump", file=src, fix="dump a program that dispatches work")
+    (staging / "index.json").write_text(json.dumps([asdict(e) for e in index], indent=2) + "\n", encoding="utf-8")
+    return index
 
 
 def dump(
@@ -79,37 +114,19 @@ def dump(
     search paths mean what they mean to `compile`, so a dump shows the executables that
     compile would build.
     """
-    from pyree_build.actions.specs import spec_flags
-
     src = require_file(source, "MLIR source")
-    for directory in object_search_paths:
-        if not Path(directory).is_dir():
-            raise PyreeError("object search path is not a directory", file=directory, fix="pass an existing directory to --object-search-path")
-    specs_flags, spec_files = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
-    flags = [*(f"--iree-hal-executable-object-search-path={Path(d).resolve()}" for d in object_search_paths), *specs_flags, *flags]
+    _check_dumps(target)
+    flags, spec_files = _dump_flags(src, flags, transform_spec, pdl_spec, object_search_paths)
     out = Path(os.path.abspath(output_dir))
     check_outputs([], [src, *spec_files], output_dirs=[out])
     created = not os.path.lexists(out)
     prepare_output_dir(out)
-    staging_name = out / "pyree-dump"
-    sweep_stale_temps(staging_name)
+    sweep_stale_temps(out / "pyree-dump")
     # Staged inside the directory, so each file is renamed into place on one file system.
     staging = out / f".pyree-dump.{os.getpid()}-{os.urandom(4).hex()}.build"
     staging.mkdir()
     try:
-        dump_flags = [f"--iree-hal-dump-executable-{kind}-to={staging}" for kind in ("sources", "binaries", "benchmarks")]
-        with echo.Stopwatch(f"iree-compile {src.name}: dump executables ({target})"):
-            processes.spawn(
-                toolchain.iree_compile().command(src, *_target_args(target, sm), *dump_flags, *flags, "-o", staging / ".program.vmfb"),
-                what=f"iree-compile ({target}) dumping executables",
-                file=src,
-                fix="fix the MLIR at the location shown",
-            )
-        (staging / ".program.vmfb").unlink(missing_ok=True)
-        index = _index(staging)
-        if not index:
-            raise PyreeError("the program has no executables to dump", file=src, fix="dump a program that dispatches work")
-        (staging / "index.json").write_text(json.dumps([asdict(e) for e in index], indent=2) + "\n", encoding="utf-8")
+        index = _dump_into(staging, src, target, sm, flags)
         staged = {p.name: p for p in sorted(staging.iterdir()) if p.is_file() and not p.name.startswith(".")}
         replace_directory_files(out, staged, inputs=[src], force=force, verb="dump")
     except BaseException:
@@ -165,17 +182,18 @@ def describe(index: Sequence[Executable], directory: PathLike) -> str:
     return "\n".join(lines)
 
 
-def _refuse_cpu_objects(src: Path, target: str, pairs: Sequence[tuple[str, Path]]) -> None:
-    """iree-compile 3.13 crashes (null inner module) on object substitution for llvm-cpu."""
-    if target != "llvm-cpu":
+def _refuse_objects(src: Path, target: str, pairs: Sequence[tuple[str, Path]]) -> None:
+    """Object substitution where the backend says it cannot work (it crashes iree-compile 3.13 on llvm-cpu)."""
+    if backends.get(target).substitutes_objects:
         return
+    others = ", ".join(f"--target {b.name}" for b in backends.builtin() if b.substitutes_objects and b.dumps)
     for name, path in pairs:
         if path.suffix not in SOURCE_SUFFIXES:
             raise PyreeError(
-                f"object substitution ({path.name} for {name}) is not supported on llvm-cpu: iree-compile 3.13 crashes on it",
+                f"object substitution ({path.name} for {name}) is not supported on {target}: iree-compile 3.13 crashes on it",
                 file=path,
                 fix=f"substitute an edited source instead (`pyree-build dump` writes {_module_prefix(src)}{name}.mlir), "
-                "or substitute an object on --target cuda (a .ptx), where it works",
+                f"or substitute an object on {others}, where it works",
             )
 
 
@@ -184,48 +202,39 @@ def _module_prefix(source: Path) -> str:
     return f"{m.group(1) if m else 'module'}_"
 
 
-def substitution_flags(
-    source: PathLike,
-    *,
-    target: str,
-    substitutions: Sequence[str] = (),
-    substitute_from: PathLike | None = None,
-    sm: str | int | None = None,
-    flags: Sequence[str] = (),
-) -> tuple[list[str], list[Path]]:
-    """IREE flags for the requested substitutions, and the files they read.
-
-    A `.mlir`/`.mlirbc` file replaces the executable's source, any other file its object.
-    """
-    src = require_file(source, "MLIR source")
+def _named_pairs(substitutions: Sequence[str]) -> list[tuple[str, Path]]:
     pairs: list[tuple[str, Path]] = []
     for item in substitutions:
         name, sep, file = item.partition("=")
         if not sep or not name.strip() or not file:
             raise PyreeError(f"'{item}' is not NAME=FILE", fix="write --substitute main_dispatch_0=edited.mlir")
         pairs.append((name.strip(), require_file(file, f"substitute for {name}").resolve()))
-    _refuse_cpu_objects(src, target, pairs)  # before any compile: it is known to crash
-    names = executable_names(src, target=target, sm=sm, flags=flags)
-    if substitute_from is not None:
-        directory = Path(substitute_from)
-        if not directory.is_dir():
-            raise PyreeError("substitution directory not found", file=directory, fix="pass a directory holding <module>_<name>.mlir files")
-        prefix = _module_prefix(src)
-        matched = []
-        for path in sorted(directory.iterdir()):
-            stem = path.stem.removeprefix(prefix)
-            if path.is_file() and stem in names:
-                matched.append((stem, path.resolve()))
-        if not matched:
-            raise PyreeError(
-                f"no file in it names an executable of {src.name}",
-                file=directory,
-                details="executables: " + ", ".join(names),
-                fix=f"name the files {prefix}<executable>.mlir (as `pyree-build dump` writes them) or <executable>.<ext>",
-            )
-        echo.log_step(f"  substituting from {directory}: {', '.join(n for n, _ in matched)}")
-        _refuse_cpu_objects(src, target, matched)
-        pairs.extend(matched)
+    return pairs
+
+
+def _pairs_from(directory: Path, src: Path, names: Sequence[str]) -> list[tuple[str, Path]]:
+    """The files of a --substitute-from directory named after an executable of the program."""
+    if not directory.is_dir():
+        raise PyreeError("substitution directory not found", file=directory, fix="pass a directory holding <module>_<name>.mlir files")
+    prefix = _module_prefix(src)
+    matched = []
+    for path in sorted(directory.iterdir()):
+        stem = path.stem.removeprefix(prefix)
+        if path.is_file() and stem in names:
+            matched.append((stem, path.resolve()))
+    if not matched:
+        raise PyreeError(
+            f"no file in it names an executable of {src.name}",
+            file=directory,
+            details="executables: " + ", ".join(names),
+            fix=f"name the files {prefix}<executable>.mlir (as `pyree-build dump` writes them) or <executable>.<ext>",
+        )
+    echo.log_step(f"  substituting from {directory}: {', '.join(n for n, _ in matched)}")
+    return matched
+
+
+def _one_each(src: Path, pairs: Sequence[tuple[str, Path]], names: Sequence[str]) -> list[tuple[str, Path]]:
+    """The pairs, each naming an executable of the program and none substituted twice."""
     unknown = [n for n, _ in pairs if n not in names]
     if unknown:
         raise PyreeError(
@@ -243,7 +252,31 @@ def substitution_flags(
                 fix="give each executable one replacement (a --substitute-from directory counts too)",
             )
         seen[name] = path
-    pairs = list(seen.items())
+    return list(seen.items())
+
+
+def substitution_flags(
+    source: PathLike,
+    *,
+    target: str,
+    substitutions: Sequence[str] = (),
+    substitute_from: PathLike | None = None,
+    sm: str | int | None = None,
+    flags: Sequence[str] = (),
+) -> tuple[list[str], list[Path]]:
+    """IREE flags for the requested substitutions, and the files they read.
+
+    A `.mlir`/`.mlirbc` file replaces the executable's source, any other file its object.
+    """
+    src = require_file(source, "MLIR source")
+    pairs = _named_pairs(substitutions)
+    _refuse_objects(src, target, pairs)  # before any compile: it is known to crash
+    names = executable_names(src, target=target, sm=sm, flags=flags)
+    if substitute_from is not None:
+        matched = _pairs_from(Path(substitute_from), src, names)
+        _refuse_objects(src, target, matched)
+        pairs.extend(matched)
+    pairs = _one_each(src, pairs, names)
     out_flags = []
     for name, path in pairs:
         kind = "source" if path.suffix in SOURCE_SUFFIXES else "object"

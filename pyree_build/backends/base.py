@@ -97,6 +97,8 @@ class CompileJob:
     options: Mapping[str, Any]
     search_paths: list[Path]
     link_bitcode: list[Path]
+    #: transform / PDL specs and preprocessing pipeline files, read with the program.
+    spec_files: list[Path] = field(default_factory=list)
 
 
 class Backend:
@@ -123,8 +125,10 @@ class Backend:
     workflows: tuple[Workflow, ...] = ()
     #: whether `pb.run` may read results through IREE's Python runtime on this target's devices.
     runs_in_process: bool = True
-    #: whether `dump` / substitution support this target.
+    #: whether `dump` supports this target.
     dumps: bool = False
+    #: whether an executable's object (not only its source) may be substituted on this target.
+    substitutes_objects: bool = True
 
     def target_flags(self, options: Mapping[str, Any]) -> list[str]:
         """The iree-compile flags that select this target."""
@@ -148,8 +152,14 @@ class Backend:
         """A better message for an iree-compile failure on this target, or None."""
         return None
 
+    def missing_object_hint(self, name: str, search_paths: Sequence[Path]) -> str:
+        """A line added under an object iree-compile could not find (e.g. the name it has under
+        another spelling), or ""."""
+        return ""
+
     def probe(self, device: str) -> tuple[bool, str]:
-        """(usable, reason) for running on `device` here."""
+        """(usable, reason) for running on `device` here (one of `devices`, or a Workflow's
+        `device`); run stops before an unusable one, doctor shows the reason."""
         return True, f"{device} needs no probe"
 
     def unusable_fix(self, device: str) -> str:

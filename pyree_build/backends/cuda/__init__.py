@@ -2,11 +2,17 @@
 IREE's generated code, and the `#hal.executable.target` that keys objects for an sm."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping
 
-from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.base import Backend, CompileJob, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
-from pyree_build.core import toolchain
+from pyree_build.core import lazy, toolchain
+
+# Loaded on first use: declaring the backend (help, doctor, the registry) reads none of them.
+_target = lazy.module("pyree_build.backends.cuda.target")
+_ptx = lazy.module("pyree_build.backends.cuda.ptx")
+_bitcode = lazy.module("pyree_build.backends.cuda.bitcode")
 
 DEFAULT_SM = "80"
 _SM_OPTION = Option(("--sm",), {"default": None, "help": "cuda target sm (default 80)"})
@@ -65,9 +71,29 @@ class CudaBackend(Backend):
     )
 
     def target_flags(self, options: Mapping[str, Any]) -> list[str]:
-        from pyree_build.backends.cuda.ptx import normalize_sm
+        return _target.target_flags(options.get("sm"))
 
-        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{normalize_sm(options.get('sm') or DEFAULT_SM)}"]
+    def wants_binaries(self, job: CompileJob) -> bool:
+        # Generated code that calls into bitcode compiles even when a call stays unresolved
+        # (only the driver would fail): its PTX is checked at build time instead.
+        return bool(job.link_bitcode or "iree_codegen.ukernel" in job.text)
+
+    def after_compile(self, job: CompileJob, binaries: Path | None) -> None:
+        if binaries is not None:
+            sm = _ptx.normalize_sm(job.options.get("sm") or DEFAULT_SM)
+            _bitcode.check_cuda_module(job.source, sorted(binaries.glob("*.ptx")), sm, job.link_bitcode, binaries)
+
+    def explain(self, job: CompileJob, compiler_output: str) -> str | None:
+        return _target.explain_cuda_target(job.source, job.options.get("sm"), compiler_output)
+
+    def probe(self, device: str) -> tuple[bool, str]:
+        return _target.cuda_status()
+
+    def unusable_fix(self, device: str) -> str:
+        return "run on a machine with an NVIDIA GPU and driver; `pyree-build doctor` shows what is found"
+
+    def explain_run(self, run_output: str) -> str | None:
+        return _target.explain_ptx_version(run_output)
 
 
 BACKEND = CudaBackend()

@@ -1,10 +1,17 @@
 """hip: AMD GPUs. AMDGPU code objects per gfx from HIP sources (zig clang + iree-lld, no ROCm)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping
 
-from pyree_build.backends.base import Backend, Option, Verb, Workflow
+from pyree_build.backends.base import Backend, CompileJob, Option, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
+from pyree_build.core import lazy
+from pyree_build.core.inputs import referenced_objects, resolve_object
+
+# Loaded on first use: declaring the backend (help, doctor, the registry) reads neither.
+_hsaco = lazy.module("pyree_build.backends.hip.hsaco")
+_devices = lazy.module("pyree_build.backends.hip.devices")
 
 DEFAULT_GFX = "942"
 
@@ -39,9 +46,27 @@ class HipBackend(Backend):
     workflows = (Workflow("HIP code objects", build=("iree-lld", "iree-compile"), run=("iree-run-module",), device="hip"),)
 
     def target_flags(self, options: Mapping[str, Any]) -> list[str]:
-        from pyree_build.backends.hip.hsaco import normalize_gfx
+        return ["--iree-hal-target-device=hip", f"--iree-rocm-target={_gfx(options)}"]
 
-        return ["--iree-hal-target-device=hip", f"--iree-rocm-target={normalize_gfx(options.get('gfx') or DEFAULT_GFX)}"]
+    def search_paths(self, job: CompileJob) -> list[Path]:
+        # `pyree-build hsaco` writes DIR/gfx<N>/<stem>.co: search the target's own first.
+        gfx_dir = _gfx(job.options)
+        return [*(s / gfx_dir for s in job.search_paths if (s / gfx_dir).is_dir()), *job.search_paths]
+
+    def before_compile(self, job: CompileJob) -> None:
+        # iree-compile embeds an object for any gfx: refuse one built for another here.
+        objects = [found for obj in referenced_objects(job.text) if (found := resolve_object(obj, job.search_paths)[0])]
+        _hsaco.check_module_objects(objects, _gfx(job.options))
+
+    def probe(self, device: str) -> tuple[bool, str]:
+        return _devices.hip_status()
+
+    def unusable_fix(self, device: str) -> str:
+        return "run on a machine with an AMD GPU and ROCm; `pyree-build doctor` shows what is found"
+
+
+def _gfx(options: Mapping[str, Any]) -> str:
+    return _hsaco.normalize_gfx(options.get("gfx") or DEFAULT_GFX)
 
 
 BACKEND = HipBackend()

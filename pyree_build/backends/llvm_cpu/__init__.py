@@ -2,11 +2,15 @@
 standalone FatELF .sos) and embedded objects linked into a module."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
-from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.base import Backend, CompileJob, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import C_OPTIONS
-from pyree_build.core import toolchain
+from pyree_build.core import lazy, toolchain
+
+# Loaded on first use: declaring the backend (help, doctor, the registry) reads it not.
+_loader = lazy.module("pyree_build.backends.llvm_cpu.loader")
 
 _SOURCES_PLUGIN = "pyree_build.backends.llvm_cpu.plugins"
 _FATELF = "pyree_build.backends.llvm_cpu.fatelf"
@@ -17,6 +21,8 @@ class LlvmCpuBackend(Backend):
     description = "the host CPU: modules, CPU plugins (system .so, standalone FatELF .sos), embedded objects"
     devices = ("local-sync", "local-task")
     dumps = True
+    # iree-compile 3.13 crashes (null inner module) on object substitution for llvm-cpu.
+    substitutes_objects = False
     compile_options = (
         Option(("--cpu",), {"default": "generic", "help": "llvm-cpu target CPU: generic (portable, default) or host"}),
     )
@@ -95,6 +101,21 @@ class LlvmCpuBackend(Backend):
             "--iree-hal-local-target-device-backends=llvm-cpu",
             f"--iree-llvmcpu-target-cpu={options.get('cpu') or 'generic'}",
         ]
+
+    def before_compile(self, job: CompileJob) -> None:
+        _loader.warn_without_bareptr(job.source, job.text, job.spec_files)
+
+    def missing_object_hint(self, name: str, search_paths: Sequence[Path]) -> str:
+        return _loader.arch_spelling_hint(name, search_paths)
+
+    def probe(self, device: str) -> tuple[bool, str]:
+        # "host" is doctor's name for the CPU; the local devices need no check before a run.
+        if device == "host":
+            return _loader.host_status()
+        return super().probe(device)
+
+    def explain_run(self, run_output: str) -> str | None:
+        return _loader.explain_loader(run_output)
 
 
 BACKEND = LlvmCpuBackend()

@@ -6,7 +6,10 @@ from typing import Any, Mapping
 
 from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
-from pyree_build.core import toolchain
+from pyree_build.core import lazy, toolchain
+
+# Loaded on first use: declaring the backend (help, doctor, the registry) reads it not.
+_devices = lazy.module("pyree_build.backends.vulkan.devices")
 
 
 class VulkanBackend(Backend):
@@ -39,9 +42,13 @@ class VulkanBackend(Backend):
     workflows = (Workflow("Vulkan SPIR-V shaders", build=("glslang|glslc", "spirv-val", "iree-compile"), run=("iree-run-module",), device="vulkan"),)
 
     def target_flags(self, options: Mapping[str, Any]) -> list[str]:
-        from pyree_build.backends.vulkan.devices import resolve_target
+        return ["--iree-hal-target-device=vulkan", f"--iree-vulkan-target={_devices.resolve_target(options.get('vulkan_target') or 'auto')}"]
 
-        return ["--iree-hal-target-device=vulkan", f"--iree-vulkan-target={resolve_target(options.get('vulkan_target') or 'auto')}"]
+    def probe(self, device: str) -> tuple[bool, str]:
+        return _devices.status()
+
+    def unusable_fix(self, device: str) -> str:
+        return "install a Vulkan driver (CPU-only Debian: apt-get install mesa-vulkan-drivers); `pyree-build doctor` lists Vulkan devices"
 
 
 BACKEND = VulkanBackend()

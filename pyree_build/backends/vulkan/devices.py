@@ -14,6 +14,15 @@ from dataclasses import dataclass
 from pyree_build.core import processes, toolchain
 from pyree_build.core.errors import PyreeError
 
+# --iree-vulkan-target names iree-compile 3.13 accepts (checked one by one); an unknown
+# name crashes it with a stack dump, so names are checked here first. `auto` picks the
+# target of the Vulkan device on this machine.
+VULKAN_TARGETS = (
+    "auto", "vp_android_baseline_2022", "llvmpipe", "valhall", "valhall4", "adreno", "pascal", "volta", "turing",
+    "ampere", "ada", "a100", "rtx3090", "rtx4090", "sm_80", "sm_86", "sm_89", "rdna1", "rdna2", "rdna3", "cdna1",
+    "cdna2", "cdna3", "gfx90a", "gfx942", "gfx1100", "mi300x", "rx7900xtx",
+)  # fmt: skip
+
 # Correct everywhere (no subgroup or extension assumptions), but slower on real GPUs.
 BASELINE_TARGET = "vp_android_baseline_2022"
 
@@ -64,8 +73,6 @@ def target_for(device: VulkanDevice) -> str:
 
 def resolve_target(name: str) -> str:
     """Check a --vulkan-target name (iree-compile crashes on unknown ones) and resolve `auto`."""
-    from pyree_build.actions.iree import VULKAN_TARGETS
-
     if name not in VULKAN_TARGETS:
         raise PyreeError(
             f"unknown Vulkan target '{name}'",

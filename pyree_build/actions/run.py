@@ -1,0 +1,275 @@
+"""Modules run with iree-run-module: the device check before, the results (whole, never
+elided) and the checks of its output after.
+
+Which devices exist, whether one is usable here and what a failure on it means are asked
+of the backend that serves the device (pyree_build.backends).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from pyree_build import backends
+from pyree_build.actions import checks
+from pyree_build.actions.results import NPY_TENSOR, format_result, function_results, load_npy, npy_text, result_text
+from pyree_build.backends.llvm_cpu.imports import check_resolved
+from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX, plugin_flag
+from pyree_build.core import echo, lazy, processes, toolchain
+from pyree_build.core.errors import PyreeError, require_file
+
+if TYPE_CHECKING:
+    import subprocess
+
+    import numpy
+
+np = lazy.module("numpy")
+
+PathLike = str | os.PathLike[str]
+
+__all__ = [
+    "DEFAULT_RUN_TIMEOUT_S", "EMBEDDED_PREFIX", "SKIP_EXIT_CODE", "DeviceUnavailable", "RunResult", "check_timeout", "crash_hint",
+    "explain_run_failure", "format_result", "function_results", "npy_text", "plugin_flag", "require_device", "run", "run_to_arrays",
+]  # fmt: skip
+
+# Exit code ctest reads as "skipped" (SKIP_RETURN_CODE), used when a test asks for a GPU
+# that this machine does not have.
+SKIP_EXIT_CODE = 77
+# A bound on any one run or benchmark: generous, yet a plugin that loops (or waits on
+# something that never comes) ends the run with a message instead of hanging CI forever.
+DEFAULT_RUN_TIMEOUT_S = 300.0
+# iree-run-module elides results longer than this (1024 by default) with "...".
+_NO_ELISION = f"--output_max_element_count={1 << 30}"
+
+
+class DeviceUnavailable(PyreeError):
+    """The requested device is not present; ctest reads the exit code as 'skipped'."""
+
+
+def _backend_of(device: str) -> backends.Backend:
+    """The backend serving `device`, named exactly as one of its `devices`."""
+    backend = backends.for_device(device)
+    if backend is None or device not in backend.devices:
+        raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(backends.devices())}")
+    return backend
+
+
+def require_device(device: str, *, skip_unavailable: bool = False) -> None:
+    """Stop before running on a device that is not usable (its backend's probe says so): a
+    clear error, or with `skip_unavailable` the exit code ctest reads as 'skipped'."""
+    driver = device.split(":", 1)[0]
+    backend = backends.for_device(device)
+    if backend is None:
+        return
+    usable, reason = backend.probe(driver)
+    if not usable:
+        raise DeviceUnavailable(
+            f"skipped: {reason}" if skip_unavailable else f"device {driver} is not usable: {reason}",
+            fix=backend.unusable_fix(driver),
+            exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
+        )
+
+
+def explain_run_failure(text: str, device: str | None = None) -> str | None:
+    """A better message for a failed run, from the backend of `device` (any backend's, if none is named)."""
+    backend = backends.for_device(device) if device else None
+    for candidate in [backend] if backend is not None else backends.builtin():
+        hint = candidate.explain_run(text)
+        if hint:
+            return hint
+    return None
+
+
+_explain_run_failure = explain_run_failure  # the name bench and older callers use
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not timeout > 0:
+        raise PyreeError(f"--timeout must be a positive number of seconds, got {timeout}", fix="pass e.g. --timeout 300")
+    return timeout
+
+
+def crash_hint(plugins: Sequence[PathLike], *, timed_out_too: bool = True) -> str:
+    """What usually makes a run crash or hang, naming the plugins that were loaded."""
+    if not plugins:
+        return (
+            "no plugin was loaded, so the module (or the runtime) itself failed; check that it was compiled for this "
+            "device, and rerun with the same inputs under a debugger"
+        )
+    names = ", ".join(os.fspath(p) for p in plugins)
+    return (
+        f"plugin(s) loaded: {names}; a crash or hang here is most often in a plugin's import. Likely causes:\n"
+        "- the import is declared in the MLIR without `llvm.bareptr = true`, so the plugin reads memref descriptors "
+        "where it expects plain pointers\n"
+        "- the plugin's argument struct does not match the func.call in the MLIR (operand order, count or sizes, "
+        "and the hal.import.fields appended at its end)\n"
+        "- the plugin was built for another ABI or architecture, or against another executable_plugin.h\n"
+        + ("- an endless loop in an import, or an import waiting on something that never comes" if timed_out_too else "")
+    )
+
+
+class RunResult:
+    """A run's text and timing; `outputs` (the results as numpy arrays) are made when first
+    read, so a run that only prints or checks text never imports numpy (~100 ms)."""
+
+    def __init__(
+        self, module: Path, function: str, stdout: str, seconds: float, outputs: list[numpy.ndarray] | Callable[[], list[numpy.ndarray]] | None = None
+    ) -> None:
+        self.module = module
+        self.function = function
+        self.stdout = stdout
+        self.seconds = seconds
+        self._outputs = outputs if outputs is not None else []
+
+    @property
+    def outputs(self) -> list[numpy.ndarray]:
+        if callable(self._outputs):
+            self._outputs = self._outputs()
+        return self._outputs
+
+    def __repr__(self) -> str:
+        return f"RunResult(module={self.module!r}, function={self.function!r}, seconds={self.seconds:.3f})"
+
+
+class _NpyOutputs:
+    """The results of a run, read from its .npy files' bytes when first asked for."""
+
+    def __init__(self, raw: list[bytes]) -> None:
+        self.raw = raw
+
+    def __call__(self) -> list[numpy.ndarray]:
+        return [load_npy(data) for data in self.raw]
+
+
+class _TextOutputs:
+    """The results of a run, parsed from its printed text when first asked for."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __call__(self) -> list[numpy.ndarray]:
+        return checks.parse_outputs(self.text)
+
+
+def _check_run_inputs(mod: Path, inputs: Sequence[str], plugins: Sequence[PathLike], device: str, timeout: float | None, skip_unavailable: bool) -> None:
+    """Every check that can fail before the module runs, in the order a user meets them."""
+    checks.parse_inputs(inputs)
+    check_timeout(timeout)
+    if plugins:
+        check_resolved(mod, plugins, ask_without_imports=False)  # names a missing import, where the runtime would not
+    _backend_of(device)
+    require_device(device, skip_unavailable=skip_unavailable)
+
+
+def _run_argv(mod: Path, function: str, device: str, plugin_flags: Sequence[str], inputs: Sequence[str], files: list[Path], npy: bool, flags: Sequence[str]) -> list[str]:
+    return toolchain.iree_run_module().command(
+        f"--module={mod}",
+        f"--function={function}",
+        f"--device={device}",
+        *(f"--executable_plugin={p}" for p in plugin_flags),
+        *(f"--input={i}" for i in inputs),
+        *(f"--output=@{f}" for f in files),
+        *([] if npy else [_NO_ELISION]),
+        *flags,
+    )
+
+
+def _spawn_run(argv: list[str], mod: Path, function: str, device: str, plugins: Sequence[PathLike], npy: bool, timeout: float | None) -> tuple[subprocess.CompletedProcess[str], float]:
+    # Under -v, the command a user can paste: the same run, its results printed in full
+    # by iree-run-module itself instead of written to this run's private .npy files.
+    echo.echo_command(echo.shell_line([a for a in argv if not a.startswith("--output=@")] + ([] if not npy else [_NO_ELISION])))
+    start = time.perf_counter()
+    with echo.muted_commands():
+        result = processes.spawn(
+            argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(map(os.fspath, plugins))}" if plugins else ""),
+            file=mod, explain=functools.partial(explain_run_failure, device=device), timeout=timeout, crash_hint=crash_hint(plugins),
+        )  # fmt: skip
+    return result, time.perf_counter() - start
+
+
+def _require_all_results(produced: int, expected: int, mod: Path, function: str, plugins: Sequence[PathLike], output: str) -> None:
+    if produced >= expected:
+        return
+    raise PyreeError(
+        f"iree-run-module exited 0 but produced {produced} of the {expected} results of {function}",
+        file=mod,
+        details=(
+            "the process ended before the function returned: something called exit() "
+            + (f"(most likely a plugin: {', '.join(map(os.fspath, plugins))})" if plugins else "")
+            + "\noutput:\n" + output.strip()
+        ),
+        fix="an import must return a status to the runtime, never end the process",
+    )
+
+
+def run(
+    module: PathLike,
+    function: str,
+    *,
+    inputs: Sequence[str] = (),
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    expect: Sequence[str] = (),
+    check_file: PathLike | None = None,
+    flags: Sequence[str] = (),
+    skip_unavailable: bool = False,
+    check_prefixes: Sequence[str] = (),
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
+) -> RunResult:
+    """Run `function` of `module` with iree-run-module; check its output if asked.
+
+    Results come back whole, of any size: tensors through one `.npy` file each (exact
+    values), printed as iree-run-module prints them; other results as its text, never
+    elided. A run that exits without producing the function's results (a plugin that
+    called exit()) is an error, as is one killed by a signal or by `timeout` seconds.
+    """
+    mod = require_file(module, "module")
+    plugin_flags = [plugin_flag(p) for p in plugins]
+    _check_run_inputs(mod, inputs, plugins, device, timeout, skip_unavailable)
+    toolchain.iree_run_module()  # a missing runner is named before the module is inspected
+    signature = function_results(mod, function)
+    npy = signature is not None and len(signature[1]) == signature[0] and all(NPY_TENSOR.match(t) for t in signature[1])
+    with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
+        files = [Path(tmp) / f"result{k}.npy" for k in range(signature[0])] if npy and signature else []
+        argv = _run_argv(mod, function, device, plugin_flags, inputs, files, npy, flags)
+        result, seconds = _spawn_run(argv, mod, function, device, plugins, npy, timeout)
+        stdout = result.stdout
+        produced = sum(f.is_file() for f in files) if npy else len(re.findall(r"^result\[\d+\]:", stdout, re.MULTILINE))
+        if signature is not None:
+            _require_all_results(produced, signature[0], mod, function, plugins, stdout + result.stderr)
+        outputs: Callable[[], list[numpy.ndarray]] = _TextOutputs(stdout)
+        if npy and signature:
+            raw = [f.read_bytes() for f in files]
+            outputs = _NpyOutputs(raw)
+            stdout += "".join(result_text(k, data, declared) for k, (data, declared) in enumerate(zip(raw, signature[1])))
+    if expect:
+        checks.check_expected(stdout, expect, source=str(mod))
+    if check_file:
+        checks.check_with_filecheck(stdout, check_file, source=str(mod), prefixes=check_prefixes)
+    return RunResult(mod, function, stdout, seconds, outputs)
+
+
+def run_to_arrays(
+    module: PathLike, function: str, inputs: Sequence[object] = (), *, plugins: Sequence[PathLike] = (), device: str = "local-sync"
+) -> list[numpy.ndarray]:
+    """Run with iree-run-module and return the results as numpy arrays; `inputs` may be
+    arrays (passed through .npy files) or input spec strings.
+
+    For devices whose results IREE's Python runtime cannot read back: on lavapipe it
+    cannot import host memory (minImportedHostPointerAlignment 4096), the tool can.
+    """
+    mod = require_file(module, "module")
+    with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
+        specs = []
+        for i, value in enumerate(inputs):
+            if isinstance(value, str):
+                specs.append(value)
+            else:
+                path = Path(tmp) / f"input{i}.npy"
+                np.save(path, np.asarray(value))
+                specs.append(f"@{path}")
+        return run(mod, function, inputs=specs, plugins=plugins, device=device).outputs
