@@ -22,11 +22,12 @@ from typing import Sequence
 import numpy as np
 
 from pyree_build.actions import checks
+from pyree_build.actions.run import plugin_flag, require_device, run_to_arrays
+from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX
 from pyree_build.core.errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
 InputValue = "np.ndarray | str | float | int"
-EMBEDDED_PREFIX = "embedded:"
 
 # (the --executable_plugin value, the SHA-256 of the file it names), in the order given.
 PluginSet = tuple[tuple[str, str], ...]
@@ -116,7 +117,6 @@ def run(
     device: str = "local-sync",
 ) -> list[np.ndarray]:
     """Call `function` of a .vmfb in this process; inputs are arrays or `--input` specs."""
-    from pyree_build.actions.iree import plugin_flag, require_device, run_to_arrays
 
     mod = require_file(module, "module")
     try:
