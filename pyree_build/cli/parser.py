@@ -173,8 +173,10 @@ def named_verb(args: Sequence[str]) -> str | None:
     return ""
 
 
-def names_other_target(args: Sequence[str]) -> bool:
-    """Whether the command line names a `--target` that is not built in, so the parser needs
-    the options of backends other packages install."""
+def needs_installed_backends(args: Sequence[str]) -> bool:
+    """Whether the parser must read the backends other packages install: for help (their
+    options are listed), or a `--target` that is not built in (its options are parsed)."""
+    if "-h" in args or "--help" in args:
+        return True
     values = [b for a, b in zip(args, args[1:]) if a == "--target"] + [a.partition("=")[2] for a in args if a.startswith("--target=")]
     return any(value not in backends.names(external=False) for value in values)
