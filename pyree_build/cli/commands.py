@@ -171,4 +171,7 @@ def run_declared(verb: Verb, a: argparse.Namespace) -> None:
 def dispatch(a: argparse.Namespace) -> int | None:
     """Run the verb the command line chose."""
     command = COMMANDS.get(a.verb)
-    return command(a) if command is not None else run_declared(a.declared_verb, a)
+    if command is not None:
+        return command(a)
+    run_declared(a.declared_verb, a)
+    return None

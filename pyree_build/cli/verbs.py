@@ -41,12 +41,21 @@ DEVICES = Registered(lambda external: backends.devices(external=external))
 TAKE_COMPILE_OPTIONS = ("compile",)
 
 _SPEC_OPTIONS = (
-    Option(("--transform-spec",), {"metavar": "SPEC.mlir", "help": "transform-dialect spec applied before lowering (IREE's --iree-preprocessing-transform-spec-filename)"}),
-    Option(("--pdl-spec",), {"metavar": "SPEC.mlir", "help": "PDL patterns applied before lowering (IREE's --iree-preprocessing-pdl-spec-filename)"}),
+    Option(
+        ("--transform-spec",),
+        {"metavar": "SPEC.mlir", "help": "transform-dialect spec applied before lowering (IREE's --iree-preprocessing-transform-spec-filename)"},
+    ),
+    Option(
+        ("--pdl-spec",),
+        {"metavar": "SPEC.mlir", "help": "PDL patterns applied before lowering (IREE's --iree-preprocessing-pdl-spec-filename)"},
+    ),
 )
 _TIMEOUT = Option(
     ("--timeout",),
-    {"type": float, "default": None, "metavar": "SECONDS", "help": "stop the run after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)"},
+    {
+        "type": float, "default": None, "metavar": "SECONDS",
+        "help": "stop the run after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
+    },  # fmt: skip
 )
 _SKIP = Option(("--skip-unavailable",), {"action": "store_true", "help": "exit 77 (ctest: skipped) when the device is not present"})
 _OBJECT_SEARCH_PATH = Option(("--object-search-path",), {"dest": "object_search_paths", "action": "append", "default": [], "metavar": "DIR"})
@@ -71,7 +80,10 @@ COMPILE = Verb(
         Option(("--target",), {"choices": TARGETS, "default": "llvm-cpu"}),
         Option(
             ("--link-bitcode",),
-            {"dest": "link_bitcode", "action": "append", "default": [], "metavar": "FILE.bc", "help": "LLVM bitcode to link into the generated GPU code (repeatable)"},
+            {
+                "dest": "link_bitcode", "action": "append", "default": [], "metavar": "FILE.bc",
+                "help": "LLVM bitcode to link into the generated GPU code (repeatable)",
+            },  # fmt: skip
         ),
         _OBJECT_SEARCH_PATH,
         Option(
@@ -92,7 +104,10 @@ COMPILE = Verb(
         ),  # fmt: skip
         Option(
             ("--preprocess",),
-            {"metavar": "PIPELINE", "help": "run iree-opt --pass-pipeline=PIPELINE on the source first (input-level rewrites on tosa/torch, e.g. PDL patterns)"},
+            {
+                "metavar": "PIPELINE",
+                "help": "run iree-opt --pass-pipeline=PIPELINE on the source first (input-level rewrites on tosa/torch, e.g. PDL patterns)",
+            },
         ),
         Option(("--depfile",)),
     ),
