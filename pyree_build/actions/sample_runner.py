@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError
-from pyree_build.core.package import PACKAGE_DIR
+from pyree_build.core.package import PACKAGE_DIR, cmake_dir
 
 
 def samples_dir() -> Path:
@@ -148,8 +148,6 @@ def _require_a_match(ctest: toolchain.Tool, build: Path, tests_regex: str) -> No
 
 def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | None = None) -> int:
     """Build and run every sample. Returns 0 when no test failed (skipped tests are not failures)."""
-    from pyree_build.cli import cmake_dir
-
     cmake, ctest, ninja = toolchain.cmake(), toolchain.ctest(), toolchain.ninja()
     source = samples_dir()
     build = build_dir.resolve()

@@ -48,6 +48,7 @@ class Verb:
     `function` is "module:attribute", imported only when the verb runs. Its keyword names
     are the options' dests; what it returns is shown as the CLI shows every build: each path
     as `wrote PATH`, a string printed as it is. `actions` are sub-verbs (`fatelf join`).
+    A function that takes `jobs` gets the common option -j.
     """
 
     name: str
@@ -55,6 +56,10 @@ class Verb:
     function: str = ""
     options: tuple[Option, ...] = ()
     actions: tuple[Verb, ...] = ()
+    #: the paragraph `--help` shows above the options (at least a sentence), and its examples,
+    #: one command line per line, each starting `pyree-build`.
+    description: str = ""
+    examples: str = ""
 
     def load(self) -> Callable[..., Any]:
         module, _, attr = self.function.partition(":")

@@ -41,6 +41,11 @@ class CudaBackend(Backend):
                 Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/<stem>_sm_<N>.ptx"}),
                 *SOURCE_OPTIONS,
             ),
+            description=(
+                "Compile a CUDA .cu file into one PTX file per sm, written as DIR/<stem>_sm_<N>.ptx, with "
+                "NVRTC from PyPI (no CUDA SDK needed) or nvcc. All outputs are written or none."
+            ),
+            examples="pyree-build ptx kernels.cu --sm 75 --sm 80 -o build/ptx\npyree-build ptx kernels.cu --sm 80 --ptx-isa 9.0 -o build/ptx",
         ),
         Verb(
             "bitcode",
@@ -52,12 +57,24 @@ class CudaBackend(Backend):
                 Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/<stem>_sm_<N>.bc"}),
                 *SOURCE_OPTIONS,
             ),
+            description=(
+                "Compile CUDA device code into NVPTX LLVM bitcode per sm (DIR/<stem>_sm_<N>.bc) with zig's "
+                "clang and no CUDA SDK, for `compile --link-bitcode`: kernels IREE generates can then call "
+                "its __device__ functions."
+            ),
+            examples="pyree-build bitcode ukernel.cu --sm 80 -o build/bitcode",
         ),
         Verb(
             "cuda-target",
             "print the #hal.executable.target that keys an sm's objects in MLIR",
-            "pyree_build.backends.cuda.target:cuda_target_attr",
+            # TODO(merge): "pyree_build.backends.cuda.target:cuda_target_attr" once that module exists.
+            "pyree_build.actions.iree:cuda_target_attr",
             (Option(("--sm",), {"required": True, "help": "e.g. 80"}),),
+            description=(
+                "Print the #hal.executable.target attribute that iree-compile uses for an sm; paste it as "
+                "the key of that sm's PTX in #hal.executable.objects."
+            ),
+            examples="pyree-build cuda-target --sm 80",
         ),
     )
     tools = (

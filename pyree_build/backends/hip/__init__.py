@@ -32,6 +32,12 @@ class HipBackend(Backend):
                 Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/gfx<N>/<stem>.co"}),
                 *SOURCE_OPTIONS,
             ),
+            description=(
+                "Compile a HIP source into an AMDGPU code object per gfx (DIR/gfx<N>/<stem>.co) with zig's "
+                "clang and iree-lld, no ROCm needed; each object's ELF flags are checked against its gfx, "
+                "since iree-compile embeds an object of any gfx without a word."
+            ),
+            examples="pyree-build hsaco kernels.cu --gfx 942 --gfx 1100 -o build/hsaco",
         ),
         Verb(
             "code-objects",
@@ -41,6 +47,11 @@ class HipBackend(Backend):
                 Option(("module",), {"metavar": "MODULE.vmfb"}),
                 Option(("--gfx",), {"dest": "gfxs", "action": "append", "default": [], "help": "fail unless a code object for this gfx is embedded (repeatable)"}),
             ),
+            description=(
+                "List the AMDGPU code objects a .vmfb embeds, with the gfx each was built for; with --gfx, "
+                "fail unless one for that gfx is there."
+            ),
+            examples="pyree-build code-objects build/hip_example.vmfb --gfx 942",
         ),
     )
     workflows = (Workflow("HIP code objects", build=("iree-lld", "iree-compile"), run=("iree-run-module",), device="hip"),)

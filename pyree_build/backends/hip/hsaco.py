@@ -206,3 +206,19 @@ def check_module_objects(objects: Sequence[Path], gfx: str) -> None:
 def describe(objects: Sequence[CodeObject]) -> str:
     lines = [f"{o.gfx or f'machine 0x{o.mach:02x}'}  {o.size:>8} bytes  {', '.join(o.kernels) or '(no kernels)'}" for o in objects]
     return "\n".join(lines) if lines else "(no AMDGPU code objects)"
+
+
+def code_objects(module: PathLike, gfxs: Sequence[str] = ()) -> str:
+    """`code-objects`: the listing of the code objects `module` embeds; a PyreeError when
+    one of `gfxs` has none."""
+    objects = embedded_code_objects(module)
+    have = {o.gfx for o in objects}
+    missing = [g for g in dict.fromkeys(normalize_gfx(x) for x in gfxs) if g not in have]
+    if missing:
+        print(describe(objects))  # what is there, before the error says what is not
+        raise PyreeError(
+            f"the module embeds no code object for {', '.join(missing)}",
+            file=module,
+            fix="compile it with --target hip --gfx N for that gfx, with the code objects from `pyree-build hsaco --gfx N`",
+        )
+    return describe(objects)

@@ -14,6 +14,7 @@ _loader = lazy.module("pyree_build.backends.llvm_cpu.loader")
 
 _SOURCES_PLUGIN = "pyree_build.backends.llvm_cpu.plugins"
 _FATELF = "pyree_build.backends.llvm_cpu.fatelf"
+_FATELF_FILE = Option(("input",), {"metavar": "FATELF", "help": "the FatELF file to read"})
 
 
 class LlvmCpuBackend(Backend):
@@ -46,6 +47,16 @@ class LlvmCpuBackend(Backend):
                 ),
                 *C_OPTIONS,
             ),
+            description=(
+                "Compile C sources into an IREE executable plugin. A system plugin is a shared library "
+                "for this host that the runtime opens with dlopen; a standalone plugin is a freestanding "
+                "ELF per arch, linked by iree-lld and packed into a FatELF (.sos) when several arches are "
+                "asked for. Each result is checked (machine, export, undefined symbols) before use."
+            ),
+            examples=(
+                "pyree-build plugin --kind system system_plugin.c -o build/system_plugin.so\n"
+                "pyree-build plugin --kind standalone --arch x86_64 --arch aarch64 standalone_plugin.c -o build/plugin.sos"
+            ),
         ),
         Verb(
             "objects",
@@ -58,30 +69,83 @@ class LlvmCpuBackend(Backend):
                 Option(("--allow-undefined",), {"action": "append", "default": [], "metavar": "NAME", "help": "a symbol the program itself provides"}),
                 *C_OPTIONS,
             ),
+            description=(
+                "Compile one C source into a freestanding object per arch, written as DIR/<stem>_<arch>.o, "
+                "for iree-compile to link into a module through #hal.executable.objects. Undefined symbols "
+                "are refused unless the program provides them (--allow-undefined)."
+            ),
+            examples="pyree-build objects functions.c --arch x86_64 --arch aarch64 -o build/objects",
         ),
         Verb(
             "fatelf",
             "FatELF containers: join, split, list, select (like iree-fatelf)",
             actions=(
-                Verb("join", "pack ELFs into one FatELF", f"{_FATELF}:join_files", (Option(("inputs",), {"nargs": "+", "metavar": "ELF"}), Option(("-o", "--output"), {"required": True}))),
+                Verb(
+                    "join",
+                    "pack ELFs into one FatELF",
+                    f"{_FATELF}:join_files",
+                    (Option(("inputs",), {"nargs": "+", "metavar": "ELF"}), Option(("-o", "--output"), {"required": True})),
+                    description="Pack ELFs (one per architecture) into one FatELF file.",
+                    examples="pyree-build fatelf join a_x86_64.so a_aarch64.so a_riscv64.so -o a.sos",
+                ),
                 Verb(
                     "split",
                     "write each ELF of a FatELF to DIR/<stem>_<arch>.so",
                     f"{_FATELF}:split",
-                    (Option(("input",), {"metavar": "FATELF"}), Option(("-o", "--output-dir"), {"required": True})),
+                    (Option(("path",), {"metavar": "FATELF", "help": "the FatELF file to read"}), Option(("-o", "--output-dir"), {"required": True})),
+                    description="Write each ELF of a FatELF to DIR/<stem>_<arch>.so, byte-identical to what was joined.",
+                    examples="pyree-build fatelf split a.sos -o parts/",
                 ),
-                Verb("list", "print each record: arch, class, byte order, offset, size", f"{_FATELF}:listing", (Option(("input",), {"metavar": "FATELF"}),)),
+                Verb(
+                    "list",
+                    "print each record: arch, class, byte order, offset, size",
+                    f"{_FATELF}:listing",
+                    (_FATELF_FILE,),
+                    description="Print one line per record of a FatELF: arch, class, byte order, offset and size.",
+                    examples="pyree-build fatelf list a.sos",
+                ),
                 Verb(
                     "select",
                     "extract the ELF for this host (or --arch)",
                     f"{_FATELF}:select_file",
                     (
-                        Option(("input",), {"metavar": "FATELF"}),
+                        _FATELF_FILE,
                         Option(("--arch",), {"help": "x86_64, aarch64 or riscv64 (default: this host)"}),
                         Option(("-o", "--output"), {"required": True}),
                     ),
+                    description="Extract the ELF a FatELF holds for this host (or for --arch) into its own file.",
+                    examples="pyree-build fatelf select a.sos -o host.so\npyree-build fatelf select a.sos --arch aarch64 -o a_aarch64.so",
                 ),
             ),
+            description=(
+                "Read and write FatELF containers (as iree-fatelf does): one file holding an ELF per "
+                "architecture, which IREE's runtime opens as a standalone plugin."
+            ),
+            examples="pyree-build fatelf join a_x86_64.so a_aarch64.so -o a.sos\npyree-build fatelf list a.sos",
+        ),
+        Verb(
+            "imports",
+            "list the imports each executable of a module calls, and which --plugin resolves each",
+            "pyree_build.backends.llvm_cpu.imports:listing",
+            (
+                Option(("module",), {"metavar": "MODULE.vmfb"}),
+                Option(
+                    ("--plugin",),
+                    {
+                        "dest": "plugins",
+                        "action": "append",
+                        "default": [],
+                        "metavar": "PATH",
+                        "help": "ask this plugin's resolve (repeatable; later ones are asked first, as at run time)",
+                    },
+                ),
+            ),
+            description=(
+                "List, per executable, the imports a module calls (read from its embedded ELFs); with "
+                "--plugin, ask each plugin's resolve, in a child process and in the runtime's order (last "
+                "registered first), which one provides each import. An import no plugin resolves is an error."
+            ),
+            examples="pyree-build imports build/mlp.vmfb\npyree-build imports build/mlp.vmfb --plugin build/matmul_relu_plugin.so",
         ),
     )
     tools = (

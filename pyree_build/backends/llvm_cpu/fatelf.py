@@ -21,7 +21,10 @@ import sys
 from pathlib import Path
 from typing import Sequence, Union
 
+from pyree_build.backends.llvm_cpu.elf import normalize_arch
 from pyree_build.core.errors import PyreeError
+from pyree_build.core.files import atomic_output
+from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import record
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -348,3 +351,25 @@ def split(path: PathLike, output_dir: PathLike) -> list[Path]:
         with atomic_output(out) as tmp:
             tmp.write_bytes(data[rec.offset : rec.end])
     return outs
+
+
+# The `fatelf` verbs (llvm-cpu's Verb declarations): paths and words in, what to show out.
+
+
+def join_files(inputs: Sequence[ElfInput], output: PathLike) -> Path:
+    """`fatelf join`: pack `inputs` into the FatELF `output`."""
+    return write(output, inputs)
+
+
+def listing(input: PathLike) -> str:  # noqa: A002 - the verb's option
+    """`fatelf list`: one line per record."""
+    return describe(read(input))
+
+
+def select_file(input: PathLike, output: PathLike, arch: str | None = None) -> Path:  # noqa: A002 - the verb's option
+    """`fatelf select`: write the ELF for this host (or `arch`) to `output`."""
+    check_outputs([output], [input])
+    data = select(input, machine=None if not arch else machine_for_arch(normalize_arch(arch)))
+    with atomic_output(output) as tmp:
+        tmp.write_bytes(data)
+    return Path(output)

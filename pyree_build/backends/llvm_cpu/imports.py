@@ -444,3 +444,11 @@ def declarations_without_bareptr(mlir_text: str) -> list[str]:
         if "memref<" in params and "llvm.bareptr" not in attrs:
             found.append(m.group(1))
     return found
+
+
+def listing(module: PathLike, plugins: Sequence[PathLike] = ()) -> str:
+    """`imports`: each executable's imports, and with `plugins` which one resolves each."""
+    if plugins:
+        found, resolution = check_resolved(module, plugins)
+        return describe(found, resolution)
+    return describe(module_imports(module))

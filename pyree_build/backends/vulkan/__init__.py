@@ -32,6 +32,12 @@ class VulkanBackend(Backend):
                 Option(("--compiler",), {"choices": ("glslang", "glslc"), "default": "glslang", "help": "glslang (default; pip) or glslc (shaderc)"}),
                 *SOURCE_OPTIONS,
             ),
+            description=(
+                "Compile GLSL compute shaders into SPIR-V, one DIR/<stem>.spv per shader, with glslang "
+                "(from PyPI, the default) or glslc, and validate each with spirv-val. A module references "
+                "them from #hal.executable.objects and finds them on an object search path."
+            ),
+            examples="pyree-build spirv simple_mul.glsl simple_mul_inplace.glsl -o build/spirv",
         ),
     )
     tools = (

@@ -1,0 +1,177 @@
+"""What each verb runs: a core verb's function here turns its parsed options into one call of
+an action and prints the result; a backend verb's declared function is called with its
+options by `run_declared`. Actions are loaded on first use (core/lazy.py), so a command
+imports only the modules its own work needs.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from pyree_build import backends
+from pyree_build.backends.base import Verb
+from pyree_build.cli.parser import compile_options
+from pyree_build.core import echo, lazy
+from pyree_build.core.errors import PyreeError
+
+# Where `compile` and `run` live: the two lines to change when actions/iree.py is split
+# (into "pyree_build.actions.compile" and "pyree_build.actions.run").
+COMPILE_MODULE = "pyree_build.actions.iree"
+RUN_MODULE = "pyree_build.actions.iree"
+
+_compile = lazy.module(COMPILE_MODULE)
+_run = lazy.module(RUN_MODULE)
+_executables = lazy.module("pyree_build.actions.executables")
+_bench = lazy.module("pyree_build.actions.bench")
+_sample_runner = lazy.module("pyree_build.actions.sample_runner")
+_scaffold = lazy.module("pyree_build.actions.scaffold")
+_doctor = lazy.module("pyree_build.actions.doctor")
+_cache = lazy.module("pyree_build.cache.local")
+
+# compile's own keywords for backend options; any other backend option goes in `target_options`.
+COMPILE_KEYWORDS = ("cpu", "sm", "vulkan_target", "gfx")
+
+
+def _timeout(a: argparse.Namespace) -> float:
+    return _run.DEFAULT_RUN_TIMEOUT_S if a.timeout is None else a.timeout
+
+
+def _target_options(a: argparse.Namespace) -> dict[str, Any]:
+    """Values of backend compile options that are not compile's keywords: the chosen target's
+    that were given, and any other's set to more than its default (compile refuses those)."""
+    chosen = backends.get(a.target).compile_options
+    chosen_dests = {o.dest for o in chosen}
+    values = {}
+    for option in (*chosen, *compile_options(False)):
+        value = getattr(a, option.dest, None)
+        if option.dest not in COMPILE_KEYWORDS and value is not None and (option.dest in chosen_dests or value != option.kwargs.get("default")):
+            values[option.dest] = value
+    return values
+
+
+def compile_command(a: argparse.Namespace) -> None:
+    target_options = _target_options(a)
+    out = _compile.compile(
+        a.source, a.output, target=a.target, cpu=a.cpu, sm=a.sm, object_search_paths=a.object_search_paths,
+        flags=a.extra, depfile=a.depfile, substitutions=a.substitutions, substitute_from=a.substitute_from,
+        transform_spec=a.transform_spec, pdl_spec=a.pdl_spec, expect_imports=a.expect_imports, preprocess=a.preprocess,
+        vulkan_target=a.vulkan_target, gfx=a.gfx, link_bitcode=a.link_bitcode,
+        **({"target_options": target_options} if target_options else {}),
+    )  # fmt: skip
+    echo.log_step(f"wrote {out}")
+
+
+def run_command(a: argparse.Namespace) -> None:
+    if a.check_prefixes and not a.check_file:
+        raise PyreeError("--check-prefix selects lines of a --check-file, and none was given", fix="add --check-file FILE")
+    result = _run.run(
+        a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
+        check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes, timeout=_timeout(a),
+    )  # fmt: skip
+    if not a.quiet:
+        sys.stdout.write(result.stdout)
+    if a.expect or a.check_file:
+        echo.log_step(f"output check passed ({result.seconds:.2f} s)")
+
+
+def dump_command(a: argparse.Namespace) -> None:
+    index = _executables.dump(
+        a.source, a.output_dir, target=a.target, sm=a.sm, flags=a.extra, transform_spec=a.transform_spec, pdl_spec=a.pdl_spec,
+        object_search_paths=a.object_search_paths, force=a.force,
+    )  # fmt: skip
+    print(_executables.describe(index, a.output_dir))
+    echo.log_step(f"wrote {Path(a.output_dir) / 'index.json'}")
+
+
+def bench_command(a: argparse.Namespace) -> None:
+    common = dict(
+        function=a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, repetitions=a.repetitions,
+        skip_unavailable=a.skip_unavailable, timeout=_timeout(a),
+    )  # fmt: skip
+    if a.compare:
+        if len(a.modules) != 2:
+            raise PyreeError(f"--compare takes two modules, got {len(a.modules)}", fix="pyree-build bench --compare A.vmfb B.vmfb ...")
+        print(_bench.compare(a.modules[0], a.modules[1], rounds=a.rounds, **common).render())
+        return
+    if len(a.modules) != 1:
+        raise PyreeError(f"bench takes one module, got {len(a.modules)}", fix="pass one module, or --compare A.vmfb B.vmfb")
+    print(_bench.bench(a.modules[0], **common).render())
+
+
+def samples_command(a: argparse.Namespace) -> int:
+    return _sample_runner.main_job(Path(a.build_dir), tests_regex=a.tests_regex, jobs=a.jobs)
+
+
+def new_command(a: argparse.Namespace) -> None:
+    out = _scaffold.new_project(a.directory, name=a.name, force=a.force, import_name=a.import_name, import_args=a.import_args)
+    echo.log_step(f"wrote {out}: CMakeLists.txt, plugin.c, program.mlir, README.md, pyproject.toml")
+    echo.log_step(f'next: cmake -G Ninja -S {out} -B {out}/build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"')
+
+
+def cache_command(a: argparse.Namespace) -> None:
+    if a.action == "clear":
+        removed, left = _cache.cache_clear()
+        print(f"removed {removed} entries")
+        if left:
+            print(f"left {len(left)} files the cache did not write, e.g. {left[0]}")
+        return
+    info = _cache.cache_info()
+    if info["root"] is None:
+        print(f"cache: off ({_cache.CACHE_ENV}=off)")
+    else:
+        print(f"cache: {info['root']}\nentries: {info['entries']}\nsize: {int(info['bytes']) / 1e6:.1f} MB")
+        if not info["marked"]:
+            print(f"note: not a pyree_build cache yet (no {_cache._TAG}); the first cached build marks a new or empty directory")
+
+
+def doctor_command(a: argparse.Namespace) -> int:
+    return _doctor.report()
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
+    "compile": compile_command,
+    "run": run_command,
+    "dump": dump_command,
+    "bench": bench_command,
+    "samples": samples_command,
+    "new": new_command,
+    "cache": cache_command,
+    "doctor": doctor_command,
+}
+
+
+def _takes(function: Callable[..., Any], name: str) -> bool:
+    """Whether `function` has a parameter `name` (read from its code: `inspect` costs start-up time)."""
+    code = getattr(getattr(function, "__wrapped__", function), "__code__", None)
+    return code is not None and name in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+
+
+def _show(result: object) -> None:
+    """A backend verb's result as the CLI shows every build: paths as `wrote PATH`, text as it is."""
+    if isinstance(result, str):
+        print(result)
+    elif isinstance(result, Path):
+        echo.log_step(f"wrote {result}")
+    elif isinstance(result, (list, tuple)):
+        for item in result:
+            _show(item)
+
+
+def run_declared(verb: Verb, a: argparse.Namespace) -> None:
+    """Call a backend verb's function with its options' values (and -j where it takes `jobs`)."""
+    function = verb.load()
+    kwargs = {o.dest: getattr(a, o.dest) for o in verb.options}
+    if _takes(function, "jobs"):
+        kwargs["jobs"] = a.jobs
+    _show(function(**kwargs))
+
+
+def dispatch(a: argparse.Namespace) -> int | None:
+    """Run the verb the command line chose."""
+    command = COMMANDS.get(a.verb)
+    if command is not None:
+        return command(a)
+    run_declared(a.declared_verb, a)
+    return None

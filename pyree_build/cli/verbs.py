@@ -1,0 +1,268 @@
+"""The core verbs, declared as data (as the backends declare theirs): name, help, options,
+description and examples. cli/parser.py turns these and the backends' verbs into argparse
+parsers by one code path; cli/commands.py says what each core verb runs.
+
+Values only the registry knows (the targets, the devices) are `Registered` choices, read
+when a command line is checked or help is shown, so a command that names a built-in target
+never scans the installed packages for others.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from pyree_build import backends
+from pyree_build.backends.base import Option, Verb
+
+
+class Registered:
+    """argparse `choices` read from the backend registry: a value is looked for among the
+    built-in backends first, and among installed ones only when it is not there; listing
+    (help, a usage error) reads them all."""
+
+    def __init__(self, listing: Callable[[bool], list[str]]) -> None:
+        self._listing = listing
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._listing(False) or value in self._listing(True)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._listing(True))
+
+
+def _backends(external: bool) -> list[backends.Backend]:
+    return backends.every() if external else backends.builtin()
+
+
+TARGETS = Registered(lambda external: backends.names(external=external))
+DUMP_TARGETS = Registered(lambda external: [b.name for b in _backends(external) if b.dumps])
+DEVICES = Registered(lambda external: backends.devices(external=external))
+
+# The verbs that take every backend's compile options (`--sm` of cuda, `--cpu` of llvm-cpu).
+TAKE_COMPILE_OPTIONS = ("compile",)
+
+_SPEC_OPTIONS = (
+    Option(
+        ("--transform-spec",),
+        {"metavar": "SPEC.mlir", "help": "transform-dialect spec applied before lowering (IREE's --iree-preprocessing-transform-spec-filename)"},
+    ),
+    Option(
+        ("--pdl-spec",),
+        {"metavar": "SPEC.mlir", "help": "PDL patterns applied before lowering (IREE's --iree-preprocessing-pdl-spec-filename)"},
+    ),
+)
+_TIMEOUT = Option(
+    ("--timeout",),
+    {
+        "type": float, "default": None, "metavar": "SECONDS",
+        "help": "stop the run after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
+    },  # fmt: skip
+)
+_SKIP = Option(("--skip-unavailable",), {"action": "store_true", "help": "exit 77 (ctest: skipped) when the device is not present"})
+_OBJECT_SEARCH_PATH = Option(("--object-search-path",), {"dest": "object_search_paths", "action": "append", "default": [], "metavar": "DIR"})
+
+TOP_DESCRIPTION = (
+    "Build and run IREE custom dispatches (CPU plugins, FatELF, CUDA PTX, embedded objects, "
+    "executable substitution) with pip-installed tools. Every verb takes the common options "
+    "-v, -q and -j N, before or after the verb."
+)
+TOP_EXAMPLES = (
+    "pyree-build samples                 # build and test every sample (the main job)\n"
+    "pyree-build plugin --help           # each verb documents itself\n"
+    "pyree-build -v compile example.mlir -o build/example.vmfb"
+)
+
+COMPILE = Verb(
+    "compile",
+    "MLIR -> .vmfb with iree-compile (extra iree-compile flags after --)",
+    options=(
+        Option(("source",), {"metavar": "IN.mlir"}),
+        Option(("-o", "--output"), {"required": True, "metavar": "OUT.vmfb"}),
+        Option(("--target",), {"choices": TARGETS, "default": "llvm-cpu"}),
+        Option(
+            ("--link-bitcode",),
+            {
+                "dest": "link_bitcode", "action": "append", "default": [], "metavar": "FILE.bc",
+                "help": "LLVM bitcode to link into the generated GPU code (repeatable)",
+            },  # fmt: skip
+        ),
+        _OBJECT_SEARCH_PATH,
+        Option(
+            ("--substitute",),
+            {
+                "dest": "substitutions", "action": "append", "default": [], "metavar": "NAME=FILE",
+                "help": "replace executable NAME: a .mlir/.mlirbc file as its source, any other file as its object (repeatable)",
+            },
+        ),  # fmt: skip
+        Option(("--substitute-from",), {"metavar": "DIR", "help": "substitute every executable named by a file in DIR (as dump writes them)"}),
+        *_SPEC_OPTIONS,
+        Option(
+            ("--expect-import",),
+            {
+                "dest": "expect_imports", "action": "append", "default": [], "metavar": "NAME",
+                "help": "fail (and write no module) unless the compiled module calls import NAME, e.g. the one a spec should have put there (repeatable)",
+            },
+        ),  # fmt: skip
+        Option(
+            ("--preprocess",),
+            {
+                "metavar": "PIPELINE",
+                "help": "run iree-opt --pass-pipeline=PIPELINE on the source first (input-level rewrites on tosa/torch, e.g. PDL patterns)",
+            },
+        ),
+        Option(("--depfile",)),
+    ),
+    description=(
+        "Compile an MLIR program into a .vmfb module with iree-compile, finding the objects it "
+        "references on the object search paths, optionally substituting executables. Flags after "
+        "-- are passed to iree-compile unchanged."
+    ),
+    examples=(
+        "pyree-build compile example.mlir -o build/example.vmfb --target llvm-cpu\n"
+        "pyree-build compile example.mlir -o build/example.vmfb -- --mlir-print-ir-after-failure"
+    ),
+)
+
+RUN = Verb(
+    "run",
+    "run a module function with iree-run-module and check its output",
+    options=(
+        Option(("module",), {"metavar": "MODULE.vmfb"}),
+        Option(("--function",), {"required": True}),
+        Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" (repeatable)'}),
+        Option(
+            ("--plugin",),
+            {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH", "help": "--executable_plugin (repeatable; later ones are tried first)"},
+        ),
+        Option(("--device",), {"default": "local-sync", "choices": DEVICES}),
+        Option(
+            ("--expect",),
+            {
+                "action": "append", "default": [], "metavar": "TEXT",
+                "help": "TEXT must appear within one output line, as a substring; runs of whitespace compare equal (repeatable)",
+            },
+        ),  # fmt: skip
+        Option(("--check-file",), {"help": "FileCheck file whose CHECK lines the output must match"}),
+        Option(
+            ("--check-prefix",),
+            {
+                "dest": "check_prefixes", "action": "append", "default": [], "metavar": "PREFIX",
+                "help": "with --check-file: check lines with this prefix, e.g. CHECK-SYSTEM (repeatable; default CHECK)",
+            },
+        ),  # fmt: skip
+        _SKIP,
+        _TIMEOUT,
+    ),
+    description=(
+        "Run one function of a module with iree-run-module, loading plugins, and check its output "
+        "against --expect texts or a FileCheck file. A failed check exits non-zero and shows "
+        "expected against actual."
+    ),
+    examples='pyree-build run build/example.vmfb --function mixed_invocation --input 8xf32=2 --input 8xf32=4 --plugin build/plugin.so --expect "8xf32=12"',
+)
+
+DUMP = Verb(
+    "dump",
+    "write a program's executable sources, binaries and benchmarks, and an index (extra iree-compile flags after --)",
+    options=(
+        Option(("source",), {"metavar": "IN.mlir"}),
+        Option(("-o", "--output-dir"), {"required": True, "metavar": "DIR"}),
+        Option(("--target",), {"choices": DUMP_TARGETS, "default": "llvm-cpu"}),
+        # dump() takes cuda's sm only (not yet every backend's options as compile does).
+        Option(("--sm",), {"default": None, "help": "cuda target sm (default 80)"}),
+        _OBJECT_SEARCH_PATH,
+        *_SPEC_OPTIONS,
+        Option(("--force",), {"action": "store_true", "help": "overwrite dumped files edited since the last dump, and other files in the way"}),
+    ),
+    description=(
+        "Compile a program only far enough to write each of its executables: the source "
+        "(module_<name>.mlir), binaries and benchmark programs, plus an index (index.json). "
+        "An edited source can be substituted back with `compile --substitute`."
+    ),
+    examples="pyree-build dump program.mlir -o dumped/",
+)
+
+BENCH = Verb(
+    "bench",
+    "microbenchmark a module with iree-benchmark-module; --compare A B for a ratio",
+    options=(
+        Option(("modules",), {"nargs": "+", "metavar": "MODULE.vmfb"}),
+        Option(("--compare",), {"action": "store_true", "help": "measure two modules interleaved and print the ratio B/A"}),
+        Option(("--function",), {"default": None, "help": "the function to time (default: every function, as for dumped benchmarks)"}),
+        Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC"}),
+        Option(("--plugin",), {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH"}),
+        Option(("--device",), {"default": "local-sync"}),
+        Option(("--repetitions",), {"type": int, "default": 5, "help": "repetitions per measurement (default 5)"}),
+        Option(("--rounds",), {"type": int, "default": 5, "help": "--compare: alternations of A and B (default 5)"}),
+        _SKIP,
+        _TIMEOUT,
+    ),
+    description=(
+        "Time a module's function with iree-benchmark-module and print mean and median; with "
+        "--compare, time two modules alternately and print the ratio of their medians B/A."
+    ),
+    examples=(
+        "pyree-build bench build/example.vmfb --function mixed_invocation --input 8xf32=2 --input 8xf32=4 --plugin build/plugin.so\n"
+        "pyree-build bench --compare build/original.vmfb build/edited.vmfb --function main --input 4x4xf32=1 --input 4x4xf32=2"
+    ),
+)
+
+SAMPLES = Verb(
+    "samples",
+    "build every sample with CMake, run ctest, print a table (the main job)",
+    options=(
+        Option(("--build-dir",), {"default": "build/samples", "help": "CMake build directory (default: build/samples)"}),
+        Option(("-R", "--tests-regex"), {"default": None, "help": "only run tests matching this regex"}),
+    ),
+    description=(
+        "The main job: configure samples/ with CMake and Ninja, build the target iree-sample-deps, "
+        "run ctest and print one row per test (sample, test, result, time). CUDA tests are "
+        "reported as skipped, with the reason, where no usable GPU is present."
+    ),
+    examples="pyree-build samples\npyree-build samples -R plugin -j 2",
+)
+
+NEW = Verb(
+    "new",
+    "write a downstream CMake project (plugin, MLIR, CMakeLists.txt, README) that builds as written",
+    options=(
+        Option(("directory",), {"metavar": "DIR"}),
+        Option(("--name",), {"help": "CMake project name (default: the directory name)"}),
+        Option(("--force",), {"action": "store_true", "help": "write into a non-empty directory"}),
+        Option(("--import",), {"dest": "import_name", "metavar": "NAME", "help": "generate the plugin and program for your own import NAME (with --args)"}),
+        Option(
+            ("--args",),
+            {"dest": "import_args", "metavar": "KIND:TYPE,...", "help": 'the import\'s buffers in call order, KIND in|out|inout, e.g. "in:f32,in:f32,out:f32"'},
+        ),
+    ),
+    description=(
+        "Write a downstream project (a C plugin, an MLIR program, CMakeLists.txt, pyproject.toml "
+        "and a README) that builds and passes its test as written, with CMake or as a wheel."
+    ),
+    examples='pyree-build new my_project && cd my_project && cmake -G Ninja -S . -B build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"',
+)
+
+CACHE = Verb(
+    "cache",
+    "the build cache: info or clear (location: $PYREE_BUILD_CACHE)",
+    options=(Option(("action",), {"choices": ("info", "clear")}),),
+    description=(
+        "Show or clear the build cache, which stores every action's outputs keyed by its inputs, "
+        "flags and tools. It lives in $PYREE_BUILD_CACHE (default ~/.cache/pyree_build); "
+        "PYREE_BUILD_CACHE=off disables it."
+    ),
+    examples="pyree-build cache info\npyree-build cache clear",
+)
+
+DOCTOR = Verb(
+    "doctor",
+    "show every tool found, its version, and whether a CUDA GPU is usable",
+    description=(
+        "Show pyree_build's version and Python, every tool found (version and path, or how to "
+        "install it), whether the IREE wheels match the pinned release, and for each workflow "
+        "whether it can be built and run on this machine."
+    ),
+    examples="pyree-build doctor",
+)
+
+# In the order `pyree-build --help` lists them, after the backends' verbs.
+CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, COMPILE, RUN, SAMPLES, NEW, CACHE, DOCTOR)}
