@@ -20,7 +20,7 @@ from pyree_build.core.package import cmake_dir
 
 __all__ = ["SKIP_EXIT_CODE", "_parsers", "build_parser", "cmake_dir", "main"]
 
-SKIP_EXIT_CODE = 77  # iree.SKIP_EXIT_CODE, without importing iree.py for every verb
+SKIP_EXIT_CODE = 77  # actions.run.SKIP_EXIT_CODE, without importing it for every verb
 
 # The names tests and tools used before the CLI was split into modules.
 _named_verb = named_verb

@@ -16,10 +16,9 @@ from pyree_build.cli.parser import compile_options
 from pyree_build.core import echo, lazy
 from pyree_build.core.errors import PyreeError
 
-# Where `compile` and `run` live: the two lines to change when actions/iree.py is split
-# (into "pyree_build.actions.compile" and "pyree_build.actions.run").
-COMPILE_MODULE = "pyree_build.actions.iree"
-RUN_MODULE = "pyree_build.actions.iree"
+# The action modules of `compile` and `run`, loaded when the verb runs.
+COMPILE_MODULE = "pyree_build.actions.compile"
+RUN_MODULE = "pyree_build.actions.run"
 
 _compile = lazy.module(COMPILE_MODULE)
 _run = lazy.module(RUN_MODULE)

@@ -67,8 +67,7 @@ class CudaBackend(Backend):
         Verb(
             "cuda-target",
             "print the #hal.executable.target that keys an sm's objects in MLIR",
-            # TODO(merge): "pyree_build.backends.cuda.target:cuda_target_attr" once that module exists.
-            "pyree_build.actions.iree:cuda_target_attr",
+            "pyree_build.backends.cuda.target:cuda_target_attr",
             (Option(("--sm",), {"required": True, "help": "e.g. 80"}),),
             description=(
                 "Print the #hal.executable.target attribute that iree-compile uses for an sm; paste it as "
