@@ -75,3 +75,15 @@ def system_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_cli("compile", PLUGIN_SAMPLE / "example.mlir", "-o", out, "--target", "llvm-cpu")
     assert result.returncode == 0, result
     return out
+
+
+def install_backend(root: Path, entry_name: str, module_source: str) -> Path:
+    """Make `root`, once on PYTHONPATH, an installed package whose `pyree_build.backends`
+    entry point `entry_name` is `toy_backend:BACKEND` (a module written from `module_source`):
+    the way another package adds a backend, with no edit to pyree_build."""
+    (root / "toy_backend.py").write_text(module_source)
+    info = root / "toy_backend-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-backend\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(f"[pyree_build.backends]\n{entry_name} = toy_backend:BACKEND\n")
+    return root

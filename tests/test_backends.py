@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO
+from conftest import install_backend, PLUGIN_SAMPLE, REPO
 
 import pyree_build as pb
 from pyree_build.core.errors import PyreeError
@@ -53,13 +53,7 @@ BACKEND = ToyBackend()
 @pytest.fixture(scope="module")
 def toy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the toy backend and its distribution's metadata (an entry point)."""
-    root = tmp_path_factory.mktemp("toy_backend")
-    (root / "toy_backend.py").write_text(TOY_MODULE)
-    info = root / "toy_backend-0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-backend\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text(f"[pyree_build.backends]\n{TOY} = toy_backend:BACKEND\n")
-    return root
+    return install_backend(tmp_path_factory.mktemp("toy_backend"), TOY, TOY_MODULE)
 
 
 def _python(toy_path: Path, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import install_backend, REPO
 
 TOY = '''
 from pyree_build.backends.base import Backend, Option, Verb
@@ -44,13 +44,7 @@ BACKEND = ToyBackend()
 @pytest.fixture(scope="module")
 def toy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory that, on PYTHONPATH, installs the `toy` backend through an entry point."""
-    root = tmp_path_factory.mktemp("toy")
-    (root / "toy_backend.py").write_text(TOY)
-    info = root / "toy_backend-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-backend\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pyree_build.backends]\ntoy = toy_backend:BACKEND\n")
-    return root
+    return install_backend(tmp_path_factory.mktemp("toy"), "toy", TOY)
 
 
 def _python(code: str, toy_path: Path) -> subprocess.CompletedProcess[str]:
