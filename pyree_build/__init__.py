@@ -5,6 +5,7 @@ One function per CLI verb; each returns output paths or results and raises
 `PyreeError` (which file, what is wrong, what to do) on bad input, wrong argument types
 included.
 """
+
 from __future__ import annotations
 
 import importlib as _importlib
@@ -324,4 +325,20 @@ class _Package(_types.ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 
-__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "fatelf", "dump", "bench", "new", "stop_on_signals"]
+__all__ = [
+    "PyreeError",
+    "__version__",
+    "plugin",
+    "objects",
+    "ptx",
+    "spirv",
+    "hsaco",
+    "bitcode",
+    "compile",
+    "run",
+    "fatelf",
+    "dump",
+    "bench",
+    "new",
+    "stop_on_signals",
+]

@@ -1,6 +1,7 @@
 """Argument checks at the Python API's boundary: a wrong type is a PyreeError naming the
 argument, never a TypeError from deep inside, and a single path where a list is taken
 is one path (never a string split into characters)."""
+
 from __future__ import annotations
 
 import os

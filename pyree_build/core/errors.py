@@ -1,4 +1,5 @@
 """The one error type a user ever sees: which file, what is wrong, what to do."""
+
 from __future__ import annotations
 
 import os

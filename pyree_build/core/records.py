@@ -6,9 +6,11 @@ __hash__ and read-only attributes for a class's annotated fields, in their order
 with a default (or `field(default_factory=...)`) must follow those without, as in a dataclass.
 Modules off the hot path, or that need asdict/replace, keep using dataclasses.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypeVar, overload
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 T = TypeVar("T")
 
