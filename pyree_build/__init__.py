@@ -5,40 +5,70 @@ One function per CLI verb; each returns output paths or results and raises
 `PyreeError` (which file, what is wrong, what to do) on bad input, wrong argument types
 included.
 """
+
 from __future__ import annotations
 
 import importlib as _importlib
 import sys as _sys
 import types as _types
+from collections.abc import Callable as _Callable
+from typing import TYPE_CHECKING
 from typing import Any as _Any
+from typing import Generic as _Generic
+from typing import ParamSpec as _ParamSpec
+from typing import TypeVar as _TypeVar
 
-from pyree_build.core.errors import PyreeError  # noqa: E402
-from pyree_build.core.package import __version__  # noqa: E402
+from pyree_build.core import args as _args
+from pyree_build.core.errors import PyreeError
+from pyree_build.core.package import __version__
+
+if TYPE_CHECKING:  # the verbs' annotations only: the modules behind them load on first call
+    from collections.abc import Iterable, Mapping, Sequence
+    from pathlib import Path
+
+    import numpy
+
+    from pyree_build.actions.bench import BenchResult
+    from pyree_build.actions.executables import Executable
+    from pyree_build.core.args import PathLike
+
+_P = _ParamSpec("_P")
+_R = _TypeVar("_R")
 
 
-class _Verb:
+def _action(module: str, attr: str) -> _Any:
+    """`attr` of a module of this package, imported on first use so `import pyree_build` stays cheap."""
+    return getattr(_importlib.import_module(module, __name__), attr)
+
+
+class _Verb(_Generic[_P, _R]):
     """A verb of the Python API: checks its arguments at the boundary (args.CHECKS), then
     calls the action module's function, imported on first use so `import pyree_build`
-    stays cheap. Other attributes come from that module (`pb.bench.compare`)."""
+    stays cheap. Other attributes come from that module (`pb.bench.compare`).
 
-    def __init__(self, name: str, module: str, attr: str, doc: str, optional: tuple[str, ...] = ()) -> None:
-        self.__name__ = self.__qualname__ = name
-        self.__doc__ = doc
+    Its signature and docstring are those of the function it was declared with (see
+    `_verb`), which tests/test_quality.py holds equal to the implementation's."""
+
+    def __init__(self, declared: _Callable[_P, _R], module: str, attr: str, optional: tuple[str, ...] = ()) -> None:
+        self.__name__ = self.__qualname__ = declared.__name__
+        self.__doc__ = declared.__doc__
+        # inspect.signature follows __wrapped__: help() and IDEs show the declared, typed
+        # signature without importing the implementation.
+        self.__wrapped__ = declared
         self._module, self._attr, self._optional = module, attr, optional
 
-    def _implementation(self):  # type: ignore[no-untyped-def]
-        return getattr(_importlib.import_module(self._module, __name__), self._attr)
+    def _implementation(self) -> _Callable[..., _R]:
+        implementation: _Callable[..., _R] = _action(self._module, self._attr)
+        return implementation
 
-    def __call__(self, *positional: _Any, **keywords: _Any) -> _Any:
-        from pyree_build.core.args import checked_call
+    def __call__(self, *positional: _P.args, **keywords: _P.kwargs) -> _R:
+        result: _R = _args.checked_call(self._implementation(), positional, keywords, verb=self.__name__, optional=self._optional)
+        return result
 
-        return checked_call(self._implementation(), positional, keywords, verb=self.__name__, optional=self._optional)
-
-    @property
-    def __signature__(self):  # type: ignore[no-untyped-def]
-        import inspect
-
-        return inspect.signature(self._implementation())  # what help() and IDEs show
+    def __get__(self, instance: object, owner: type | None = None) -> _Verb[_P, _R]:
+        # A descriptor, as a function is: inspect.isroutine() holds, so help(pb.compile)
+        # documents it as a function (signature and docstring), not as a data value.
+        return self
 
     def __getattr__(self, name: str) -> _Any:
         if name.startswith("__"):
@@ -49,53 +79,225 @@ class _Verb:
         return f"<pyree_build verb {self.__name__}>"
 
 
-plugin = _Verb("plugin", ".backends.llvm_cpu.plugins", "plugin", "Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos).")
-objects = _Verb("objects", ".backends.llvm_cpu.plugins", "objects", "Compile one C source to a freestanding object per arch, for linking into a module.")
-ptx = _Verb("ptx", ".backends.cuda.ptx", "ptx", "Compile one .cu to a PTX file per sm.")
-spirv = _Verb("spirv", ".backends.vulkan.spirv", "spirv", "Compile GLSL compute shaders to validated SPIR-V, one .spv per shader.")
-hsaco = _Verb("hsaco", ".backends.hip.hsaco", "hsaco", "Compile a HIP source to an AMDGPU code object per gfx.")
-bitcode = _Verb("bitcode", ".backends.cuda.bitcode", "bitcode", "Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK).")
-compile = _Verb("compile", ".actions.compile", "compile", "Compile an MLIR program to a .vmfb.")  # noqa: A001 - mirrors the CLI verb
-dump = _Verb("dump", ".actions.executables", "dump", "Write a program's executables (sources, binaries, benchmarks) and index.json to a directory.")
-bench = _Verb("bench", ".actions.bench", "bench", "Time a module's function (or every function) with iree-benchmark-module.", optional=("function",))
-new = _Verb("new", ".actions.scaffold", "new_project", "Write a downstream CMake project into a directory.", optional=("name",))
+def _verb(module: str, attr: str, optional: tuple[str, ...] = ()) -> _Callable[[_Callable[_P, _R]], _Verb[_P, _R]]:
+    """Declare a verb by its signature: the decorated function's body is never run."""
+
+    def declare(declared: _Callable[_P, _R]) -> _Verb[_P, _R]:
+        return _Verb(declared, module, attr, optional)
+
+    return declare
+
+
+# Each verb's parameters are its implementation's (names, kinds, defaults), typed as the API
+# takes them: where a list is taken, one value is a list of one (args.CHECKS).
+
+
+@_verb(".backends.llvm_cpu.plugins", "plugin")
+def plugin(
+    sources: PathLike | Sequence[PathLike],
+    output: PathLike,
+    *,
+    kind: str = "system",
+    archs: str | Sequence[str] = (),
+    cc: str = "zig",
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+    cpu: str = "baseline",
+) -> Path:
+    """Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos)."""
+    raise NotImplementedError  # the declaration only: calls go to the implementation
+
+
+@_verb(".backends.llvm_cpu.plugins", "objects")
+def objects(
+    source: PathLike,
+    output_dir: PathLike,
+    *,
+    archs: str | Sequence[str],
+    cc: str = "zig",
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    allow_undefined: str | Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> list[Path]:
+    """Compile one C source to a freestanding object per arch, for linking into a module."""
+    raise NotImplementedError
+
+
+@_verb(".backends.cuda.ptx", "ptx")
+def ptx(
+    source: PathLike,
+    sms: str | int | Sequence[str | int],
+    output_dir: PathLike,
+    *,
+    compiler: str = "nvrtc",
+    verify: bool = False,
+    ptx_isa: str = "auto",
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> list[Path]:
+    """Compile one .cu to a PTX file per sm."""
+    raise NotImplementedError
+
+
+@_verb(".backends.vulkan.spirv", "spirv")
+def spirv(
+    sources: PathLike | Sequence[PathLike],
+    output_dir: PathLike,
+    *,
+    compiler: str = "glslang",
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    depfile: PathLike | None = None,
+) -> list[Path]:
+    """Compile GLSL compute shaders to validated SPIR-V, one .spv per shader."""
+    raise NotImplementedError
+
+
+@_verb(".backends.hip.hsaco", "hsaco")
+def hsaco(
+    source: PathLike,
+    gfxs: str | int | Sequence[str | int],
+    output_dir: PathLike,
+    *,
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> list[Path]:
+    """Compile a HIP source to an AMDGPU code object per gfx."""
+    raise NotImplementedError
+
+
+@_verb(".backends.cuda.bitcode", "bitcode")
+def bitcode(
+    source: PathLike,
+    sms: str | int | Sequence[str | int],
+    output_dir: PathLike,
+    *,
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+) -> list[Path]:
+    """Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK)."""
+    raise NotImplementedError
+
+
+@_verb(".actions.compile", "compile")
+def compile(  # noqa: A001 - mirrors the CLI verb
+    source: PathLike,
+    output: PathLike,
+    *,
+    target: str = "llvm-cpu",
+    object_search_paths: PathLike | Sequence[PathLike] = (),
+    flags: str | Sequence[str] = (),
+    cpu: str = "generic",
+    sm: str | int | None = None,
+    depfile: PathLike | None = None,
+    substitutions: str | Sequence[str] = (),
+    substitute_from: PathLike | None = None,
+    transform_spec: PathLike | None = None,
+    pdl_spec: PathLike | None = None,
+    expect_imports: Sequence[str] = (),
+    preprocess: str | None = None,
+    vulkan_target: str | None = None,
+    gfx: str | int | None = None,
+    link_bitcode: Sequence[PathLike] = (),
+    target_options: Mapping[str, _Any] | None = None,
+) -> Path:
+    """Compile an MLIR program to a .vmfb."""
+    raise NotImplementedError
+
+
+@_verb(".actions.executables", "dump")
+def dump(
+    source: PathLike,
+    output_dir: PathLike,
+    *,
+    target: str = "llvm-cpu",
+    sm: str | int | None = None,
+    flags: str | Sequence[str] = (),
+    transform_spec: PathLike | None = None,
+    pdl_spec: PathLike | None = None,
+    object_search_paths: PathLike | Sequence[PathLike] = (),
+    force: bool = False,
+) -> list[Executable]:
+    """Write a program's executables (sources, binaries, benchmarks) and index.json to a directory."""
+    raise NotImplementedError
+
+
+@_verb(".actions.bench", "bench", optional=("function",))
+def bench(
+    module: PathLike,
+    function: str | None = None,
+    *,
+    inputs: str | Sequence[str] = (),
+    plugins: PathLike | Sequence[PathLike] = (),
+    device: str = "local-sync",
+    repetitions: int = 5,
+    min_time: float = 0.1,
+    skip_unavailable: bool = False,
+    timeout: float | None = 300.0,
+) -> BenchResult:
+    """Time a module's function (or every function) with iree-benchmark-module."""
+    raise NotImplementedError
+
+
+@_verb(".actions.scaffold", "new_project", optional=("name",))
+def new(
+    directory: PathLike,
+    *,
+    name: str | None = None,
+    force: bool = False,
+    import_name: str | None = None,
+    import_args: str | None = None,
+) -> Path:
+    """Write a downstream CMake project into a directory."""
+    raise NotImplementedError
 
 
 def run(
-    module: _Any, function: _Any, inputs: _Any = (), *, plugins: _Any = (), device: _Any = "local-sync", in_process: _Any = True, **options: _Any
-) -> list:  # type: ignore[type-arg]
+    module: PathLike,
+    function: str,
+    inputs: Iterable[_Any] = (),
+    *,
+    plugins: PathLike | Sequence[PathLike] = (),
+    device: str = "local-sync",
+    in_process: bool = True,
+    **options: _Any,
+) -> list[numpy.ndarray]:
     """Run `function` of a .vmfb and return its results as numpy arrays.
 
     In this process through iree.runtime by default; `in_process=False` runs
     iree-run-module instead (inputs must then be `--input` spec strings). Other keyword
     `options` go to the runner chosen (e.g. `expect` for iree-run-module), checked by name.
     """
-    from pyree_build.core import args
-
-    mod = args.path(module, "module")
-    fn = args.text(function, "function")
-    dev = args.text(device, "device")
-    plugin_paths = args.paths(plugins, "plugins")
+    mod = _args.path(module, "module")
+    fn = _args.text(function, "function")
+    dev = _args.text(device, "device")
+    plugin_paths = _args.paths(plugins, "plugins")
     if inputs is None or isinstance(inputs, (bytes, dict)):
         raise PyreeError(f"inputs must be a list of arrays or input specs, got {type(inputs).__name__}", fix="pass inputs=[array, '8xf32=4', ...]")
     # One spec string or one array is one input, never split into characters or rows.
     items = [inputs] if isinstance(inputs, str) or hasattr(inputs, "__array__") else list(inputs)
-    from pyree_build import backends
-
-    backend = backends.for_device(dev)
-    if args.flag(in_process, "in_process") and backend is not None and not backend.runs_in_process:
+    backend = _action(".backends", "for_device")(dev)
+    keywords = {"plugins": plugin_paths, "device": dev, **options}
+    result: list[numpy.ndarray]
+    if _args.flag(in_process, "in_process") and backend is not None and not backend.runs_in_process:
         # IREE's Python runtime cannot read results back on every device of this backend (Vulkan: lavapipe).
-        from pyree_build.actions.run import run_to_arrays
-
-        return args.checked_call(run_to_arrays, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
-    if args.flag(in_process, "in_process"):
-        from pyree_build.actions.inprocess import run as run_in_process
-
-        return args.checked_call(run_in_process, (mod, fn, items), {"plugins": plugin_paths, "device": dev, **options}, verb="run", checked=("inputs",))
-    from pyree_build.actions.run import run as run_tool
-
-    specs = args.strings(items, "inputs (with in_process=False, --input spec strings)")
-    return args.checked_call(run_tool, (mod, fn), {"inputs": specs, "plugins": plugin_paths, "device": dev, **options}, verb="run").outputs
+        result = _args.checked_call(_action(".actions.run", "run_to_arrays"), (mod, fn, items), keywords, verb="run", checked=("inputs",))
+    elif _args.flag(in_process, "in_process"):
+        result = _args.checked_call(_action(".actions.inprocess", "run"), (mod, fn, items), keywords, verb="run", checked=("inputs",))
+    else:
+        specs = _args.strings(items, "inputs (with in_process=False, --input spec strings)")
+        result = _args.checked_call(_action(".actions.run", "run"), (mod, fn), {"inputs": specs, **keywords}, verb="run").outputs
+    return result
 
 
 _VERBS = ("plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "dump", "bench", "new")
@@ -123,4 +325,20 @@ class _Package(_types.ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 
-__all__ = ["PyreeError", "__version__", "plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "fatelf", "dump", "bench", "new", "stop_on_signals"]
+__all__ = [
+    "PyreeError",
+    "__version__",
+    "plugin",
+    "objects",
+    "ptx",
+    "spirv",
+    "hsaco",
+    "bitcode",
+    "compile",
+    "run",
+    "fatelf",
+    "dump",
+    "bench",
+    "new",
+    "stop_on_signals",
+]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib
 import threading
 
-from pyree_build.backends.base import Backend, Verb
+# Backend is re-exported: callers name the registry's type as `backends.Backend`.
+from pyree_build.backends.base import Backend as Backend
+from pyree_build.backends.base import Verb
 from pyree_build.core.errors import PyreeError
 
 BUILTIN = {

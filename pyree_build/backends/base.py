@@ -63,7 +63,8 @@ class Verb:
 
     def load(self) -> Callable[..., Any]:
         module, _, attr = self.function.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+        return function
 
 
 @record(frozen=True)

@@ -1,32 +1,27 @@
 """Argument checks at the Python API's boundary: a wrong type is a PyreeError naming the
 argument, never a TypeError from deep inside, and a single path where a list is taken
 is one path (never a string split into characters)."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from pyree_build.core.errors import PyreeError
+from pyree_build.core import lazy
+from pyree_build.core.errors import PyreeError, as_path
+from pyree_build.core.errors import shown as _shown
+
+if TYPE_CHECKING:
+    import inspect
+else:
+    inspect = lazy.module("inspect")  # ~5 ms, and only a call through the Python API binds a signature
 
 PathLike = str | os.PathLike[str]
 
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def path(value: object, role: str) -> Path:
-    """`value` as a Path: a str or os.PathLike, not empty."""
-    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
-        text = os.fspath(value)
-        if isinstance(text, str) and text:
-            return Path(text)
-    raise PyreeError(
-        f"{role} must be a path (a str or pathlib.Path), got {type(value).__name__} {_shown(value)}",
-        fix=f"pass the {role} as a string or a pathlib.Path",
-    )
+# `value` as a Path: a str or os.PathLike, not empty (defined in errors, which needs it too).
+path = as_path
 
 
 def optional_path(value: object, role: str) -> Path | None:
@@ -172,14 +167,18 @@ CHECKS = {
 }
 
 
-def checked_call(  # type: ignore[no-untyped-def]
-    implementation, positional: tuple, keywords: dict, *, verb: str, optional: Sequence[str] = (), checked: Sequence[str] = ()
-):
+def checked_call(
+    implementation: Callable[..., Any],
+    positional: Sequence[Any],
+    keywords: dict[str, Any],
+    *,
+    verb: str,
+    optional: Sequence[str] = (),
+    checked: Sequence[str] = (),
+) -> Any:
     """Bind the caller's arguments to `implementation`'s signature, check each by its name
     (CHECKS), and call it: a wrong argument is a PyreeError naming it, never a TypeError.
     Names in `optional` may be None; names in `checked` the caller has checked already."""
-    import inspect
-
     try:
         bound = inspect.signature(implementation).bind(*positional, **keywords)
     except TypeError as exc:

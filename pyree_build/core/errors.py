@@ -1,9 +1,11 @@
 """The one error type a user ever sees: which file, what is wrong, what to do."""
+
 from __future__ import annotations
 
+import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 _MAX_DETAIL_LINES = 40
 
@@ -26,7 +28,7 @@ class PyreeError(Exception):
         self,
         what: str,
         *,
-        file: str | Path | None = None,
+        file: str | os.PathLike[str] | None = None,
         fix: str | None = None,
         details: str | None = None,
         command: Sequence[str] | None = None,
@@ -59,10 +61,28 @@ def _indent(text: str) -> str:
     return "\n".join("  | " + line for line in text.splitlines())
 
 
-def require_file(path: str | Path, role: str) -> Path:
-    """Return `path` as a Path, or raise a PyreeError naming the missing input (or a wrong type)."""
-    from pyree_build.core.args import path as as_path
+def shown(value: object) -> str:
+    """`value` as an error message quotes it: its repr, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
+
+# The path check lives here, below core.args (which offers it as args.path), because
+# require_file needs it and errors must import nothing of the package.
+def as_path(value: object, role: str) -> Path:
+    """`value` as a Path: a str or os.PathLike, not empty."""
+    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
+        text = os.fspath(value)
+        if isinstance(text, str) and text:
+            return Path(text)
+    raise PyreeError(
+        f"{role} must be a path (a str or pathlib.Path), got {type(value).__name__} {shown(value)}",
+        fix=f"pass the {role} as a string or a pathlib.Path",
+    )
+
+
+def require_file(path: object, role: str) -> Path:
+    """Return `path` as a Path, or raise a PyreeError naming the missing input (or a wrong type)."""
     p = as_path(path, role)
     if not p.is_file():
         what = f"{role} not found" if not p.exists() else f"{role} is not a regular file"

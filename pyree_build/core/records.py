@@ -6,11 +6,22 @@ __hash__ and read-only attributes for a class's annotated fields, in their order
 with a default (or `field(default_factory=...)`) must follow those without, as in a dataclass.
 Modules off the hot path, or that need asdict/replace, keep using dataclasses.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform  # typing has it from 3.11 only
+else:
+
+    def dataclass_transform(**_: object) -> Callable[[T], T]:
+        return lambda decorated: decorated  # a marker for type checkers; nothing at run time
+
+
 _MISSING = object()
 
 
@@ -30,7 +41,17 @@ class FrozenError(AttributeError):
     """Assigning to a field of a frozen record (dataclasses raises an AttributeError too)."""
 
 
-def record(cls: type[T] | None = None, *, frozen: bool = False) -> Any:
+@overload
+def record(cls: type[T], *, frozen: bool = False) -> type[T]: ...
+
+
+@overload
+def record(cls: None = None, *, frozen: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+
+# Type checkers read a record class as a dataclass: its fields are its __init__'s parameters.
+@dataclass_transform(field_specifiers=(field,))
+def record(cls: type[T] | None = None, *, frozen: bool = False) -> type[T] | Callable[[type[T]], type[T]]:
     """Class decorator: `@record` or `@record(frozen=True)`."""
 
     def wrap(klass: type[T]) -> type[T]:
@@ -40,7 +61,9 @@ def record(cls: type[T] | None = None, *, frozen: bool = False) -> Any:
             if isinstance(value, _Factory):
                 delattr(klass, name)  # made per instance (a plain default stays a class attribute, as in dataclasses)
         setter = "object.__setattr__(self, {n!r}, {v})" if frozen else "self.{n} = {v}"
-        params, body, env = [], [], {"_Factory": _Factory}
+        params: list[str] = []
+        body: list[str] = []
+        env: dict[str, Any] = {"_Factory": _Factory}
         for n in names:
             value = defaults.get(n, _MISSING)
             if value is _MISSING:
@@ -58,7 +81,7 @@ def record(cls: type[T] | None = None, *, frozen: bool = False) -> Any:
         exec(source, env)  # noqa: S102 - the source is made of this class's own field names
         init = env["__init__"]
         init.__qualname__ = f"{klass.__qualname__}.__init__"
-        klass.__init__ = init  # type: ignore[misc]
+        klass.__init__ = init  # type: ignore[method-assign]
         fields = tuple(names)
 
         def __repr__(self: Any) -> str:
@@ -69,9 +92,9 @@ def record(cls: type[T] | None = None, *, frozen: bool = False) -> Any:
                 return NotImplemented
             return all(getattr(self, n) == getattr(other, n) for n in fields)
 
-        klass.__repr__ = __repr__  # type: ignore[assignment]
-        klass.__eq__ = __eq__  # type: ignore[assignment]
-        klass.__match_args__ = fields  # type: ignore[attr-defined]
+        klass.__repr__ = __repr__  # type: ignore[method-assign]
+        klass.__eq__ = __eq__  # type: ignore[method-assign]
+        klass.__match_args__ = fields  # type: ignore[attr-defined,misc]
         if frozen:
 
             def __setattr__(self: Any, name: str, value: object) -> None:
@@ -80,9 +103,9 @@ def record(cls: type[T] | None = None, *, frozen: bool = False) -> Any:
             def __delattr__(self: Any, name: str) -> None:
                 raise FrozenError(f"cannot delete field {name!r}")
 
-            klass.__setattr__ = __setattr__  # type: ignore[assignment]
-            klass.__delattr__ = __delattr__  # type: ignore[assignment]
-            klass.__hash__ = lambda self: hash(tuple(getattr(self, n) for n in fields))  # type: ignore[assignment]
+            klass.__setattr__ = __setattr__  # type: ignore[method-assign]
+            klass.__delattr__ = __delattr__  # type: ignore[method-assign]
+            klass.__hash__ = lambda self: hash(tuple(getattr(self, n) for n in fields))  # type: ignore[method-assign]
         else:
             klass.__hash__ = None  # type: ignore[assignment]  # mutable and compared by value, as a dataclass
         return klass
