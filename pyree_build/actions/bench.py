@@ -189,7 +189,8 @@ def compare(
     require_file(a, "module A")
     require_file(b, "module B")
     require_device(device, skip_unavailable=skip_unavailable)
-    a_times, b_times = [], []
+    a_times: list[float] = []
+    b_times: list[float] = []
     for _ in range(rounds):
         for module, times in ((a, a_times), (b, b_times)):
             result = bench(module, function, inputs=inputs, plugins=plugins, device=device, repetitions=repetitions, min_time=min_time,

@@ -133,6 +133,7 @@ def parse_outputs(stdout: str) -> list[np.ndarray]:
         shape = tuple(int(d) for d in match["dims"].split("x") if d)
         values = _split_values(match["values"])
         dtype = numpy_dtype(match["type"])
+        data: np.ndarray
         if match["type"] == "i1":
             # The runtime prints i1 as a byte ("01"/"00").
             data = np.array([v.lower() == "true" or (v.isdigit() and int(v) != 0) for v in values], dtype=dtype)

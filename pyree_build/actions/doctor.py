@@ -81,7 +81,7 @@ def _iree_versions() -> list[tuple[str, str | None, bool]]:
     found = []
     for dist in IREE_WHEELS:
         version = toolchain._dist_version(dist)
-        found.append((dist, version, bool(version) and (version == PINNED_IREE or version.startswith(PINNED_IREE + "."))))
+        found.append((dist, version, version is not None and (version == PINNED_IREE or version.startswith(PINNED_IREE + "."))))
     return found
 
 

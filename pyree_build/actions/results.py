@@ -6,7 +6,7 @@ import io
 import re
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pyree_build.actions import checks
 from pyree_build.core import echo, lazy, processes, toolchain
@@ -70,7 +70,7 @@ def _nested_array(a: numpy.ndarray, is_float: bool) -> str:
     return "".join(f"[{_nested_array(sub, is_float)}]" for sub in a)
 
 
-def _format_value(value: object, float_type: bool) -> str:
+def _format_value(value: Any, float_type: bool) -> str:
     return "%G" % float(value) if float_type else "%d" % int(value)  # noqa: UP031 - C's %G, as the runtime prints
 
 

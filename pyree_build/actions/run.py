@@ -185,7 +185,7 @@ def _spawn_run(argv: list[str], mod: Path, function: str, device: str, plugins: 
     start = time.perf_counter()
     with echo.muted_commands():
         result = processes.spawn(
-            argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(map(os.fspath, plugins))}" if plugins else ""),
+            argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(os.fspath(p) for p in plugins)}" if plugins else ""),
             file=mod, explain=functools.partial(explain_run_failure, device=device), timeout=timeout, crash_hint=crash_hint(plugins),
         )  # fmt: skip
     return result, time.perf_counter() - start
@@ -199,7 +199,7 @@ def _require_all_results(produced: int, expected: int, mod: Path, function: str,
         file=mod,
         details=(
             "the process ended before the function returned: something called exit() "
-            + (f"(most likely a plugin: {', '.join(map(os.fspath, plugins))})" if plugins else "")
+            + (f"(most likely a plugin: {', '.join(os.fspath(p) for p in plugins)})" if plugins else "")
             + "\noutput:\n" + output.strip()
         ),
         fix="an import must return a status to the runtime, never end the process",
@@ -249,7 +249,7 @@ def run(
     if expect:
         checks.check_expected(stdout, expect, source=str(mod))
     if check_file:
-        checks.check_with_filecheck(stdout, check_file, source=str(mod), prefixes=check_prefixes)
+        checks.check_with_filecheck(stdout, os.fspath(check_file), source=str(mod), prefixes=check_prefixes)
     return RunResult(mod, function, stdout, seconds, outputs)
 
 

@@ -111,7 +111,7 @@ def make_dir(path: Path) -> Path:
 
 def python_line(*args: str | os.PathLike[str]) -> list[str]:
     """This Python with `args`: the paste-able form of a step pyree_build does in-process."""
-    return [sys.executable, *map(os.fspath, args)]
+    return [sys.executable, *(os.fspath(a) for a in args)]
 
 
 
