@@ -7,6 +7,7 @@ Vulkan environment IREE's runtime asks for before anything can embed it.
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Sequence
 
@@ -101,8 +102,6 @@ def spirv(
 
 def read_spirv_entry_points(path: PathLike) -> list[str]:
     """The names of the GLCompute entry points of a SPIR-V module (what hal.executable.export names)."""
-    import struct
-
     data = Path(path).read_bytes()
     if len(data) < 20 or struct.unpack_from("<I", data)[0] != 0x07230203:
         raise PyreeError("not a SPIR-V module (bad magic)", file=path, fix="compile it with `pyree-build spirv`")
