@@ -255,21 +255,22 @@ def _publish(entry_dir: Path, hashes: Sequence[str], outputs: Sequence[Path]) ->
     return True
 
 
+def _hash_once(seen: dict[str, str | None], dep: str) -> str | None:
+    """`dep`'s hash, taken once per lookup and kept in `seen`."""
+    if dep not in seen:
+        seen[dep] = hash_file(Path(dep))
+    return seen[dep]
+
+
 def _lookup(root: Path, base: str, outputs: Sequence[Path]) -> tuple[list[str] | None, dict[str, str | None]]:
     """The dependencies of a stored build whose dependencies still hash the same, with its
     outputs copied into place; and every hash taken on the way (a snapshot for the build)."""
     seen: dict[str, str | None] = {}
-
-    def current(dep: str) -> str | None:
-        if dep not in seen:
-            seen[dep] = hash_file(Path(dep))
-        return seen[dep]
-
     for entry in reversed(_read_manifest(root / "manifests" / f"{base}.json")):
         if len(entry["outputs"]) != len(outputs):
             _note(f"ignoring entry {entry['entry']}: {len(entry['outputs'])} outputs, expected {len(outputs)}")
             continue
-        if any(current(dep) != digest for dep, digest in entry["deps"].items()):
+        if any(_hash_once(seen, dep) != digest for dep, digest in entry["deps"].items()):
             continue
         entry_dir = root / "entries" / entry["entry"]
         if _publish(entry_dir, entry["outputs"], outputs):
