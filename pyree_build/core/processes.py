@@ -68,11 +68,7 @@ def _set_pdeathsig() -> Callable[[], None] | None:
     except (OSError, AttributeError):
         return None
     pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def die_with_parent() -> None:
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
-
-    return die_with_parent
+    return functools.partial(prctl, pr_set_pdeathsig, sigkill, 0, 0, 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -170,6 +166,14 @@ def check_stopped() -> None:
         raise Stopped(_STOP_SIGNAL)
 
 
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    """The SIGINT/SIGTERM handler stop_on_signals installs."""
+    first = _STOP_SIGNAL is None
+    request_stop(signum)
+    if first:  # a second signal must not interrupt the cleanup of the first
+        raise Stopped(signum)
+
+
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """While in this block, SIGINT and SIGTERM end every tool pyree_build started and raise
@@ -182,14 +186,7 @@ def stop_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, _frame: object) -> None:
-        first = _STOP_SIGNAL is None
-        request_stop(signum)
-        if first:  # a second signal must not interrupt the cleanup of the first
-            raise Stopped(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, _on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
