@@ -566,8 +566,8 @@ def _entry_dirs(root: Path) -> list[Path]:
 
 def _tree_bytes(path: Path) -> int:
     total = 0
-    for dirpath, _, files in os.walk(path):
-        for name in files:
+    for dirpath, _, names in os.walk(path):
+        for name in names:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
     return total
