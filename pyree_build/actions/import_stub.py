@@ -81,11 +81,22 @@ def test_values(args: list[Arg]) -> tuple[list[str], list[str]]:
 
 
 def c_source(name: str, args: list[Arg]) -> str:
+    """plugin.c: the import `name` with its argument block, and a body the generated test checks."""
+    return _C_TEMPLATE.format(name=name, field_text=_c_fields(args), body_text=_c_body(args))
+
+
+def _c_fields(args: list[Arg]) -> str:
+    """The argument block's fields: each buffer's base pointer and element offset."""
     fields = []
     for a in args:
         const = "const " if a.kind == "in" else ""
         fields.append(f"  {const}{a.c_type}* {a.name};  // {a.kind} buffer: base pointer (llvm.bareptr)")
         fields.append(f"  size_t {a.name}_offset;  // ... and where this tile starts, in elements")
+    return "\n".join(fields)
+
+
+def _c_body(args: list[Arg]) -> str:
+    """The placeholder loop body: the sum of the `in` buffers, stored to each `out`, added to each `inout`."""
     ins = [a for a in args if a.kind == "in"]
     acc_type = C_TYPES[ins[0].type] if ins else "int32_t"
     total = " + ".join(f"({acc_type})a->{x.name}[a->{x.name}_offset + i]" for x in ins) or "0"
@@ -95,9 +106,63 @@ def c_source(name: str, args: list[Arg]) -> str:
             body.append(f"    a->{a.name}[a->{a.name}_offset + i] = ({a.c_type})sum;")
         elif a.kind == "inout":
             body.append(f"    a->{a.name}[a->{a.name}_offset + i] += ({a.c_type})sum;")
-    body_text = "\n".join(body)
-    field_text = "\n".join(fields)
-    return f"""\
+    return "\n".join(body)
+
+
+def mlir_source(name: str, args: list[Arg]) -> str:
+    """program.mlir: the import's declaration, a dispatch that calls it per tile, and @run."""
+    return _MLIR_TEMPLATE.format(name=name, TILE=TILE, **_mlir_kernel_parts(args), **_mlir_run_parts(args))
+
+
+def _mlir_kernel_parts(args: list[Arg]) -> dict[str, str]:
+    """The executable's pieces: the import's declaration, the entry's bindings, and the views
+    that turn each binding into the base pointer and element offset the import takes."""
+    operands = [a for a in args if a.kind != "out"]  # tensors passed to the dispatch
+    outs = [a for a in args if a.kind == "out"]
+    # Entry bindings: the operands in order, then the new (untied) results. IREE maps
+    # !stream.binding arguments to bindings in order and the index to a push constant.
+    binding_order = [*operands, *outs]
+    views = []
+    for a in args:
+        views.append(f"        %{a.name} = stream.binding.subspan %{a.name}_binding[%c0] : !stream.binding -> memref<?x{a.type}>{{%n}}")
+        views.append(
+            f"        %{a.name}_base, %{a.name}_offset, %{a.name}_size, %{a.name}_stride = iree_codegen.extract_strided_metadata %{a.name}\n"
+            f"            : memref<?x{a.type}> -> memref<{a.type}>, index, index, index"
+        )
+        views.append(f"        %{a.name}_at = arith.addi %{a.name}_offset, %begin : index")
+    return {
+        "decl": ", ".join(["memref<" + a.type + ">, index" for a in args] + ["index"]),
+        "entry_params": ",\n                        ".join([f"%{a.name}_binding: !stream.binding" for a in binding_order] + ["%n: index"]),
+        "views_text": "\n".join(views),
+        "call_operands": ", ".join([f"%{a.name}_base, %{a.name}_at" for a in args] + ["%count"]),
+    }
+
+
+def _mlir_run_parts(args: list[Arg]) -> dict[str, str]:
+    """@run's pieces: its parameters and results, and the flow.dispatch of the executable."""
+    operands = [a for a in args if a.kind != "out"]
+    first = operands[0].name if operands else None
+    results = [a for a in args if a.kind != "in"]
+    dispatch_results = ", ".join(f"%{a.name}{{%n}}" if a.kind == "inout" else f"{a.tensor}{{%n}}" for a in results)
+    if len(results) > 1:
+        dispatch_results = f"({dispatch_results})"
+    size_line = (
+        f"    %n = tensor.dim %{first}, %c0 : {operands[0].tensor}\n" if first
+        else f"    %n = arith.constant {LENGTH} : index\n"
+    )  # fmt: skip
+    return {
+        "fn_params": ", ".join(f"%{a.name}: {a.tensor}" for a in operands),
+        "result_types": ", ".join(a.tensor for a in results),
+        "dispatch_results": dispatch_results,
+        "lhs": ", ".join(f"%r_{a.name}" for a in results),
+        "size_line": size_line,
+        "dispatch_operands": ", ".join([*(f"%{a.name}" for a in operands), "%n"]),
+        "dispatch_types": ", ".join([*(f"{a.tensor}{{%n}}" for a in operands), "index"]),
+    }
+
+
+# The files' text; str.format fills the {names} ({{ and }} are literal braces).
+_C_TEMPLATE = """\
 // The import `{name}`, provided by this plugin. Made by `pyree-build new --import`;
 // program.mlir declares the same import, and the two must agree field for field
 // (docs/writing-an-import.md in pyree_build explains the rules).
@@ -193,40 +258,7 @@ iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_versio
 }}
 """
 
-
-def mlir_source(name: str, args: list[Arg]) -> str:
-    operands = [a for a in args if a.kind != "out"]  # tensors passed to the dispatch
-    outs = [a for a in args if a.kind == "out"]
-    # Entry bindings: the operands in order, then the new (untied) results. IREE maps
-    # !stream.binding arguments to bindings in order and the index to a push constant.
-    binding_order = [*operands, *outs]
-    decl = ", ".join(["memref<" + a.type + ">, index" for a in args] + ["index"])
-    entry_params = ",\n                        ".join([f"%{a.name}_binding: !stream.binding" for a in binding_order] + ["%n: index"])
-    views = []
-    for a in args:
-        views.append(f"        %{a.name} = stream.binding.subspan %{a.name}_binding[%c0] : !stream.binding -> memref<?x{a.type}>{{%n}}")
-        views.append(
-            f"        %{a.name}_base, %{a.name}_offset, %{a.name}_size, %{a.name}_stride = iree_codegen.extract_strided_metadata %{a.name}\n"
-            f"            : memref<?x{a.type}> -> memref<{a.type}>, index, index, index"
-        )
-        views.append(f"        %{a.name}_at = arith.addi %{a.name}_offset, %begin : index")
-    call_operands = ", ".join([f"%{a.name}_base, %{a.name}_at" for a in args] + ["%count"])
-    fn_params = ", ".join(f"%{a.name}: {a.tensor}" for a in operands)
-    first = operands[0].name if operands else None
-    results = [a for a in args if a.kind != "in"]
-    result_types = ", ".join(a.tensor for a in results)
-    dispatch_results = ", ".join(f"%{a.name}{{%n}}" if a.kind == "inout" else f"{a.tensor}{{%n}}" for a in results)
-    if len(results) > 1:
-        dispatch_results = f"({dispatch_results})"
-    lhs = ", ".join(f"%r_{a.name}" for a in results)
-    size_line = (
-        f"    %n = tensor.dim %{first}, %c0 : {operands[0].tensor}\n" if first
-        else f"    %n = arith.constant {LENGTH} : index\n"
-    )  # fmt: skip
-    dispatch_operands = ", ".join([*(f"%{a.name}" for a in operands), "%n"])
-    dispatch_types = ", ".join([*(f"{a.tensor}{{%n}}" for a in operands), "index"])
-    views_text = "\n".join(views)
-    return f"""\
+_MLIR_TEMPLATE = """\
 // Calls the import `{name}` from a dispatch. Made by `pyree-build new --import`;
 // plugin.c implements the import with a matching argument block.
 //

@@ -6,6 +6,7 @@ import contextlib
 import json
 import re
 import shutil
+import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -153,6 +154,24 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
     build = build_dir.resolve()
     echo.log_step(f"samples: {source} -> {build}")
     progress = Progress()
+    _configure(cmake, ninja, source, build, progress)
+    if tests_regex:
+        _require_a_match(ctest, build, tests_regex)
+    with echo.Stopwatch("build iree-sample-deps"), contextlib.closing(progress):
+        processes.stream(
+            cmake.command("--build", build, "--target", "iree-sample-deps", *(["-j", str(jobs)] if jobs else []),
+                          *(["-v"] if echo.VERBOSITY >= 2 else [])),  # fmt: skip
+            what="building iree-sample-deps",
+            file=build,
+            fix="the first failing step is shown above; run it with -v to see every tool command",
+            on_line=progress.line,
+        )
+    junit = build / "pyree-samples-junit.xml"
+    result, listing = _run_ctest(ctest, build, junit, tests_regex=tests_regex, jobs=jobs, progress=progress)
+    return _report(collect_results(build, junit, listing), result)
+
+
+def _configure(cmake: toolchain.Tool, ninja: toolchain.Tool, source: Path, build: Path, progress: Progress) -> None:
     echo.log_step("  configuring with CMake ...")
     with echo.Stopwatch("configure (cmake -G Ninja)"):
         processes.stream(
@@ -166,18 +185,12 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
             file=source / "CMakeLists.txt",
             on_line=progress.line,
         )
-    if tests_regex:
-        _require_a_match(ctest, build, tests_regex)
-    with echo.Stopwatch("build iree-sample-deps"), contextlib.closing(progress):
-        processes.stream(
-            cmake.command("--build", build, "--target", "iree-sample-deps", *(["-j", str(jobs)] if jobs else []),
-                          *(["-v"] if echo.VERBOSITY >= 2 else [])),  # fmt: skip
-            what="building iree-sample-deps",
-            file=build,
-            fix="the first failing step is shown above; run it with -v to see every tool command",
-            on_line=progress.line,
-        )
-    junit = build / "pyree-samples-junit.xml"
+
+
+def _run_ctest(
+    ctest: toolchain.Tool, build: Path, junit: Path, *, tests_regex: str | None, jobs: int | None, progress: Progress
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run the (selected) tests, writing `junit`; returns ctest's result and its JSON test listing."""
     regex = ["-R", tests_regex] if tests_regex else []
     select = regex + (["-j", str(jobs)] if jobs else []) + (["-V"] if echo.VERBOSITY >= 2 else [])
     listing = processes.spawn(ctest.command("--test-dir", build, "--show-only=json-v1", *regex), what="listing tests").stdout
@@ -202,7 +215,11 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
     if not junit.is_file():
         raise PyreeError(f"ctest wrote no results (exit code {result.returncode})", file=build, details=result.stdout + result.stderr,
                          fix="the ctest output above says why; the build directory must be writable")  # fmt: skip
-    rows = collect_results(build, junit, listing)
+    return result, listing
+
+
+def _report(rows: list[TestRow], result: subprocess.CompletedProcess[str]) -> int:
+    """Print the table (under -v) and the failures' output; the exit code."""
     failed = [r for r in rows if r.result == "FAILED"]
     passed = sum(r.result == "passed" for r in rows)
     skipped = sum(r.result.startswith("skipped") for r in rows)

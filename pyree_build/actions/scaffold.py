@@ -13,7 +13,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from pyree_build.actions import import_stub
+from pyree_build.actions.sample_runner import samples_dir
+from pyree_build.core import args
 from pyree_build.core.errors import PyreeError
+from pyree_build.core.outputs import check_output_dir, check_outputs
 from pyree_build.core.package import __version__
 
 PathLike = str | os.PathLike[str]
@@ -174,10 +178,6 @@ def new_project(
     program are generated for that import (import_stub.py); otherwise they are the
     system-plugin sample's.
     """
-    from pyree_build.actions.sample_runner import samples_dir
-    from pyree_build.core import args
-    from pyree_build.core.outputs import check_output_dir, check_outputs
-
     target = args.path(directory, "project directory")
     check_output_dir(target, "project directory")
     if (import_name is None) != (import_args is None):
@@ -186,25 +186,9 @@ def new_project(
         raise PyreeError("directory is not empty", file=target, fix="choose a new directory, or pass --force to overwrite its files")
     project = _project_name(target.resolve(), name)
     if import_name is not None and import_args is not None:
-        from pyree_build.actions import import_stub
-
-        arguments = import_stub.parse_args(import_name, import_args)
-        inputs, expected = import_stub.test_values(arguments)
-        quoted = lambda items: " ".join(f'"{i}"' for i in items)  # noqa: E731
-        cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=quoted(inputs), expected=quoted(expected))
-        readme = IMPORT_README.format(
-            name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f"--input {i}" for i in inputs),
-            inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
-        )  # fmt: skip
-        plugin_c, program = import_stub.c_source(import_name, arguments), import_stub.mlir_source(import_name, arguments)
+        cmake, readme, plugin_c, program = _import_project_texts(project, import_name, import_args)
     else:
-        plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
-        cmake = CMAKELISTS.format(
-            name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"'
-        )  # fmt: skip
-        readme = README.format(name=project, expected=EXPECTED)
-        plugin_c = _adapt((plugin_sample / "system_plugin.c").read_text(encoding="utf-8"), project)
-        program = _adapt((plugin_sample / "example.mlir").read_text(encoding="utf-8"), project)
+        cmake, readme, plugin_c, program = _sample_project_texts(project)
     files = {
         "CMakeLists.txt": cmake,
         "pyproject.toml": PYPROJECT.format(name=project, version=__version__),
@@ -214,7 +198,40 @@ def new_project(
     }
     # Every file is checked before any is written: --force replaces regular files only.
     check_outputs([target / rel for rel in files])
-    # Written next to the target and renamed in, so an interrupted `new` leaves no half project.
+    _write_project(target, files)
+    return target
+
+
+def _import_project_texts(project: str, import_name: str, import_args: str) -> tuple[str, str, str, str]:
+    """CMakeLists.txt, README.md, plugin.c and program.mlir generated for one import."""
+    arguments = import_stub.parse_args(import_name, import_args)
+    inputs, expected = import_stub.test_values(arguments)
+    cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=_quoted(inputs), expected=_quoted(expected))
+    readme = IMPORT_README.format(
+        name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f"--input {i}" for i in inputs),
+        inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
+    )  # fmt: skip
+    return cmake, readme, import_stub.c_source(import_name, arguments), import_stub.mlir_source(import_name, arguments)
+
+
+def _quoted(items: list[str]) -> str:
+    return " ".join(f'"{i}"' for i in items)
+
+
+def _sample_project_texts(project: str) -> tuple[str, str, str, str]:
+    """CMakeLists.txt, README.md, plugin.c and program.mlir from the system-plugin sample."""
+    plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
+    cmake = CMAKELISTS.format(
+        name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"'
+    )  # fmt: skip
+    readme = README.format(name=project, expected=EXPECTED)
+    plugin_c = _adapt((plugin_sample / "system_plugin.c").read_text(encoding="utf-8"), project)
+    program = _adapt((plugin_sample / "example.mlir").read_text(encoding="utf-8"), project)
+    return cmake, readme, plugin_c, program
+
+
+def _write_project(target: Path, files: dict[str, str]) -> None:
+    """Write `files` next to `target` and rename them in, so an interrupted `new` leaves no half project."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -234,4 +251,3 @@ def new_project(
             os.rename(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 
 PathLike = str | os.PathLike[str]
@@ -51,20 +52,20 @@ def pipeline_files(pipeline: str) -> tuple[str, list[Path]]:
             "'builtin.module(iree-preprocessing-apply-pdl-patterns{patterns-file=spec.pdl.mlir})'",
         )
     files: list[Path] = []
-
-    def absolute(m: re.Match[str]) -> str:
+    pieces: list[str] = []
+    end = 0
+    for m in _FILE_OPTION.finditer(pipeline):  # as re.sub would, keeping each file found
         path = require_file(m["path"], f"file named by {m['key']} in the --preprocess pipeline").resolve()
         files.append(path)
-        return f"{m['key']}={path}"
-
-    return _FILE_OPTION.sub(absolute, pipeline), files
+        pieces += [pipeline[end : m.start()], f"{m['key']}={path}"]
+        end = m.end()
+    pieces.append(pipeline[end:])
+    return "".join(pieces), files
 
 
 def preprocess(source: Path, pipeline: str, output: Path) -> None:
     """Run iree-opt --pass-pipeline=PIPELINE on `source`, writing `output` (rewrites at the
     input level, e.g. PDL patterns on tosa or torch ops, before iree-compile converts them)."""
-    from pyree_build.core import echo, processes, toolchain
-
     opt = toolchain.iree_opt()
     with echo.Stopwatch(f"iree-opt {source.name}: preprocess"):
         processes.spawn(

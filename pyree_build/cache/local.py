@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -11,10 +12,15 @@ import shutil
 import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import BinaryIO, Callable, Iterator, Mapping, Sequence
 
-from pyree_build.core import echo, files, toolchain
+from pyree_build.core import echo, files, lazy, toolchain
 from pyree_build.core.errors import PyreeError
+
+# Loaded on first use: host_cpu() only for code built for "the host", the remote tier only
+# when PYREE_BUILD_REMOTE_CACHE is set (a cache hit pays for neither).
+platform = lazy.module("platform")
+remote_cache = lazy.module("pyree_build.cache.remote")
 
 CACHE_ENV = "PYREE_BUILD_CACHE"
 # Tests set this to a directory to force interleavings: a build that has run its tool
@@ -58,9 +64,19 @@ def hash_file(path: Path) -> str | None:
         with open(path, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return None
-            return hashlib.file_digest(f, "sha256").hexdigest()
+            return _sha256(f)
     except OSError:
         return None
+
+
+def _sha256(f: BinaryIO) -> str:
+    """hashlib.file_digest(f, "sha256") where there is one (Python 3.11+); read in 1 MiB chunks before."""
+    if hasattr(hashlib, "file_digest"):
+        return hashlib.file_digest(f, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    while chunk := f.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _digest(*parts: str) -> str:
@@ -108,8 +124,6 @@ def _open_cache(root: Path) -> Path | None:
 @functools.lru_cache(maxsize=1)
 def host_cpu() -> str:
     """What makes code built for "the host" specific to it: the CPU's model and features."""
-    import platform
-
     model, features = "", ""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
@@ -202,8 +216,6 @@ def _read_manifest(path: Path) -> list[dict]:
 def _clone(src: Path, dst: Path) -> None:
     """Copy `src` to a new file `dst`: a copy-on-write clone where the filesystem can,
     else an in-kernel copy, else a plain one. Never a link: each copy is independent."""
-    import fcntl
-
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         try:
             fcntl.ioctl(fo.fileno(), _FICLONE, fi.fileno())
@@ -243,21 +255,22 @@ def _publish(entry_dir: Path, hashes: Sequence[str], outputs: Sequence[Path]) ->
     return True
 
 
+def _hash_once(seen: dict[str, str | None], dep: str) -> str | None:
+    """`dep`'s hash, taken once per lookup and kept in `seen`."""
+    if dep not in seen:
+        seen[dep] = hash_file(Path(dep))
+    return seen[dep]
+
+
 def _lookup(root: Path, base: str, outputs: Sequence[Path]) -> tuple[list[str] | None, dict[str, str | None]]:
     """The dependencies of a stored build whose dependencies still hash the same, with its
     outputs copied into place; and every hash taken on the way (a snapshot for the build)."""
     seen: dict[str, str | None] = {}
-
-    def current(dep: str) -> str | None:
-        if dep not in seen:
-            seen[dep] = hash_file(Path(dep))
-        return seen[dep]
-
     for entry in reversed(_read_manifest(root / "manifests" / f"{base}.json")):
         if len(entry["outputs"]) != len(outputs):
             _note(f"ignoring entry {entry['entry']}: {len(entry['outputs'])} outputs, expected {len(outputs)}")
             continue
-        if any(current(dep) != digest for dep, digest in entry["deps"].items()):
+        if any(_hash_once(seen, dep) != digest for dep, digest in entry["deps"].items()):
             continue
         entry_dir = root / "entries" / entry["entry"]
         if _publish(entry_dir, entry["outputs"], outputs):
@@ -314,8 +327,6 @@ def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str,
 
 @contextlib.contextmanager
 def _locked(lock_file: Path) -> Iterator[None]:
-    import fcntl
-
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_file, "a+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -383,9 +394,6 @@ def _path_forms(outputs: Sequence[Path]) -> list[tuple[str, str, str]]:
 def _save_commands(root: Path, base: str, outputs: Sequence[Path], lines: list[str]) -> None:
     """The commands of a build, with the outputs' names as tokens: a later hit, under other
     output names, prints them as the commands that would have run."""
-    import json
-    import re
-
     templated = []
     for line in lines:
         for text, token, _ in _path_forms(outputs):
@@ -400,10 +408,6 @@ def _save_commands(root: Path, base: str, outputs: Sequence[Path], lines: list[s
 
 
 def _replay_commands(root: Path, base: str, outputs: Sequence[Path]) -> None:
-    import json
-
-    from pyree_build.core import echo
-
     try:
         lines = json.loads((root / "commands" / f"{base}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -440,37 +444,67 @@ def cached_action(
         key.append(f"host-cpu={host_cpu()}")
     known = [os.path.abspath(p) for p in inputs]
     tool_paths = [str(t.path) for t in tools_used]
+    root = _usable_root(action, uncacheable)
+    slot = _Slot(root)
+    if root is not None:
+        before = {p: hash_file(Path(p)) for p in known}
+        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
+        slot.base = _digest(action, *key, *tool_ids, *(o.suffix for o in outputs), *(f"{p}={h}" for p, h in before.items()))
+        hit = _cached_outputs(action, slot, outputs, before)
+        if hit is not None:
+            return [*hit, *tool_paths]
+    return _build_and_store(action, slot, outputs, build, known, tool_paths)
+
+
+class _Slot:
+    """Where one action's outputs go in the cache: its root (None: not caching), its key, the
+    dependency hashes known before the build, and the remote tier asked on a local miss."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self.base = ""
+        self.before: dict[str, str | None] = {}
+        self.remote = None
+
+
+def _usable_root(action: str, uncacheable: str | None) -> Path | None:
     configured = cache_root()
     root = _open_cache(configured) if configured is not None else None
     if root is not None and uncacheable:
         echo.log_step(f"  {action}: not cached ({uncacheable})")
-        root = None
-    before: dict[str, str | None] = {}
-    base = ""
-    remote = None
-    if root is not None:
-        before = {p: hash_file(Path(p)) for p in known}
-        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
-        base = _digest(action, *key, *tool_ids, *(o.suffix for o in outputs), *(f"{p}={h}" for p, h in before.items()))
-        try:
-            with echo.muted_commands():  # a hit prints the recorded commands instead (below)
-                hit, seen = _lookup(root, base, outputs)
-        except OSError as exc:
-            _note(f"lookup failed: {exc}")
-            hit, seen = None, {}
-        if hit is not None:
-            echo.log_step(f"  {action}: cache hit ({', '.join(o.name for o in outputs)})")
-            _replay_commands(root, base, outputs)
-            return [*hit, *tool_paths]
-        before = {**seen, **before}
-        remote = _remote_tier(root)
-        if remote is not None:
-            fetched = remote.fetch(base, outputs, lambda deps: _deps_unchanged(deps, before))
-            if fetched is not None:
-                echo.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
-                with contextlib.suppress(OSError):
-                    _store(root, base, outputs, fetched)  # the local tier answers next time
-                return [*fetched, *tool_paths]
+        return None
+    return root
+
+
+def _cached_outputs(action: str, slot: _Slot, outputs: Sequence[Path], before: dict[str, str | None]) -> list[str] | None:
+    """The dependencies of a local or remote hit (its outputs then in place), or None after
+    noting in `slot` what the lookups learned for the build and store that follow."""
+    assert slot.root is not None
+    try:
+        with echo.muted_commands():  # a hit prints the recorded commands instead (below)
+            hit, seen = _lookup(slot.root, slot.base, outputs)
+    except OSError as exc:
+        _note(f"lookup failed: {exc}")
+        hit, seen = None, {}
+    if hit is not None:
+        echo.log_step(f"  {action}: cache hit ({', '.join(o.name for o in outputs)})")
+        _replay_commands(slot.root, slot.base, outputs)
+        return hit
+    slot.before = {**seen, **before}
+    slot.remote = _remote_tier(slot.root)
+    if slot.remote is None:
+        return None
+    fetched = slot.remote.fetch(slot.base, outputs, functools.partial(_deps_unchanged, known=slot.before))
+    if fetched is not None:
+        echo.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
+        with contextlib.suppress(OSError):
+            _store(slot.root, slot.base, outputs, fetched)  # the local tier answers next time
+    return fetched
+
+
+def _build_and_store(action: str, slot: _Slot, outputs: Sequence[Path], build: Callable[[list[Path]], Sequence[str]],
+                     known: list[str], tool_paths: list[str]) -> list[str]:  # fmt: skip
+    root = slot.root
     stored = False
     # Recorded from the first command to the rename into place, so that a later hit can
     # print the commands that would have made the outputs, pasteable as they are.
@@ -481,21 +515,27 @@ def cached_action(
         excluded = set(tool_paths)
         deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, toolchain.package_files())]) if d not in excluded]
         if root is not None:
-            hashes, why = _verify(deps, before, started)
-            if hashes is None:
-                echo.log_step(f"  {action}: built, not cached ({why})")
-            else:
-                try:
-                    _store(root, base, private, hashes)
-                    stored = True
-                except OSError as exc:  # a full or read-only cache must not fail the build
-                    echo.log_step(f"  note: not cached ({exc.strerror or exc})")
-                else:
-                    if remote is not None:
-                        remote.upload(base, private, hashes)
+            stored = _store_built(action, slot, private, deps, started)
     if stored and root is not None:
-        _save_commands(root, base, outputs, commands)
+        _save_commands(root, slot.base, outputs, commands)
     return [*deps, *tool_paths]
+
+
+def _store_built(action: str, slot: _Slot, private: Sequence[Path], deps: list[str], started: int) -> bool:
+    """Store what was just built, unless an input changed while it ran; whether it was stored."""
+    assert slot.root is not None
+    hashes, why = _verify(deps, slot.before, started)
+    if hashes is None:
+        echo.log_step(f"  {action}: built, not cached ({why})")
+        return False
+    try:
+        _store(slot.root, slot.base, private, hashes)
+    except OSError as exc:  # a full or read-only cache must not fail the build
+        echo.log_step(f"  note: not cached ({exc.strerror or exc})")
+        return False
+    if slot.remote is not None:
+        slot.remote.upload(slot.base, private, hashes)
+    return True
 
 
 # --- The remote tier (remote_cache.py): asked on a local miss, given what was stored ----
@@ -504,8 +544,6 @@ def cached_action(
 def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
     if not os.environ.get("PYREE_BUILD_REMOTE_CACHE"):
         return None  # the common case costs no import
-    from pyree_build.cache import remote as remote_cache
-
     return remote_cache.from_env(state_dir=root)
 
 
@@ -528,8 +566,8 @@ def _entry_dirs(root: Path) -> list[Path]:
 
 def _tree_bytes(path: Path) -> int:
     total = 0
-    for dirpath, _, files in os.walk(path):
-        for name in files:
+    for dirpath, _, names in os.walk(path):
+        for name in names:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
     return total

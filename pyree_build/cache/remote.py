@@ -23,12 +23,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import http.client
 import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
+from urllib.parse import unquote, urlsplit
+
+from pyree_build.core import echo
 
 URL_ENV = "PYREE_BUILD_REMOTE_CACHE"
 TOKEN_ENV = "PYREE_BUILD_REMOTE_CACHE_TOKEN"  # sent as `Authorization: Bearer <token>`
@@ -57,8 +61,6 @@ class RemoteCache:
 
     def __init__(self, url: str, *, token: str | None = None, auth: str | None = None, read_only: bool = False,
                  timeout: float = DEFAULT_TIMEOUT, state_dir: Path | None = None) -> None:  # fmt: skip
-        from urllib.parse import unquote, urlsplit
-
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{URL_ENV} must be http(s)://host[:port]/path, not {url!r}")
@@ -88,8 +90,6 @@ class RemoteCache:
     # --- transport --------------------------------------------------------------
 
     def _connection(self):  # type: ignore[no-untyped-def]
-        import http.client
-
         if self._conn is None:
             cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
             self._conn = cls(self.host, self.port, timeout=self.timeout)
@@ -98,8 +98,6 @@ class RemoteCache:
     def _request(self, method: str, path: str, body: bytes | None = None, limit: int = _MAX_BLOB) -> tuple[int, bytes]:
         """One request on the kept-alive connection; a connection the server closed is
         reopened once. Raises OSError (http.client's errors included) on any failure."""
-        import http.client
-
         headers = dict(self.headers)
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
@@ -363,8 +361,6 @@ def from_env(state_dir: Path | None = None) -> RemoteCache | None:
         print(f"pyree_build: note: remote cache not used: {exc}", file=sys.stderr, flush=True)
         remote = None
     if remote is not None and remote.backed_off():
-        from pyree_build.core import echo
-
         remote.disabled = True
         echo.log_step(f"  remote cache {remote.display}: skipped, unavailable to another build step in the last {_BACKOFF_S:.0f} s")
     _CONFIGURED[url] = remote

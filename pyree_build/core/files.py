@@ -84,8 +84,6 @@ def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Pa
         for tmp, final in pairs:
             if not tmp.exists() or tmp.stat().st_size == 0:
                 raise PyreeError("the tool reported success but wrote no output", file=final)
-        from pyree_build.core import echo
-
         for tmp, final in pairs:
             echo.echo_command(echo.shell_line(["mv", tmp, final]))
             os.replace(tmp, final)

@@ -4,19 +4,27 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Mapping, NoReturn, Sequence
 
-from pyree_build.core import echo
+from pyree_build.core import echo, lazy
 from pyree_build.core.errors import PyreeError, trim
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
+
+# Loaded when first used, not by every verb: a cache hit needs no pool (~5 ms), and only a
+# plugin query in a child needs pickle (~2 ms) or the prctl call (ctypes).
+ctypes = lazy.module("ctypes")
+futures = lazy.module("concurrent.futures")
+pickle = lazy.module("pickle")
+
 
 class Stopped(KeyboardInterrupt):
     """pyree_build was asked to stop (SIGINT or SIGTERM); every tool it started has been ended."""
@@ -56,17 +64,11 @@ def _set_pdeathsig() -> Callable[[], None] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        import ctypes
-
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def die_with_parent() -> None:
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
-
-    return die_with_parent
+    return functools.partial(prctl, pr_set_pdeathsig, sigkill, 0, 0, 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -164,6 +166,14 @@ def check_stopped() -> None:
         raise Stopped(_STOP_SIGNAL)
 
 
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    """The SIGINT/SIGTERM handler stop_on_signals installs."""
+    first = _STOP_SIGNAL is None
+    request_stop(signum)
+    if first:  # a second signal must not interrupt the cleanup of the first
+        raise Stopped(signum)
+
+
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """While in this block, SIGINT and SIGTERM end every tool pyree_build started and raise
@@ -176,14 +186,7 @@ def stop_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, _frame: object) -> None:
-        first = _STOP_SIGNAL is None
-        request_stop(signum)
-        if first:  # a second signal must not interrupt the cleanup of the first
-            raise Stopped(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, _on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
@@ -208,10 +211,8 @@ class _Popen:
 
 def thread_pool(jobs: int | None) -> ThreadPoolExecutor:
     """A pool for a verb's independent steps (-j N; default: every core). concurrent.futures is
-    imported here, when steps run, not by every verb (a cache hit needs no pool: ~5 ms)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    return ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
+    loaded here, when steps run, not by every verb (a cache hit needs no pool: ~5 ms)."""
+    return futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
 
 
 def spawn(
@@ -236,49 +237,13 @@ def spawn(
     (Stopped, KeyboardInterrupt) or any other exception while it runs ends its whole group.
     """
     args = [os.fspath(a) for a in argv]
-    if stdin is None:
-        echo.echo_command(echo.shell_line(args, cwd=cwd, env=env))
-    elif echo.VERBOSITY >= 2:  # fed from memory: shown under -v as a comment, not a line that would wait on the terminal
-        echo._write_line(f"# {echo.shell_line(args, cwd=cwd, env=env)} < (its input comes from pyree_build)")
-    full_env = None
-    if env:
-        full_env = dict(os.environ)
-        full_env.update(env)
+    _echo_spawn(args, cwd, env, fed=stdin is not None)
+    full_env = {**os.environ, **env} if env else None
     check_stopped()
-    wrapper = _pdeathsig_wrapper()
-    try:
-        if wrapper and not shutil.which(args[0], path=(full_env or os.environ).get("PATH")):
-            raise FileNotFoundError(2, "No such file or directory")
-        proc = subprocess.Popen(
-            [*wrapper, *args], cwd=cwd, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=full_env,
-            start_new_session=True,
-        )  # fmt: skip
-    except FileNotFoundError as exc:
-        raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
+    proc = _start(args, cwd=cwd, piped_stdin=stdin is not None, env=full_env)
     _register(proc.pid, args[0])
-    deadline = None if timeout is None else time.monotonic() + timeout
-    timed_out = False
     try:
-        pending = stdin
-        while True:
-            # Short slices, so that a worker thread notices a stop and a timeout is kept.
-            slice_s = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
-            try:
-                stdout, stderr = proc.communicate(pending, timeout=slice_s)
-                break
-            except subprocess.TimeoutExpired:
-                pending = None
-                if _STOP_SIGNAL is not None:
-                    raise Stopped(_STOP_SIGNAL) from None
-                if deadline is not None and time.monotonic() >= deadline:
-                    timed_out = True
-                    end_group(proc.pid, _Popen(proc))
-                    try:  # what it printed before; a straggler outside its group may hold the pipes
-                        stdout, stderr = proc.communicate(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        stdout, stderr = "", ""
-                    break
+        stdout, stderr, timed_out = _communicate(proc, stdin, timeout)
     except BaseException:
         end_group(proc.pid, _Popen(proc))
         raise
@@ -305,14 +270,55 @@ def spawn(
         )
     if check and result.returncode != 0:
         better = explain(output) if explain else None
-        raise PyreeError(
-            f"{what} failed (exit code {result.returncode})",
-            file=file,
-            details=better or output or "(the tool printed nothing)",
-            command=args,
-            fix=fix,
-        )
+        raise PyreeError(f"{what} failed (exit code {result.returncode})", file=file, details=better or output or "(the tool printed nothing)",
+                         command=args, fix=fix)  # fmt: skip
     return result
+
+
+def _echo_spawn(args: list[str], cwd: str | os.PathLike[str] | None, env: Mapping[str, str] | None, *, fed: bool) -> None:
+    if not fed:
+        echo.echo_command(echo.shell_line(args, cwd=cwd, env=env))
+    elif echo.VERBOSITY >= 2:  # fed from memory: shown under -v as a comment, not a line that would wait on the terminal
+        echo._write_line(f"# {echo.shell_line(args, cwd=cwd, env=env)} < (its input comes from pyree_build)")
+
+
+def _start(args: list[str], *, cwd: str | os.PathLike[str] | None, piped_stdin: bool, env: dict[str, str] | None) -> subprocess.Popen[str]:
+    """Popen `args` in a session of its own (under the pdeathsig wrapper where there is one)."""
+    wrapper = _pdeathsig_wrapper()
+    try:
+        if wrapper and not shutil.which(args[0], path=(env or os.environ).get("PATH")):
+            raise FileNotFoundError(2, "No such file or directory")
+        return subprocess.Popen(
+            [*wrapper, *args], cwd=cwd, stdin=subprocess.PIPE if piped_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    except FileNotFoundError as exc:
+        raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
+
+
+def _communicate(proc: subprocess.Popen[str], stdin: str | None, timeout: float | None) -> tuple[str, str, bool]:
+    """The tool's stdout and stderr, and whether it ran past `timeout` (then its group was ended).
+    Raises Stopped when a stop comes while it runs."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending = stdin
+    while True:
+        # Short slices, so that a worker thread notices a stop and a timeout is kept.
+        slice_s = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
+        try:
+            stdout, stderr = proc.communicate(pending, timeout=slice_s)
+            return stdout, stderr, False
+        except subprocess.TimeoutExpired:
+            pending = None
+            if _STOP_SIGNAL is not None:
+                raise Stopped(_STOP_SIGNAL) from None
+            if deadline is not None and time.monotonic() >= deadline:
+                end_group(proc.pid, _Popen(proc))
+                try:  # what it printed before; a straggler outside its group may hold the pipes
+                    stdout, stderr = proc.communicate(timeout=5)
+                except subprocess.TimeoutExpired:
+                    stdout, stderr = "", ""
+                return stdout, stderr, True
 
 
 def stream(
@@ -369,90 +375,110 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     end of pyree_build. `fn` returns or raises something picklable; a PyreeError it raises is
     raised here as it was.
     """
-    import pickle
-    import select
-
     check_stopped()
     die_with_parent = _set_pdeathsig()
+    # Loaded here, in the parent: the forked child must not import (another thread may have
+    # held the import lock at the fork).
+    dumps = pickle.dumps
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller's code
-        code = 0
-        try:
-            os.close(read_fd)
-            os.setpgid(0, 0)
-            for s in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, signal.SIG_DFL)
-            if die_with_parent is not None:
-                die_with_parent()
-            try:
-                payload = pickle.dumps(("ok", fn(*args)))
-            except PyreeError as err:
-                payload = pickle.dumps(("pyree", (err.what, err.file, err.fix, err.details)))
-            except BaseException as exc:  # noqa: BLE001 - reported by the parent
-                payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_fd, view) :]
-        except BaseException:  # noqa: BLE001
-            code = 1
-        finally:
-            os._exit(code)
+        _run_child(fn, args, read_fd, write_fd, die_with_parent, dumps)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)  # also here: the child may not have run yet
     except OSError:
         pass
     _register(pid, what)
-    status: list[int] = []
-
-    def wait_leader(seconds: float) -> bool:
-        end = time.monotonic() + seconds
-        pause = 0.0002  # the child is usually exiting already: look again soon, then less often
-        while True:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status.append(st)
-                return True
-            if time.monotonic() >= end:
-                return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
-
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    timed_out = False
+    child = _Child(pid)
     try:
         with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-            while True:
-                if _STOP_SIGNAL is not None:
-                    raise Stopped(_STOP_SIGNAL)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    timed_out = True
-                    break
-                ready, _, _ = select.select([pipe], [], [], min(left, 0.25))
-                if ready:
-                    chunk = pipe.read(65536)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-        if timed_out:
-            end_group(pid, wait_leader)
-        elif not wait_leader(10.0):
-            end_group(pid, wait_leader)
+            chunks, timed_out = _read_until_closed(pipe, time.monotonic() + timeout)
+        if timed_out or not child(10.0):
+            end_group(pid, child)
     except BaseException:
-        if not status:
-            end_group(pid, wait_leader)
+        if child.status is None:
+            end_group(pid, child)
         raise
     finally:
         _unregister(pid)
     if timed_out:
         raise PyreeError(f"{what} did not return within {timeout:g} s (it was stopped)", file=file,
                          fix="look for an endless loop or a blocking call in that code")  # fmt: skip
-    st = status[0] if status else 0
+    return _child_result(child.status or 0, chunks, what=what, file=file)
+
+
+def _run_child(
+    fn: Callable[..., object], args: tuple[object, ...], read_fd: int, write_fd: int,
+    die_with_parent: Callable[[], None] | None, dumps: Callable[[object], bytes],
+) -> NoReturn:  # fmt: skip
+    """The forked child: run `fn`, write its pickled outcome to `write_fd`, and exit."""
+    code = 0
+    try:
+        os.close(read_fd)
+        os.setpgid(0, 0)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
+        if die_with_parent is not None:
+            die_with_parent()
+        try:
+            payload = dumps(("ok", fn(*args)))
+        except PyreeError as err:
+            payload = dumps(("pyree", (err.what, err.file, err.fix, err.details)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the parent
+            payload = dumps(("error", f"{type(exc).__name__}: {exc}"))
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view) :]
+    except BaseException:  # noqa: BLE001
+        code = 1
+    finally:
+        os._exit(code)
+
+
+class _Child:
+    """A forked child as end_group()'s wait_leader; keeps its wait status once reaped."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.status: int | None = None
+
+    def __call__(self, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        pause = 0.0002  # the child is usually exiting already: look again soon, then less often
+        while True:
+            done, st = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.status = st
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+
+def _read_until_closed(pipe: BinaryIO, deadline: float) -> tuple[list[bytes], bool]:
+    """What the child wrote until it closed its end, and whether `deadline` came first.
+    Raises Stopped when a stop comes meanwhile."""
+    chunks: list[bytes] = []
+    while True:
+        if _STOP_SIGNAL is not None:
+            raise Stopped(_STOP_SIGNAL)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return chunks, True
+        ready, _, _ = select.select([pipe], [], [], min(left, 0.25))
+        if ready:
+            chunk = pipe.read(65536)
+            if not chunk:
+                return chunks, False
+            chunks.append(chunk)
+
+
+def _child_result(st: int, chunks: list[bytes], *, what: str, file: str | os.PathLike[str] | None) -> object:
+    """The value the child returned, or the PyreeError for how it ended."""
     if os.WIFSIGNALED(st):
         raise PyreeError(f"{what} crashed: killed by {signal_name(os.WTERMSIG(st))}", file=file,
                          fix="debug that code (e.g. under gdb); pyree_build ran it in a child process, so nothing else was harmed")  # fmt: skip
@@ -467,5 +493,3 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     if kind == "error":
         raise PyreeError(f"{what} failed: {value}", file=file)
     return value
-
-

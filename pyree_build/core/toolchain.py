@@ -7,6 +7,7 @@ cache key and the depfiles written for CMake, so upgrading a wheel rebuilds.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import shutil
@@ -15,12 +16,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from pyree_build.core import lazy
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import PACKAGE_DIR
 from pyree_build.core.records import field, record
 
 if TYPE_CHECKING:
     pass
+
+# Loaded on first use: importlib.metadata only when a wheel's version is not found from its
+# dist-info directly (it costs a cached build ~5 ms); cuda-pathfinder (it ships with
+# cuda-bindings) and NVRTC only when a CUDA tool is looked for.
+_metadata = lazy.module("importlib.metadata")
+_pathfinder = lazy.module("cuda.pathfinder")
+_nvrtc = lazy.module("cuda.bindings.nvrtc")
 
 @record(frozen=True)
 class Tool:
@@ -73,11 +82,9 @@ def _dist_version(dist: str) -> str | None:
                 project, _, version = name[: -len(".dist-info")].rpartition("-")
                 if version and re.sub(r"[-_.]+", "_", project).lower() == wanted:
                     return version
-    import importlib.metadata
-
     try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
+        return _metadata.version(dist)
+    except _metadata.PackageNotFoundError:
         return None
 
 
@@ -87,8 +94,6 @@ def _package_dir(module: str) -> Path | None:
     Importing `iree.compiler` loads the MLIR bindings and numpy (~0.1 s), which would
     dominate a cached build; only the top-level package's location is looked up.
     """
-    import importlib.util
-
     top, _, rest = module.partition(".")
     try:
         spec = importlib.util.find_spec(top)
@@ -186,10 +191,8 @@ def _cuda_wheel_tool(name: str) -> str | None:
     """`name` from the nvidia-cuda-nvcc wheel (pip install "pyree_build[ptxas]"), no SDK needed."""
     if _dist_version("nvidia-cuda-nvcc") is None:
         return None
-    try:
-        from cuda import pathfinder  # noqa: PLC0415 - ships with cuda-bindings
-
-        found = pathfinder.find_nvidia_binary_utility(name)
+    try:  # a missing cuda-pathfinder raises ImportError here, at first use
+        found = _pathfinder.find_nvidia_binary_utility(name)
         if found:
             return str(found)
     except (ImportError, AttributeError, RuntimeError, ValueError):
@@ -233,11 +236,13 @@ def nvrtc() -> Tool:
 
 def _find_nvrtc() -> Tool | Missing:
     try:
-        from cuda.bindings import nvrtc as _nvrtc  # noqa: PLC0415
+        nvrtc_version = _nvrtc.nvrtcVersion  # the first use imports cuda.bindings.nvrtc
     except ImportError as exc:
         return Missing("nvrtc", f"cuda.bindings.nvrtc cannot be imported ({exc})", INSTALL_NVRTC)
+    except AttributeError as exc:
+        return Missing("nvrtc", f"libnvrtc failed to load ({exc})", INSTALL_NVRTC)
     try:
-        err, major, minor = _nvrtc.nvrtcVersion()
+        err, major, minor = nvrtc_version()
     except Exception as exc:  # the shared library itself failed to load
         return Missing("nvrtc", f"libnvrtc failed to load ({exc})", INSTALL_NVRTC)
     if int(err) != 0:

@@ -14,6 +14,7 @@ those at build time (and runs ptxas on the PTX where one is found).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -30,6 +31,7 @@ from pyree_build.core.files import (
     write_depfile,
 )
 from pyree_build.core.outputs import check_outputs, included_files
+from pyree_build.core.records import record
 
 PathLike = str | os.PathLike[str]
 
@@ -70,38 +72,53 @@ def bitcode(
         "-O3", "-c", "-emit-llvm",
     ]  # fmt: skip
 
-    def build_it(private: list[Path]) -> list[str]:
-        with scratch_dir(out_dir, src.name) as build:
-            no_sdk = build / "no-cuda-sdk"  # empty on purpose: see the module docstring
-            no_sdk.mkdir()
-
-            def one(sm: int) -> tuple[Path, list[str]]:
-                bc, dep = build / f"sm_{sm}.bc", build / f"sm_{sm}.d"
-                processes.spawn(
-                    clang.command(*options, f"--cuda-gpu-arch=sm_{sm}", f"--cuda-path={no_sdk}", "-MD", "-MF", dep, src, "-o", bc),
-                    what=f"compiling {src.name} to sm_{sm} bitcode with zig clang",
-                    file=src,
-                    fix="fix the error at the file:line shown above",
-                )
-                with bc.open("rb") as f:
-                    if f.read(4) != _BITCODE_MAGIC:
-                        raise PyreeError(f"zig clang wrote no LLVM bitcode for sm_{sm}", file=src, fix="run with -v and report the command")
-                return bc, parse_depfile(dep) if dep.is_file() else [str(src)]
-
-            with echo.Stopwatch(f"zig clang {src.name} -> bitcode sm {', '.join(map(str, sm_list))}"):
-                with processes.thread_pool(jobs) as pool:
-                    built = dict(zip(sm_list, pool.map(one, sm_list)))
-            for sm, tmp in zip(sm_list, private):  # renamed into place once all are written
-                os.replace(built[sm][0], tmp)
-        return list(dict.fromkeys(str(Path(d).resolve()) for r in built.values() for d in r[1]))
-
+    job = _BitcodeJob(src, sm_list, out_dir, clang, options, jobs)
     key = [*map(str, sm_list), *options]
     deps = cached_action(
-        "bitcode", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=build_it, tools_used=[clang]
+        "bitcode", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=job.build, tools_used=[clang]
     )
     if depfile:
         write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]
+
+
+@record(frozen=True)
+class _BitcodeJob:
+    """One `bitcode` call, planned: what cached_action's build step needs to make every sm's bitcode."""
+
+    src: Path
+    sm_list: list[int]
+    out_dir: Path
+    clang: toolchain.Tool
+    options: list[str]
+    jobs: int | None
+
+    def build(self, private: list[Path]) -> list[str]:
+        """Compile every sm in a scratch directory, then move them to `private` (in sm order); the dependencies."""
+        with scratch_dir(self.out_dir, self.src.name) as build:
+            no_sdk = build / "no-cuda-sdk"  # empty on purpose: see the module docstring
+            no_sdk.mkdir()
+            with echo.Stopwatch(f"zig clang {self.src.name} -> bitcode sm {', '.join(map(str, self.sm_list))}"):
+                with processes.thread_pool(self.jobs) as pool:
+                    built = dict(zip(self.sm_list, pool.map(functools.partial(self.compile_one, build, no_sdk), self.sm_list)))
+            for sm, tmp in zip(self.sm_list, private):  # renamed into place once all are written
+                os.replace(built[sm][0], tmp)
+        return list(dict.fromkeys(str(Path(d).resolve()) for r in built.values() for d in r[1]))
+
+    def compile_one(self, build: Path, no_sdk: Path, sm: int) -> tuple[Path, list[str]]:
+        """One sm's bitcode and the files it read."""
+        src = self.src
+        bc, dep = build / f"sm_{sm}.bc", build / f"sm_{sm}.d"
+        processes.spawn(
+            self.clang.command(*self.options, f"--cuda-gpu-arch=sm_{sm}", f"--cuda-path={no_sdk}", "-MD", "-MF", dep, src, "-o", bc),
+            what=f"compiling {src.name} to sm_{sm} bitcode with zig clang",
+            file=src,
+            fix="fix the error at the file:line shown above",
+        )
+        with bc.open("rb") as f:
+            if f.read(4) != _BITCODE_MAGIC:
+                raise PyreeError(f"zig clang wrote no LLVM bitcode for sm_{sm}", file=src, fix="run with -v and report the command")
+        return bc, parse_depfile(dep) if dep.is_file() else [str(src)]
 
 
 def unresolved_functions(ptx: str) -> list[str]:

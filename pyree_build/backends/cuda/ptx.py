@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, processes, toolchain
+from pyree_build.core import args, echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
@@ -24,7 +24,12 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
-from pyree_build.core.inputs import c_includes
+from pyree_build.core.inputs import Inputs, c_includes
+from pyree_build.core.outputs import check_outputs, included_files
+
+# cuda-bindings, from PyPI (`pip install cuda-python`): loaded when NVRTC or the driver is first asked.
+cuda_driver = lazy.module("cuda.bindings.driver")
+nvrtc = lazy.module("cuda.bindings.nvrtc")
 
 PathLike = str | os.PathLike[str]
 
@@ -89,15 +94,11 @@ def parse_isa(text: str) -> tuple[int, int]:
 def driver_release() -> tuple[int, int] | None:
     """The CUDA release the installed driver supports, or None when no driver loads."""
     try:
-        from cuda.bindings import driver  # noqa: PLC0415
-    except ImportError:
-        return None
-    try:
-        (err,) = driver.cuInit(0)
+        (err,) = cuda_driver.cuInit(0)
         if int(err) != 0:
             return None
-        err, version = driver.cuDriverGetVersion()
-    except Exception:  # libcuda.so missing: cuda-bindings raises on first use
+        err, version = cuda_driver.cuDriverGetVersion()
+    except Exception:  # no cuda-bindings (ImportError, here at first use), or libcuda.so missing: cuda-bindings raises on first use
         return None
     if int(err) != 0:
         return None
@@ -140,8 +141,6 @@ class PtxResult:
 
 
 def _supported_sms_nvrtc() -> list[int]:
-    from cuda.bindings import nvrtc  # noqa: PLC0415
-
     err, archs = nvrtc.nvrtcGetSupportedArchs()
     if int(err) != 0:
         raise PyreeError(f"NVRTC could not list its supported architectures ({err})", fix=toolchain.INSTALL_NVRTC)
@@ -165,8 +164,6 @@ def _check_sms(sms: list[int], supported: list[int], compiler_label: str) -> Non
 
 
 def _nvrtc_compile(source: Path, text: bytes, sm: int, options: list[str]) -> bytes:
-    from cuda.bindings import nvrtc  # noqa: PLC0415
-
     # The program is named by its path, so every diagnostic reads `path(line): error: ...`.
     err, prog = nvrtc.nvrtcCreateProgram(text, str(source).encode(), 0, [], [])
     if int(err) != 0:
@@ -278,15 +275,29 @@ def ptx(
         raise PyreeError("no sm given", fix="pass at least one --sm, e.g. --sm 80")
     if compiler not in COMPILERS:
         raise PyreeError(f"unknown CUDA compiler '{compiler}'", fix="use --compiler nvrtc (default) or --compiler nvcc")
-    from pyree_build.core import args
-    from pyree_build.core.outputs import check_outputs, included_files
-
     out_dir = args.path(output_dir, "output directory")
     outputs = {sm: out_dir / f"{src.stem}_sm_{sm}.ptx" for sm in sm_list}
     check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for out in outputs.values():
         remove_stale(out)
+    job = _plan(src, sm_list, out_dir, compiler=compiler, verify=verify, ptx_isa=ptx_isa, include_dirs=include_dirs, defines=defines, jobs=jobs)
+    headers, ptxas_tool = job.headers, job.ptxas
+    key = [compiler, *map(str, sm_list), *job.options, f"isa={job.isa_limit}", f"verify={bool(ptxas_tool)}", *(headers.resolution if headers else [])]
+    deps = cached_action(
+        "ptx", key=key, inputs=[src, *(headers.files if headers else [])], outputs=[outputs[sm] for sm in sm_list],
+        build=job.build, tools_used=[job.tool, *([ptxas_tool] if ptxas_tool else [])],
+        uncacheable=headers.uncacheable if headers else None,
+    )  # fmt: skip
+    if depfile:
+        write_depfile(depfile, outputs[sm_list[0]], deps)
+    return [outputs[sm] for sm in sm_list]
 
+
+def _plan(
+    src: Path, sm_list: list[int], out_dir: Path, *, compiler: str, verify: bool, ptx_isa: str,
+    include_dirs: Sequence[str], defines: Sequence[str], jobs: int | None,
+) -> _PtxJob:  # fmt: skip
+    """Find the tools, check the sms, fix the ISA ceiling and the compiler's options."""
     incs = [Path(d).resolve() for d in include_dirs]
     ptxas_tool = toolchain.ptxas() if verify else None
     isa_limit, isa_reason = choose_ptx_isa(ptx_isa, verify_with=ptxas_tool, driver=driver_release())
@@ -301,53 +312,62 @@ def ptx(
     text = src.read_bytes()
     # NVRTC writes no dependency list: its headers are found before it runs.
     headers = c_includes(src, [src.parent.resolve(), *incs]) if compiler == "nvrtc" else None
+    return _PtxJob(src, text, sm_list, out_dir, compiler, tool, options, headers, isa_limit, isa_reason, ptxas_tool, jobs)
 
-    isas: set[tuple[int, int]] = set()
 
-    def build_it(private: list[Path]) -> list[str]:
-        with scratch_dir(out_dir, src.name) as build:
+@dataclass(frozen=True)
+class _PtxJob:
+    """One `ptx` call, planned: what cached_action's build step needs to make every sm's PTX."""
 
-            def one(sm: int) -> tuple[bytes, list[str], tuple[int, int] | None, Path]:
-                sm_dir = echo.make_dir(build / f"sm_{sm}")
-                if compiler == "nvrtc":
-                    raw, deps = _nvrtc_compile(src, text, sm, options), [str(h) for h in headers.files]  # type: ignore[union-attr]
-                    raw_file = _write_step(sm_dir / "nvrtc.ptx", raw, echo.shell_line(echo.python_line(
-                        "-c", _NVRTC_LINE, src, sm_dir / "nvrtc.ptx", f"--gpu-architecture=compute_{sm}", *options)))  # fmt: skip
-                else:
-                    raw, deps = _nvcc_compile(tool, src, sm, options, sm_dir)
-                    raw_file = sm_dir / f"sm_{sm}.ptx"
-                data, isa, _ = _finish(raw, sm, src, isa_limit, isa_reason)
-                final = sm_dir / "final.ptx"
-                if data == raw:
-                    _write_step(final, data, echo.shell_line(["cp", raw_file, final]))
-                else:  # the ISA ceiling rewrote the .version line
-                    version = f".version {isa[0]}.{isa[1]}" if isa else ""
-                    sed = ["sed", "-E", rf"0,/^\.version[[:space:]]+[0-9]+\.[0-9]+[[:space:]]*$/s//{version}/", raw_file]
-                    _write_step(final, data, echo.shell_line(sed, stdout=final))
-                if ptxas_tool is not None:
-                    _verify(ptxas_tool, final, sm, src, sm_dir)
-                return data, deps, isa, final
+    src: Path
+    text: bytes
+    sm_list: list[int]
+    out_dir: Path
+    compiler: str
+    tool: toolchain.Tool
+    options: list[str]
+    headers: Inputs | None
+    isa_limit: tuple[int, int] | None
+    isa_reason: str
+    ptxas: toolchain.Tool | None
+    jobs: int | None
 
-            label = f"{tool.name} {src.name} -> sm {', '.join(map(str, sm_list))}"
-            with echo.Stopwatch(label + (" + ptxas" if verify else "")):
-                with processes.thread_pool(jobs) as pool:
-                    results = dict(zip(sm_list, pool.map(one, sm_list)))
-            for sm, tmp in zip(sm_list, private):  # renamed into place once all are written
+    def build(self, private: list[Path]) -> list[str]:
+        """Compile every sm in a scratch directory, then write them to `private` (in sm order); the dependencies."""
+        with scratch_dir(self.out_dir, self.src.name) as build:
+            label = f"{self.tool.name} {self.src.name} -> sm {', '.join(map(str, self.sm_list))}"
+            with echo.Stopwatch(label + (" + ptxas" if self.ptxas is not None else "")):
+                with processes.thread_pool(self.jobs) as pool:
+                    results = dict(zip(self.sm_list, pool.map(functools.partial(self.compile_one, build), self.sm_list)))
+            for sm, tmp in zip(self.sm_list, private):  # renamed into place once all are written
                 _write_step(tmp, results[sm][0], echo.shell_line(["cp", results[sm][3], tmp]))
-        isas.update(r[2] for r in results.values() if r[2] is not None)
+        isas = {r[2] for r in results.values() if r[2] is not None}
         if isas:
-            echo.log_step(f"  PTX ISA {', '.join(f'{a}.{b}' for a, b in sorted(isas))}: {isa_reason}")
+            echo.log_step(f"  PTX ISA {', '.join(f'{a}.{b}' for a, b in sorted(isas))}: {self.isa_reason}")
         return list(dict.fromkeys(d for r in results.values() for d in r[1]))
 
-    key = [compiler, *map(str, sm_list), *options, f"isa={isa_limit}", f"verify={bool(ptxas_tool)}", *(headers.resolution if headers else [])]
-    deps = cached_action(
-        "ptx", key=key, inputs=[src, *(headers.files if headers else [])], outputs=[outputs[sm] for sm in sm_list],
-        build=build_it, tools_used=[tool, *([ptxas_tool] if ptxas_tool else [])],
-        uncacheable=headers.uncacheable if headers else None,
-    )  # fmt: skip
-    if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps)
-    return [outputs[sm] for sm in sm_list]
+    def compile_one(self, build: Path, sm: int) -> tuple[bytes, list[str], tuple[int, int] | None, Path]:
+        """One sm: (the final PTX, its dependencies, its ISA, the file it is in)."""
+        src, options = self.src, self.options
+        sm_dir = echo.make_dir(build / f"sm_{sm}")
+        if self.compiler == "nvrtc":
+            raw, deps = _nvrtc_compile(src, self.text, sm, options), [str(h) for h in self.headers.files]  # type: ignore[union-attr]
+            raw_file = _write_step(sm_dir / "nvrtc.ptx", raw, echo.shell_line(echo.python_line(
+                "-c", _NVRTC_LINE, src, sm_dir / "nvrtc.ptx", f"--gpu-architecture=compute_{sm}", *options)))  # fmt: skip
+        else:
+            raw, deps = _nvcc_compile(self.tool, src, sm, options, sm_dir)
+            raw_file = sm_dir / f"sm_{sm}.ptx"
+        data, isa, _ = _finish(raw, sm, src, self.isa_limit, self.isa_reason)
+        final = sm_dir / "final.ptx"
+        if data == raw:
+            _write_step(final, data, echo.shell_line(["cp", raw_file, final]))
+        else:  # the ISA ceiling rewrote the .version line
+            version = f".version {isa[0]}.{isa[1]}" if isa else ""
+            sed = ["sed", "-E", rf"0,/^\.version[[:space:]]+[0-9]+\.[0-9]+[[:space:]]*$/s//{version}/", raw_file]
+            _write_step(final, data, echo.shell_line(sed, stdout=final))
+        if self.ptxas is not None:
+            _verify(self.ptxas, final, sm, src, sm_dir)
+        return data, deps, isa, final
 
 
 def read_ptx(path: PathLike) -> PtxResult:

@@ -8,6 +8,8 @@ checked here: its ELF `e_flags` name the gfx it was built for.
 """
 from __future__ import annotations
 
+import functools
+import io
 import os
 import re
 import struct
@@ -16,11 +18,13 @@ from pathlib import Path
 from typing import Sequence
 
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, processes, toolchain
+from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import remove_stale, scratch_dir, write_depfile
 from pyree_build.core.inputs import c_includes
 from pyree_build.core.outputs import check_outputs, included_files
+
+elffile = lazy.module("elftools.elf.elffile")  # only to name a code object's kernels
 
 PathLike = str | os.PathLike[str]
 
@@ -66,12 +70,8 @@ def read_code_object(data: bytes, *, where: str = "") -> CodeObject:
     shoff, shentsize, shnum = struct.unpack_from("<Q", data, 40)[0], *struct.unpack_from("<HH", data, 58)
     size = max(shoff + shentsize * shnum, 64)
     kernels: list[str] = []
-    try:
-        import io
-
-        from elftools.elf.elffile import ELFFile
-
-        elf = ELFFile(io.BytesIO(data[:size]))
+    try:  # pyelftools missing (ImportError, here at first use) lands in the except too
+        elf = elffile.ELFFile(io.BytesIO(data[:size]))
         symtab = elf.get_section_by_name(".dynsym") or elf.get_section_by_name(".symtab")
         if symtab is not None:
             kernels = sorted({s.name[: -len(".kd")] for s in symtab.iter_symbols() if s.name.endswith(".kd")})
@@ -141,50 +141,64 @@ def hsaco(
 
     # clang writes no depfile in this mode: the headers are found before it runs.
     headers = c_includes(src, [src.parent, toolchain.include_dir(), *incs])
-
-    def build_it(private: list[Path]) -> list[str]:
-        with scratch_dir(out_dir, src.name) as build:
-
-            def one(gfx: str) -> Path:
-                bc, co = build / f"{gfx}.bc", build / f"{gfx}.co"
-                processes.spawn(
-                    clang.command(*options, f"--offload-arch={gfx}", src, "-o", bc),
-                    what=f"compiling {src.name} for {gfx} with zig clang",
-                    file=src,
-                    fix="fix the error at the file:line shown above",
-                )
-                processes.spawn(
-                    lld.command(
-                        "-flavor", "gnu", "-m", "elf64_amdgpu", "--no-undefined", "-shared",
-                        "-plugin-opt=-amdgpu-internalize-symbols", f"-plugin-opt=mcpu={gfx}", "-plugin-opt=O3", bc, "-o", co,
-                    ),  # fmt: skip
-                    what=f"linking the {gfx} code object with iree-lld",
-                    file=src,
-                    explain=_explain_link,
-                    fix="define every __device__ function the kernels call in this source",
-                )
-                obj = check_code_object(co, gfx)
-                if not obj.kernels:
-                    raise PyreeError(
-                        f"the {gfx} code object has no kernels", file=src, fix='declare each kernel as extern "C" __global__'
-                    )
-                return co
-
-            with echo.Stopwatch(f"zig clang + iree-lld {src.name} -> {', '.join(gfx_list)}"):
-                with processes.thread_pool(jobs) as pool:
-                    built = dict(zip(gfx_list, pool.map(one, gfx_list)))
-            for g, tmp in zip(gfx_list, private):  # renamed into place once all are written
-                os.replace(built[g], tmp)
-        return [str(h) for h in headers.files]
-
+    job = _HsacoJob(src, gfx_list, out_dir, clang, lld, options, [str(h) for h in headers.files], jobs)
     key = [*gfx_list, *options, *headers.resolution]
     deps = cached_action(
-        "hsaco", key=key, inputs=[src, *headers.files], outputs=[outputs[g] for g in gfx_list], build=build_it,
+        "hsaco", key=key, inputs=[src, *headers.files], outputs=[outputs[g] for g in gfx_list], build=job.build,
         tools_used=[clang, lld], uncacheable=headers.uncacheable,
     )  # fmt: skip
     if depfile:
         write_depfile(depfile, outputs[gfx_list[0]], deps)
     return [outputs[g] for g in gfx_list]
+
+
+@dataclass(frozen=True)
+class _HsacoJob:
+    """One `hsaco` call, planned: what cached_action's build step needs to make every gfx's object."""
+
+    src: Path
+    gfx_list: list[str]
+    out_dir: Path
+    clang: toolchain.Tool
+    lld: toolchain.Tool
+    options: list[str]
+    deps: list[str]
+    jobs: int | None
+
+    def build(self, private: list[Path]) -> list[str]:
+        """Build every gfx in a scratch directory, then move them to `private` (in gfx order); the dependencies."""
+        with scratch_dir(self.out_dir, self.src.name) as build:
+            with echo.Stopwatch(f"zig clang + iree-lld {self.src.name} -> {', '.join(self.gfx_list)}"):
+                with processes.thread_pool(self.jobs) as pool:
+                    built = dict(zip(self.gfx_list, pool.map(functools.partial(self.build_one, build), self.gfx_list)))
+            for g, tmp in zip(self.gfx_list, private):  # renamed into place once all are written
+                os.replace(built[g], tmp)
+        return list(self.deps)
+
+    def build_one(self, build: Path, gfx: str) -> Path:
+        """Compile to bitcode, link the code object, and check it is for `gfx` and has kernels."""
+        src = self.src
+        bc, co = build / f"{gfx}.bc", build / f"{gfx}.co"
+        processes.spawn(
+            self.clang.command(*self.options, f"--offload-arch={gfx}", src, "-o", bc),
+            what=f"compiling {src.name} for {gfx} with zig clang",
+            file=src,
+            fix="fix the error at the file:line shown above",
+        )
+        processes.spawn(
+            self.lld.command(
+                "-flavor", "gnu", "-m", "elf64_amdgpu", "--no-undefined", "-shared",
+                "-plugin-opt=-amdgpu-internalize-symbols", f"-plugin-opt=mcpu={gfx}", "-plugin-opt=O3", bc, "-o", co,
+            ),  # fmt: skip
+            what=f"linking the {gfx} code object with iree-lld",
+            file=src,
+            explain=_explain_link,
+            fix="define every __device__ function the kernels call in this source",
+        )
+        obj = check_code_object(co, gfx)
+        if not obj.kernels:
+            raise PyreeError(f"the {gfx} code object has no kernels", file=src, fix='declare each kernel as extern "C" __global__')
+        return co
 
 
 def _explain_link(text: str) -> str | None:

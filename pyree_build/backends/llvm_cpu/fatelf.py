@@ -21,11 +21,15 @@ import sys
 from pathlib import Path
 from typing import Sequence, Union
 
-from pyree_build.backends.llvm_cpu.elf import normalize_arch
-from pyree_build.core.errors import PyreeError
+from pyree_build.backends.llvm_cpu.elf import host_arch, normalize_arch
+from pyree_build.core import args, lazy
+from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import atomic_output
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import record
+
+# Only to name an unknown host in an error.
+platform = lazy.module("platform")
 
 PathLike = Union[str, "os.PathLike[str]"]
 ElfInput = Union[PathLike, bytes, bytearray, memoryview]
@@ -129,11 +133,7 @@ def _identity(data: bytes | memoryview) -> _ElfIdentity | None:
 
 def machine_for_arch(arch: str) -> int:
     """ELF e_machine for an arch name; IREE's spellings (arm_64, riscv_64) are accepted too."""
-    from pyree_build.backends.llvm_cpu.elf import (
-        normalize_arch,  # raises a PyreeError naming the known arches
-    )
-
-    return MACHINES[normalize_arch(arch)]
+    return MACHINES[normalize_arch(arch)]  # normalize_arch raises a PyreeError naming the known arches
 
 
 def _align(n: int) -> int:
@@ -158,9 +158,7 @@ def pack(elfs: Sequence[ElfInput]) -> bytes:
         if isinstance(item, (bytes, bytearray, memoryview)):
             label, file, data = f"input {i + 1} (bytes)", None, bytes(item)
         else:
-            from pyree_build.core.args import path as as_path
-
-            label = file = os.fspath(as_path(item, "ELF input"))
+            label = file = os.fspath(args.path(item, "ELF input"))
             try:
                 data = Path(item).read_bytes()
             except OSError as exc:
@@ -193,9 +191,6 @@ def pack(elfs: Sequence[ElfInput]) -> bytes:
 
 def write(output: PathLike, inputs: Sequence[ElfInput]) -> Path:
     """Pack `inputs` into the FatELF file `output`, atomically (a failure leaves no file)."""
-    from pyree_build.core.files import atomic_output
-    from pyree_build.core.outputs import check_outputs
-
     if isinstance(inputs, (str, os.PathLike, bytes, bytearray, memoryview)):
         inputs = [inputs]  # one file, never its characters
     (out,) = check_outputs([output], [i for i in inputs if isinstance(i, (str, os.PathLike))])
@@ -212,67 +207,78 @@ def parse(data: bytes, *, file: PathLike | None = None) -> list[Record]:
     however large, leads to a read outside `data` or to a large allocation.
     """
     view = memoryview(data)
+    count = _check_header(view, file)
+    table_end = HEADER.size + RECORD.size * count
+    if len(view) < table_end:
+        raise _bad(f"truncated: the table of {count} records needs {table_end} bytes, the file has {len(view)}", file)
+    records = [Record(m, oa, ov, ws, bo, off, size) for m, oa, ov, ws, bo, _, _, off, size in RECORD.iter_unpack(view[HEADER.size : table_end])]
+    _check_placement(records, len(view), table_end, file)
+    for i, rec in enumerate(records):
+        _check_identity(view, i, rec, file)
+    return records
 
-    def bad(what: str, fix: str = _FIX_REBUILD) -> PyreeError:
-        return PyreeError(what, file=file, fix=fix)
 
+def _bad(what: str, file: PathLike | None, fix: str = _FIX_REBUILD) -> PyreeError:
+    return PyreeError(what, file=file, fix=fix)
+
+
+def _check_header(view: memoryview, file: PathLike | None) -> int:
+    """The record count of a well-formed header."""
     if len(view) < HEADER.size:
         if len(view) >= 4 and bytes(view[:4]) == _ELF_MAGIC:
-            raise bad(f"truncated: {len(view)} bytes; not a FatELF and too short for an ELF")
-        raise bad(f"truncated: {len(view)} bytes, shorter than the {HEADER.size}-byte FatELF header")
+            raise _bad(f"truncated: {len(view)} bytes; not a FatELF and too short for an ELF", file)
+        raise _bad(f"truncated: {len(view)} bytes, shorter than the {HEADER.size}-byte FatELF header", file)
     magic, version, count, _ = HEADER.unpack_from(view, 0)
     if magic != MAGIC:
         if bytes(view[:4]) == _ELF_MAGIC:
-            raise bad(
-                "bad magic: this is a plain ELF file, not a FatELF",
+            raise _bad(
+                "bad magic: this is a plain ELF file, not a FatELF", file,
                 fix="pass it to the runtime directly (it loads plain ELFs too), or make a FatELF of it with `pyree-build fatelf join`",
-            )
-        raise bad(f"bad magic 0x{magic:08X}: not a FatELF (it starts with 0x{MAGIC:08X})")
+            )  # fmt: skip
+        raise _bad(f"bad magic 0x{magic:08X}: not a FatELF (it starts with 0x{MAGIC:08X})", file)
     if version != VERSION:
-        raise bad(f"unknown version {version} (only FatELF version {VERSION} is defined)")
+        raise _bad(f"unknown version {version} (only FatELF version {VERSION} is defined)", file)
     if count == 0:
-        raise bad("no records: the FatELF holds no ELF")
-    table_end = HEADER.size + RECORD.size * count
-    if len(view) < table_end:
-        raise bad(f"truncated: the table of {count} records needs {table_end} bytes, the file has {len(view)}")
+        raise _bad("no records: the FatELF holds no ELF", file)
+    return count
 
-    records = [Record(m, oa, ov, ws, bo, off, size) for m, oa, ov, ws, bo, _, _, off, size in RECORD.iter_unpack(view[HEADER.size : table_end])]
 
+def _check_placement(records: list[Record], size: int, table_end: int, file: PathLike | None) -> None:
+    """Every record lies after the table, inside the file, and apart from every other."""
     for i, rec in enumerate(records):
         where = f"record {i} ({rec.arch})"
         if rec.size == 0:
-            raise bad(f"{where} is empty (size 0)")
-        if rec.end > len(view):
-            raise bad(f"{where} lies past the end of the file: bytes {rec.offset}..{rec.end}, but the file has {len(view)}")
+            raise _bad(f"{where} is empty (size 0)", file)
+        if rec.end > size:
+            raise _bad(f"{where} lies past the end of the file: bytes {rec.offset}..{rec.end}, but the file has {size}", file)
         if rec.offset < table_end:
-            raise bad(f"{where} overlaps the header and record table: it starts at {rec.offset}, the table ends at {table_end}")
+            raise _bad(f"{where} overlaps the header and record table: it starts at {rec.offset}, the table ends at {table_end}", file)
     ordered = sorted(range(len(records)), key=lambda i: (records[i].offset, i))
     for a, b in zip(ordered, ordered[1:]):
         if records[b].offset < records[a].end:
             ra, rb = records[a], records[b]
-            raise bad(f"records {a} and {b} overlap: bytes {ra.offset}..{ra.end} and {rb.offset}..{rb.end}")
+            raise _bad(f"records {a} and {b} overlap: bytes {ra.offset}..{ra.end} and {rb.offset}..{rb.end}", file)
 
-    for i, rec in enumerate(records):
-        where = f"record {i} ({rec.arch})"
-        ident = _identity(view[rec.offset : rec.offset + min(rec.size, 64)])
-        if ident is None:
-            raise bad(f"{where}: its bytes at {rec.offset} are not an ELF file")
-        wrong = []
-        if ident.machine != rec.machine:
-            wrong.append(f"machine {ident.machine} in the ELF, {rec.machine} in the record")
-        if ident.word_size != rec.word_size:
-            wrong.append(f"{32 if ident.word_size == WORD_SIZE_32 else 64}-bit ELF, word size {rec.word_size} in the record")
-        if ident.byte_order != rec.byte_order:
-            wrong.append(f"{'little' if ident.byte_order == BYTE_ORDER_LITTLE else 'big'}-endian ELF, byte order {rec.byte_order} in the record")
-        if wrong:
-            raise bad(f"{where}: the ELF disagrees with its record: {'; '.join(wrong)}")
-    return records
+
+def _check_identity(view: memoryview, i: int, rec: Record, file: PathLike | None) -> None:
+    """Record `i`'s bytes are an ELF whose machine, word size and byte order are the record's."""
+    where = f"record {i} ({rec.arch})"
+    ident = _identity(view[rec.offset : rec.offset + min(rec.size, 64)])
+    if ident is None:
+        raise _bad(f"{where}: its bytes at {rec.offset} are not an ELF file", file)
+    wrong = []
+    if ident.machine != rec.machine:
+        wrong.append(f"machine {ident.machine} in the ELF, {rec.machine} in the record")
+    if ident.word_size != rec.word_size:
+        wrong.append(f"{32 if ident.word_size == WORD_SIZE_32 else 64}-bit ELF, word size {rec.word_size} in the record")
+    if ident.byte_order != rec.byte_order:
+        wrong.append(f"{'little' if ident.byte_order == BYTE_ORDER_LITTLE else 'big'}-endian ELF, byte order {rec.byte_order} in the record")
+    if wrong:
+        raise _bad(f"{where}: the ELF disagrees with its record: {'; '.join(wrong)}", file)
 
 
 def _load(path: PathLike) -> tuple[Path, bytes, list[Record]]:
     """Read the file once, so records and bytes come from the same version of it."""
-    from pyree_build.core.errors import require_file
-
     p = require_file(path, "FatELF")
     try:
         data = p.read_bytes()
@@ -296,10 +302,6 @@ def describe(records: Sequence[Record]) -> str:
 
 
 def _host_machine() -> int:
-    import platform
-
-    from pyree_build.backends.llvm_cpu.elf import host_arch
-
     arch = host_arch()
     if arch not in MACHINES:
         raise PyreeError(
@@ -334,10 +336,6 @@ def select(
 
 def split(path: PathLike, output_dir: PathLike) -> list[Path]:
     """Write each ELF of the FatELF to `output_dir/<stem>_<arch>.so`; return the paths."""
-    from pyree_build.core import args
-    from pyree_build.core.files import atomic_output
-    from pyree_build.core.outputs import check_outputs
-
     p, data, records = _load(path)
     out_dir = args.path(output_dir, "output directory")
     outs: list[Path] = []

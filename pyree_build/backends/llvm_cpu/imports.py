@@ -20,9 +20,15 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders
+from pyree_build.backends.llvm_cpu import fatelf
+from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders, host_arch
+from pyree_build.core import echo, lazy, processes
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import field, record
+
+# The child side (ctypes and the plugin ABI's structures) loads only when a plugin is asked,
+# not with every compile and run that reads a module's imports.
+plugin_abi = lazy.module("pyree_build.backends.llvm_cpu.plugin_abi")
 
 PathLike = str | os.PathLike[str]
 
@@ -173,8 +179,6 @@ def module_imports(module: PathLike) -> list[ExecutableImports]:
 
 
 def _host_arch() -> str:
-    from pyree_build.backends.llvm_cpu.elf import host_arch
-
     return {"aarch64": "arm_64", "riscv64": "riscv_64"}.get(host_arch(), host_arch())
 
 
@@ -216,8 +220,6 @@ class Resolution:
 
 def _loadable_copy(plugin: Path, scratch: Path) -> tuple[Path | None, str | None]:
     """A file dlopen can load for `plugin`: itself, or the host's ELF out of a FatELF."""
-    from pyree_build.backends.llvm_cpu import fatelf
-
     with plugin.open("rb") as f:
         head = f.read(4)
     if head == b"\xfa\x70\x0e\x1f":
@@ -236,8 +238,6 @@ def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
 
     Names are as the runtime passes them: an optional import keeps its `?` prefix.
     """
-    from pyree_build.core import processes
-
     paths = [require_file(os.fspath(p).removeprefix("embedded:"), "plugin").resolve() for p in plugins]
     order = list(reversed(paths))
     with tempfile.TemporaryDirectory(prefix="pyree-resolve.") as tmp:
@@ -249,11 +249,12 @@ def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
             answers.append(PluginAnswer(str(path), error=error))
             if loadable is not None:
                 requests.append((len(answers) - 1, str(loadable)))
+        ask_quietly = plugin_abi.ask_quietly  # loaded here: the forked child must not import
         for index, loadable in requests:
             # A fork of this process, not a new Python (~70 ms less per run): the plugin's
             # code still runs apart from pyree_build, so a crash or hang there is reported.
             try:
-                reply = processes.call_in_child(_ask_quietly, loadable, list(names), what="asking its resolve", file=answers[index].path, timeout=120)
+                reply = processes.call_in_child(ask_quietly, loadable, list(names), what="asking its resolve", file=answers[index].path, timeout=120)
             except PyreeError as err:
                 answers[index].error = err.what
                 continue
@@ -285,8 +286,6 @@ def check_resolved(module: PathLike, plugins: Sequence[PathLike], *, ask_without
         )
         unasked = [a for a in resolution.answers if a.error]
         if unasked:  # one of those may provide it: leave the verdict to the runtime
-            from pyree_build.core import echo
-
             echo.log_step(f"  note: could not check imports {', '.join(missing)}: some plugins could not be asked\n" + asked)
             return executables, resolution
         raise PyreeError(
@@ -319,101 +318,6 @@ def require_imports(module: PathLike, expected: Sequence[str], *, what: str = "m
             ),
         )
     return executables
-
-
-# ---------------------------------------------------------------------------- child side
-
-def _ask(path: str, names: list[str]) -> dict[str, object]:
-    """Load the plugin as the runtime does (query, load with a host allocator, resolve, unload)
-    and return which of `names` it resolves. ctypes, not cffi: cffi's cdef parse alone costs
-    ~65 ms of every run with a plugin."""
-    import ctypes as C
-
-    class Header(C.Structure):
-        _fields_ = [("version", C.c_uint32), ("name", C.c_char_p), ("description", C.c_char_p),
-                    ("features", C.c_uint32), ("sanitizer", C.c_int32), ("reserved", C.c_uint64 * 8)]  # fmt: skip
-
-    ctl_t = C.CFUNCTYPE(C.c_size_t, C.c_void_p, C.c_int, C.c_void_p, C.POINTER(C.c_void_p))
-
-    class Allocator(C.Structure):
-        _fields_ = [("self", C.c_void_p), ("ctl", ctl_t)]
-
-    class Environment(C.Structure):
-        _fields_ = [("host_allocator", Allocator)]
-
-    class ResolveParams(C.Structure):
-        _fields_ = [("count", C.c_size_t), ("symbol_names", C.POINTER(C.c_char_p)),
-                    ("out_fn_ptrs", C.POINTER(C.c_void_p)), ("out_fn_contexts", C.POINTER(C.c_void_p))]  # fmt: skip
-
-    class Plugin(C.Structure):
-        _fields_ = [
-            ("header", C.POINTER(Header)),
-            ("load", C.CFUNCTYPE(C.c_size_t, C.POINTER(Environment), C.c_size_t, C.c_void_p, C.POINTER(C.c_void_p))),
-            ("unload", C.CFUNCTYPE(None, C.c_void_p)),
-            ("resolve", C.CFUNCTYPE(C.c_size_t, C.c_void_p, C.POINTER(ResolveParams), C.POINTER(C.c_uint32))),
-        ]
-
-    libc = C.CDLL(None)
-    libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = C.c_void_p
-    libc.malloc.argtypes = [C.c_size_t]
-    libc.calloc.argtypes = [C.c_size_t, C.c_size_t]
-    libc.realloc.argtypes = [C.c_void_p, C.c_size_t]
-    libc.free.argtypes = [C.c_void_p]
-
-    def ctl(self, command, params, inout_ptr):  # type: ignore[no-untyped-def] # the runtime's host allocator, for plugins that allocate
-        size = C.cast(params, C.POINTER(C.c_size_t))[0] if params else 0
-        if command == 0:
-            inout_ptr[0] = libc.malloc(size)
-        elif command == 1:
-            inout_ptr[0] = libc.calloc(1, size)
-        elif command == 2:
-            inout_ptr[0] = libc.realloc(inout_ptr[0], size)
-        elif command == 3:
-            libc.free(inout_ptr[0])
-            return 0
-        return 0 if inout_ptr[0] else 8
-
-    ctl_fn = ctl_t(ctl)  # kept alive until the plugin is unloaded
-    try:
-        lib = C.CDLL(path)
-        query = lib.iree_hal_executable_plugin_query
-    except (OSError, AttributeError) as exc:
-        return {"error": f"cannot be loaded here ({exc})"}
-    query.restype = C.POINTER(C.POINTER(Header))
-    query.argtypes = [C.c_uint32, C.c_void_p]
-    # query returns the plugin struct, seen through its first field (the header pointer).
-    header_pp = query(1, None)
-    if not header_pp or not header_pp[0]:
-        return {"error": "its query function returned NULL for plugin ABI version 1"}
-    plugin = C.cast(header_pp, C.POINTER(Plugin)).contents
-    raw_name = header_pp[0].contents.name
-    name = raw_name.decode("utf-8", "replace") if raw_name else ""
-    env = Environment()
-    env.host_allocator.ctl = ctl_fn
-    self_p = C.c_void_p()
-    status = plugin.load(C.byref(env), 0, None, C.byref(self_p))
-    if status:
-        return {"name": name, "error": f"its load returned status code {status & 0x1F}"}
-    # The runtime passes names sorted, optional ones with their `?`.
-    keep = sorted(names)
-    count = len(keep)
-    symbols = (C.c_char_p * max(1, count))(*[n.encode() for n in keep])
-    fn_ptrs = (C.c_void_p * max(1, count))()
-    fn_contexts = (C.c_void_p * max(1, count))()
-    params = ResolveParams(count, C.cast(symbols, C.POINTER(C.c_char_p)), C.cast(fn_ptrs, C.POINTER(C.c_void_p)), C.cast(fn_contexts, C.POINTER(C.c_void_p)))
-    resolution = C.c_uint32()
-    plugin.resolve(self_p, C.byref(params), C.byref(resolution))
-    resolved = [keep[i] for i in range(count) if fn_ptrs[i]]
-    plugin.unload(self_p)
-    return {"name": name, "resolves": resolved}
-
-
-def _ask_quietly(path: str, names: list[str]) -> dict[str, object]:
-    """_ask in the forked child, the plugin's own prints kept out of pyree_build's output."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    return _ask(path, names)
 
 
 # ---------------------------------------------------------------------------- declarations

@@ -4,11 +4,13 @@ Every compiler flag pyree_build uses for CPU code lives in this module.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
 from typing import Sequence
 
+from pyree_build.backends.llvm_cpu import fatelf
 from pyree_build.backends.llvm_cpu.elf import (
     ELF_MACHINES,
     check_plugin_elf,
@@ -19,7 +21,7 @@ from pyree_build.backends.llvm_cpu.elf import (
     read_elf,
 )
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, processes, toolchain
+from pyree_build.core import args, echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
@@ -88,8 +90,6 @@ def _freestanding_target(cc: toolchain.Tool, arch: str) -> list[str]:
 
 
 def _check_sources(sources: Sequence[PathLike] | PathLike) -> list[Path]:
-    from pyree_build.core import args
-
     listed = args.paths(sources, "C source")  # one str is one path, never its characters
     if not listed:
         raise PyreeError("no C sources given", fix="pass at least one .c file")
@@ -164,15 +164,33 @@ def system_plugin(
     compiler = toolchain.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     cflags = [*SYSTEM_CFLAGS, *system_cpu_flags(compiler, cpu), *opts.flags()]
+    job = _SystemBuild(srcs, out, compiler, cflags, jobs)
+    deps = cached_action("system plugin", key=cflags, inputs=srcs, outputs=[out], build=job.build, tools_used=[compiler])
+    if depfile:
+        write_depfile(depfile, out, deps)
+    return out
 
-    def build_it(private: list[Path]) -> list[str]:
+
+@record(frozen=True)
+class _SystemBuild:
+    """One `system_plugin` call, planned: what cached_action's build step needs."""
+
+    srcs: list[Path]
+    out: Path
+    compiler: toolchain.Tool
+    cflags: list[str]
+    jobs: int | None
+
+    def build(self, private: list[Path]) -> list[str]:
+        """Compile every source, link the library into `private`, and check and probe it; the files read."""
         (tmp,) = private
+        out, compiler = self.out, self.compiler
         inputs: list[str] = []
         with scratch_dir(out.parent, out.name) as build:
-            objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(srcs)]
-            with echo.Stopwatch(f"compile {len(srcs)} source(s) with {compiler.name}"):
-                with processes.thread_pool(jobs) as pool:
-                    inputs += [d for deps in pool.map(lambda so: _compile(compiler, so[0], so[1], cflags), zip(srcs, objs)) for d in deps]
+            objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(self.srcs)]
+            with echo.Stopwatch(f"compile {len(self.srcs)} source(s) with {compiler.name}"):
+                with processes.thread_pool(self.jobs) as pool:
+                    inputs += [d for deps in pool.map(_compile, itertools.repeat(compiler), self.srcs, objs, itertools.repeat(self.cflags)) for d in deps]
             with echo.Stopwatch(f"link {out.name}"):
                 processes.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
                 try:
@@ -182,11 +200,6 @@ def system_plugin(
                     raise
                 probe_plugin(tmp, label=out)
         return inputs
-
-    deps = cached_action("system plugin", key=cflags, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler])
-    if depfile:
-        write_depfile(depfile, out, deps)
-    return out
 
 
 def _standalone_elf(
@@ -233,22 +246,42 @@ def standalone_plugin(
     lld = toolchain.iree_lld()
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     single = len(arch_list) == 1 and out.suffix != ".sos"
+    job = _StandaloneBuild(srcs, out, compiler, lld, arch_list, opts, single, jobs)
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags()]
+    deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=job.build, tools_used=[compiler, lld])
+    if depfile:
+        write_depfile(depfile, out, deps)
+    return out
 
-    def build_it(private: list[Path]) -> list[str]:
+
+@record(frozen=True)
+class _StandaloneBuild:
+    """One `standalone_plugin` call, planned: what cached_action's build step needs."""
+
+    srcs: list[Path]
+    out: Path
+    compiler: toolchain.Tool
+    lld: toolchain.Tool
+    arch_list: list[str]
+    opts: CompileOptions
+    single: bool
+    jobs: int | None
+
+    def build(self, private: list[Path]) -> list[str]:
+        """Build one ELF per arch, in parallel, and write it (or their FatELF) to `private`; the files read."""
         (tmp,) = private
+        out, arch_list = self.out, self.arch_list
         with scratch_dir(out.parent, out.name) as build:
             elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
             parallel = " in parallel" if len(arch_list) > 1 else ""
             with echo.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"):
-                with processes.thread_pool(jobs) as pool:
-                    futures = [pool.submit(_standalone_elf, compiler, lld, srcs, a, opts, build, elfs[a], out) for a in arch_list]
+                with processes.thread_pool(self.jobs) as pool:
+                    futures = [pool.submit(_standalone_elf, self.compiler, self.lld, self.srcs, a, self.opts, build, elfs[a], out) for a in arch_list]
                     inputs = [dep for f in futures for dep in f.result()]
-            if single:
+            if self.single:
                 echo.echo_command(echo.shell_line(["cp", elfs[arch_list[0]], tmp]))
                 tmp.write_bytes(elfs[arch_list[0]].read_bytes())
             else:
-                from pyree_build.backends.llvm_cpu import fatelf
-
                 count = f"{len(arch_list)} ELF" + ("s" if len(arch_list) > 1 else "")
                 echo.echo_command(echo.shell_line(
                     echo.python_line("-m", "pyree_build", "fatelf", "join", *(elfs[a] for a in arch_list), "-o", tmp, "-q")
@@ -256,12 +289,6 @@ def standalone_plugin(
                 with echo.Stopwatch(f"pack {count} into {out.name}"):
                     tmp.write_bytes(fatelf.pack([elfs[a] for a in arch_list]))
         return inputs
-
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags()]
-    deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=build_it, tools_used=[compiler, lld])
-    if depfile:
-        write_depfile(depfile, out, deps)
-    return out
 
 
 def plugin(
@@ -319,8 +346,6 @@ def objects(
     program itself provides).
     """
     src = _check_sources([source])[0]
-    from pyree_build.core import args
-
     out_dir = args.path(output_dir, "output directory")
     arch_list = list(dict.fromkeys(archs))  # spellings; each is checked and mapped below
     for spelling in arch_list:
@@ -333,16 +358,44 @@ def objects(
     check_outputs(outs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for o in outs.values():
         remove_stale(o)
+    job = _ObjectsBuild(src, compiler, opts, outs, allow_undefined, arch_list, jobs)
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]
+    outputs = [outs[a] for a in arch_list]
+    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler])
+    if depfile:
+        write_depfile(depfile, outs[arch_list[0]], deps)
+    return [outs[a] for a in arch_list]
 
-    def one(spelling: str, obj: Path) -> list[str]:
+
+@record(frozen=True)
+class _ObjectsBuild:
+    """One `objects` call, planned: what cached_action's build step needs."""
+
+    src: Path
+    compiler: toolchain.Tool
+    opts: CompileOptions
+    outs: dict[str, Path]  # by arch as spelled
+    allow_undefined: Sequence[str]
+    arch_list: list[str]
+    jobs: int | None
+
+    def build(self, private: list[Path]) -> list[str]:
+        """Compile every arch, in parallel, into `private` (in arch order); the files read."""
+        with echo.Stopwatch(f"compile {self.src.name} for {', '.join(self.arch_list)}"):
+            with processes.thread_pool(self.jobs) as pool:
+                return [d for deps in pool.map(self.compile_one, self.arch_list, private) for d in deps]
+
+    def compile_one(self, spelling: str, obj: Path) -> list[str]:
+        """Compile for one arch and check the object's machine and undefined symbols; the files read."""
+        src, compiler = self.src, self.compiler
         arch = normalize_arch(spelling)
-        flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
+        flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *self.opts.flags()]
         deps = _compile(compiler, src, obj, flags)
         Path(obj.with_suffix(".d")).unlink(missing_ok=True)
         info = read_elf(obj)
         if info.machine != ELF_MACHINES[arch]:
-            raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=outs[spelling])
-        unexpected = [s for s in info.undefined if s not in allow_undefined]
+            raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=self.outs[spelling])
+        unexpected = [s for s in info.undefined if s not in self.allow_undefined]
         if unexpected:
             raise PyreeError(
                 f"object for {arch} has undefined symbols: {', '.join(unexpected)}",
@@ -351,15 +404,3 @@ def objects(
                 fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
             )
         return deps
-
-    def build_it(private: list[Path]) -> list[str]:
-        with echo.Stopwatch(f"compile {src.name} for {', '.join(arch_list)}"):
-            with processes.thread_pool(jobs) as pool:
-                return [d for deps in pool.map(one, arch_list, private) for d in deps]
-
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]
-    outputs = [outs[a] for a in arch_list]
-    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=build_it, tools_used=[compiler])
-    if depfile:
-        write_depfile(depfile, outs[arch_list[0]], deps)
-    return [outs[a] for a in arch_list]

@@ -7,6 +7,7 @@ Vulkan environment IREE's runtime asks for before anything can embed it.
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Sequence
 
@@ -20,6 +21,7 @@ from pyree_build.core.files import (
     write_depfile,
 )
 from pyree_build.core.outputs import check_outputs, included_files
+from pyree_build.core.records import record
 
 PathLike = str | os.PathLike[str]
 
@@ -69,20 +71,42 @@ def spirv(
     validator = toolchain.spirv_val()
     incs = [Path(d).resolve() for d in include_dirs]
 
-    def build_it(private: list[Path]) -> list[str]:
+    job = _SpirvJob(srcs, out_dir, compiler, tool, validator, incs, defines)
+    key = [compiler, *map(str, incs), *defines, *stems]
+    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator])
+    if depfile:
+        write_depfile(depfile, outputs[0], deps)
+    return outputs
+
+
+@record(frozen=True)
+class _SpirvJob:
+    """One `spirv` call, planned: what cached_action's build step needs to compile and validate every shader."""
+
+    srcs: list[Path]
+    out_dir: Path
+    compiler: str
+    tool: toolchain.Tool
+    validator: toolchain.Tool
+    incs: list[Path]
+    defines: Sequence[str]
+
+    def build(self, private: list[Path]) -> list[str]:
+        """Compile and validate each shader in a scratch directory, then move them to `private`; the dependencies."""
+        tool = self.tool
         deps: dict[str, None] = {}
-        with scratch_dir(out_dir, "spirv") as build:
-            with echo.Stopwatch(f"{tool.name} {', '.join(s.name for s in srcs)} -> SPIR-V + spirv-val"):
-                for i, src in enumerate(srcs):
+        with scratch_dir(self.out_dir, "spirv") as build:
+            with echo.Stopwatch(f"{tool.name} {', '.join(s.name for s in self.srcs)} -> SPIR-V + spirv-val"):
+                for i, src in enumerate(self.srcs):
                     spv, dep = build / f"{i}.spv", build / f"{i}.d"
                     processes.spawn(
-                        _compile_argv(tool, compiler, src, spv, dep, incs, defines),
+                        _compile_argv(tool, self.compiler, src, spv, dep, self.incs, self.defines),
                         what=f"compiling {src.name} with {tool.name}",
                         file=src,
                         fix="fix the shader at the file:line shown above",
                     )
                     processes.spawn(
-                        validator.command("--target-env", TARGET_ENV, spv),
+                        self.validator.command("--target-env", TARGET_ENV, spv),
                         what=f"validating the SPIR-V of {src.name}",
                         file=src,
                         fix=f"the compiler wrote SPIR-V that is not valid for {TARGET_ENV}; check the shader's extensions and types",
@@ -92,17 +116,9 @@ def spirv(
                 os.replace(build / f"{i}.spv", tmp)
         return [str(Path(d).resolve()) for d in deps]
 
-    key = [compiler, *map(str, incs), *defines, *stems]
-    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=build_it, tools_used=[tool, validator])
-    if depfile:
-        write_depfile(depfile, outputs[0], deps)
-    return outputs
-
 
 def read_spirv_entry_points(path: PathLike) -> list[str]:
     """The names of the GLCompute entry points of a SPIR-V module (what hal.executable.export names)."""
-    import struct
-
     data = Path(path).read_bytes()
     if len(data) < 20 or struct.unpack_from("<I", data)[0] != 0x07230203:
         raise PyreeError("not a SPIR-V module (bad magic)", file=path, fix="compile it with `pyree-build spirv`")
