@@ -248,7 +248,7 @@ def _find_nvrtc() -> Tool | Missing:
     if int(err) != 0:
         return Missing("nvrtc", f"nvrtcVersion failed ({err})", INSTALL_NVRTC)
     # The library file itself, so that upgrading nvidia-cuda-nvrtc rebuilds the PTX.
-    path = Path(_nvrtc.__file__)
+    path = Path(_nvrtc.__file__ or "nvrtc")
     for pkg in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia"):
         root = _package_dir(pkg)
         libs = sorted(root.rglob("libnvrtc.so*")) if root else []
