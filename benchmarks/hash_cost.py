@@ -7,6 +7,7 @@ Prints the median of each and the ratio hash / tool. Target: hashing 100 MB take
 under one tool run (ratio < 0.5), so the cost of hashing inputs stays small even for
 inputs far larger than any source, header, spec or object a build reads.
 """
+
 from __future__ import annotations
 
 import argparse

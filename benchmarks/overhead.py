@@ -14,6 +14,7 @@ Children run with PYTHONDONTWRITEBYTECODE unset, as an installed wheel runs (wit
 files); with it set, each command compiles pyree_build's sources again (~30 ms).
 Targets: cache hit <= 60 ms; overhead over the raw tools <= 40 ms.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -97,7 +98,12 @@ def main() -> int:
 
         arch_args = [x for a in ARCHS for x in ("--arch", a)]
         for name, env in envs.items():  # fill each tree's cache
-            subprocess.run(verb("plugin", "-q", "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / f"{name}.sos"), check=True, env=env, cwd=work)
+            subprocess.run(
+                verb("plugin", "-q", "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / f"{name}.sos"),
+                check=True,
+                env=env,
+                cwd=work,
+            )
             subprocess.run(verb("plugin", "-q", PLUGIN / "system_plugin.c", "-o", work / f"{name}.so"), check=True, env=env, cwd=work)
         row("cache hit: plugin --kind standalone, 3 arches (FatELF)",
             {name: (verb("plugin", "-q", "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / f"{name}.sos"), env) for name, env in envs.items()},
@@ -108,7 +114,9 @@ def main() -> int:
         module = work / "example.vmfb"
         subprocess.run(verb("compile", "-q", PLUGIN / "example.mlir", "-o", module), check=True, env=envs["now"], cwd=work)
         inputs = ["8xf32=2", "8xf32=4"]
-        raw_run = toolchain.iree_run_module().command(f"--module={module}", "--function=mixed_invocation", *(f"--input={i}" for i in inputs), f"--executable_plugin={work / 'now.so'}")
+        raw_run = toolchain.iree_run_module().command(
+            f"--module={module}", "--function=mixed_invocation", *(f"--input={i}" for i in inputs), f"--executable_plugin={work / 'now.so'}"
+        )
         row("run the sample with its system plugin (iree-run-module)",
             {"raw": (raw_run, base), **{name: (verb("run", module, "--function", "mixed_invocation", *(a for i in inputs for a in ("--input", i)), "--plugin", work / f"{name}.so"), env) for name, env in envs.items()}},
             args.repeat)  # fmt: skip

@@ -13,6 +13,7 @@ ratio of medians with the min-max of the per-round ratios:
 Targets: verb overhead <= 1.05x on cold builds; warm cache >= 20x faster than cold;
 no-op rebuild < 0.3 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "samples" / "custom_dispatch" / "cpu" / "plugin"
@@ -88,6 +89,7 @@ def section_verbs(work: Path, repeat: int) -> None:
     def env() -> dict[str, str]:
         cold_zig(work)
         return dict(os.environ, PYREE_BUILD_CACHE="off")
+
     zig = toolchain.c_compiler("zig")
     lld = toolchain.iree_lld()
     inc = ["-I", str(toolchain.include_dir())]
@@ -99,14 +101,23 @@ def section_verbs(work: Path, repeat: int) -> None:
         subprocess.run(zig.command("-shared", work / "h.o", "-o", work / "h.so"), check=True)
         return time.perf_counter() - start
 
-    compare("plugin --kind system", "by hand", hand_system, "verb", lambda: timed(pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", work / "v.so"), env()), repeat)
+    compare(
+        "plugin --kind system",
+        "by hand",
+        hand_system,
+        "verb",
+        lambda: timed(pyree("plugin", "-q", PLUGIN / "system_plugin.c", "-o", work / "v.so"), env()),
+        repeat,
+    )
 
     def hand_standalone() -> float:
         cold_zig(work)
         start = time.perf_counter()
         procs = []
         for arch in ARCHS:
-            argv = zig.command("-target", f"{arch}-freestanding-none", *cpu.FREESTANDING_CFLAGS, *inc, "-c", PLUGIN / "standalone_plugin.c", "-o", work / f"h_{arch}.o")
+            argv = zig.command(
+                "-target", f"{arch}-freestanding-none", *cpu.FREESTANDING_CFLAGS, *inc, "-c", PLUGIN / "standalone_plugin.c", "-o", work / f"h_{arch}.o"
+            )
             procs.append(subprocess.Popen(argv))
         for p in procs:
             assert p.wait() == 0
@@ -129,14 +140,23 @@ def section_verbs(work: Path, repeat: int) -> None:
         cold_zig(work)
         start = time.perf_counter()
         procs = [
-            subprocess.Popen(zig.command("-target", f"{a}-freestanding-none", *cpu.FREESTANDING_CFLAGS, *inc, "-c", EMBEDDED / "functions.c", "-o", work / f"f_{a}.o"))
+            subprocess.Popen(
+                zig.command("-target", f"{a}-freestanding-none", *cpu.FREESTANDING_CFLAGS, *inc, "-c", EMBEDDED / "functions.c", "-o", work / f"f_{a}.o")
+            )
             for a in ARCHS
         ]
         for p in procs:
             assert p.wait() == 0
         return time.perf_counter() - start
 
-    compare("objects (3 arches)", "by hand", hand_objects, "verb", lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env()), repeat)
+    compare(
+        "objects (3 arches)",
+        "by hand",
+        hand_objects,
+        "verb",
+        lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env()),
+        repeat,
+    )
 
     compiler = toolchain.iree_compile()
     flags = compile_action.target_flags("llvm-cpu")
@@ -154,6 +174,7 @@ def section_verbs(work: Path, repeat: int) -> None:
             "verb", lambda: timed(pyree("ptx", "-q", "--compiler", "nvcc", "--sm", "75", "--sm", "80", CUDA / "kernels.cu", "-o", work / "ptx"), env()),
             repeat,
         )  # fmt: skip
+
     def nvrtc_in_process() -> float:
         os.environ["PYREE_BUILD_CACHE"] = "off"  # by hand, NVRTC is a library call: compare with the same call
 
@@ -253,7 +274,9 @@ def section_noop(work: Path, repeat: int) -> None:
     times = [timed([*toolchain.cmake().argv, "--build", build, "--target", "iree-sample-deps"]) for _ in range(repeat)]
     ninja_times = [timed([*toolchain.ninja().argv, "-C", build, "iree-sample-deps"]) for _ in range(repeat)]
     print(f"{'cmake --build (nothing changed)':<44} median {statistics.median(times) * 1000:7.1f} ms (target < 300 ms)")
-    print(f"{'ninja alone, for reference':<44} median {statistics.median(ninja_times) * 1000:7.1f} ms   cmake/ninja {statistics.median(times) / statistics.median(ninja_times):.2f}x")
+    print(
+        f"{'ninja alone, for reference':<44} median {statistics.median(ninja_times) * 1000:7.1f} ms   cmake/ninja {statistics.median(times) / statistics.median(ninja_times):.2f}x"
+    )
 
 
 def section_samples(work: Path, repeat: int) -> None:

@@ -18,6 +18,7 @@ caches on both sides. Per N it prints, as medians with the min-max of the per-ro
 then the per-kernel slope of each (least squares over the N values). Goals, at N = 200:
 cold <= 1.10x raw; no-op <= 0.5 s; warm >= 5x faster than cold; cost linear in N.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,7 @@ SAMPLES = REPO / "samples" / "custom_dispatch"
 ARCHS = ("x86_64", "aarch64", "riscv64")
 SM = 80
 
-PACK = '''import struct, sys
+PACK = """import struct, sys
 out, elfs = sys.argv[1], [open(p, "rb").read() for p in sys.argv[2:]]
 head = 8 + 24 * len(elfs)
 offsets, at = [], (head + 4095) // 4096 * 4096
@@ -55,9 +56,9 @@ for e, off in zip(elfs, offsets):
 for e, off in zip(elfs, offsets):
     blob += b"\\0" * (off - len(blob)) + e
 open(out, "wb").write(bytes(blob))
-'''
+"""
 
-NVRTC = '''import sys
+NVRTC = """import sys
 from cuda.bindings import nvrtc
 src, sm, out = sys.argv[1], sys.argv[2], sys.argv[3]
 text = open(src, "rb").read()
@@ -69,7 +70,7 @@ _, size = nvrtc.nvrtcGetPTXSize(prog)
 ptx = b" " * size
 nvrtc.nvrtcGetPTX(prog, ptx)
 open(out, "wb").write(ptx.rstrip(b"\\0"))
-'''
+"""
 
 
 def generate(root: Path, n: int, tag: str = "kernel") -> tuple[Path, Path]:

@@ -1,4 +1,5 @@
 """Shared fixtures. Every test uses the real tools: iree-compile, iree-run-module, zig/clang, CMake."""
+
 from __future__ import annotations
 
 import os

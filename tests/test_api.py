@@ -1,6 +1,7 @@
 """The Python API checks its arguments at the boundary (issue 13, item 10): a wrong type
 is a pb.PyreeError naming the argument, a single path where a list is taken is one path,
 and every verb stays callable however its modules were imported."""
+
 from __future__ import annotations
 
 import importlib

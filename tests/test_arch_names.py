@@ -1,5 +1,6 @@
 """IREE's names work as written: arm_64 / arm64 for aarch64, objects named with the spelling
 the program uses, and pyree_cpu_objects(OUTPUT_DIR) for a program's relative object paths."""
+
 from __future__ import annotations
 
 from conftest import SAMPLES, assert_clean_error

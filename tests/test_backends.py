@@ -1,6 +1,7 @@
 """A backend from another package: written here as a toy (llvm-cpu under another name, with a
 tool, a workflow and an option of its own), installed through a real `pyree_build.backends`
 entry point, and reached from `doctor`, `compile --target`, `pb.compile` and `run`."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import install_backend, PLUGIN_SAMPLE, REPO
+from conftest import PLUGIN_SAMPLE, REPO, install_backend
 
 import pyree_build as pb
 from pyree_build.core.errors import PyreeError

@@ -1,4 +1,5 @@
 """Each user mistake: one clear message (file, what, fix), non-zero exit, no traceback, no output."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """CUDA bitcode: device code -> NVPTX LLVM bitcode with zig clang and no CUDA SDK, linked
 into generated kernels (--link-bitcode / LINK_BITCODE), and the build-time check that no
 call is left unresolved (which iree-compile lets through and only the driver would catch)."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ from conftest import SAMPLES, assert_clean_error
 
 from pyree_build.actions import compile as compile_action
 from pyree_build.actions import run as run_action
-from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.backends.cuda import bitcode
+from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.core import toolchain
 
 SAMPLE = SAMPLES / "custom_dispatch" / "cuda" / "ukernel"
@@ -86,7 +87,9 @@ def test_cuda_that_does_not_compile_names_file_and_line(cli, tmp_path):
     bad = tmp_path / "bad.cu"
     bad.write_text('extern "C" __device__ void f(float* x) {\n  x[0] = undefined_x;\n}\n')
     result = cli("bitcode", bad, "--sm", "80", "-o", tmp_path / "bc")
-    assert_clean_error(result, "bad.cu: compiling bad.cu to sm_80 bitcode with zig clang failed", "bad.cu:2:10: error: use of undeclared identifier 'undefined_x'")
+    assert_clean_error(
+        result, "bad.cu: compiling bad.cu to sm_80 bitcode with zig clang failed", "bad.cu:2:10: error: use of undeclared identifier 'undefined_x'"
+    )
     assert not list((tmp_path / "bc").glob("*.bc")) if (tmp_path / "bc").exists() else True
 
 

@@ -1,5 +1,6 @@
 """The content-addressed cache: hits, misses on any input change (headers included), the
 cache verb, and the cache being optional."""
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 edit gives exactly the bytes a build with the cache off gives (differential tests), also
 for random sequences of edits and reverts; races forced through the cache's pause hook;
 and a cache directory full of junk is a miss, never a crash or a deletion elsewhere."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,7 @@ CUDA = SAMPLES / "custom_dispatch" / "cuda" / "kernels"
 def pyree(*args: object, cache: Path | str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess[str]:
     full = dict(os.environ, PYREE_BUILD_CACHE=str(cache), **(env or {}))
     full["PYTHONPATH"] = os.pathsep.join([str(REPO), full.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "pyree_build", *map(os.fspath, args)], cwd=cwd, env=full, capture_output=True, text=True, timeout=600
-    )
+    return subprocess.run([sys.executable, "-m", "pyree_build", *map(os.fspath, args)], cwd=cwd, env=full, capture_output=True, text=True, timeout=600)
 
 
 def read_outputs(outputs: list[Path]) -> dict[str, bytes]:
@@ -309,7 +308,7 @@ def test_random_edits_and_reverts_match_uncached_builds(tmp_path_factory, steps)
     root = tmp_path_factory.mktemp("fuzz")
     src, header = plugin_project(root / "p")
     variants = {
-            "source": [src.read_text(), src.read_text().replace("SCALE * ", "SCALE * 2.0f * "), src.read_text().replace("SCALE * ", "SCALE * 5.0f * ")],
+        "source": [src.read_text(), src.read_text().replace("SCALE * ", "SCALE * 2.0f * "), src.read_text().replace("SCALE * ", "SCALE * 5.0f * ")],
         "header": ["#define SCALE 1.0f\n", "#define SCALE 3.0f\n", "#define SCALE 1.0f\n/* same code */\n"],
     }
     files = {"source": src, "header": header}
@@ -330,9 +329,7 @@ def start_paused(args: list[object], cache: Path, hook: Path) -> subprocess.Pope
     hook.mkdir()
     env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_CACHE_TEST_PAUSE=str(hook))
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyree_build", *map(os.fspath, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "pyree_build", *map(os.fspath, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (hook / "built").exists():
         assert proc.poll() is None, proc.communicate()

@@ -1,5 +1,6 @@
 """Output checks that read like IREE's tests: --expect is a substring of one line; check files
 with their own prefixes."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,7 +22,20 @@ def test_expect_is_a_substring_of_one_line():
 def test_check_prefixes_select_the_lines(cli, system_plugin, system_module, tmp_path):
     check = tmp_path / "expected.txt"
     check.write_text("// CHECK-LABEL: EXEC @mixed_invocation\n// CHECK-SYSTEM: 8xf32=12 12 12 12 12 12 12 12\n// CHECK-OTHER: 8xf32=99\n")
-    args = ["run", system_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--plugin", system_plugin, "--check-file", check]
+    args = [
+        "run",
+        system_module,
+        "--function",
+        "mixed_invocation",
+        "--input",
+        "8xf32=2",
+        "--input",
+        "8xf32=4",
+        "--plugin",
+        system_plugin,
+        "--check-file",
+        check,
+    ]
     ok = cli(*args, "--check-prefix", "CHECK", "--check-prefix", "CHECK-SYSTEM")
     assert ok.returncode == 0, ok
     assert_clean_error(cli(*args, "--check-prefix", "CHECK-OTHER"), "does not match the CHECK lines", "8xf32=99")

@@ -1,5 +1,6 @@
 """The remaining user errors of the verbs added with CUDA, dump/bench, new and in-process runs:
 each a clear message, a non-zero exit, no traceback and no output."""
+
 from __future__ import annotations
 
 from conftest import SAMPLES, assert_clean_error
@@ -49,11 +50,7 @@ def test_in_process_run_of_a_function_the_module_lacks(cli, tmp_path):
     vmfb = tmp_path / "program.vmfb"
     assert cli("compile", SAMPLES / "substitution" / "program.mlir", "-o", vmfb).returncode == 0
     out = _in_process(
-        "import pyree_build as pb\n"
-        "try:\n"
-        f"    pb.run({str(vmfb)!r}, 'nope', [])\n"
-        "except pb.PyreeError as err:\n"
-        "    print(err.what, '|', err.fix)\n"
+        f"import pyree_build as pb\ntry:\n    pb.run({str(vmfb)!r}, 'nope', [])\nexcept pb.PyreeError as err:\n    print(err.what, '|', err.fix)\n"
     )
     assert "the module has no function 'nope'" in out and "func.func" in out
 

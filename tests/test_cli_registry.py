@@ -1,6 +1,7 @@
 """The CLI reads the backend registry: a backend another package installs (entry point group
 `pyree_build.backends`) is a `compile --target`, its compile options and verbs are in the
 parsers and the help, and a command naming a built-in target never scans for it."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import install_backend, REPO
+from conftest import REPO, install_backend
 
-TOY = '''
+TOY = """
 from pyree_build.backends.base import Backend, Option, Verb
 
 
@@ -38,7 +39,7 @@ def hello(word):
 
 
 BACKEND = ToyBackend()
-'''
+"""
 
 
 @pytest.fixture(scope="module")

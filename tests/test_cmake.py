@@ -1,5 +1,6 @@
 """CMake end to end: the samples through `pyree-build samples`, ctest, rebuild rules, and a
 downstream project that uses find_package(pyree_build)."""
+
 from __future__ import annotations
 
 import os
@@ -112,8 +113,7 @@ def write_project(root: Path, name: str, body: str, files: dict[str, Path]) -> N
     for dest, source in files.items():
         (root / dest).write_bytes(source.read_bytes())
     (root / "CMakeLists.txt").write_text(
-        f"cmake_minimum_required(VERSION 3.21)\nproject({name} LANGUAGES NONE)\n"
-        "find_package(pyree_build CONFIG REQUIRED)\nenable_testing()\n" + body
+        f"cmake_minimum_required(VERSION 3.21)\nproject({name} LANGUAGES NONE)\nfind_package(pyree_build CONFIG REQUIRED)\nenable_testing()\n" + body
     )
 
 
@@ -181,9 +181,19 @@ def test_find_package_discovers_python_without_hints(tmp_path):
 def test_find_package_without_a_usable_python_says_what_to_do(tmp_path):
     src, out = tmp_path / "src", tmp_path / "build"
     write_downstream(src)
-    result = cmake_run("-G", "Ninja", "-S", src, "-B", out, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}",
-                       "-DPYREE_BUILD_PYTHON=", "-DPython3_EXECUTABLE=/nonexistent",
-                       env={**{k: v for k, v in os.environ.items() if k != "PYREE_BUILD_PYTHON"}, "PATH": "/nonexistent"})
+    result = cmake_run(
+        "-G",
+        "Ninja",
+        "-S",
+        src,
+        "-B",
+        out,
+        f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}",
+        f"-Dpyree_build_DIR={cmake_dir()}",
+        "-DPYREE_BUILD_PYTHON=",
+        "-DPython3_EXECUTABLE=/nonexistent",
+        env={**{k: v for k, v in os.environ.items() if k != "PYREE_BUILD_PYTHON"}, "PATH": "/nonexistent"},
+    )
     if result.returncode == 0:
         pytest.skip("an interpreter with pyree_build was still found through the install layout")
     assert "-DPYREE_BUILD_PYTHON=" in result.stderr

@@ -3,6 +3,7 @@
 Each case configures a small downstream project and checks CMake's message; a misspelled
 keyword used to be ignored (a test that checks nothing) or swallowed into another list.
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,6 @@
 """-v, -q and -j N are common to every verb, before or after it; a mistyped option shows the
 verb's usage."""
+
 from __future__ import annotations
 
 from conftest import PLUGIN_SAMPLE, SAMPLES

@@ -1,5 +1,6 @@
 """CUDA: .cu -> PTX per sm (NVRTC and nvcc), the PTX ISA choice, the cuda module compiled
 without a GPU, its errors, and the run on a GPU (skipped, with the reason, where there is none)."""
+
 from __future__ import annotations
 
 import shutil
@@ -10,8 +11,8 @@ import pytest
 from conftest import SAMPLES, assert_clean_error
 
 from pyree_build.actions import run as run_action
-from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.backends.cuda import ptx as cuda
+from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.core import toolchain
 
 CUDA_SAMPLE = SAMPLES / "custom_dispatch" / "cuda" / "kernels"

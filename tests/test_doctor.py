@@ -1,5 +1,6 @@
 """`pyree-build doctor`: versions, the pinned IREE release, tools, and per workflow whether it
 builds and runs on this machine."""
+
 from __future__ import annotations
 
 import platform

@@ -1,4 +1,5 @@
 """Embedded objects: per-arch freestanding objects linked into a hermetic module."""
+
 from __future__ import annotations
 
 import shutil
@@ -97,7 +98,9 @@ def test_cmake_rebuilds_the_module_when_the_c_changes(tmp_path):
     time.sleep(1.1)
     # Now the custom mul adds 1: p = 9, s = 13, result = 13 * 9 = 117.
     (src / "functions.c").write_text(
-        (EMBEDDED / "functions.c").read_text().replace(
+        (EMBEDDED / "functions.c")
+        .read_text()
+        .replace(
             "out[out_offset + i] = lhs[lhs_offset + i] * rhs[rhs_offset + i];",
             "out[out_offset + i] = lhs[lhs_offset + i] * rhs[rhs_offset + i] + 1.0f;",
         )

@@ -1,4 +1,5 @@
 """FatELF: pack/read/select/split, the CLI verbs, every malformed container, and fuzzing."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 A killed build must leave no final output (nothing a later build would trust), and the
 next build, through the same cache, must succeed with the same bytes as a clean build.
 """
+
 from __future__ import annotations
 
 import json

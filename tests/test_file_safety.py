@@ -4,6 +4,7 @@ Each test reproduces one way pyree_build used to lose a file or print a tracebac
 checks the message, the exit code and that every user file is intact, byte for byte and
 mode included.
 """
+
 from __future__ import annotations
 
 import os
@@ -80,8 +81,17 @@ def project(tmp_path: Path) -> Path:
         ["hsaco", "k.cu", "--gfx", "942", "-o", ".", "--depfile", "k.cu"],
         ["bitcode", "k.cu", "--sm", "80", "-o", ".", "--depfile", "k.cu"],
     ],
-    ids=["plugin-system", "plugin-standalone", "compile", "depfile-source", "depfile-mlir", "objects-depfile", "spirv-depfile",
-         "hsaco-depfile", "bitcode-depfile"],
+    ids=[
+        "plugin-system",
+        "plugin-standalone",
+        "compile",
+        "depfile-source",
+        "depfile-mlir",
+        "objects-depfile",
+        "spirv-depfile",
+        "hsaco-depfile",
+        "bitcode-depfile",
+    ],
 )
 def test_an_input_as_output_is_refused_before_anything_is_touched(cli, project, argv):
     before = snapshot(project)

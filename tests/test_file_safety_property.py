@@ -11,6 +11,7 @@ in this process through the CLI's main(), so any exception other than a clean ex
 
 Bounded by default (well under a minute); PYREE_FUZZ_EXAMPLES=200 for a longer run.
 """
+
 from __future__ import annotations
 
 import contextlib

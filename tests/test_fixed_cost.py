@@ -3,6 +3,7 @@
 No timings here (benchmarks/overhead.py measures them); these check the mechanisms that cut
 the fixed cost, and that each gives the same answers as the slower way it replaced.
 """
+
 from __future__ import annotations
 
 import io

@@ -4,6 +4,7 @@ Opt-in: needs qemu-aarch64-static, an aarch64 sysroot and the aarch64 iree-run-m
 which tests/foreign/setup_qemu.sh DIR fetches; then PYREE_QEMU_DIR=DIR. Skipped otherwise
 (every arch's ELF is still checked by reading it in test_standalone_plugin.py).
 """
+
 from __future__ import annotations
 
 import os

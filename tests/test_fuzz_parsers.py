@@ -3,6 +3,7 @@ printed-output reader. Each either accepts or gives a clear PyreeError; nothing 
 
 The example counts are bounded for CI; PYREE_FUZZ_EXAMPLES raises them for a longer run.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """The shipped plugin ABI header: self-contained, freestanding, and with IREE's layout."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,5 +1,6 @@
 """`--help` teaches: every verb (nested ones too) has a description, examples and help for
 every option, with defaults shown. An option added without help fails here."""
+
 from __future__ import annotations
 
 import argparse

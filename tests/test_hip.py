@@ -1,6 +1,7 @@
 """HIP: .cu -> AMDGPU code object per gfx without ROCm (zig clang + iree-lld + the shipped
 stand-in header), the gfx checks iree-compile does not make, hip modules, and the run
 (skipped with the reason: no AMD GPU here)."""
+
 from __future__ import annotations
 
 import shutil
@@ -87,8 +88,7 @@ def test_hip_that_does_not_compile_names_file_and_line_and_writes_nothing(cli, t
 def test_an_undefined_device_function_is_named(cli, tmp_path):
     src = tmp_path / "ext.cu"
     src.write_text(
-        '#include <hip/hip_runtime.h>\n__device__ float helper(float);\n'
-        'extern "C" __global__ void k(float* a) { a[threadIdx.x] = helper(a[threadIdx.x]); }\n'
+        '#include <hip/hip_runtime.h>\n__device__ float helper(float);\nextern "C" __global__ void k(float* a) { a[threadIdx.x] = helper(a[threadIdx.x]); }\n'
     )
     result = cli("hsaco", src, "--gfx", "942", "-o", tmp_path / "co")
     assert_clean_error(result, "linking the gfx942 code object with iree-lld failed", "nothing defines: helper(float)")

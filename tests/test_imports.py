@@ -1,4 +1,5 @@
 """Imports a module calls, read from its embedded ELFs, and which plugin resolves each (asked out of process)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """pb.run in process after a plugin is rebuilt or swapped: the results of the plugin as it is
 now, never those of the copy IREE's runtime loaded first (issue 26, item 1)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -52,7 +53,9 @@ def test_a_plugin_rebuilt_in_place_gives_its_new_results_in_process(tmp_path, sy
     _build(kind, _variant(tmp_path, name, "multiply"), plugin)
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(system_module), str(plugin), str(_variant(tmp_path, name, "add")), kind],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["12.0", "12.0", "10.0", "10.0"], proc.stdout + proc.stderr

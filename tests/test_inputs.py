@@ -1,6 +1,7 @@
 """Finding every file an action reads before it runs: MLIR object references (comments and
 strings cannot hide or fake one), files and directories named by pass-through flags, and
 #include lines; and the cases where inputs cannot be known (then nothing is cached)."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from pyree_build.core.inputs import (
     resolve_object,
 )
 
-MLIR = r'''
+MLIR = r"""
 // #hal.executable.object<{path = "commented.o"}>
 #a = [#hal.executable.object<{
   // the x86 object, after a comment
@@ -25,7 +26,7 @@ MLIR = r'''
       #hal.executable.object<{path = "dir/b\"q.o"}>]
 %s = "#hal.executable.object<{path = \"in_a_string.o\"}>"
 #c = #hal.executable.object<{path = "c\2F.o", extra = [#x<{k = "v"}>]}>
-'''
+"""
 
 
 def test_object_references_skip_comments_strings_and_embedded_data():
@@ -88,7 +89,7 @@ def test_inputs_that_cannot_be_known_make_a_compile_uncacheable(tmp_path):
 
 def test_includes_are_followed_and_a_macro_include_is_uncacheable(tmp_path):
     (tmp_path / "inc").mkdir()
-    (tmp_path / "local.h").write_text('#include <deeper.h>\n')
+    (tmp_path / "local.h").write_text("#include <deeper.h>\n")
     (tmp_path / "inc" / "deeper.h").write_text("#define X 1\n")
     src = tmp_path / "k.cu"
     src.write_text('#include "local.h"\n  #  include <cuda_fp16.h>\n')

@@ -1,6 +1,7 @@
 """The CMake functions for the GPU kernel languages in a downstream project:
 pyree_vulkan_spirv, pyree_hip_hsaco, pyree_cuda_bitcode and pyree_iree_module's
 VULKAN_TARGET / GFX / LINK_BITCODE; ctest labels and skips; rebuilds; unknown keywords."""
+
 from __future__ import annotations
 
 import os

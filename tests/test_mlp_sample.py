@@ -1,5 +1,6 @@
 """The mlp_plugin sample by the CLI: spec replacement, the differential check, and a benchmark
 whose plugin prints to stdout."""
+
 from __future__ import annotations
 
 from conftest import SAMPLES, run_cli

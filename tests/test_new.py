@@ -1,5 +1,6 @@
 """`pyree-build new`: a downstream project that builds and passes its ctest as written,
 with plain CMake and with scikit-build-core (found through the cmake.prefix entry point)."""
+
 from __future__ import annotations
 
 import subprocess

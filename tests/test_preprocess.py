@@ -1,5 +1,6 @@
 """compile --preprocess: an iree-opt pipeline on the source first, for rewrites that must see the
 input dialect (here: PDL patterns on a tosa program), keyed by the pipeline and its files."""
+
 from __future__ import annotations
 
 import time
@@ -60,7 +61,15 @@ def test_an_edited_pattern_file_is_a_cache_miss(cli, tmp_path):
 
 def test_bad_pipelines_are_clean_errors(cli, tmp_path):
     _write(tmp_path)
-    missing = cli("compile", "program.mlir", "-o", "m.vmfb", "--preprocess", "builtin.module(iree-preprocessing-apply-pdl-patterns{patterns-file=gone.pdl.mlir})", cwd=tmp_path)
+    missing = cli(
+        "compile",
+        "program.mlir",
+        "-o",
+        "m.vmfb",
+        "--preprocess",
+        "builtin.module(iree-preprocessing-apply-pdl-patterns{patterns-file=gone.pdl.mlir})",
+        cwd=tmp_path,
+    )
     assert_clean_error(missing, "gone.pdl.mlir", "--preprocess pipeline")
     unknown = cli("compile", "program.mlir", "-o", "m.vmfb", "--preprocess", "builtin.module(no-such-pass)", cwd=tmp_path)
     assert_clean_error(unknown, "iree-opt (--preprocess)")

@@ -1,5 +1,6 @@
 """ptxas without a CUDA SDK: the nvidia-cuda-nvcc wheel's (pip install "pyree_build[ptxas]"),
 found through cuda.pathfinder, used by `ptx --verify`, with the PTX ISA matched to it."""
+
 from __future__ import annotations
 
 import os

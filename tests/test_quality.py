@@ -7,6 +7,7 @@ reason (`pip install -e .[test]` brings them all).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import shutil
@@ -88,6 +89,30 @@ def test_ruff_format():
 def test_mypy():
     # Strict for the public API (pyree_build, core.errors/args/records, backends, backends.base), default elsewhere.
     _assert_clean(_run(_tool("mypy")))
+
+
+# A function a reader can follow on one screen: the longest in the package today is under this.
+MAX_FUNCTION_LINES = 60
+
+
+def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    found = []
+    for path in sorted((REPO / "pyree_build").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((f"{path.relative_to(REPO)}:{node.lineno} {node.name}", node))
+    return found
+
+
+def test_no_function_is_longer_than_a_screen():
+    long = [f"{where} ({node.end_lineno - node.lineno + 1} lines)" for where, node in _functions() if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"split these into named steps (at most {MAX_FUNCTION_LINES} lines each):\n" + "\n".join(long)
+
+
+def test_no_closure_shares_state_with_its_enclosing_function():
+    """State a step needs is passed in or held by a record, never rebound through `nonlocal`."""
+    shared = [where for where, node in _functions() if any(isinstance(n, ast.Nonlocal) for n in ast.walk(node))]
+    assert not shared, "these functions rebind an enclosing function's variable:\n" + "\n".join(shared)
 
 
 def _shape(signature: inspect.Signature) -> list[tuple[str, inspect._ParameterKind, object]]:

@@ -8,6 +8,7 @@ Conventions inside a block (visible in the README on purpose):
   `# => TEXT`                     the block's output must contain TEXT (`...` matches anything).
 Blocks of other languages (cmake, tables) are fragments, not commands, and are not run.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from conftest import REPO

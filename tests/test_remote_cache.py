@@ -2,8 +2,10 @@
 on 127.0.0.1. "Machines" are processes with their own local cache directories sharing one
 server: A builds and uploads, B downloads and runs no tool; a server that stops, corrupts a
 blob, answers with foreign bytes, hangs, or refuses writes costs a local build and one note."""
+
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -298,7 +300,10 @@ def test_concurrent_uploads_of_the_same_key(nginx, tmp_path):
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "pyree_build", "plugin", src, "-I", src.parent / "include", "-o", tmp_path / f"{i}.so"],
-            env=machine(tmp_path / f"cache-{i}", nginx.url()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=machine(tmp_path / f"cache-{i}", nginx.url()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for i in range(4)
     ]
@@ -324,10 +329,8 @@ def test_a_hanging_server_times_out_into_a_local_build(tmp_path):
     def accept() -> None:
         listener.settimeout(0.1)
         while not stop.is_set():
-            try:
+            with contextlib.suppress(OSError):
                 accepted.append(listener.accept()[0])
-            except OSError:
-                pass
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()

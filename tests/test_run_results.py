@@ -1,5 +1,6 @@
 """`run` returns whole results of any size (issue 13, item 8): iree-run-module elides text
 over 1024 elements, so results are read through .npy files and printed in full."""
+
 from __future__ import annotations
 
 import subprocess

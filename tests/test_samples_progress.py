@@ -1,5 +1,6 @@
 """`samples` shows progress while it works: ninja's [n/N] lines (one updating line on a
 terminal), each test as it finishes, and still the table at the end."""
+
 from __future__ import annotations
 
 import io

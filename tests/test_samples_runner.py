@@ -1,5 +1,6 @@
 """`samples` trusts only the ctest run it just started, says when -R matches nothing, and a
 SIGINT ends cmake, ninja, ctest and every job they started (issue 13, items 5 and 7)."""
+
 from __future__ import annotations
 
 import os

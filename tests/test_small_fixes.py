@@ -1,4 +1,5 @@
 """Small promises the interface used to break: each wording and mode, checked as a user sees it."""
+
 from __future__ import annotations
 
 import os

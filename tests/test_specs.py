@@ -1,4 +1,5 @@
 """Transform / PDL specs on compile and dump: passed to iree-compile, keyed by content, in the depfile."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Standalone plugins: freestanding ELFs per arch, linked by iree-lld, checked by reading them,
 packed into a FatELF the runtime loads; and the plugin search order."""
+
 from __future__ import annotations
 
 import pytest
@@ -109,8 +110,19 @@ def fallback_setup(tmp_path_factory):
 def test_later_plugin_wins_and_earlier_fills_the_rest(cli, fallback_setup, order, expected):
     d = fallback_setup
     plugins = [a for name in order for a in ("--plugin", d / f"{name}.so")]
-    result = cli("run", d / "fallback.vmfb", "--function", "fallback_invocation", "--input", "8xf32=2", "--input", "8xf32=4", *plugins,
-                 "--expect", "8xf32=" + " ".join([expected] * 8))
+    result = cli(
+        "run",
+        d / "fallback.vmfb",
+        "--function",
+        "fallback_invocation",
+        "--input",
+        "8xf32=2",
+        "--input",
+        "8xf32=4",
+        *plugins,
+        "--expect",
+        "8xf32=" + " ".join([expected] * 8),
+    )
     assert result.returncode == 0, result
 
 

@@ -8,6 +8,7 @@ is left in the output directory, and the next build succeeds. Also: untrusted pl
 (the probe at build time, imports at run time) that crashes, loops or exits is reported
 with the signal and the likely causes, bounded by a timeout.
 """
+
 from __future__ import annotations
 
 import os
@@ -226,9 +227,7 @@ def test_a_plugin_query_that_crashes_or_hangs_is_a_clear_error(tmp_path, behavio
     src = tmp_path / "q.c"
     src.write_text(PROBE_PLUGIN.replace("MISBEHAVE", behaviour))
     out = tmp_path / "out" / "q.so"
-    proc = subprocess.run(
-        _argv("plugin", src, "-o", out), env=dict(ENV_NO_CACHE, PYREE_BUILD_PROBE_TIMEOUT="2"), capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run(_argv("plugin", src, "-o", out), env=dict(ENV_NO_CACHE, PYREE_BUILD_PROBE_TIMEOUT="2"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"{out}: the plugin's iree_hal_executable_plugin_query() {message}" in proc.stderr, proc.stderr

@@ -1,4 +1,5 @@
 """Dump, substitution and microbenchmarks, with the real iree-compile and iree-benchmark-module."""
+
 from __future__ import annotations
 
 import json

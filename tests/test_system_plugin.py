@@ -1,4 +1,5 @@
 """System plugin end to end with the real tools: C -> .so -> checked -> loaded by iree-run-module."""
+
 from __future__ import annotations
 
 import numpy as np

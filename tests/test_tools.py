@@ -1,4 +1,5 @@
 """Tool discovery and the installed package layout (header, CMake config)."""
+
 from __future__ import annotations
 
 import os

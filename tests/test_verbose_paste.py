@@ -1,5 +1,6 @@
 """`-v` prints a shell script: pasted into bash in a clean directory it makes the same bytes,
 both when the tools ran and on a cache hit (where it shows what would have run)."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """Vulkan: GLSL -> SPIR-V (glslang from PyPI, spirv-val), vulkan modules whose target is
 chosen for the device they run on, runs on the Vulkan device here (lavapipe on a CPU-only
 machine; skipped with the reason where there is none), and the errors."""
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,7 @@ EXPECTED = "8xf32=96 96 96 96 96 96 96 96"
 NO_VULKAN = {"VK_DRIVER_FILES": "/nonexistent/none.json", "VK_ICD_FILENAMES": "/nonexistent/none.json"}
 
 needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=vulkan.status()[1])
-on_lavapipe = pytest.mark.skipif(
-    not any(d.driver == "llvmpipe" for d in vulkan.devices()), reason="no lavapipe (llvmpipe) Vulkan device here"
-)
+on_lavapipe = pytest.mark.skipif(not any(d.driver == "llvmpipe" for d in vulkan.devices()), reason="no lavapipe (llvmpipe) Vulkan device here")
 
 
 def cli_env(*args, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess[str]:
@@ -61,7 +60,7 @@ def test_spirv_tracks_included_files_and_defines(tmp_path):
     (tmp_path / "inc" / "scale.glsl").write_text("float scaled(float x) { return SCALE * x; }\n")
     shader = tmp_path / "scale.comp"
     shader.write_text(
-        "#version 450\n#extension GL_GOOGLE_include_directive : require\n#include \"scale.glsl\"\n"
+        '#version 450\n#extension GL_GOOGLE_include_directive : require\n#include "scale.glsl"\n'
         "layout(local_size_x = 1) in;\nlayout(set = 0, binding = 0) buffer B { float v[]; } b;\n"
         "void main() { b.v[0] = scaled(b.v[0]); }\n"
     )

@@ -4,14 +4,15 @@ A comparison alternates A and B for several rounds in one process tree, so drift
 clock speed or load hits both alike, and reports the median of the per-round ratios
 with their spread.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.actions import checks
 from pyree_build.actions.run import (
@@ -106,9 +107,7 @@ def parse_benchmark_json(text: str, *, module: PathLike) -> list[Timing]:
     timings = []
     for name, values in runs.items():
         single = values.get("_single", 0.0)
-        timings.append(
-            Timing(name, values.get("mean", single), values.get("median", single), values.get("stddev", 0.0), counts.get(name, 1))
-        )
+        timings.append(Timing(name, values.get("mean", single), values.get("median", single), values.get("stddev", 0.0), counts.get(name, 1)))
     if not timings:
         raise PyreeError("iree-benchmark-module reported no benchmarks", file=module, details=text[-2000:],
                          fix="check --function; a dumped _benchmark.mlir has one function per dispatch")  # fmt: skip

@@ -5,12 +5,14 @@ The spec grammar is iree-run-module's `--input=`: a scalar (`3.5`), a buffer
 a raw file (`SHAPExTYPE=@file.bin`) or a numpy file (`@file.npy`). Mistakes are caught
 here, before the runtime prints a terse flag error.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from pyree_build.core import processes, toolchain
 from pyree_build.core.records import record
@@ -32,6 +34,7 @@ _NUMPY_TYPE_NAMES = {
     "i64": "int64", "si64": "int64", "ui64": "uint64",
     "f16": "float16", "f32": "float32", "f64": "float64",
 }  # fmt: skip
+
 
 def numpy_dtype(element_type: str) -> type:
     """The numpy type for an IREE element type, or a clear error for one numpy lacks (bf16, f8...)."""

@@ -5,20 +5,21 @@ run iree-compile (through the cache) -> post-checks. What a target adds (its fla
 looks for objects, its checks before and after, its error explanations) is asked of its
 backend (pyree_build.backends); nothing here names a target.
 """
+
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pyree_build import backends
 from pyree_build.actions.executables import substitution_flags
-from pyree_build.actions.specs import pipeline_files
+from pyree_build.actions.specs import pipeline_files, spec_flags
 from pyree_build.actions.specs import preprocess as run_preprocess
-from pyree_build.actions.specs import spec_flags
 from pyree_build.backends.base import Backend, CompileJob
 from pyree_build.backends.llvm_cpu.imports import require_imports
 from pyree_build.cache.local import cached_action
@@ -194,9 +195,7 @@ def _compile_into(state: CompileState, compile_src: Path, tmp: Path) -> None:
     with echo.Stopwatch(f"iree-compile {job.source.name} -> {job.output.name} ({target})"), contextlib.ExitStack() as stack:
         dump = stack.enter_context(scratch_dir(job.output.parent, job.output.name)) if state.backend.wants_binaries(job) else None
         processes.spawn(
-            toolchain.iree_compile().command(
-                compile_src, *state.argv_tail, *([f"--iree-hal-dump-executable-binaries-to={dump}"] if dump else []), "-o", tmp
-            ),
+            toolchain.iree_compile().command(compile_src, *state.argv_tail, *([f"--iree-hal-dump-executable-binaries-to={dump}"] if dump else []), "-o", tmp),
             what=f"iree-compile ({target})",
             file=job.source,
             explain=functools.partial(explain_failure, state),

@@ -1,11 +1,13 @@
 """`pyree-build doctor`: pyree_build's version and Python, the IREE wheels against the pinned
 release, every tool (where, which version), and per workflow whether it builds and runs here."""
+
 from __future__ import annotations
 
 import functools
 import platform
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyree_build import backends
 from pyree_build.backends.base import Workflow

@@ -6,6 +6,7 @@ checked against the program (IREE only warns about a name that matches nothing),
 clear refusal of object substitution where the backend says it cannot work (llvm-cpu: it
 crashes iree-compile 3.13).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,9 +15,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build import backends
 from pyree_build.actions.specs import spec_flags
@@ -65,7 +66,9 @@ def _check_dumps(target: str) -> None:
         raise PyreeError(f"dump does not support target '{target}'", fix=f"dump for one of: {', '.join(dumping)}")
 
 
-def _dump_flags(src: Path, flags: Sequence[str], transform_spec: PathLike | None, pdl_spec: PathLike | None, object_search_paths: Sequence[PathLike]) -> tuple[list[str], list[Path]]:
+def _dump_flags(
+    src: Path, flags: Sequence[str], transform_spec: PathLike | None, pdl_spec: PathLike | None, object_search_paths: Sequence[PathLike]
+) -> tuple[list[str], list[Path]]:
     """The flags compile would add for these specs and search paths, and the spec files."""
     for directory in object_search_paths:
         if not Path(directory).is_dir():

@@ -9,6 +9,7 @@ place: the result is tied to the operand). The dispatch splits the buffers into 
 TILE elements, one workgroup each; the import gets each buffer's base pointer and element
 offset, then the tile's element count.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,7 +23,7 @@ KINDS = ("in", "out", "inout")
 # No f64: iree-compile demotes f64 to f32 by default, so a `double*` would read floats.
 C_TYPES = {"f32": "float", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FIX = 'write --args as KIND:TYPE,... with KIND in, out or inout and TYPE one of ' + ", ".join(C_TYPES) + ', e.g. "in:f32,in:f32,out:f32"'
+_FIX = "write --args as KIND:TYPE,... with KIND in, out or inout and TYPE one of " + ", ".join(C_TYPES) + ', e.g. "in:f32,in:f32,out:f32"'
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,15 @@ plugins, or for a plugin rebuilt since (the notebook loop: edit, rebuild, run ag
 in a fresh iree-run-module process instead, which loads the files as they are now, with a
 one-time note on stderr saying why. A wrong (stale) result is never returned.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

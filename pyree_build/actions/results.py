@@ -1,12 +1,14 @@
 """A module's results as iree-run-module prints them: read from its metadata (how many, of
 which types) and from the `.npy` files a run writes, without numpy where the file is plain."""
+
 from __future__ import annotations
 
 import io
 import re
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyree_build.actions import checks
 from pyree_build.core import echo, lazy, processes, toolchain
@@ -134,7 +136,6 @@ def format_result(index: int, array: numpy.ndarray, declared: str) -> str:
     else:
         body = "x".join(map(str, array.shape)) + f"x{etype}=" + _nested_array(array, is_float)
     return f"result[{index}]: hal.buffer_view\n{body}\n"
-
 
 
 def result_text(index: int, data: bytes, declared: str) -> str:

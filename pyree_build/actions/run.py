@@ -4,6 +4,7 @@ elided) and the checks of its output after.
 Which devices exist, whether one is usable here and what a failure on it means are asked
 of the backend that serves the device (pyree_build.backends).
 """
+
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,9 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from pyree_build import backends
 from pyree_build.actions import checks
@@ -165,7 +167,9 @@ def _check_run_inputs(mod: Path, inputs: Sequence[str], plugins: Sequence[PathLi
     require_device(device, skip_unavailable=skip_unavailable)
 
 
-def _run_argv(mod: Path, function: str, device: str, plugin_flags: Sequence[str], inputs: Sequence[str], files: list[Path], npy: bool, flags: Sequence[str]) -> list[str]:
+def _run_argv(
+    mod: Path, function: str, device: str, plugin_flags: Sequence[str], inputs: Sequence[str], files: list[Path], npy: bool, flags: Sequence[str]
+) -> list[str]:
     return toolchain.iree_run_module().command(
         f"--module={mod}",
         f"--function={function}",
@@ -178,7 +182,9 @@ def _run_argv(mod: Path, function: str, device: str, plugin_flags: Sequence[str]
     )
 
 
-def _spawn_run(argv: list[str], mod: Path, function: str, device: str, plugins: Sequence[PathLike], npy: bool, timeout: float | None) -> tuple[subprocess.CompletedProcess[str], float]:
+def _spawn_run(
+    argv: list[str], mod: Path, function: str, device: str, plugins: Sequence[PathLike], npy: bool, timeout: float | None
+) -> tuple[subprocess.CompletedProcess[str], float]:
     # Under -v, the command a user can paste: the same run, its results printed in full
     # by iree-run-module itself instead of written to this run's private .npy files.
     echo.echo_command(echo.shell_line([a for a in argv if not a.startswith("--output=@")] + ([] if not npy else [_NO_ELISION])))
@@ -200,7 +206,8 @@ def _require_all_results(produced: int, expected: int, mod: Path, function: str,
         details=(
             "the process ended before the function returned: something called exit() "
             + (f"(most likely a plugin: {', '.join(os.fspath(p) for p in plugins)})" if plugins else "")
-            + "\noutput:\n" + output.strip()
+            + "\noutput:\n"
+            + output.strip()
         ),
         fix="an import must return a status to the runtime, never end the process",
     )

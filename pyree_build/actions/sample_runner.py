@@ -1,5 +1,6 @@
 """The main job: configure every sample with CMake (Ninja), build iree-sample-deps, run ctest,
 and print one table row per test: sample, test, result, time."""
+
 from __future__ import annotations
 
 import contextlib
@@ -127,7 +128,7 @@ def format_table(rows: list[TestRow]) -> str:
     headers = ("sample", "test", "result", "time")
     cells = [(r.sample, r.test, r.result, f"{r.seconds:.2f} s") for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [line.format(*headers), line.format(*("-" * w for w in widths))]
     out += [line.format(*c) for c in cells]
     return "\n".join(out)
@@ -159,8 +160,9 @@ def main_job(build_dir: Path, *, tests_regex: str | None = None, jobs: int | Non
         _require_a_match(ctest, build, tests_regex)
     with echo.Stopwatch("build iree-sample-deps"), contextlib.closing(progress):
         processes.stream(
-            cmake.command("--build", build, "--target", "iree-sample-deps", *(["-j", str(jobs)] if jobs else []),
-                          *(["-v"] if echo.VERBOSITY >= 2 else [])),  # fmt: skip
+            cmake.command(
+                "--build", build, "--target", "iree-sample-deps", *(["-j", str(jobs)] if jobs else []), *(["-v"] if echo.VERBOSITY >= 2 else [])
+            ),  # fmt: skip
             what="building iree-sample-deps",
             file=build,
             fix="the first failing step is shown above; run it with -v to see every tool command",
@@ -176,7 +178,12 @@ def _configure(cmake: toolchain.Tool, ninja: toolchain.Tool, source: Path, build
     with echo.Stopwatch("configure (cmake -G Ninja)"):
         processes.stream(
             cmake.command(
-                "-G", "Ninja", "-S", source, "-B", build,
+                "-G",
+                "Ninja",
+                "-S",
+                source,
+                "-B",
+                build,
                 f"-DCMAKE_MAKE_PROGRAM={ninja.path}",
                 f"-Dpyree_build_DIR={cmake_dir()}",
                 f"-DPYREE_BUILD_PYTHON={sys.executable}",

@@ -5,6 +5,7 @@ CMakeLists.txt, a README and a pyproject.toml, so it builds with plain CMake
 (`-Dpyree_build_DIR=$(pyree-build --cmake-dir)`) and with scikit-build-core, where the
 `cmake.prefix` entry point of pyree_build makes find_package work with no flags.
 """
+
 from __future__ import annotations
 
 import os
@@ -169,9 +170,7 @@ def _adapt(sample_text: str, project: str) -> str:
     return sample_text
 
 
-def new_project(
-    directory: PathLike, *, name: str | None = None, force: bool = False, import_name: str | None = None, import_args: str | None = None
-) -> Path:
+def new_project(directory: PathLike, *, name: str | None = None, force: bool = False, import_name: str | None = None, import_args: str | None = None) -> Path:
     """Write a downstream project into `directory` (which must not exist or be empty).
 
     With `import_name` and `import_args` ("in:f32,in:f32,out:f32"), the plugin and the

@@ -5,6 +5,7 @@ Specs go through IREE's own flags (so `compile`, `dump` and CMake share one path
 module only turns them into flags with absolute paths, checks that the files exist, and
 reports them as inputs so the cache and the depfile see an edited spec.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,7 @@ def pipeline_files(pipeline: str) -> tuple[str, list[Path]]:
     if not pipeline.strip() or "(" not in pipeline:
         raise PyreeError(
             f"'{pipeline}' is not a pass pipeline",
-            fix="write it as iree-opt's --pass-pipeline takes it, e.g. "
-            "'builtin.module(iree-preprocessing-apply-pdl-patterns{patterns-file=spec.pdl.mlir})'",
+            fix="write it as iree-opt's --pass-pipeline takes it, e.g. 'builtin.module(iree-preprocessing-apply-pdl-patterns{patterns-file=spec.pdl.mlir})'",
         )
     files: list[Path] = []
     pieces: list[str] = []

@@ -6,6 +6,7 @@ Built-in backends are listed below, one line each; other packages add theirs thr
 doctor), so a command that names a built-in target never scans the installed packages.
 A backend module is imported on first use; its declaration imports nothing heavy.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -9,11 +9,13 @@ none of them names a target.
 
 This module is imported by every command, so it imports nothing heavy.
 """
+
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pyree_build.core.records import field, record
 from pyree_build.core.toolchain import Tool

@@ -1,4 +1,5 @@
 """Options several backends' verbs share, declared once."""
+
 from __future__ import annotations
 
 from pyree_build.backends.base import Option

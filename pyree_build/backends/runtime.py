@@ -1,4 +1,5 @@
 """What the IREE runtime enumerates here: the probe GPU backends share for `run` and `doctor`."""
+
 from __future__ import annotations
 
 from pyree_build.core import processes, toolchain

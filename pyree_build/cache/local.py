@@ -1,4 +1,5 @@
 """Outputs that are either complete and correct or absent, and depfiles for CMake/Ninja."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,9 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Mapping, Sequence
+from typing import BinaryIO
 
 from pyree_build.core import echo, files, lazy, toolchain
 from pyree_build.core.errors import PyreeError
@@ -96,7 +98,7 @@ def is_cache_dir(root: Path) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _open_cache(root: Path) -> Path | None:
     """`root` when it is this cache's directory (marking it when new or empty), else None."""
     if is_cache_dir(root):

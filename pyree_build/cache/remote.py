@@ -18,6 +18,7 @@ records, which is why untrusted clients run read-only (PYREE_BUILD_REMOTE_CACHE_
 
 Only the standard library is used, and the module is imported only when a remote is set.
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,8 +29,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from pyree_build.core import echo

@@ -3,6 +3,7 @@
 The parsers are built from Verb declarations (cli/parser.py: the core verbs of cli/verbs.py
 and the backends' from the registry); cli/commands.py says what each verb runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,7 @@ import contextlib
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyree_build.cli.commands import dispatch
 from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, verb_parser

@@ -3,12 +3,14 @@ an action and prints the result; a backend verb's declared function is called wi
 options by `run_declared`. Actions are loaded on first use (core/lazy.py), so a command
 imports only the modules its own work needs.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pyree_build import backends
 from pyree_build.backends.base import Verb

@@ -3,6 +3,7 @@
 A verb's description and examples live in its declaration (cli/verbs.py, or the backend's
 Verb); an option without help, here or there, is caught by tests/test_help.py.
 """
+
 from __future__ import annotations
 
 # Help for options declared without one: (verb, dest) first, then ("*", dest).

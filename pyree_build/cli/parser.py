@@ -1,9 +1,10 @@
 """The argparse parsers, built from Verb declarations: the core verbs' (cli/verbs.py) and the
 backends' (the registry), by one code path, with the help of cli/help_text.py attached."""
+
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyree_build import backends
 from pyree_build.backends.base import Option, Verb

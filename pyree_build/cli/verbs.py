@@ -6,9 +6,10 @@ Values only the registry knows (the targets, the devices) are `Registered` choic
 when a command line is checked or help is shown, so a command that names a built-in target
 never scans the installed packages for others.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from pyree_build import backends
 from pyree_build.backends.base import Option, Verb
@@ -53,7 +54,9 @@ _SPEC_OPTIONS = (
 _TIMEOUT = Option(
     ("--timeout",),
     {
-        "type": float, "default": None, "metavar": "SECONDS",
+        "type": float,
+        "default": None,
+        "metavar": "SECONDS",
         "help": "stop the run after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
     },  # fmt: skip
 )
@@ -81,7 +84,10 @@ COMPILE = Verb(
         Option(
             ("--link-bitcode",),
             {
-                "dest": "link_bitcode", "action": "append", "default": [], "metavar": "FILE.bc",
+                "dest": "link_bitcode",
+                "action": "append",
+                "default": [],
+                "metavar": "FILE.bc",
                 "help": "LLVM bitcode to link into the generated GPU code (repeatable)",
             },  # fmt: skip
         ),
@@ -89,7 +95,10 @@ COMPILE = Verb(
         Option(
             ("--substitute",),
             {
-                "dest": "substitutions", "action": "append", "default": [], "metavar": "NAME=FILE",
+                "dest": "substitutions",
+                "action": "append",
+                "default": [],
+                "metavar": "NAME=FILE",
                 "help": "replace executable NAME: a .mlir/.mlirbc file as its source, any other file as its object (repeatable)",
             },
         ),  # fmt: skip
@@ -98,7 +107,10 @@ COMPILE = Verb(
         Option(
             ("--expect-import",),
             {
-                "dest": "expect_imports", "action": "append", "default": [], "metavar": "NAME",
+                "dest": "expect_imports",
+                "action": "append",
+                "default": [],
+                "metavar": "NAME",
                 "help": "fail (and write no module) unless the compiled module calls import NAME, e.g. the one a spec should have put there (repeatable)",
             },
         ),  # fmt: skip
@@ -137,7 +149,9 @@ RUN = Verb(
         Option(
             ("--expect",),
             {
-                "action": "append", "default": [], "metavar": "TEXT",
+                "action": "append",
+                "default": [],
+                "metavar": "TEXT",
                 "help": "TEXT must appear within one output line, as a substring; runs of whitespace compare equal (repeatable)",
             },
         ),  # fmt: skip
@@ -145,7 +159,10 @@ RUN = Verb(
         Option(
             ("--check-prefix",),
             {
-                "dest": "check_prefixes", "action": "append", "default": [], "metavar": "PREFIX",
+                "dest": "check_prefixes",
+                "action": "append",
+                "default": [],
+                "metavar": "PREFIX",
                 "help": "with --check-file: check lines with this prefix, e.g. CHECK-SYSTEM (repeatable; default CHECK)",
             },
         ),  # fmt: skip

@@ -1,4 +1,5 @@
 """What pyree_build prints: step lines, and under -v every command ready to paste into a shell."""
+
 from __future__ import annotations
 
 import contextlib
@@ -7,8 +8,9 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     pass
@@ -114,15 +116,13 @@ def python_line(*args: str | os.PathLike[str]) -> list[str]:
     return [sys.executable, *(os.fspath(a) for a in args)]
 
 
-
-
 class Stopwatch:
     """Times one step and prints `step ... 0.12 s` at the default verbosity."""
 
     def __init__(self, label: str) -> None:
         self.label = label
 
-    def __enter__(self) -> "Stopwatch":
+    def __enter__(self) -> Stopwatch:
         self.start = time.perf_counter()
         return self
 

@@ -1,4 +1,5 @@
 """Writing outputs safely: atomic renames, private scratch directories, depfiles."""
+
 from __future__ import annotations
 
 import contextlib
@@ -6,8 +7,8 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 from pyree_build.core import echo
 from pyree_build.core.errors import PyreeError
@@ -190,4 +191,3 @@ def parse_depfile(path: str | os.PathLike[str]) -> list[str]:
 # for this build but not stored. Outputs are stored from the build's private temporary
 # files, and published as copies (copy-on-write clones where the filesystem has them),
 # each checked against its recorded hash on every hit.
-

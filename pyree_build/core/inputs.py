@@ -7,12 +7,13 @@ named by `#include`. Where the inputs cannot be known (a flag naming a directory
 reads are unknown, MLIR bytecode, an `#include` through a macro), the answer says why,
 and the action is then not cached.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from pyree_build.core.records import field, record
 
@@ -23,11 +24,11 @@ MLIR_BYTECODE_MAGIC = b"ML\xefR"
 # One MLIR token: a `//` comment, a string (escapes kept; possibly unterminated), an
 # identifier with its sigil, the arrow of a function type, or any other single character.
 _TOKEN = re.compile(
-    r'(?P<comment>//[^\n]*)'
+    r"(?P<comment>//[^\n]*)"
     r'|(?P<string>"(?:[^"\\\n]|\\.)*"?)'
-    r'|(?P<ident>[#!@%^]?[A-Za-z_][\w$.]*)'
-    r'|(?P<arrow>->)'
-    r'|(?P<punct>\S)'
+    r"|(?P<ident>[#!@%^]?[A-Za-z_][\w$.]*)"
+    r"|(?P<arrow>->)"
+    r"|(?P<punct>\S)"
 )
 _OPEN = {"<": ">", "{": "}", "[": "]", "(": ")"}
 _CLOSE = set(_OPEN.values())
@@ -44,7 +45,7 @@ def _unescape(body: str) -> str:
             i += 1
             continue
         nxt = body[i + 1]
-        if nxt in "\\\"":
+        if nxt in '\\"':
             out.append(nxt)
             i += 2
         elif nxt == "n":

@@ -6,6 +6,7 @@ cuda.bindings are each 30-100 ms, and most commands never touch them (a cached b
 that prints text). Our own modules are imported normally; backends are loaded through the
 registry (pyree_build.backends) on first use.
 """
+
 from __future__ import annotations
 
 import importlib

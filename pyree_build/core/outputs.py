@@ -6,6 +6,7 @@ link of it) or the depfile, or that exists as a directory, FIFO or device node, 
 A directory output (`dump`) records what it wrote, with hashes, in a hidden manifest, and
 later removes or replaces only files it wrote that are unchanged since.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,8 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from pyree_build.core import args
 from pyree_build.core.errors import PyreeError
@@ -242,9 +243,7 @@ def write_manifest(directory: Path, files: Mapping[str, Sequence[str]]) -> None:
     os.replace(tmp, directory / MANIFEST)
 
 
-def replace_directory_files(
-    directory: Path, staged: Mapping[str, Path], *, inputs: Sequence[Path] = (), force: bool = False, verb: str = "dump"
-) -> None:
+def replace_directory_files(directory: Path, staged: Mapping[str, Path], *, inputs: Sequence[Path] = (), force: bool = False, verb: str = "dump") -> None:
     """Move the `staged` files (name -> a file on the same file system) into `directory`,
     and remove the files an earlier run wrote there that this one does not write.
 

@@ -1,4 +1,5 @@
 """pyree_build's version and where its files are, for any layer to read."""
+
 from pathlib import Path
 
 from pyree_build.core.errors import PyreeError

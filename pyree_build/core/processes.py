@@ -1,4 +1,5 @@
 """The only place that starts a tool: each in its own session, bounded, and ended when pyree_build stops."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +12,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Mapping, NoReturn, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 from pyree_build.core import echo, lazy
 from pyree_build.core.errors import PyreeError, trim
@@ -53,7 +55,7 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _set_pdeathsig() -> Callable[[], None] | None:
     """A function that makes the calling (forked) process get SIGKILL when its parent dies.
 
@@ -71,7 +73,7 @@ def _set_pdeathsig() -> Callable[[], None] | None:
     return functools.partial(prctl, pr_set_pdeathsig, sigkill, 0, 0, 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pdeathsig_wrapper() -> tuple[str, ...]:
     """The same for a spawned tool: `setpriv --pdeathsig KILL --` (util-linux) execs the tool
     with it set. A Python preexec_fn would do it too, but costs ~15 ms a spawn (no vfork);
@@ -387,10 +389,8 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     if pid == 0:  # the child: never returns into the caller's code
         _run_child(fn, args, read_fd, write_fd, die_with_parent, dumps)
     os.close(write_fd)
-    try:
+    with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also here: the child may not have run yet
-    except OSError:
-        pass
     _register(pid, what)
     child = _Child(pid)
     try:

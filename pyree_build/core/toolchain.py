@@ -4,6 +4,7 @@ Every tool is described by a `Tool`: the argv prefix that runs it, the file whos
 change should trigger a rebuild, and a version string. Both of the latter feed the
 cache key and the depfiles written for CMake, so upgrading a wheel rebuilds.
 """
+
 from __future__ import annotations
 
 import functools
@@ -13,8 +14,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from pyree_build.core import lazy
 from pyree_build.core.errors import PyreeError
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 _metadata = lazy.module("importlib.metadata")
 _pathfinder = lazy.module("cuda.pathfinder")
 _nvrtc = lazy.module("cuda.bindings.nvrtc")
+
 
 @record(frozen=True)
 class Tool:
@@ -64,7 +67,6 @@ INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip insta
 INSTALL_NVRTC = "pip install cuda-bindings nvidia-cuda-nvrtc"
 INSTALL_NVCC = "install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install cuda-bindings nvidia-cuda-nvrtc)"
 INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
-
 
 
 def _dist_version(dist: str) -> str | None:
@@ -111,7 +113,7 @@ def _package_dir(module: str) -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe_version(argv: tuple[str, ...], pattern: str) -> str:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -377,5 +379,3 @@ def package_files() -> list[Path]:
 def include_dir() -> Path:
     """The directory holding `iree/hal/local/executable_plugin.h`."""
     return PACKAGE_DIR / "include"
-
-

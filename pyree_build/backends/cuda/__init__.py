@@ -1,9 +1,11 @@
 """cuda: NVIDIA GPUs. PTX per sm from .cu sources (NVRTC or nvcc), NVPTX bitcode linked into
 IREE's generated code, and the `#hal.executable.target` that keys objects for an sm."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pyree_build.backends.base import Backend, CompileJob, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
@@ -36,7 +38,11 @@ class CudaBackend(Backend):
                 Option(("--verify",), {"action": "store_true", "help": "assemble each PTX with ptxas for its sm"}),
                 Option(
                     ("--ptx-isa",),
-                    {"default": "auto", "metavar": "auto|native|X.Y", "help": "PTX ISA version to mark the PTX with; auto (default): the newest the driver here and ptxas accept"},
+                    {
+                        "default": "auto",
+                        "metavar": "auto|native|X.Y",
+                        "help": "PTX ISA version to mark the PTX with; auto (default): the newest the driver here and ptxas accept",
+                    },
                 ),
                 Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/<stem>_sm_<N>.ptx"}),
                 *SOURCE_OPTIONS,
@@ -70,8 +76,7 @@ class CudaBackend(Backend):
             "pyree_build.backends.cuda.target:cuda_target_attr",
             (Option(("--sm",), {"required": True, "help": "e.g. 80"}),),
             description=(
-                "Print the #hal.executable.target attribute that iree-compile uses for an sm; paste it as "
-                "the key of that sm's PTX in #hal.executable.objects."
+                "Print the #hal.executable.target attribute that iree-compile uses for an sm; paste it as the key of that sm's PTX in #hal.executable.objects."
             ),
             examples="pyree-build cuda-target --sm 80",
         ),

@@ -12,13 +12,14 @@ Linked code that leaves a call unresolved still compiles: iree-compile writes PT
 an `.extern .func` that only fails when the driver loads it. `check_cuda_module` finds
 those at build time (and runs ptxas on the PTX where one is found).
 """
+
 from __future__ import annotations
 
 import functools
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.backends.cuda.ptx import normalize_sm
 from pyree_build.cache.local import cached_action
@@ -74,9 +75,7 @@ def bitcode(
 
     job = _BitcodeJob(src, sm_list, out_dir, clang, options, jobs)
     key = [*map(str, sm_list), *options]
-    deps = cached_action(
-        "bitcode", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=job.build, tools_used=[clang]
-    )
+    deps = cached_action("bitcode", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=job.build, tools_used=[clang])
     if depfile:
         write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]
@@ -98,9 +97,8 @@ class _BitcodeJob:
         with scratch_dir(self.out_dir, self.src.name) as build:
             no_sdk = build / "no-cuda-sdk"  # empty on purpose: see the module docstring
             no_sdk.mkdir()
-            with echo.Stopwatch(f"zig clang {self.src.name} -> bitcode sm {', '.join(map(str, self.sm_list))}"):
-                with processes.thread_pool(self.jobs) as pool:
-                    built = dict(zip(self.sm_list, pool.map(functools.partial(self.compile_one, build, no_sdk), self.sm_list)))
+            with echo.Stopwatch(f"zig clang {self.src.name} -> bitcode sm {', '.join(map(str, self.sm_list))}"), processes.thread_pool(self.jobs) as pool:
+                built = dict(zip(self.sm_list, pool.map(functools.partial(self.compile_one, build, no_sdk), self.sm_list)))
             for sm, tmp in zip(self.sm_list, private):  # renamed into place once all are written
                 os.replace(built[sm][0], tmp)
         return list(dict.fromkeys(str(Path(d).resolve()) for r in built.values() for d in r[1]))

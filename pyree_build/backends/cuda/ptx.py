@@ -6,14 +6,15 @@ ptxas older than the compiler that wrote it refuses the whole file. The PTX we w
 is therefore marked with the newest ISA that every CUDA component on this machine
 that will read it accepts (see `choose_ptx_isa`).
 """
+
 from __future__ import annotations
 
 import functools
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.cache.local import cached_action
 from pyree_build.core import args, echo, lazy, processes, toolchain
@@ -110,9 +111,7 @@ def _release_of(tool: toolchain.Tool) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def choose_ptx_isa(
-    requested: str, *, verify_with: toolchain.Tool | None = None, driver: tuple[int, int] | None = None
-) -> tuple[tuple[int, int] | None, str]:
+def choose_ptx_isa(requested: str, *, verify_with: toolchain.Tool | None = None, driver: tuple[int, int] | None = None) -> tuple[tuple[int, int] | None, str]:
     """The ISA ceiling to write, and why. `requested` is 'auto', 'native' or 'MAJOR.MINOR'.
 
     auto: the newest ISA that the driver here (if any) and the ptxas used by --verify
@@ -336,9 +335,8 @@ class _PtxJob:
         """Compile every sm in a scratch directory, then write them to `private` (in sm order); the dependencies."""
         with scratch_dir(self.out_dir, self.src.name) as build:
             label = f"{self.tool.name} {self.src.name} -> sm {', '.join(map(str, self.sm_list))}"
-            with echo.Stopwatch(label + (" + ptxas" if self.ptxas is not None else "")):
-                with processes.thread_pool(self.jobs) as pool:
-                    results = dict(zip(self.sm_list, pool.map(functools.partial(self.compile_one, build), self.sm_list)))
+            with echo.Stopwatch(label + (" + ptxas" if self.ptxas is not None else "")), processes.thread_pool(self.jobs) as pool:
+                results = dict(zip(self.sm_list, pool.map(functools.partial(self.compile_one, build), self.sm_list)))
             for sm, tmp in zip(self.sm_list, private):  # renamed into place once all are written
                 _write_step(tmp, results[sm][0], echo.shell_line(["cp", results[sm][3], tmp]))
         isas = {r[2] for r in results.values() if r[2] is not None}

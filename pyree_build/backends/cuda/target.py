@@ -1,5 +1,6 @@
 """cuda's side of compile and run: the flags and `#hal.executable.target` of an sm, what
 iree-compile's and the driver's errors mean, and whether a CUDA GPU is usable here."""
+
 from __future__ import annotations
 
 import functools
@@ -73,8 +74,12 @@ def cuda_target_attr(sm: str | int) -> str:
         dump = Path(tmp) / "dump"
         processes.spawn(
             toolchain.iree_compile().command(
-                src, *target_flags(sm_text), f"--iree-hal-dump-executable-sources-to={dump}",
-                "--compile-to=executable-sources", "-o", Path(tmp) / "out.mlir",
+                src,
+                *target_flags(sm_text),
+                f"--iree-hal-dump-executable-sources-to={dump}",
+                "--compile-to=executable-sources",
+                "-o",
+                Path(tmp) / "out.mlir",
             ),  # fmt: skip
             what=f"asking iree-compile for the sm_{sm_text} target",
             explain=functools.partial(explain_cuda_target, src, sm_text),
@@ -85,7 +90,7 @@ def cuda_target_attr(sm: str | int) -> str:
     raise PyreeError(f"iree-compile dumped no cuda variant for sm_{sm_text}", fix="run with -v to see the command")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_status() -> tuple[bool, str]:
     """(usable, reason): a CUDA GPU is usable when the runtime can enumerate a device on it."""
     try:
@@ -105,7 +110,9 @@ def explain_ptx_version(text: str) -> str | None:
         return None
     release = driver_release()
     limit = isa_for_cuda_release(*release) if release else None
-    reads = f"this driver (CUDA {release[0]}.{release[1]}) reads PTX ISA up to {limit[0]}.{limit[1]}" if release and limit else "this driver reads an older PTX ISA"
+    reads = (
+        f"this driver (CUDA {release[0]}.{release[1]}) reads PTX ISA up to {limit[0]}.{limit[1]}" if release and limit else "this driver reads an older PTX ISA"
+    )
     return text + (
         f"\nhint: a PTX object in the module was written for a newer PTX ISA than {reads}. Rebuild the PTX "
         "on this machine (`pyree-build ptx` picks the driver's ISA by default) or with --ptx-isa "

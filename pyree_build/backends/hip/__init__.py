@@ -1,8 +1,10 @@
 """hip: AMD GPUs. AMDGPU code objects per gfx from HIP sources (zig clang + iree-lld, no ROCm)."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pyree_build.backends.base import Backend, CompileJob, Option, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
@@ -45,12 +47,11 @@ class HipBackend(Backend):
             "pyree_build.backends.hip.hsaco:code_objects",
             (
                 Option(("module",), {"metavar": "MODULE.vmfb"}),
-                Option(("--gfx",), {"dest": "gfxs", "action": "append", "default": [], "help": "fail unless a code object for this gfx is embedded (repeatable)"}),
+                Option(
+                    ("--gfx",), {"dest": "gfxs", "action": "append", "default": [], "help": "fail unless a code object for this gfx is embedded (repeatable)"}
+                ),
             ),
-            description=(
-                "List the AMDGPU code objects a .vmfb embeds, with the gfx each was built for; with --gfx, "
-                "fail unless one for that gfx is there."
-            ),
+            description=("List the AMDGPU code objects a .vmfb embeds, with the gfx each was built for; with --gfx, fail unless one for that gfx is there."),
             examples="pyree-build code-objects build/hip_example.vmfb --gfx 942",
         ),
     )

@@ -1,4 +1,5 @@
 """Whether an AMD GPU is usable here, for `run --device hip` and doctor."""
+
 from __future__ import annotations
 
 import functools
@@ -7,7 +8,7 @@ from pyree_build.backends.runtime import listed_devices
 from pyree_build.core.errors import PyreeError
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hip_status() -> tuple[bool, str]:
     """(usable, reason): an AMD GPU is usable when the runtime can enumerate a HIP device."""
     try:

@@ -6,6 +6,7 @@ iree-lld links it into a code object. iree-compile embeds whatever object it is 
 under the generic `rocm-hsaco-fb` key without looking at its GPU, so every object is
 checked here: its ELF `e_flags` name the gfx it was built for.
 """
+
 from __future__ import annotations
 
 import functools
@@ -13,9 +14,9 @@ import io
 import os
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, lazy, processes, toolchain
@@ -168,9 +169,8 @@ class _HsacoJob:
     def build(self, private: list[Path]) -> list[str]:
         """Build every gfx in a scratch directory, then move them to `private` (in gfx order); the dependencies."""
         with scratch_dir(self.out_dir, self.src.name) as build:
-            with echo.Stopwatch(f"zig clang + iree-lld {self.src.name} -> {', '.join(self.gfx_list)}"):
-                with processes.thread_pool(self.jobs) as pool:
-                    built = dict(zip(self.gfx_list, pool.map(functools.partial(self.build_one, build), self.gfx_list)))
+            with echo.Stopwatch(f"zig clang + iree-lld {self.src.name} -> {', '.join(self.gfx_list)}"), processes.thread_pool(self.jobs) as pool:
+                built = dict(zip(self.gfx_list, pool.map(functools.partial(self.build_one, build), self.gfx_list)))
             for g, tmp in zip(self.gfx_list, private):  # renamed into place once all are written
                 os.replace(built[g], tmp)
         return list(self.deps)
@@ -187,8 +187,18 @@ class _HsacoJob:
         )
         processes.spawn(
             self.lld.command(
-                "-flavor", "gnu", "-m", "elf64_amdgpu", "--no-undefined", "-shared",
-                "-plugin-opt=-amdgpu-internalize-symbols", f"-plugin-opt=mcpu={gfx}", "-plugin-opt=O3", bc, "-o", co,
+                "-flavor",
+                "gnu",
+                "-m",
+                "elf64_amdgpu",
+                "--no-undefined",
+                "-shared",
+                "-plugin-opt=-amdgpu-internalize-symbols",
+                f"-plugin-opt=mcpu={gfx}",
+                "-plugin-opt=O3",
+                bc,
+                "-o",
+                co,
             ),  # fmt: skip
             what=f"linking the {gfx} code object with iree-lld",
             file=src,

@@ -1,9 +1,11 @@
 """llvm-cpu: modules for the host CPU (local-sync, local-task), CPU plugins (system .so and
 standalone FatELF .sos) and embedded objects linked into a module."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pyree_build.backends.base import Backend, CompileJob, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import C_OPTIONS
@@ -24,9 +26,7 @@ class LlvmCpuBackend(Backend):
     dumps = True
     # iree-compile 3.13 crashes (null inner module) on object substitution for llvm-cpu.
     substitutes_objects = False
-    compile_options = (
-        Option(("--cpu",), {"default": "generic", "help": "llvm-cpu target CPU: generic (portable, default) or host"}),
-    )
+    compile_options = (Option(("--cpu",), {"default": "generic", "help": "llvm-cpu target CPU: generic (portable, default) or host"}),)
     verbs = (
         Verb(
             "plugin",

@@ -3,6 +3,7 @@
 These run after a build and before any IREE runtime sees the file, so a missing export or
 an undefined symbol is reported with the file and the fix, not as a runtime load failure.
 """
+
 from __future__ import annotations
 
 import io
@@ -74,9 +75,7 @@ def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSumm
                 if sym["st_shndx"] == "SHN_UNDEF":
                     if bind != "STB_WEAK" or section_name == ".dynsym":
                         undefined.append(sym.name)
-                elif bind in ("STB_GLOBAL", "STB_WEAK") and (
-                    section_name == ".dynsym" or sym["st_other"]["visibility"] == "STV_DEFAULT"
-                ):
+                elif bind in ("STB_GLOBAL", "STB_WEAK") and (section_name == ".dynsym" or sym["st_other"]["visibility"] == "STV_DEFAULT"):
                     exports.add(sym.name)
             if section_name == ".dynsym" and elf["e_type"] == "ET_DYN":
                 break  # a shared object's interface is its dynamic symbol table
@@ -108,7 +107,9 @@ class ElfHeaders:
         self.endian = "<" if data[at + 5] == 1 else ">"
         wide = self.elfclass == 64
         e = self.endian
-        (self.type, self.machine, _, _, _, shoff, _, _, _, _, shentsize, shnum, _) = struct.unpack_from(e + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH"), data, at + 16)
+        (self.type, self.machine, _, _, _, shoff, _, _, _, _, shentsize, shnum, _) = struct.unpack_from(
+            e + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH"), data, at + 16
+        )
         shdr = e + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
         if shentsize < struct.calcsize(shdr) and shnum:
             raise ValueError("section headers too small")
@@ -116,9 +117,7 @@ class ElfHeaders:
             shnum = struct.unpack_from(shdr, data, at + shoff)[5]
         self.header_end = shoff + shnum * shentsize
         # (type, addr, offset, size, link, entsize) of each section, offsets relative to the ELF
-        self.sections = [
-            (f[1], f[3], f[4], f[5], f[6], f[9]) for f in (struct.unpack_from(shdr, data, at + shoff + i * shentsize) for i in range(shnum))
-        ]
+        self.sections = [(f[1], f[3], f[4], f[5], f[6], f[9]) for f in (struct.unpack_from(shdr, data, at + shoff + i * shentsize) for i in range(shnum))]
 
     def size(self) -> int:
         return max([self.header_end, *(off + size for kind, _, off, size, _, _ in self.sections if kind != 8)])

@@ -13,13 +13,15 @@ first record whose machine, word size and byte order match the host.
 Reading is strict and bounded: every malformed container gets its own message (a PyreeError
 naming the file, what is wrong and what to do), and no read goes past the data it was given.
 """
+
 from __future__ import annotations
 
 import os
 import struct
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Union
 
 from pyree_build.backends.llvm_cpu.elf import host_arch, normalize_arch
 from pyree_build.core import args, lazy
@@ -32,7 +34,7 @@ from pyree_build.core.records import record
 platform = lazy.module("platform")
 
 PathLike = Union[str, "os.PathLike[str]"]
-ElfInput = Union[PathLike, bytes, bytearray, memoryview]
+ElfInput = PathLike | bytes | bytearray | memoryview
 
 MAGIC = 0x1F0E70FA
 VERSION = 1
@@ -311,9 +313,7 @@ def _host_machine() -> int:
     return MACHINES[arch]
 
 
-def select(
-    path: PathLike, *, machine: int | None = None, word_size: int | None = None, byte_order: int | None = None
-) -> bytes:
+def select(path: PathLike, *, machine: int | None = None, word_size: int | None = None, byte_order: int | None = None) -> bytes:
     """The ELF bytes for `machine` (default: this host), picked as the runtime's loader does.
 
     Word size and byte order default to this Python's (the runtime is built for the same host).

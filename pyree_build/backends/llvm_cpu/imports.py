@@ -11,14 +11,15 @@ the child loads each plugin with dlopen, calls its `load` and `resolve` as the r
 does, and reports which names it filled in. The runtime asks plugins last registered
 first, so the parent walks them in that order.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import struct
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.backends.llvm_cpu import fatelf
 from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders, host_arch
@@ -68,7 +69,9 @@ class _ElfImage:
         self.word = self.elf.elfclass // 8
         self.endian = self.elf.endian
         wide = self.word == 8
-        self.sections = [{"sh_addr": addr, "sh_offset": off, "sh_size": size} for kind, addr, off, size, _, _ in self.elf.sections if addr and kind != _SHT_NOBITS]
+        self.sections = [
+            {"sh_addr": addr, "sh_offset": off, "sh_size": size} for kind, addr, off, size, _, _ in self.elf.sections if addr and kind != _SHT_NOBITS
+        ]
         self.pointers: dict[int, int] = {}  # address of a pointer -> address it points to
         sym_format = self.endian + ("IBBHQQ" if wide else "IIIBBH")
         for kind, _, off, size, link, entsize in self.elf.sections:
@@ -281,7 +284,9 @@ def check_resolved(module: PathLike, plugins: Sequence[PathLike], *, ask_without
     missing = sorted({n for e in host for n in e.required if n not in resolution.provider})
     if missing:
         asked = "\n".join(
-            f"  {a.path}" + (f" ({a.name})" if a.name else "") + (f": could not be asked: {a.error}" if a.error else f": resolves {', '.join(a.resolves) or 'none of them'}")
+            f"  {a.path}"
+            + (f" ({a.name})" if a.name else "")
+            + (f": could not be asked: {a.error}" if a.error else f": resolves {', '.join(a.resolves) or 'none of them'}")
             for a in resolution.answers
         )
         unasked = [a for a in resolution.answers if a.error]

@@ -1,11 +1,12 @@
 """llvm-cpu's side of compile and run: how the runtime loads a plugin, what its loader's
 errors mean, and imports declared in a way that would compute garbage."""
+
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.backends.llvm_cpu.elf import ARCH_ALIASES, host_arch, is_standalone_elf
 from pyree_build.backends.llvm_cpu.imports import declarations_without_bareptr

@@ -5,6 +5,7 @@ Run in a forked child (imports.resolve): the plugin is loaded as the runtime loa
 alone costs ~65 ms of every run with a plugin. A module of its own so that ctypes and these
 structures load only when a plugin is asked, not with every compile or run that reads imports.
 """
+
 from __future__ import annotations
 
 import ctypes as C

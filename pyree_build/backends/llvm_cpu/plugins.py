@@ -2,13 +2,14 @@
 
 Every compiler flag pyree_build uses for CPU code lives in this module.
 """
+
 from __future__ import annotations
 
 import itertools
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.backends.llvm_cpu import fatelf
 from pyree_build.backends.llvm_cpu.elf import (
@@ -188,9 +189,8 @@ class _SystemBuild:
         inputs: list[str] = []
         with scratch_dir(out.parent, out.name) as build:
             objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(self.srcs)]
-            with echo.Stopwatch(f"compile {len(self.srcs)} source(s) with {compiler.name}"):
-                with processes.thread_pool(self.jobs) as pool:
-                    inputs += [d for deps in pool.map(_compile, itertools.repeat(compiler), self.srcs, objs, itertools.repeat(self.cflags)) for d in deps]
+            with echo.Stopwatch(f"compile {len(self.srcs)} source(s) with {compiler.name}"), processes.thread_pool(self.jobs) as pool:
+                inputs += [d for deps in pool.map(_compile, itertools.repeat(compiler), self.srcs, objs, itertools.repeat(self.cflags)) for d in deps]
             with echo.Stopwatch(f"link {out.name}"):
                 processes.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
                 try:
@@ -274,10 +274,9 @@ class _StandaloneBuild:
         with scratch_dir(out.parent, out.name) as build:
             elfs = {arch: build / f"{out.stem}_{arch}.so" for arch in arch_list}
             parallel = " in parallel" if len(arch_list) > 1 else ""
-            with echo.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"):
-                with processes.thread_pool(self.jobs) as pool:
-                    futures = [pool.submit(_standalone_elf, self.compiler, self.lld, self.srcs, a, self.opts, build, elfs[a], out) for a in arch_list]
-                    inputs = [dep for f in futures for dep in f.result()]
+            with echo.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"), processes.thread_pool(self.jobs) as pool:
+                futures = [pool.submit(_standalone_elf, self.compiler, self.lld, self.srcs, a, self.opts, build, elfs[a], out) for a in arch_list]
+                inputs = [dep for f in futures for dep in f.result()]
             if self.single:
                 echo.echo_command(echo.shell_line(["cp", elfs[arch_list[0]], tmp]))
                 tmp.write_bytes(elfs[arch_list[0]].read_bytes())
@@ -320,9 +319,7 @@ def plugin(
                 "--cpu host applies to system plugins only",
                 fix="drop --cpu: standalone plugins are built for each arch's baseline CPU, to run on any CPU of it",
             )
-        return standalone_plugin(
-            sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs
-        )
+        return standalone_plugin(sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs)
     raise PyreeError(f"unknown plugin kind '{kind}'", fix="use --kind system or --kind standalone")
 
 
@@ -381,9 +378,8 @@ class _ObjectsBuild:
 
     def build(self, private: list[Path]) -> list[str]:
         """Compile every arch, in parallel, into `private` (in arch order); the files read."""
-        with echo.Stopwatch(f"compile {self.src.name} for {', '.join(self.arch_list)}"):
-            with processes.thread_pool(self.jobs) as pool:
-                return [d for deps in pool.map(self.compile_one, self.arch_list, private) for d in deps]
+        with echo.Stopwatch(f"compile {self.src.name} for {', '.join(self.arch_list)}"), processes.thread_pool(self.jobs) as pool:
+            return [d for deps in pool.map(self.compile_one, self.arch_list, private) for d in deps]
 
     def compile_one(self, spelling: str, obj: Path) -> list[str]:
         """Compile for one arch and check the object's machine and undefined symbols; the files read."""

@@ -1,8 +1,10 @@
 """vulkan: Vulkan devices (GPUs, or lavapipe on the CPU). GLSL compute shaders -> validated
 SPIR-V, and the --iree-vulkan-target that computes correctly on the device here."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
@@ -18,9 +20,7 @@ class VulkanBackend(Backend):
     devices = ("vulkan",)
     # IREE's Python runtime cannot read results back on every Vulkan device (lavapipe).
     runs_in_process = False
-    compile_options = (
-        Option(("--vulkan-target",), {"default": None, "help": "vulkan: auto (default: the Vulkan device here), llvmpipe, ampere, rdna3, ..."}),
-    )
+    compile_options = (Option(("--vulkan-target",), {"default": None, "help": "vulkan: auto (default: the Vulkan device here), llvmpipe, ampere, rdna3, ..."}),)
     verbs = (
         Verb(
             "spirv",

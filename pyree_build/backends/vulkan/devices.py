@@ -5,6 +5,7 @@ exit code 0 (checked: `rdna3` / `ampere` modules on lavapipe, the CPU Vulkan dev
 rows of 1024 ones to 256). So `auto` — the default — picks the target of the device that
 is here, and the conservative baseline where there is none.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,7 +37,7 @@ class VulkanDevice:
     kind: str  # cpu, discrete-gpu, integrated-gpu, ...
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def devices() -> tuple[VulkanDevice, ...]:
     """The Vulkan devices IREE's runtime sees (none without a Vulkan driver), in its order."""
     try:

