@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,8 +154,6 @@ def bench(
     check_timeout(timeout)
     require_device(device, skip_unavailable=skip_unavailable)
     argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
-    import tempfile
-
     # The JSON goes to a file of its own: a plugin that prints to stdout would split it.
     with tempfile.TemporaryDirectory(prefix="pyree-bench.") as tmp:
         report = Path(tmp) / "benchmark.json"

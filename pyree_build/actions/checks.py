@@ -14,12 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pyree_build.core import processes, toolchain
+from pyree_build.core import lazy, processes, toolchain
+from pyree_build.core.errors import PyreeError
 from pyree_build.core.records import record
 
 if TYPE_CHECKING:
-    import numpy as np
-from pyree_build.core.errors import PyreeError
+    import numpy
+
+np = lazy.module("numpy")  # only to read results as arrays
 
 _INT_TYPES = {f"{p}{w}": w for p in ("i", "si", "ui") for w in (1, 2, 4, 8, 16, 32, 64)}
 _FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN"}
@@ -38,8 +40,6 @@ _NUMPY_TYPE_NAMES = {
 
 def numpy_dtype(element_type: str) -> type:
     """The numpy type for an IREE element type, or a clear error for one numpy lacks (bf16, f8...)."""
-    import numpy as np
-
     try:
         return getattr(np, _NUMPY_TYPE_NAMES[element_type])
     except KeyError:
@@ -124,10 +124,8 @@ def parse_inputs(specs: Sequence[str]) -> list[InputSpec]:
 _RESULT_LINE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)=(?P<values>.*)$")
 
 
-def parse_outputs(stdout: str) -> list[np.ndarray]:
+def parse_outputs(stdout: str) -> list[numpy.ndarray]:
     """The result buffers iree-run-module printed (`8xf32=12 12 ...`), as numpy arrays."""
-    import numpy as np
-
     arrays = []
     for line in stdout.splitlines():
         match = _RESULT_LINE.match(line.strip())
@@ -136,7 +134,7 @@ def parse_outputs(stdout: str) -> list[np.ndarray]:
         shape = tuple(int(d) for d in match["dims"].split("x") if d)
         values = _split_values(match["values"])
         dtype = numpy_dtype(match["type"])
-        data: np.ndarray
+        data: numpy.ndarray
         if match["type"] == "i1":
             # The runtime prints i1 as a byte ("01"/"00").
             data = np.array([v.lower() == "true" or (v.isdigit() and int(v) != 0) for v in values], dtype=dtype)

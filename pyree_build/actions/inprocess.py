@@ -25,7 +25,10 @@ import numpy as np
 from pyree_build.actions import checks
 from pyree_build.actions.run import plugin_flag, require_device, run_to_arrays
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX
+from pyree_build.core import lazy
 from pyree_build.core.errors import PyreeError, require_file
+
+rt = lazy.module("iree.runtime")
 
 PathLike = str | os.PathLike[str]
 InputValue = "np.ndarray | str | float | int"
@@ -63,8 +66,6 @@ def claim_driver(driver: str, want: PluginSet) -> str | None:
     """Make sure `driver` is (or will be) created with exactly `want`; returns None when it
     is, else the reason it cannot be (the caller then runs out of process)."""
     global _PARSED_PLUGINS
-    import iree.runtime as rt
-
     with _LOCK:
         if driver in _DRIVER_PLUGINS:
             return _mismatch(_DRIVER_PLUGINS[driver], want)
@@ -121,7 +122,7 @@ def run(
 
     mod = require_file(module, "module")
     try:
-        import iree.runtime as rt
+        rt.Config  # noqa: B018 - the first read imports iree.runtime: say what to install if it is missing
     except ImportError as exc:
         raise PyreeError(f"iree.runtime cannot be imported ({exc})", fix='pip install "iree-base-runtime==3.13.*"') from None
     require_device(device)

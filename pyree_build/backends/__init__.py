@@ -15,6 +15,7 @@ import threading
 # Backend is re-exported: callers name the registry's type as `backends.Backend`.
 from pyree_build.backends.base import Backend as Backend
 from pyree_build.backends.base import Verb
+from pyree_build.core import lazy
 from pyree_build.core.errors import PyreeError
 
 BUILTIN = {
@@ -24,6 +25,8 @@ BUILTIN = {
     "hip": "pyree_build.backends.hip",
 }
 ENTRY_POINT_GROUP = "pyree_build.backends"
+# Scanning installed packages costs ~10 ms: only for a name not built in, or a full listing.
+metadata = lazy.module("importlib.metadata")
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, Backend] = {}
@@ -43,9 +46,7 @@ def register(backend: Backend) -> Backend:
 def _external() -> dict[str, str]:
     global _EXTERNAL
     if _EXTERNAL is None:
-        from importlib.metadata import entry_points
-
-        found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        found = {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
         _EXTERNAL = {name: value for name, value in found.items() if name not in BUILTIN}
     return _EXTERNAL
 

@@ -11,8 +11,15 @@ import os
 import struct
 from pathlib import Path
 
+from pyree_build.core import lazy, processes
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.records import record
+
+elffile = lazy.module("elftools.elf.elffile")
+elf_errors = lazy.module("elftools.common.exceptions")
+# The plugin ABI's structures, as ctypes declares them: only a plugin probe needs them.
+platform = lazy.module("platform")
+plugin_abi = lazy.module("pyree_build.backends.llvm_cpu.plugin_abi")
 
 QUERY_EXPORT = "iree_hal_executable_plugin_query"
 PLUGIN_VERSION_LATEST = 1
@@ -37,8 +44,6 @@ def normalize_arch(arch: str) -> str:
 
 
 def host_arch() -> str:
-    import platform
-
     machine = platform.machine().lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
@@ -55,13 +60,10 @@ class ElfSummary:
 
 
 def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSummary:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
     p = Path(path)
     raw = data if data is not None else p.read_bytes()
     try:
-        elf = ELFFile(io.BytesIO(raw))
+        elf = elffile.ELFFile(io.BytesIO(raw))
         exports: set[str] = set()
         undefined: list[str] = []
         for section_name in (".dynsym", ".symtab"):
@@ -88,7 +90,7 @@ def read_elf(path: str | os.PathLike[str], data: bytes | None = None) -> ElfSumm
             defined_exports=frozenset(exports),
             undefined=tuple(sorted(set(undefined))),
         )
-    except (ELFError, ValueError, KeyError, IndexError, AssertionError) as exc:
+    except (elf_errors.ELFError, ValueError, KeyError, IndexError, AssertionError) as exc:
         raise PyreeError(f"not a readable ELF file ({exc})", file=p, fix="rebuild it; the file may be truncated") from None
 
 
@@ -164,18 +166,15 @@ def is_standalone_elf(path: str | os.PathLike[str]) -> bool:
         return False
     if decided is not None:
         return decided
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
     try:
         with open(path, "rb") as f:
-            elf = ELFFile(f)
+            elf = elffile.ELFFile(f)
             if elf["e_type"] != "ET_DYN":
                 return False
             dynamic = elf.get_section_by_name(".dynamic")
             if dynamic is not None and any(tag.entry.d_tag == "DT_NEEDED" for tag in dynamic.iter_tags()):
                 return False
-    except (ELFError, OSError, ValueError):
+    except (elf_errors.ELFError, OSError, ValueError):
         return False
     return not read_elf(path).undefined
 
@@ -250,8 +249,6 @@ def probe_plugin(path: str | os.PathLike[str], *, label: str | os.PathLike[str] 
     header version). A NULL return means the plugin does not implement the runtime's ABI
     version; say so before the runtime does.
     """
-    from pyree_build.core import processes
-
     shown = label if label is not None else path
     if timeout is None:
         try:
@@ -274,12 +271,7 @@ def probe_plugin(path: str | os.PathLike[str], *, label: str | os.PathLike[str] 
 
 def _query_plugin(path: str) -> tuple[str, int]:
     # ctypes, not cffi: cffi's cdef parse alone costs ~65 ms per probe.
-    import ctypes as C
-
-    class Header(C.Structure):
-        _fields_ = [("version", C.c_uint32), ("name", C.c_char_p), ("description", C.c_char_p),
-                    ("features", C.c_uint32), ("sanitizer", C.c_int32), ("reserved", C.c_uint64 * 8)]  # fmt: skip
-
+    C, Header = plugin_abi.C, plugin_abi.Header
     try:
         query = C.CDLL(path).iree_hal_executable_plugin_query
     except OSError as exc:
