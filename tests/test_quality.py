@@ -115,6 +115,14 @@ def test_no_closure_shares_state_with_its_enclosing_function():
     assert not shared, "these functions rebind an enclosing function's variable:\n" + "\n".join(shared)
 
 
+def test_imports_are_at_the_top_of_each_module():
+    """A module's dependencies read from its first lines: start-up cost is kept down with
+    core.lazy (loaded on first attribute read) and the backend registry, not by imports
+    hidden in function bodies."""
+    hidden = [f"{where}: line {n.lineno}" for where, node in _functions() for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not hidden, "move these imports to the top of their module (through core.lazy if heavy):\n" + "\n".join(hidden)
+
+
 def _shape(signature: inspect.Signature) -> list[tuple[str, inspect._ParameterKind, object]]:
     return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
 

@@ -3,8 +3,10 @@
 `np = lazy.module("numpy")` at module level says what a module depends on, as an import
 would, yet costs nothing until an attribute is read: numpy, pyelftools, iree.runtime and
 cuda.bindings are each 30-100 ms, and most commands never touch them (a cached build, a run
-that prints text). Our own modules are imported normally; backends are loaded through the
-registry (pyree_build.backends) on first use.
+that prints text). The same holds for the few standard-library and pyree_build modules that
+only a rare path needs (importlib.metadata for installed backends, ctypes for a plugin
+probe, the remote cache). Other modules are imported normally; backends are loaded through
+the registry (pyree_build.backends) on first use.
 """
 
 from __future__ import annotations
