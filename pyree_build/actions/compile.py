@@ -17,18 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build import backends
-from pyree_build.actions.executables import substitution_flags
 from pyree_build.actions.specs import pipeline_files, spec_flags
 from pyree_build.actions.specs import preprocess as run_preprocess
 from pyree_build.backends.base import Backend, CompileJob
 from pyree_build.backends.llvm_cpu.imports import require_imports
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, processes, toolchain
+from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import remove_stale, scratch_dir, write_depfile
 from pyree_build.core.inputs import Inputs, compile_inputs, referenced_objects, resolve_object
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import field, record
+
+# Substitution (and its dataclasses, ~8 ms) loads only for a compile that substitutes.
+executables = lazy.module("pyree_build.actions.executables")
 
 PathLike = str | os.PathLike[str]
 
@@ -142,7 +144,7 @@ def add_substitutions(state: CompileState) -> None:
     request = state.request
     if not request.substitutions and request.substitute_from is None:
         return
-    sub_flags, state.substituted = substitution_flags(
+    sub_flags, state.substituted = executables.substitution_flags(
         state.job.source, target=request.target, substitutions=request.substitutions, substitute_from=request.substitute_from,
         sm=state.job.options.get("sm"), flags=[*state.spec_flags, *request.flags],
     )  # fmt: skip

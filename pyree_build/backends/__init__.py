@@ -119,7 +119,8 @@ def devices(*, external: bool = True) -> list[str]:
 def find_verb(name: str) -> tuple[Backend, Verb] | None:
     """The backend verb called `name` (`ptx`), looking at installed backends only when no
     built-in one has it."""
-    for backend in builtin():
+    for builtin_name in names(external=False):  # loaded one by one: `plugin` needs only llvm-cpu's declaration
+        backend = get(builtin_name)
         for verb in backend.verbs:
             if verb.name == name:
                 return backend, verb

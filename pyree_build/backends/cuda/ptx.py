@@ -13,7 +13,6 @@ import functools
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyree_build.cache.local import cached_action
@@ -27,6 +26,7 @@ from pyree_build.core.files import (
 )
 from pyree_build.core.inputs import Inputs, c_includes
 from pyree_build.core.outputs import check_outputs, included_files
+from pyree_build.core.records import record
 
 # cuda-bindings, from PyPI (`pip install cuda-python`): loaded when NVRTC or the driver is first asked.
 cuda_driver = lazy.module("cuda.bindings.driver")
@@ -131,7 +131,7 @@ def choose_ptx_isa(requested: str, *, verify_with: toolchain.Tool | None = None,
     return min(limits)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PtxResult:
     sm: int
     path: Path
@@ -314,7 +314,7 @@ def _plan(
     return _PtxJob(src, text, sm_list, out_dir, compiler, tool, options, headers, isa_limit, isa_reason, ptxas_tool, jobs)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _PtxJob:
     """One `ptx` call, planned: what cached_action's build step needs to make every sm's PTX."""
 

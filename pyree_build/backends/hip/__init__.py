@@ -9,10 +9,11 @@ from typing import Any
 from pyree_build.backends.base import Backend, CompileJob, Option, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
 from pyree_build.core import lazy
-from pyree_build.core.inputs import referenced_objects, resolve_object
 
 # Loaded on first use: declaring the backend (help, doctor, the registry) reads neither.
 _hsaco = lazy.module("pyree_build.backends.hip.hsaco")
+# Every command loads the built-in backends' declarations: what only a hip compile needs loads then.
+_inputs = lazy.module("pyree_build.core.inputs")
 _devices = lazy.module("pyree_build.backends.hip.devices")
 
 DEFAULT_GFX = "942"
@@ -67,7 +68,7 @@ class HipBackend(Backend):
 
     def before_compile(self, job: CompileJob) -> None:
         # iree-compile embeds an object for any gfx: refuse one built for another here.
-        objects = [found for obj in referenced_objects(job.text) if (found := resolve_object(obj, job.search_paths)[0])]
+        objects = [found for obj in _inputs.referenced_objects(job.text) if (found := _inputs.resolve_object(obj, job.search_paths)[0])]
         _hsaco.check_module_objects(objects, _gfx(job.options))
 
     def probe(self, device: str) -> tuple[bool, str]:

@@ -15,7 +15,6 @@ import os
 import re
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyree_build.cache.local import cached_action
@@ -24,6 +23,7 @@ from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import remove_stale, scratch_dir, write_depfile
 from pyree_build.core.inputs import c_includes
 from pyree_build.core.outputs import check_outputs, included_files
+from pyree_build.core.records import record
 
 elffile = lazy.module("elftools.elf.elffile")  # only to name a code object's kernels
 
@@ -52,7 +52,7 @@ def normalize_gfx(gfx: str | int) -> str:
     return name
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CodeObject:
     gfx: str | None  # None: a machine byte pyree_build does not know
     mach: int
@@ -153,7 +153,7 @@ def hsaco(
     return [outputs[g] for g in gfx_list]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _HsacoJob:
     """One `hsaco` call, planned: what cached_action's build step needs to make every gfx's object."""
 

@@ -21,7 +21,6 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyree_build.backends.llvm_cpu import fatelf
 from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders, host_arch
 from pyree_build.core import echo, lazy, processes
 from pyree_build.core.errors import PyreeError, require_file
@@ -30,6 +29,8 @@ from pyree_build.core.records import field, record
 # The child side (ctypes and the plugin ABI's structures) loads only when a plugin is asked,
 # not with every compile and run that reads a module's imports.
 plugin_abi = lazy.module("pyree_build.backends.llvm_cpu.plugin_abi")
+# Only a FatELF plugin needs it; with it come the output checks (hashlib, json), which `run` never needs.
+fatelf = lazy.module("pyree_build.backends.llvm_cpu.fatelf")
 
 PathLike = str | os.PathLike[str]
 

@@ -11,7 +11,6 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyree_build.backends.llvm_cpu import fatelf
 from pyree_build.backends.llvm_cpu.elf import (
     ELF_MACHINES,
     check_plugin_elf,
@@ -22,7 +21,7 @@ from pyree_build.backends.llvm_cpu.elf import (
     read_elf,
 )
 from pyree_build.cache.local import cached_action
-from pyree_build.core import args, echo, processes, toolchain
+from pyree_build.core import args, echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
@@ -32,6 +31,8 @@ from pyree_build.core.files import (
 )
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
+
+fatelf = lazy.module("pyree_build.backends.llvm_cpu.fatelf")  # standalone plugins only
 
 PathLike = str | os.PathLike[str]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
 from pyree_build.core import processes, toolchain
 from pyree_build.core.errors import PyreeError
+from pyree_build.core.records import record
 
 # --iree-vulkan-target names iree-compile 3.13 accepts (checked one by one); an unknown
 # name crashes it with a stack dump, so names are checked here first. `auto` picks the
@@ -28,7 +28,7 @@ VULKAN_TARGETS = (
 BASELINE_TARGET = "vp_android_baseline_2022"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VulkanDevice:
     uri: str
     name: str
