@@ -227,6 +227,7 @@ def dump(
     pdl_spec: PathLike | None = None,
     object_search_paths: PathLike | Sequence[PathLike] = (),
     force: bool = False,
+    target_options: Mapping[str, _Any] | None = None,
 ) -> list[Executable]:
     """Write a program's executables (sources, binaries, benchmarks) and index.json to a directory."""
     raise NotImplementedError

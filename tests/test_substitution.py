@@ -233,3 +233,20 @@ def test_cmake_substitute_rebuilds_on_edit_and_benchmarks_stay_out_of_plain_ctes
     edit.write_text(edit.read_text().replace("arith.mulf %in, %in_0", "arith.subf %in, %in_0"))
     log = run(toolchain.cmake(), "--build", build, "-v")
     assert "-o " + str(build / "edited.vmfb") in log and "original.vmfb" not in log, log
+
+
+def test_dump_takes_the_target_options_compile_takes(cli, tmp_path):
+    """`dump --cpu host` dumps what `compile --cpu host` builds: the backend's options reach
+    its target flags, from the CLI and from Python; an option the target lacks is refused."""
+    generic, host = tmp_path / "generic", tmp_path / "host"
+    assert cli("dump", PROGRAM, "-o", generic).returncode == 0
+    assert cli("dump", PROGRAM, "-o", host, "--cpu", "host").returncode == 0
+    source = "module_main_dispatch_0.mlir"
+    assert 'cpu = "generic"' in (generic / source).read_text()
+    assert 'cpu = "generic"' not in (host / source).read_text()
+    python = executables.dump(PROGRAM, tmp_path / "python", target_options={"cpu": "host"})
+    assert [e.name for e in python] == [e["name"] for e in json.loads((host / "index.json").read_text())]
+    assert (tmp_path / "python" / source).read_text() == (host / source).read_text()
+    with pytest.raises(Exception, match="target 'llvm-cpu' has no option 'gfx'"):
+        executables.dump(PROGRAM, tmp_path / "refused", target_options={"gfx": "942"})
+    assert not (tmp_path / "refused").exists()

@@ -73,19 +73,6 @@ class CompileState:
     reads: Inputs | None = None
 
 
-def _backend_for(target: str, target_options: Mapping[str, Any]) -> Backend:
-    """The target's backend, refusing a target option it does not declare."""
-    backend = backends.get(target)
-    declared = {o.dest for o in backend.compile_options}
-    unknown = sorted(k for k in target_options if k not in declared)
-    if unknown:
-        raise PyreeError(
-            f"target '{target}' has no option {', '.join(repr(k) for k in unknown)}",
-            fix=f"its options are: {', '.join(sorted(declared)) or 'none'}; pass those in target_options",
-        )
-    return backend
-
-
 def _outputs_inputs(src: Path, search: Sequence[Path], substitutions: Sequence[str], substitute_from: PathLike | None) -> list[Path]:
     """Every file a compile may read, so that none of them is taken as its output."""
     found = [src]
@@ -287,7 +274,7 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
     """
     options = {"cpu": cpu, "sm": sm, "vulkan_target": vulkan_target, "gfx": gfx, **(target_options or {})}
-    backend = _backend_for(target, target_options or {})
+    backend = backends.with_options(target, target_options or {})
     request = CompileRequest(
         target, object_search_paths, flags, depfile, substitutions, substitute_from, transform_spec, pdl_spec, expect_imports, preprocess, link_bitcode
     )

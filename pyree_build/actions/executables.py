@@ -15,9 +15,10 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyree_build import backends
 from pyree_build.actions.specs import spec_flags
@@ -41,8 +42,8 @@ class Executable:
     benchmarks: list[str] = field(default_factory=list)
 
 
-def _target_args(target: str, sm: str | int | None) -> list[str]:
-    return backends.get(target).target_flags({"sm": sm})
+def _target_args(target: str, options: Mapping[str, Any]) -> list[str]:
+    return backends.get(target).target_flags(options)
 
 
 def executable_names(source: PathLike, *, target: str = "llvm-cpu", sm: str | int | None = None, flags: Sequence[str] = ()) -> list[str]:
@@ -51,7 +52,7 @@ def executable_names(source: PathLike, *, target: str = "llvm-cpu", sm: str | in
     with tempfile.TemporaryDirectory(prefix="pyree-executables.") as tmp:
         out = Path(tmp) / "sources.mlir"
         processes.spawn(
-            toolchain.iree_compile().command(src, *_target_args(target, sm), *flags, "--compile-to=executable-sources", "-o", out),
+            toolchain.iree_compile().command(src, *_target_args(target, {"sm": sm}), *flags, "--compile-to=executable-sources", "-o", out),
             what=f"iree-compile ({target}) listing executables",
             file=src,
             fix="fix the MLIR at the location shown",
@@ -77,12 +78,12 @@ def _dump_flags(
     return [*(f"--iree-hal-executable-object-search-path={Path(d).resolve()}" for d in object_search_paths), *specs_flags, *flags], spec_files
 
 
-def _dump_into(staging: Path, src: Path, target: str, sm: str | int | None, flags: Sequence[str]) -> list[Executable]:
+def _dump_into(staging: Path, src: Path, target: str, options: Mapping[str, Any], flags: Sequence[str]) -> list[Executable]:
     """Compile with every executable dumped into `staging`, and write its index.json."""
     dump_flags = [f"--iree-hal-dump-executable-{kind}-to={staging}" for kind in ("sources", "binaries", "benchmarks")]
     with echo.Stopwatch(f"iree-compile {src.name}: dump executables ({target})"):
         processes.spawn(
-            toolchain.iree_compile().command(src, *_target_args(target, sm), *dump_flags, *flags, "-o", staging / ".program.vmfb"),
+            toolchain.iree_compile().command(src, *_target_args(target, options), *dump_flags, *flags, "-o", staging / ".program.vmfb"),
             what=f"iree-compile ({target}) dumping executables",
             file=src,
             fix="fix the MLIR at the location shown",
@@ -106,6 +107,7 @@ def dump(
     pdl_spec: PathLike | None = None,
     object_search_paths: Sequence[PathLike] = (),
     force: bool = False,
+    target_options: Mapping[str, Any] | None = None,
 ) -> list[Executable]:
     """Write the program's executable sources, binaries and benchmarks to `output_dir`,
     with `index.json`; return the index.
@@ -115,10 +117,13 @@ def dump(
     hashes); anything else in the directory is left alone. A file in the way, such as a
     dumped source edited in place, is refused by name unless `force`. Specs and object
     search paths mean what they mean to `compile`, so a dump shows the executables that
-    compile would build.
+    compile would build. `target_options` are the target's other options by dest, as for
+    compile (`cpu` of llvm-cpu).
     """
     src = require_file(source, "MLIR source")
     _check_dumps(target)
+    options = {"sm": sm, **(target_options or {})}
+    backends.with_options(target, {k: v for k, v in options.items() if v is not None})
     flags, spec_files = _dump_flags(src, flags, transform_spec, pdl_spec, object_search_paths)
     out = Path(os.path.abspath(output_dir))
     check_outputs([], [src, *spec_files], output_dirs=[out])
@@ -129,7 +134,7 @@ def dump(
     staging = out / f".pyree-dump.{os.getpid()}-{os.urandom(4).hex()}.build"
     staging.mkdir()
     try:
-        index = _dump_into(staging, src, target, sm, flags)
+        index = _dump_into(staging, src, target, options, flags)
         staged = {p.name: p for p in sorted(staging.iterdir()) if p.is_file() and not p.name.startswith(".")}
         replace_directory_files(out, staged, inputs=[src], force=force, verb="dump")
     except BaseException:

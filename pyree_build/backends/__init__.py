@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 # Backend is re-exported: callers name the registry's type as `backends.Backend`.
 from pyree_build.backends.base import Backend as Backend
@@ -86,6 +88,19 @@ def get(name: str) -> Backend:
     if where is None:
         raise PyreeError(f"unknown target '{name}'", fix=f"use one of: {', '.join(names())}")
     return register(_load(name, where))
+
+
+def with_options(name: str, options: Mapping[str, Any]) -> Backend:
+    """The backend for `name`, refusing an option (by dest) that it does not declare."""
+    backend = get(name)
+    declared = {o.dest for o in backend.compile_options}
+    unknown = sorted(k for k in options if k not in declared)
+    if unknown:
+        raise PyreeError(
+            f"target '{name}' has no option {', '.join(repr(k) for k in unknown)}",
+            fix=f"its options are: {', '.join(sorted(declared)) or 'none'}; pass those in target_options",
+        )
+    return backend
 
 
 def every() -> list[Backend]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +39,15 @@ def _timeout(a: argparse.Namespace) -> float:
     return _run.DEFAULT_RUN_TIMEOUT_S if a.timeout is None else a.timeout
 
 
-def _target_options(a: argparse.Namespace) -> dict[str, Any]:
-    """Values of backend compile options that are not compile's keywords: the chosen target's
-    that were given, and any other's set to more than its default (compile refuses those)."""
+def _target_options(a: argparse.Namespace, keywords: Sequence[str] = COMPILE_KEYWORDS) -> dict[str, Any]:
+    """Values of backend compile options that are not the verb's own `keywords`: the chosen
+    target's that were given, and any other's set to more than its default (refused later)."""
     chosen = backends.get(a.target).compile_options
     chosen_dests = {o.dest for o in chosen}
     values = {}
     for option in (*chosen, *compile_options(False)):
         value = getattr(a, option.dest, None)
-        if option.dest not in COMPILE_KEYWORDS and value is not None and (option.dest in chosen_dests or value != option.kwargs.get("default")):
+        if option.dest not in keywords and value is not None and (option.dest in chosen_dests or value != option.kwargs.get("default")):
             values[option.dest] = value
     return values
 
@@ -78,9 +78,10 @@ def run_command(a: argparse.Namespace) -> None:
 
 
 def dump_command(a: argparse.Namespace) -> None:
+    target_options = _target_options(a, keywords=("sm",))
     index = _executables.dump(
         a.source, a.output_dir, target=a.target, sm=a.sm, flags=a.extra, transform_spec=a.transform_spec, pdl_spec=a.pdl_spec,
-        object_search_paths=a.object_search_paths, force=a.force,
+        object_search_paths=a.object_search_paths, force=a.force, **({"target_options": target_options} if target_options else {}),
     )  # fmt: skip
     print(_executables.describe(index, a.output_dir))
     echo.log_step(f"wrote {Path(a.output_dir) / 'index.json'}")

@@ -110,10 +110,13 @@ def _add_verb(sub: argparse._SubParsersAction, verb: Verb, extra: Sequence[Optio
             _add_verb(nested, action)
 
 
-def compile_options(external: bool) -> list[Option]:
-    """Every backend's compile options, once per dest (the first backend declaring it wins)."""
+def compile_options(external: bool, *, dumping: bool = False) -> list[Option]:
+    """Every backend's compile options (with `dumping`, those of backends `dump` supports),
+    once per dest (the first backend declaring it wins)."""
     found: dict[str, Option] = {}
     for backend in backends.every() if external else backends.builtin():
+        if dumping and not backend.dumps:
+            continue
         for option in backend.compile_options:
             found.setdefault(option.dest, option)
     return list(found.values())
@@ -143,7 +146,7 @@ def build_parser(verb: str | None = None, *, external: bool | None = None) -> ar
     parser.add_argument("--include-dir", action="store_true", help="print the directory holding iree/hal/local/executable_plugin.h and exit")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for declared in _declared(verb, external):
-        _add_verb(sub, declared, compile_options(external) if declared.name in TAKE_COMPILE_OPTIONS else ())
+        _add_verb(sub, declared, compile_options(external, dumping=declared.name == "dump") if declared.name in TAKE_COMPILE_OPTIONS else ())
     _finish(parser)
     return parser
 

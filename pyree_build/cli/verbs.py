@@ -39,7 +39,7 @@ DUMP_TARGETS = Registered(lambda external: [b.name for b in _backends(external) 
 DEVICES = Registered(lambda external: backends.devices(external=external))
 
 # The verbs that take every backend's compile options (`--sm` of cuda, `--cpu` of llvm-cpu).
-TAKE_COMPILE_OPTIONS = ("compile",)
+TAKE_COMPILE_OPTIONS = ("compile", "dump")
 
 _SPEC_OPTIONS = (
     Option(
@@ -184,8 +184,6 @@ DUMP = Verb(
         Option(("source",), {"metavar": "IN.mlir"}),
         Option(("-o", "--output-dir"), {"required": True, "metavar": "DIR"}),
         Option(("--target",), {"choices": DUMP_TARGETS, "default": "llvm-cpu"}),
-        # dump() takes cuda's sm only (not yet every backend's options as compile does).
-        Option(("--sm",), {"default": None, "help": "cuda target sm (default 80)"}),
         _OBJECT_SEARCH_PATH,
         *_SPEC_OPTIONS,
         Option(("--force",), {"action": "store_true", "help": "overwrite dumped files edited since the last dump, and other files in the way"}),
