@@ -188,3 +188,17 @@ def test_out_of_process_run_checks_inputs_are_specs(system_module):
 def test_compile_returns_a_path_for_path_arguments(tmp_path):
     out = pb.compile(Path(PLUGIN_SAMPLE / "example.mlir"), str(tmp_path / "e.vmfb"))
     assert out.is_file()
+
+
+def test_expect_imports_as_one_string_is_one_import_name(tmp_path):
+    """`expect_imports="fma"` names the import fma, never 'f', 'm', 'a' (issue 26 item 4)."""
+    with pytest.raises(pb.PyreeError) as caught:
+        pb.compile(PLUGIN_SAMPLE / "example.mlir", tmp_path / "e.vmfb", expect_imports="fma")
+    assert "'fma'" in caught.value.what and "'f'" not in caught.value.what
+    assert pb.compile(PLUGIN_SAMPLE / "example.mlir", tmp_path / "e.vmfb", expect_imports="simple_mul_workgroup").is_file()
+
+
+def test_target_options_must_be_a_mapping(tmp_path):
+    with pytest.raises(pb.PyreeError, match="target_options must be a mapping"):
+        pb.compile(PLUGIN_SAMPLE / "example.mlir", tmp_path / "e.vmfb", target_options=["cpu"])
+    assert not (tmp_path / "e.vmfb").exists()

@@ -5,7 +5,7 @@ is one path (never a string split into characters)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +115,17 @@ def _number(value: object, role: str) -> float:
     return value
 
 
+def _options(value: object, role: str) -> dict[str, object] | None:
+    """A backend's options by dest: a mapping of names to values (or None: none)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise PyreeError(
+            f"{role} must be a mapping of option names to values, got {type(value).__name__} {_shown(value)}", fix=f"pass {role}={{'cpu': 'host'}}, for example"
+        )
+    return dict(value)
+
+
 def _one_source(value: object, role: str) -> Path:
     items = paths(value, role)
     if len(items) != 1:
@@ -144,6 +155,11 @@ CHECKS = {
     "allow_undefined": strings,
     "substitutions": strings,
     "expect": strings,
+    "expect_imports": strings,
+    "check_prefixes": strings,
+    "link_bitcode": paths,
+    "gfxs": words,
+    "target_options": _options,
     "inputs": strings,
     "archs": words,
     "sms": words,
