@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import assert_clean_error, run_cli
 
+import pyree_build as pb
 from pyree_build.core import toolchain
 
 BIG = """
@@ -92,3 +93,17 @@ def test_results_numpy_cannot_hold_come_back_whole_as_text(big_module):
     assert "..." not in result.stdout and result.stdout.count("01") == 2000
     (flags,) = pb.run(big_module, "positive", ["2000xf32=1"], in_process=False)
     assert flags.shape == (2000,) and flags.dtype == np.bool_ and flags.all()
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+def test_a_function_the_module_lacks_is_named_with_the_ones_it_has(system_plugin, system_module, in_process):
+    """issue 26 item 8: `--function main_graph` on a module without it lists its functions."""
+    with pytest.raises(pb.PyreeError) as caught:
+        pb.run(system_module, "main_graph", ["8xf32=1", "8xf32=1"], plugins=[system_plugin], in_process=in_process)
+    assert caught.value.what == "the module has no function 'main_graph'"
+    assert "mixed_invocation" in caught.value.fix and "__init" not in caught.value.fix
+
+
+def test_the_cli_lists_the_functions_of_the_module(cli, system_plugin, system_module):
+    result = cli("run", system_module, "--function", "main_graph", "--input", "8xf32=1", "--input", "8xf32=1", "--plugin", system_plugin)
+    assert_clean_error(result, "has no function 'main_graph'", "name one of its functions: mixed_invocation")

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pyree_build.actions import checks
+from pyree_build.actions.results import exported_functions
 from pyree_build.actions.run import plugin_flag, require_device, run_to_arrays
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX
 from pyree_build.core import lazy
@@ -139,7 +140,10 @@ def run(
         context.add_vm_module(vm_module)
         entry = context.modules[vm_module.name][function]
     except KeyError:
-        raise PyreeError(f"the module has no function '{function}'", file=mod, fix="check --function against the MLIR's func.func names") from None
+        names = exported_functions(mod) or []
+        raise PyreeError(
+            f"the module has no function '{function}'", file=mod, fix=f"name one of its functions: {', '.join(names) or '(none exported)'}"
+        ) from None
     except (RuntimeError, ValueError) as exc:
         raise PyreeError("the runtime could not load the module", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
     try:

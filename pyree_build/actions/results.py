@@ -25,18 +25,40 @@ _DECLARED_RESULT = re.compile(r"%output\d+:\s*(?P<type>.+?)(?=,\s*%output\d+:|\)
 NPY_TENSOR = re.compile(r"^tensor<(?:(?:\d+|\?)x)*(?P<type>f16|f32|f64|[su]?i(?:8|16|32|64))>$")
 
 
-def function_results(module: Path, function: str) -> tuple[int, list[str]] | None:
-    """(number of results, their declared types) of an exported function, read with
-    iree-dump-module; None when it cannot tell (the run then reports its own error)."""
+def _metadata(module: Path) -> list[str] | None:
+    """iree-dump-module's metadata listing of the module, or None when it cannot be read."""
     try:
         dump = toolchain.iree_dump_module()
     except PyreeError:
         return None
     with echo.muted_commands():  # an inspection, not a step a pasted -v transcript needs
         listing = processes.spawn(dump.command("--output=metadata", module), what="reading the module's functions", check=False, timeout=60)
-    if listing.returncode != 0:
+    return listing.stdout.splitlines() if listing.returncode == 0 else None
+
+
+def exported_functions(module: Path) -> list[str] | None:
+    """The functions a caller can name with --function (not IREE's own `__init`), or None
+    when the module cannot be read."""
+    lines = _metadata(module)
+    if lines is None:
         return None
-    lines = listing.stdout.splitlines()
+    names, in_exports = [], False
+    for line in lines:
+        if not line.startswith(" "):  # a section heading
+            in_exports = line.startswith("Exported Functions")
+            continue
+        m = _EXPORT_LINE.match(line) if in_exports else None
+        if m and not m["name"].startswith("__"):
+            names.append(m["name"])
+    return names
+
+
+def function_results(module: Path, function: str) -> tuple[int, list[str]] | None:
+    """(number of results, their declared types) of an exported function, read with
+    iree-dump-module; None when it cannot tell (the run then reports its own error)."""
+    lines = _metadata(module)
+    if lines is None:
+        return None
     for i, line in enumerate(lines):
         m = _EXPORT_LINE.match(line)
         if not m or m["name"] != function:

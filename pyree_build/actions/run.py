@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pyree_build import backends
 from pyree_build.actions import checks
-from pyree_build.actions.results import NPY_TENSOR, format_result, function_results, load_npy, npy_text, result_text
+from pyree_build.actions.results import NPY_TENSOR, exported_functions, format_result, function_results, load_npy, npy_text, result_text
 from pyree_build.backends.llvm_cpu.imports import check_resolved
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX, plugin_flag
 from pyree_build.core import echo, lazy, processes, toolchain
@@ -239,6 +239,8 @@ def run(
     _check_run_inputs(mod, inputs, plugins, device, timeout, skip_unavailable)
     toolchain.iree_run_module()  # a missing runner is named before the module is inspected
     signature = function_results(mod, function)
+    if signature is None:
+        _require_function(mod, function)
     npy = signature is not None and len(signature[1]) == signature[0] and all(NPY_TENSOR.match(t) for t in signature[1])
     with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
         files = [Path(tmp) / f"result{k}.npy" for k in range(signature[0])] if npy and signature else []
@@ -258,6 +260,17 @@ def run(
     if check_file:
         checks.check_with_filecheck(stdout, os.fspath(check_file), source=str(mod), prefixes=check_prefixes)
     return RunResult(mod, function, stdout, seconds, outputs)
+
+
+def _require_function(mod: Path, function: str) -> None:
+    """Name the module's functions when `function` is not one of them (before running it)."""
+    names = exported_functions(mod)
+    if names is not None and function not in names:
+        raise PyreeError(
+            f"the module has no function '{function}'",
+            file=mod,
+            fix=f"name one of its functions: {', '.join(names) or '(none exported)'}" + " (--function NAME; `function=` in Python)",
+        )
 
 
 def run_to_arrays(
