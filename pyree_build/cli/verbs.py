@@ -270,7 +270,7 @@ CACHE = Verb(
 
 DOCTOR = Verb(
     "doctor",
-    "show every tool found, its version, and whether a CUDA GPU is usable",
+    "show every tool found, each device usable here, and which workflows build and run",
     description=(
         "Show pyree_build's version and Python, every tool found (version and path, or how to "
         "install it), whether the IREE wheels match the pinned release, and for each workflow "
