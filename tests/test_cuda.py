@@ -262,3 +262,15 @@ def test_a_driver_refusing_the_ptx_isa_gets_the_isa_it_reads():
     )
     hint = run_action._explain_run_failure(said)
     assert hint is not None and "newer PTX ISA" in hint and "--ptx-isa" in hint
+
+
+def test_a_key_in_the_older_target_arch_form_is_named_as_such(cli, nvrtc_ptx, tmp_path):
+    """issue 26 item 6: `{target_arch = "sm_80"}` (no iree_codegen.target_info) is an older
+    IREE's form, not an sm this iree-compile lacks: say so, and how to write it now."""
+    text = (CUDA_SAMPLE / "example.mlir").read_text()
+    definition = next(line for line in text.splitlines() if line.startswith("#cuda_sm_80 = "))
+    program = tmp_path / "older.mlir"
+    program.write_text(text.replace(definition, '#cuda_sm_80 = #hal.executable.target<"cuda", "cuda-nvptx-fb", {target_arch = "sm_80"}>'))
+    result = cli("compile", program, "--target", "cuda", "--sm", "80", "--object-search-path", nvrtc_ptx, "-o", tmp_path / "o.vmfb")
+    assert_clean_error(result, "keys objects for sm_80", "earlier IREE releases", "pyree-build cuda-target --sm 80")
+    assert "no GPU description" not in result.stderr

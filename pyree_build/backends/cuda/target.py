@@ -15,6 +15,9 @@ from pyree_build.core import processes, toolchain
 from pyree_build.core.errors import PyreeError
 
 _VARIANT_TARGET = re.compile(r"hal\.executable\.variant public @\w+ target\((<.*?>)\) \{\s*$", re.MULTILINE)
+# A cuda target attribute as written in a program: `#hal.executable.target<"cuda", "FORMAT", {...}>`.
+_CUDA_TARGET = re.compile(r'#hal\.executable\.target<\s*"cuda"\s*,\s*"[^"]*"\s*(?:,\s*\{(?P<config>.*?)\})?\s*>', re.DOTALL)
+_BARE_ARCH = re.compile(r'target_arch\s*=\s*"(sm_\d+)"')
 _PROBE_PROGRAM = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n"
 
 
@@ -27,9 +30,34 @@ def _error_lines(compiler_output: str) -> str:
     return "\n".join(line for line in compiler_output.splitlines() if "error:" in line.lower())
 
 
+def _older_keys(text: str) -> list[str]:
+    """The sms keyed by a cuda target written the way IREE releases before 3.x wrote it
+    (`{target_arch = "sm_80"}`, no `iree_codegen.target_info`), which 3.13 cannot match."""
+    found = []
+    for m in _CUDA_TARGET.finditer(text):
+        config = m["config"] or ""
+        if "iree_codegen.target_info" not in config:
+            found += _BARE_ARCH.findall(config)
+    return sorted(set(found))
+
+
+def _older_key_message(source: Path, sm_text: str, older: list[str], compiler_output: str) -> str:
+    return (
+        f'{source.name} keys objects for {", ".join(older)} with `#hal.executable.target<"cuda", ..., {{target_arch = ...}}>`: '
+        f"the form of earlier IREE releases. iree-compile {toolchain.iree_compile().version} matches objects to a target by "
+        "its whole GPU description (`iree_codegen.target_info = #iree_gpu.target<...>`), so that key matches nothing.\n"
+        f"Replace each such attribute with what `pyree-build cuda-target --sm {sm_text.removeprefix('sm_')}` prints "
+        "(one per sm).\n(iree-compile said:)\n" + _error_lines(compiler_output)
+    )
+
+
 def explain_cuda_target(source: Path, sm: str | int | None, compiler_output: str) -> str | None:
     """iree-compile's cuda errors name neither the sm nor what to do about it."""
     sm_text = f"sm_{str(sm or DEFAULT_SM).removeprefix('sm_')}"
+    if "missing GPU target" in compiler_output or "no objects defined for external variant" in compiler_output:
+        older = _older_keys(source.read_text(encoding="utf-8", errors="replace"))
+        if older:
+            return _older_key_message(source, sm_text, older, compiler_output)
     if "missing GPU target" in compiler_output:
         return (
             f"iree-compile {toolchain.iree_compile().version} has no GPU description for {sm_text}, so it cannot target it.\n"
