@@ -102,3 +102,15 @@ def test_hip_run_without_an_amd_gpu_is_skipped_with_the_reason(cli, hsaco_dir, t
     result = cli("run", module, "--device", "hip", "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--skip-unavailable")
     assert result.returncode == run_action.SKIP_EXIT_CODE, result
     assert "skipped: no usable AMD GPU" in result.stderr
+
+
+def test_a_key_with_a_target_configuration_is_explained(cli, hsaco_dir, tmp_path):
+    """issue 26 item 6, hip half: `{target_arch = "gfx942"}` on an object key matches nothing
+    in iree-compile 3.13; say why and which form matches every gfx."""
+    bare = '#hal.executable.target<"rocm", "rocm-hsaco-fb">'
+    text = (SAMPLE / "example.mlir").read_text()
+    assert bare in text
+    program = tmp_path / "configured.mlir"
+    program.write_text(text.replace(bare, '#hal.executable.target<"rocm", "rocm-hsaco-fb", {target_arch = "gfx942"}>', 1))
+    result = cli("compile", program, "--target", "hip", "--gfx", "942", "--object-search-path", hsaco_dir, "-o", tmp_path / "o.vmfb")
+    assert_clean_error(result, 'keys its objects with a hip/rocm target that has a configuration ({target_arch = "gfx942"})', bare)

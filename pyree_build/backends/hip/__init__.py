@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from pyree_build.backends.base import Backend, CompileJob, Option, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
 from pyree_build.core import lazy
+from pyree_build.core import toolchain as _toolchain
 
 # Loaded on first use: declaring the backend (help, doctor, the registry) reads neither.
 _hsaco = lazy.module("pyree_build.backends.hip.hsaco")
@@ -71,11 +73,31 @@ class HipBackend(Backend):
         objects = [found for obj in _inputs.referenced_objects(job.text) if (found := _inputs.resolve_object(obj, job.search_paths)[0])]
         _hsaco.check_module_objects(objects, _gfx(job.options))
 
+    def explain(self, job: CompileJob, compiler_output: str) -> str | None:
+        if "no objects defined for external variant" not in compiler_output:
+            return None
+        keyed = sorted({m["config"].strip() for m in _KEYED_TARGET.finditer(job.text) if m["config"] and "iree_codegen.target_info" not in m["config"]})
+        if not keyed:
+            return None
+        errors = "\n".join(line for line in compiler_output.splitlines() if "error:" in line)
+        return (
+            f"{job.source.name} keys its objects with a hip/rocm target that has a configuration ({'; '.join('{' + k + '}' for k in keyed)}); "
+            f"iree-compile {_toolchain.iree_compile().version} matches such a key only against the whole target it compiles for "
+            f"(its GPU description for {_gfx(job.options)}), so it matches nothing.\n"
+            'Key the objects with the bare `#hal.executable.target<"rocm", "rocm-hsaco-fb">`: it matches every gfx, and '
+            "compile picks the code object of the --gfx it targets from the search path (`pyree-build hsaco -o DIR` writes "
+            "DIR/gfxN/NAME.co).\n(iree-compile said:)\n" + errors
+        )
+
     def probe(self, device: str) -> tuple[bool, str]:
         return _devices.hip_status()
 
     def unusable_fix(self, device: str) -> str:
         return "run on a machine with an AMD GPU and ROCm; `pyree-build doctor` shows what is found"
+
+
+# An object key as a program writes it: `#hal.executable.target<"rocm", "FORMAT", {...}>`.
+_KEYED_TARGET = re.compile(r'#hal\.executable\.target<\s*"(?:rocm|hip)"\s*,\s*"[^"]*"\s*(?:,\s*\{(?P<config>.*?)\})?\s*>', re.DOTALL)
 
 
 def _gfx(options: Mapping[str, Any]) -> str:
