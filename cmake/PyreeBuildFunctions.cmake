@@ -200,16 +200,22 @@ function(_pyree_artifact_target name outputs object_dir)
   _pyree_register(${name})
 endfunction()
 
-# One `pyree-build <verb>` per source in SRCS, each making one output per variant (arch or
-# sm) in ${CMAKE_CURRENT_BINARY_DIR}/<name>/: `pattern` names them, with <stem> and <v>
-# replaced. Creates the target <name>; its directory is an object search path. A caller may
-# set _pyree_fan_out_dir to write elsewhere.
-function(_pyree_fan_out name verb label srcs variant_flag variants pattern)
-  if(_pyree_fan_out_dir)
-    set(_dir "${_pyree_fan_out_dir}")
+# Where an artifact function writes: OUTPUT_DIR (relative to the binary dir: where a
+# program's relative object paths point) if its caller was given one, else <binary dir>/<name>.
+function(_pyree_output_dir out_var name)
+  if(ARG_OUTPUT_DIR)
+    get_filename_component(_dir "${ARG_OUTPUT_DIR}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
   else()
     set(_dir "${CMAKE_CURRENT_BINARY_DIR}/${name}")
   endif()
+  set(${out_var} "${_dir}" PARENT_SCOPE)
+endfunction()
+
+# One `pyree-build <verb>` per source in SRCS, each making one output per variant (arch or
+# sm) in the artifact's output directory (_pyree_output_dir): `pattern` names them, with
+# <stem> and <v> replaced. Creates the target <name>; its directory is an object search path.
+function(_pyree_fan_out name verb label srcs variant_flag variants pattern)
+  _pyree_output_dir(_dir ${name})
   set(_all "")
   foreach(_src IN LISTS srcs)
     get_filename_component(_stem "${_src}" NAME_WE)
@@ -295,10 +301,6 @@ function(pyree_cpu_objects)
   _pyree_require(pyree_cpu_objects NAME SRCS ARCHS)
   _pyree_require_files(pyree_cpu_objects SRCS ${ARG_SRCS})
   _pyree_one_of(pyree_cpu_objects ARCHS "${PYREE_BUILD_ARCHS}")
-  set(_pyree_fan_out_dir "")
-  if(ARG_OUTPUT_DIR)
-    get_filename_component(_pyree_fan_out_dir "${ARG_OUTPUT_DIR}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
-  endif()
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
   foreach(_sym IN LISTS ARG_ALLOW_UNDEFINED)
@@ -308,10 +310,10 @@ function(pyree_cpu_objects)
 endfunction()
 
 # pyree_cuda_ptx(NAME <name> SRCS <cu>... SMS <sm>... [COMPILER nvrtc|nvcc] [VERIFY]
-#                [PTX_ISA auto|native|<major.minor>] [INCLUDE_DIRS ...] [DEFINES ...])
-# One PTX per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>_sm_<N>.ptx.
+#                [PTX_ISA auto|native|<major.minor>] [INCLUDE_DIRS ...] [DEFINES ...] [OUTPUT_DIR <dir>])
+# One PTX per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or OUTPUT_DIR), named <stem>_sm_<N>.ptx.
 function(pyree_cuda_ptx)
-  _pyree_parse(pyree_cuda_ptx "VERIFY" "NAME;COMPILER;PTX_ISA" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_cuda_ptx "VERIFY" "NAME;COMPILER;PTX_ISA;OUTPUT_DIR" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_cuda_ptx NAME SRCS SMS)
   _pyree_require_files(pyree_cuda_ptx SRCS ${ARG_SRCS})
   foreach(_sm IN LISTS ARG_SMS)
@@ -335,12 +337,15 @@ function(pyree_cuda_ptx)
   _pyree_fan_out(${ARG_NAME} ptx PTX "${_srcs}" --sm "${ARG_SMS}" "<stem>_sm_<v>.ptx" ${_flags} ${_c_flags})
 endfunction()
 
-# pyree_cuda_bitcode(NAME <name> SRCS <cu>... SMS <sm>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
-# NVPTX LLVM bitcode per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>_sm_<N>.bc (no
-# CUDA SDK), for pyree_iree_module(... TARGET cuda LINK_BITCODE <name>), which links the files of its SM.
+# pyree_cuda_bitcode(NAME <name> SRCS <cu>... SMS <sm>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...]
+#                    [OUTPUT_DIR <dir>])
+# NVPTX LLVM bitcode per source and sm in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or OUTPUT_DIR), named
+# <stem>_sm_<N>.bc (no CUDA SDK), for pyree_iree_module(... TARGET cuda LINK_BITCODE <name>), which
+# links the files of its SM.
 function(pyree_cuda_bitcode)
-  _pyree_parse(pyree_cuda_bitcode "" "NAME" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_cuda_bitcode "" "NAME;OUTPUT_DIR" "SRCS;SMS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_cuda_bitcode NAME SRCS SMS)
+  _pyree_require_files(pyree_cuda_bitcode SRCS ${ARG_SRCS})
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
   list(TRANSFORM ARG_SMS REPLACE "^sm_" "")
@@ -348,18 +353,19 @@ function(pyree_cuda_bitcode)
 endfunction()
 
 # pyree_vulkan_spirv(NAME <name> SRCS <glsl>... [COMPILER glslang|glslc]
-#                    [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
-# One validated SPIR-V module per GLSL compute shader in ${CMAKE_CURRENT_BINARY_DIR}/<name>/<stem>.spv;
-# a module that DEPENDS on <name> finds them by search path.
+#                    [INCLUDE_DIRS <dir>...] [DEFINES <d>...] [OUTPUT_DIR <dir>])
+# One validated SPIR-V module per GLSL compute shader in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or
+# OUTPUT_DIR), named <stem>.spv; a module that DEPENDS on <name> finds them by search path.
 function(pyree_vulkan_spirv)
-  _pyree_parse(pyree_vulkan_spirv "" "NAME;COMPILER" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_vulkan_spirv "" "NAME;COMPILER;OUTPUT_DIR" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_vulkan_spirv NAME SRCS)
+  _pyree_require_files(pyree_vulkan_spirv SRCS ${ARG_SRCS})
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)  # -I and -D mean the same to glslang and glslc
   if(ARG_COMPILER)
     list(APPEND _flags --compiler "${ARG_COMPILER}")
   endif()
-  set(_dir "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}")
+  _pyree_output_dir(_dir ${ARG_NAME})
   set(_all "")
   foreach(_src IN LISTS _srcs)
     get_filename_component(_stem "${_src}" NAME_WE)
@@ -369,13 +375,15 @@ function(pyree_vulkan_spirv)
   _pyree_artifact_target(${ARG_NAME} "${_all}" "${_dir}")
 endfunction()
 
-# pyree_hip_hsaco(NAME <name> SRCS <cu|hip>... GFX <gfx>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...])
-# One AMDGPU code object per source and gfx in ${CMAKE_CURRENT_BINARY_DIR}/<name>/gfx<N>/<stem>.co,
-# each checked to be for its gfx. A module with TARGET hip and GFX <N> that DEPENDS on <name>
-# takes the objects of its own gfx.
+# pyree_hip_hsaco(NAME <name> SRCS <cu|hip>... GFX <gfx>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...]
+#                 [OUTPUT_DIR <dir>])
+# One AMDGPU code object per source and gfx in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or OUTPUT_DIR),
+# named gfx<N>/<stem>.co, each checked to be for its gfx. A module with TARGET hip and GFX <N> that
+# DEPENDS on <name> takes the objects of its own gfx.
 function(pyree_hip_hsaco)
-  _pyree_parse(pyree_hip_hsaco "" "NAME" "SRCS;GFX;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_hip_hsaco "" "NAME;OUTPUT_DIR" "SRCS;GFX;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_hip_hsaco NAME SRCS GFX)
+  _pyree_require_files(pyree_hip_hsaco SRCS ${ARG_SRCS})
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
   list(TRANSFORM ARG_GFX REPLACE "^gfx" "")

@@ -10,13 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE
-from test_cmake import cmake_run, ctest_run, write_project
+from conftest import PLUGIN_SAMPLE, SAMPLES
+from test_cmake import build, cmake_run, ctest_run, write_project
 
 from pyree_build.cli import cmake_dir
 from pyree_build.core import toolchain
 
-FILES = {"plugin.c": PLUGIN_SAMPLE / "system_plugin.c", "program.mlir": PLUGIN_SAMPLE / "example.mlir"}
+FILES = {
+    "plugin.c": PLUGIN_SAMPLE / "system_plugin.c",
+    "program.mlir": PLUGIN_SAMPLE / "example.mlir",
+    "shader.glsl": SAMPLES / "custom_dispatch" / "vulkan" / "shaders" / "simple_mul.glsl",
+    "kernels.cu": SAMPLES / "custom_dispatch" / "hip" / "kernels" / "kernels.cu",
+}
 MODULE = "pyree_iree_module(NAME m SRC program.mlir TARGET llvm-cpu)\n"
 PLUGIN = "pyree_cpu_plugin(NAME p SYSTEM SRCS plugin.c)\n"
 RUN = "pyree_add_run_test(NAME t MODULE m FUNCTION mixed_invocation INPUTS 8xf32=2 8xf32=4 PLUGINS p {extra})\n"
@@ -89,6 +94,23 @@ CASES = {
         MODULE + "pyree_add_benchmark(NAME b MODULE m REPETITION 3)\n",
         ["pyree_add_benchmark: unknown argument(s) 'REPETITION 3'", "REPETITIONS"],
     ),
+    # issue 26 item 10: every artifact function checks its sources at configure time
+    "missing bitcode source": (
+        "pyree_cuda_bitcode(NAME k SRCS missing.cu SMS 80)\n",
+        ["pyree_cuda_bitcode: SRCS file 'missing.cu' not found"],
+    ),
+    "missing GLSL source": (
+        "pyree_vulkan_spirv(NAME s SRCS missing.glsl)\n",
+        ["pyree_vulkan_spirv: SRCS file 'missing.glsl' not found"],
+    ),
+    "missing HIP source": (
+        "pyree_hip_hsaco(NAME h SRCS missing.cu GFX 942)\n",
+        ["pyree_hip_hsaco: SRCS file 'missing.cu' not found"],
+    ),
+    "a keyword spirv lacks is not taken as a source": (
+        "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIRECTORY d)\n",
+        ["pyree_vulkan_spirv", "OUTPUT_DIRECTORY", "OUTPUT_DIR"],
+    ),
     "ptx sm": (
         "pyree_cuda_ptx(NAME k SRCS plugin.c SMS ampere)\n",
         ["SMS value 'ampere' is not an sm number"],
@@ -114,3 +136,20 @@ def test_valid_calls_still_configure_and_timeout_reaches_the_test(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     listing = ctest_run(tmp_path / "build", "-N", "-V").stdout
     assert "--timeout 120" in " ".join(listing.split()).replace('"', "")
+
+
+def test_every_artifact_function_writes_into_its_output_dir(tmp_path):
+    """OUTPUT_DIR (relative to the binary dir) for every artifact function, so a program whose
+    objects are named by relative paths finds them without copy steps (issue 26 item 10)."""
+    body = (
+        "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIR shaders)\n"
+        "pyree_hip_hsaco(NAME h SRCS kernels.cu GFX 942 OUTPUT_DIR code)\n"
+    )
+    result = configure_project(tmp_path, body)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for target in ("s", "h"):
+        build(tmp_path / "build", target)
+    built = tmp_path / "build"
+    assert (built / "shaders" / "shader.spv").is_file()
+    assert (built / "code" / "gfx942" / "kernels.co").is_file()
+    assert not (built / "s").exists() and not (built / "h").exists()
