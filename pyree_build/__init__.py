@@ -276,7 +276,8 @@ def run(
     """Run `function` of a .vmfb and return its results as numpy arrays.
 
     In this process through iree.runtime by default; `in_process=False` runs
-    iree-run-module instead (inputs must then be `--input` spec strings). Other keyword
+    iree-run-module instead. Inputs are arrays, numbers (for scalar parameters) or `--input`
+    spec strings, either way. Other keyword
     `options` go to the runner chosen (e.g. `expect` for iree-run-module), checked by name.
     """
     mod = _args.path(module, "module")
@@ -296,8 +297,8 @@ def run(
     elif _args.flag(in_process, "in_process"):
         result = _args.checked_call(_action(".actions.inprocess", "run"), (mod, fn, items), keywords, verb="run", checked=("inputs",))
     else:
-        specs = _args.strings(items, "inputs (with in_process=False, --input spec strings)")
-        result = _args.checked_call(_action(".actions.run", "run"), (mod, fn), {"inputs": specs, **keywords}, verb="run").outputs
+        with _action(".actions.run", "input_specs")(mod, fn, items) as specs:  # arrays through .npy files, numbers as scalars
+            result = _args.checked_call(_action(".actions.run", "run"), (mod, fn), {"inputs": specs, **keywords}, verb="run").outputs
     return result
 
 

@@ -179,10 +179,14 @@ def test_run_takes_one_input_spec_or_plugin_as_one(system_plugin, system_module)
     assert lines[1].startswith("PyreeError calling mixed_invocation failed"), lines
 
 
-def test_out_of_process_run_checks_inputs_are_specs(system_module):
+def test_out_of_process_run_takes_arrays_as_in_process_does(system_plugin, system_module):
+    """issue 26 item 3: in_process=False took only spec strings; arrays go through .npy files."""
+    inputs = [np.full(8, 2, np.float32), "8xf32=4"]
+    out = pb.run(system_module, "mixed_invocation", inputs, plugins=[system_plugin], in_process=False)
+    assert out[0].tolist() == [12.0] * 8
     with pytest.raises(pb.PyreeError) as info:
-        pb.run(system_module, "mixed_invocation", [np.zeros(8, np.float32)], in_process=False)
-    assert "--input spec strings" in info.value.render()
+        pb.run(system_module, "mixed_invocation", [object(), "8xf32=4"], plugins=[system_plugin], in_process=False)
+    assert "input 0 must be an array, a number or an --input spec string" in info.value.render()
 
 
 def test_compile_returns_a_path_for_path_arguments(tmp_path):

@@ -141,10 +141,7 @@ def test_valid_calls_still_configure_and_timeout_reaches_the_test(tmp_path):
 def test_every_artifact_function_writes_into_its_output_dir(tmp_path):
     """OUTPUT_DIR (relative to the binary dir) for every artifact function, so a program whose
     objects are named by relative paths finds them without copy steps (issue 26 item 10)."""
-    body = (
-        "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIR shaders)\n"
-        "pyree_hip_hsaco(NAME h SRCS kernels.cu GFX 942 OUTPUT_DIR code)\n"
-    )
+    body = "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIR shaders)\npyree_hip_hsaco(NAME h SRCS kernels.cu GFX 942 OUTPUT_DIR code)\n"
     result = configure_project(tmp_path, body)
     assert result.returncode == 0, result.stdout + result.stderr
     for target in ("s", "h"):

@@ -107,3 +107,48 @@ def test_a_function_the_module_lacks_is_named_with_the_ones_it_has(system_plugin
 def test_the_cli_lists_the_functions_of_the_module(cli, system_plugin, system_module):
     result = cli("run", system_module, "--function", "main_graph", "--input", "8xf32=1", "--input", "8xf32=1", "--plugin", system_plugin)
     assert_clean_error(result, "has no function 'main_graph'", "name one of its functions: mixed_invocation")
+
+
+SCALE = """
+func.func @scale(%a: f32, %x: tensor<4xf32>, %n: i32) -> (tensor<4xf32>, i32) {
+  %e = tensor.empty() : tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%x : tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %a : f32
+    linalg.yield %m : f32
+  } -> tensor<4xf32>
+  %twice = arith.addi %n, %n : i32
+  return %r, %twice : tensor<4xf32>, i32
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def scale_module(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scalars")
+    (root / "scale.mlir").write_text(SCALE)
+    assert run_cli("compile", root / "scale.mlir", "-o", root / "scale.vmfb").returncode == 0
+    return root / "scale.vmfb"
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+@pytest.mark.parametrize("a", [2.5, np.float32(2.5), np.asarray(2.5, np.float32), "2.5", "f32=2.5"], ids=repr)
+def test_scalar_arguments_reach_the_function_by_their_declared_type(scale_module, a, in_process):
+    """issue 26 item 3: a scalar parameter takes a Python number, a numpy scalar, a 0-d array
+    or a spec, in process and out of process, and an int for an f32 is converted, not
+    reinterpreted bit for bit."""
+    scaled, twice = pb.run(scale_module, "scale", [a, np.ones(4, np.float32), 21], in_process=in_process)
+    assert scaled.tolist() == [2.5] * 4 and int(twice) == 42
+    assert pb.run(scale_module, "scale", [2, np.ones(4, np.float32), "i32=1"], in_process=in_process)[0].tolist() == [2.0] * 4
+
+
+def test_an_array_for_a_scalar_parameter_is_refused_by_position(scale_module):
+    with pytest.raises(pb.PyreeError, match=r"input 0 is for a scalar parameter \(f32\)"):
+        pb.run(scale_module, "scale", [np.ones(3), np.ones(4, np.float32), 1])
+
+
+def test_the_cli_takes_a_typed_scalar_spec(cli, scale_module):
+    result = cli("run", scale_module, "--function", "scale", "--input", "f32=3", "--input", "4xf32=1", "--input", "5")
+    assert result.returncode == 0, result
+    assert "4xf32=3 3 3 3" in result.stdout and "10" in result.stdout

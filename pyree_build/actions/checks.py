@@ -121,14 +121,16 @@ def parse_inputs(specs: Sequence[str]) -> list[InputSpec]:
     return [parse_input(s) for s in specs]
 
 
+_SCALAR_HEADING = re.compile(r"^result\[\d+\]:\s*")
 _RESULT_LINE = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<type>[A-Za-z][A-Za-z0-9]*)=(?P<values>.*)$")
 
 
 def parse_outputs(stdout: str) -> list[numpy.ndarray]:
-    """The result buffers iree-run-module printed (`8xf32=12 12 ...`), as numpy arrays."""
+    """The results iree-run-module printed (`8xf32=12 12 ...`, `i32=42`), as numpy arrays (0-d for a scalar)."""
     arrays = []
     for line in stdout.splitlines():
-        match = _RESULT_LINE.match(line.strip())
+        # A scalar result is printed on its heading line: `result[1]: i32=42`.
+        match = _RESULT_LINE.match(_SCALAR_HEADING.sub("", line.strip()))
         if not match or match["type"] not in _NUMPY_TYPE_NAMES:
             continue
         shape = tuple(int(d) for d in match["dims"].split("x") if d)

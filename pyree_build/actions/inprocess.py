@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyree_build.actions import checks
+from pyree_build.actions import arguments, checks
 from pyree_build.actions.results import exported_functions
 from pyree_build.actions.run import plugin_flag, require_device, run_to_arrays
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX
@@ -111,6 +111,14 @@ def _to_array(value: object) -> np.ndarray:
     return np.asarray(value)
 
 
+def _arguments(entry: object, inputs: Sequence[object]) -> list[object]:
+    """Each input as iree.runtime takes it for its parameter: a Python number for a scalar
+    (by the declared type), an array for anything else."""
+    reflection = getattr(getattr(entry, "vm_function", None), "reflection", None) or {}
+    declared = arguments.declared_parameters(reflection.get("iree.abi.declaration", ""))
+    return [arguments.scalar(v, declared[i], i) if i < len(declared) and arguments.is_scalar(declared[i]) else _to_array(v) for i, v in enumerate(inputs)]
+
+
 def run(
     module: PathLike,
     function: str,
@@ -127,12 +135,11 @@ def run(
     except ImportError as exc:
         raise PyreeError(f"iree.runtime cannot be imported ({exc})", fix='pip install "iree-base-runtime==3.13.*"') from None
     require_device(device)
-    args = [_to_array(v) for v in inputs]
     driver = _driver_name(device)
     reason = claim_driver(driver, plugin_set([plugin_flag(p) for p in plugins]))
     if reason is not None:
         _note_once(driver, reason)
-        return run_to_arrays(mod, function, args, plugins=plugins, device=device)
+        return run_to_arrays(mod, function, inputs, plugins=plugins, device=device)
     try:
         config = rt.Config(device)
         context = rt.SystemContext(config=config)
@@ -146,6 +153,7 @@ def run(
         ) from None
     except (RuntimeError, ValueError) as exc:
         raise PyreeError("the runtime could not load the module", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
+    args = _arguments(entry, inputs)
     try:
         result = entry(*args)
     except (RuntimeError, ValueError, TypeError) as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyree_build.actions import checks
+from pyree_build.actions.arguments import declared_parameters
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError
 
@@ -51,6 +52,18 @@ def exported_functions(module: Path) -> list[str] | None:
         if m and not m["name"].startswith("__"):
             names.append(m["name"])
     return names
+
+
+def function_parameters(module: Path, function: str) -> list[str] | None:
+    """The declared parameter types of an exported function (`f32`, `tensor<4xf32>`), or None
+    when the module or its declaration cannot be read."""
+    lines = _metadata(module) or []
+    for i, line in enumerate(lines):
+        m = _EXPORT_LINE.match(line)
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if m and m["name"] == function and "iree.abi.declaration:" in following:
+            return declared_parameters(following.split("iree.abi.declaration:", 1)[1])
+    return None
 
 
 def function_results(module: Path, function: str) -> tuple[int, list[str]] | None:

@@ -7,18 +7,28 @@ of the backend that serves the device (pyree_build.backends).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyree_build import backends
-from pyree_build.actions import checks
-from pyree_build.actions.results import NPY_TENSOR, exported_functions, format_result, function_results, load_npy, npy_text, result_text
+from pyree_build.actions import arguments, checks
+from pyree_build.actions.results import (
+    NPY_TENSOR,
+    exported_functions,
+    format_result,
+    function_parameters,
+    function_results,
+    load_npy,
+    npy_text,
+    result_text,
+)
 from pyree_build.backends.llvm_cpu.imports import check_resolved
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX, plugin_flag
 from pyree_build.core import echo, lazy, processes, toolchain
@@ -235,6 +245,7 @@ def run(
     called exit()) is an error, as is one killed by a signal or by `timeout` seconds.
     """
     mod = require_file(module, "module")
+    inputs = _untyped_scalars(mod, function, inputs)
     plugin_flags = [plugin_flag(p) for p in plugins]
     _check_run_inputs(mod, inputs, plugins, device, timeout, skip_unavailable)
     toolchain.iree_run_module()  # a missing runner is named before the module is inspected
@@ -283,13 +294,40 @@ def run_to_arrays(
     cannot import host memory (minImportedHostPointerAlignment 4096), the tool can.
     """
     mod = require_file(module, "module")
-    with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
-        specs = []
-        for i, value in enumerate(inputs):
-            if isinstance(value, str):
-                specs.append(value)
-            else:
-                path = Path(tmp) / f"input{i}.npy"
-                np.save(path, np.asarray(value))
-                specs.append(f"@{path}")
+    with input_specs(mod, function, inputs) as specs:
         return run(mod, function, inputs=specs, plugins=plugins, device=device).outputs
+
+
+@contextlib.contextmanager
+def input_specs(module: Path, function: str, values: Sequence[object]) -> Iterator[list[str]]:
+    """`--input` specs for `values`: a string as it is, a number as the bare number a scalar
+    parameter takes, anything else through a .npy file (which lives until the block ends)."""
+    declared: list[str] = []
+    if any(not isinstance(v, str) or arguments.is_typed_scalar_spec(v) for v in values):
+        declared = function_parameters(module, function) or []
+    with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
+        yield [_input_spec(v, declared[i] if i < len(declared) else None, i, Path(tmp)) for i, v in enumerate(values)]
+
+
+def _untyped_scalars(mod: Path, function: str, inputs: Sequence[str]) -> list[str]:
+    """`f32=2` for a scalar parameter, as the bare `2` iree-run-module takes."""
+    if not any(arguments.is_typed_scalar_spec(v) for v in inputs):
+        return list(inputs)
+    declared = function_parameters(mod, function) or []
+    return [_input_spec(v, declared[i] if i < len(declared) else None, i, mod.parent) for i, v in enumerate(inputs)]
+
+
+def _input_spec(value: object, declared: str | None, position: int, tmp: Path) -> str:
+    if arguments.is_scalar(declared) and (not isinstance(value, str) or arguments.is_typed_scalar_spec(value)):
+        return repr(arguments.scalar(value, declared or "", position))
+    if isinstance(value, str):
+        return value
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise PyreeError(
+            f"input {position} must be an array, a number or an --input spec string, got {type(value).__name__}",
+            fix="pass e.g. np.ones(8, np.float32), 2.0 or '8xf32=1'",
+        )
+    path = tmp / f"input{position}.npy"
+    np.save(path, array)
+    return f"@{path}"
