@@ -520,13 +520,15 @@ endfunction()
 # pyree_add_run_test(NAME <test> MODULE <target-or-vmfb> FUNCTION <f> [INPUTS <spec>...]
 #                    [PLUGINS <target-or-file>...] [DEVICE local-sync|local-task|cuda|vulkan|hip]
 #                    [EXPECT <text>...] [CHECK_FILE <file>] [CHECK_PREFIXES <prefix>...]
+#                    [EXPECT_CLOSE <values>...] [RTOL <r>] [ATOL <a>]
 #                    [LABELS <label>...] [TIMEOUT <seconds>])
 # EXPECT: each text appears within one output line (a substring). CHECK_PREFIXES select
-# the CHECK_FILE's lines (e.g. CHECK-SYSTEM), as FileCheck's --check-prefix.
+# the CHECK_FILE's lines (e.g. CHECK-SYSTEM), as FileCheck's --check-prefix. EXPECT_CLOSE:
+# result N equals the Nth values (4xf32=0.1 0.2 ..., or @ref.npy) within RTOL/ATOL.
 # A ctest that runs the function and checks its output. Labelled `cpu`, `cuda`, `vulkan` or `hip` by device;
 # a test whose device is absent (no GPU) is reported by ctest as skipped, never passed.
 function(pyree_add_run_test)
-  _pyree_parse(pyree_add_run_test "" "NAME;MODULE;FUNCTION;DEVICE;CHECK_FILE;TIMEOUT" "INPUTS;PLUGINS;EXPECT;LABELS;CHECK_PREFIXES" ${ARGN})
+  _pyree_parse(pyree_add_run_test "" "NAME;MODULE;FUNCTION;DEVICE;CHECK_FILE;TIMEOUT;RTOL;ATOL" "INPUTS;PLUGINS;EXPECT;LABELS;CHECK_PREFIXES;EXPECT_CLOSE" ${ARGN})
   _pyree_require(pyree_add_run_test NAME MODULE FUNCTION)
   if(NOT ARG_DEVICE)
     set(ARG_DEVICE local-sync)
@@ -548,6 +550,18 @@ function(pyree_add_run_test)
   endif()
   foreach(_prefix IN LISTS ARG_CHECK_PREFIXES)
     list(APPEND _args --check-prefix "${_prefix}")
+  endforeach()
+  foreach(_values IN LISTS ARG_EXPECT_CLOSE)
+    list(APPEND _args --expect-close "${_values}")
+  endforeach()
+  foreach(_tolerance IN ITEMS RTOL ATOL)
+    if(DEFINED ARG_${_tolerance})
+      if(NOT ARG_${_tolerance} MATCHES "^[0-9]*\\.?[0-9]+([eE][-+]?[0-9]+)?$")
+        message(FATAL_ERROR "pyree_add_run_test: ${_tolerance} '${ARG_${_tolerance}}' is not a non-negative number")
+      endif()
+      string(TOLOWER "${_tolerance}" _flag)
+      list(APPEND _args --${_flag} "${ARG_${_tolerance}}")
+    endif()
   endforeach()
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} run "${_module}" ${_args}
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")

@@ -111,6 +111,10 @@ CASES = {
         "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIRECTORY d)\n",
         ["pyree_vulkan_spirv", "OUTPUT_DIRECTORY", "OUTPUT_DIR"],
     ),
+    "bad RTOL": (
+        MODULE + "pyree_add_run_test(NAME t MODULE m FUNCTION f EXPECT_CLOSE 8xf32=12 RTOL tight)\n",
+        ["pyree_add_run_test: RTOL 'tight' is not a non-negative number"],
+    ),
     "ptx sm": (
         "pyree_cuda_ptx(NAME k SRCS plugin.c SMS ampere)\n",
         ["SMS value 'ampere' is not an sm number"],
@@ -132,10 +136,12 @@ def test_a_mistake_stops_the_configure_with_its_message(tmp_path, case):
 def test_valid_calls_still_configure_and_timeout_reaches_the_test(tmp_path):
     body = MODULE + PLUGIN + RUN.format(extra='EXPECT "8xf32=12 12 12 12 12 12 12 12" TIMEOUT 120 LABELS SLOWISH')
     body += "pyree_add_benchmark(NAME b MODULE m FUNCTION mixed_invocation INPUTS 8xf32=2 8xf32=4 PLUGINS p TIMEOUT 60)\n"
+    body += "pyree_add_run_test(NAME close MODULE m FUNCTION mixed_invocation INPUTS 8xf32=2 8xf32=4 PLUGINS p EXPECT_CLOSE 8xf32=12 RTOL 1e-3 ATOL 0)\n"
     result = configure_project(tmp_path, body)
     assert result.returncode == 0, result.stdout + result.stderr
     listing = ctest_run(tmp_path / "build", "-N", "-V").stdout
     assert "--timeout 120" in " ".join(listing.split()).replace('"', "")
+    assert "--expect-close 8xf32=12 --rtol 1e-3 --atol 0" in " ".join(listing.split()).replace('"', "")
 
 
 def test_every_artifact_function_writes_into_its_output_dir(tmp_path):

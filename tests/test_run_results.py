@@ -152,3 +152,24 @@ def test_the_cli_takes_a_typed_scalar_spec(cli, scale_module):
     result = cli("run", scale_module, "--function", "scale", "--input", "f32=3", "--input", "4xf32=1", "--input", "5")
     assert result.returncode == 0, result
     assert "4xf32=3 3 3 3" in result.stdout and "10" in result.stdout
+
+
+def test_expect_close_compares_each_result_within_the_tolerance(cli, scale_module):
+    """issue 26 item 12: float results checked by value, not by printed digits."""
+    run = ["run", scale_module, "--function", "scale", "--input", "2.5", "--input", "4xf32=1 2 3 4", "--input", "5"]
+    assert cli(*run, "--expect-close", "4xf32=2.5 5 7.5 10", "--expect-close", "i32=10").returncode == 0
+    off = cli(*run, "--expect-close", "4xf32=2.5 5 7.5 10.001")
+    assert_clean_error(off, "result 0 differs from the expected value in 1 of 4 elements", "largest difference at index [3]: got 10.0, expected 10.001")
+    assert cli(*run, "--expect-close", "4xf32=2.5 5 7.5 10.001", "--rtol", "1e-3").returncode == 0
+    shape = cli(*run, "--expect-close", "3xf32=1")
+    assert_clean_error(shape, "result 0 has shape [4], the expected value [3]")
+
+
+def test_expect_close_takes_an_npy_reference_from_python(scale_module, tmp_path):
+    reference = tmp_path / "ref.npy"
+    np.save(reference, np.asarray([2.5, 5, 7.5, 10], np.float32))
+    inputs = [2.5, np.asarray([1, 2, 3, 4], np.float32), 5]
+    pb.run(scale_module, "scale", inputs, in_process=False, expect_close=f"@{reference}")
+    np.save(reference, np.asarray([2.5, 5, 7.5, 11], np.float32))
+    with pytest.raises(pb.PyreeError, match="result 0 differs"):
+        pb.run(scale_module, "scale", inputs, in_process=False, expect_close=f"@{reference}", atol=0.5)

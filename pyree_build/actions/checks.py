@@ -205,3 +205,54 @@ def check_with_filecheck(output: str, check_file: str | Path, *, source: str, pr
             details=(result.stderr + result.stdout).strip() + "\nactual output:\n" + output.rstrip(),
             fix="compare the CHECK lines with the actual output above",
         )
+
+
+def spec_array(value: object) -> numpy.ndarray:
+    """An input or expected-value spec (`8xf32=2`, `4xf32=1 2 3 4`, `@a.npy`, `2.5`) or an
+    array-like, as a numpy array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if not isinstance(value, str):
+        return np.asarray(value)
+    spec = parse_input(value)
+    if spec.file is not None and spec.shape is None:
+        return np.load(spec.file)
+    dtype = numpy_dtype(spec.element_type) if spec.element_type else None
+    if spec.file is not None:
+        return np.fromfile(spec.file, dtype=dtype).reshape(spec.shape)
+    if spec.shape is None:  # a bare scalar
+        return np.asarray(float(spec.values[0]))
+    values = [float(v) if dtype is not None and np.issubdtype(dtype, np.floating) else int(float(v)) for v in spec.values]
+    if len(values) == 1:
+        return np.full(spec.shape, values[0], dtype=dtype)
+    return np.asarray(values, dtype=dtype).reshape(spec.shape)
+
+
+# numpy.allclose's defaults: |actual - expected| <= atol + rtol * |expected|, elementwise.
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL = 1e-8
+
+
+def check_close(results: Sequence[numpy.ndarray], expected: Sequence[str], *, rtol: float, atol: float, source: str) -> None:
+    """Result i is within the tolerance of expected spec i (`4xf32=0.1 0.2 ...` or `@ref.npy`)."""
+    if not (rtol >= 0 and atol >= 0):
+        raise PyreeError(f"tolerances must be non-negative, got rtol {rtol:g}, atol {atol:g}", fix="pass e.g. --rtol 1e-5 --atol 1e-8")
+    if len(expected) > len(results):
+        raise PyreeError(
+            f"{len(expected)} expected results given, the function returned {len(results)}", file=source, fix="give one --expect-close per result, in order"
+        )
+    for i, (actual, spec) in enumerate(zip(results, expected)):
+        want = spec_array(spec)
+        if np.shape(actual) != np.shape(want):
+            raise PyreeError(
+                f"result {i} has shape {list(np.shape(actual))}, the expected value {list(np.shape(want))}", file=source, fix="fix the expected value's shape"
+            )
+        close = np.isclose(actual, want, rtol=rtol, atol=atol)
+        if not close.all():
+            worst = np.unravel_index(np.argmax(np.abs(np.asarray(actual, np.float64) - np.asarray(want, np.float64))), np.shape(want))
+            raise PyreeError(
+                f"result {i} differs from the expected value in {int((~close).sum())} of {close.size} elements (rtol {rtol:g}, atol {atol:g})",
+                file=source,
+                details=f"largest difference at index {list(map(int, worst))}: got {np.asarray(actual)[worst].item()!r}, expected {np.asarray(want)[worst].item()!r}",
+                fix="fix the kernel, or loosen --rtol / --atol if the difference is rounding",
+            )

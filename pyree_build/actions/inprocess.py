@@ -92,31 +92,14 @@ def _note_once(driver: str, reason: str) -> None:
     )
 
 
-def _to_array(value: object) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, str):
-        spec = checks.parse_input(value)
-        if spec.file is not None and spec.shape is None:
-            return np.load(spec.file)
-        dtype = checks.numpy_dtype(spec.element_type) if spec.element_type else None
-        if spec.file is not None:
-            return np.fromfile(spec.file, dtype=dtype).reshape(spec.shape)
-        if spec.shape is None:  # a bare scalar
-            return np.asarray(float(spec.values[0]))
-        values = [float(v) if dtype is not None and np.issubdtype(dtype, np.floating) else int(float(v)) for v in spec.values]
-        if len(values) == 1:
-            return np.full(spec.shape, values[0], dtype=dtype)
-        return np.asarray(values, dtype=dtype).reshape(spec.shape)
-    return np.asarray(value)
-
-
 def _arguments(entry: object, inputs: Sequence[object]) -> list[object]:
     """Each input as iree.runtime takes it for its parameter: a Python number for a scalar
     (by the declared type), an array for anything else."""
     reflection = getattr(getattr(entry, "vm_function", None), "reflection", None) or {}
     declared = arguments.declared_parameters(reflection.get("iree.abi.declaration", ""))
-    return [arguments.scalar(v, declared[i], i) if i < len(declared) and arguments.is_scalar(declared[i]) else _to_array(v) for i, v in enumerate(inputs)]
+    return [
+        arguments.scalar(v, declared[i], i) if i < len(declared) and arguments.is_scalar(declared[i]) else checks.spec_array(v) for i, v in enumerate(inputs)
+    ]
 
 
 def run(

@@ -236,6 +236,9 @@ def run(
     skip_unavailable: bool = False,
     check_prefixes: Sequence[str] = (),
     timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
+    expect_close: Sequence[str] = (),
+    rtol: float = checks.DEFAULT_RTOL,
+    atol: float = checks.DEFAULT_ATOL,
 ) -> RunResult:
     """Run `function` of `module` with iree-run-module; check its output if asked.
 
@@ -270,6 +273,8 @@ def run(
         checks.check_expected(stdout, expect, source=str(mod))
     if check_file:
         checks.check_with_filecheck(stdout, os.fspath(check_file), source=str(mod), prefixes=check_prefixes)
+    if expect_close:
+        checks.check_close(outputs(), expect_close, rtol=rtol, atol=atol, source=str(mod))
     return RunResult(mod, function, stdout, seconds, outputs)
 
 

@@ -70,10 +70,11 @@ def run_command(a: argparse.Namespace) -> None:
     result = _run.run(
         a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
         check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes, timeout=_timeout(a),
+        expect_close=a.expect_close, rtol=a.rtol, atol=a.atol,
     )  # fmt: skip
     if not a.quiet:
         sys.stdout.write(result.stdout)
-    if a.expect or a.check_file:
+    if a.expect or a.check_file or a.expect_close:
         echo.log_step(f"output check passed ({result.seconds:.2f} s)")
 
 

@@ -155,6 +155,17 @@ RUN = Verb(
                 "help": "TEXT must appear within one output line, as a substring; runs of whitespace compare equal (repeatable)",
             },
         ),  # fmt: skip
+        Option(
+            ("--expect-close",),
+            {
+                "action": "append",
+                "default": [],
+                "metavar": "VALUES",
+                "help": "result N (the Nth --expect-close) equals VALUES within --rtol/--atol: 4xf32=0.1 0.2 0.3 0.4, 8xf32=1 or @ref.npy (repeatable)",
+            },
+        ),  # fmt: skip
+        Option(("--rtol",), {"type": float, "default": 1e-5, "help": "--expect-close relative tolerance (default 1e-5)"}),
+        Option(("--atol",), {"type": float, "default": 1e-8, "help": "--expect-close absolute tolerance (default 1e-8)"}),
         Option(("--check-file",), {"help": "FileCheck file whose CHECK lines the output must match"}),
         Option(
             ("--check-prefix",),

@@ -115,6 +115,12 @@ def _number(value: object, role: str) -> float:
     return value
 
 
+def _tolerance(value: object, role: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise PyreeError(f"{role} must be a non-negative number, got {_shown(value)}", fix=f"pass {role}=1e-5, for example")
+    return float(value)
+
+
 def _options(value: object, role: str) -> dict[str, object] | None:
     """A backend's options by dest: a mapping of names to values (or None: none)."""
     if value is None:
@@ -156,6 +162,9 @@ CHECKS = {
     "substitutions": strings,
     "expect": strings,
     "expect_imports": strings,
+    "expect_close": strings,
+    "rtol": _tolerance,
+    "atol": _tolerance,
     "check_prefixes": strings,
     "link_bitcode": paths,
     "gfxs": words,
