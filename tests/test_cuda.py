@@ -274,3 +274,19 @@ def test_a_key_in_the_older_target_arch_form_is_named_as_such(cli, nvrtc_ptx, tm
     result = cli("compile", program, "--target", "cuda", "--sm", "80", "--object-search-path", nvrtc_ptx, "-o", tmp_path / "o.vmfb")
     assert_clean_error(result, "keys objects for sm_80", "earlier IREE releases", "pyree-build cuda-target --sm 80")
     assert "no GPU description" not in result.stderr
+
+
+def test_without_verify_the_ptx_is_still_limited_to_the_ptxas_found_here(cli, tmp_path, monkeypatch):
+    """issue 26 item 9: doctor lists a ptxas; `ptx` must not say there is none and write an ISA
+    that ptxas then rejects."""
+    try:
+        found = toolchain.ptxas()
+    except Exception as exc:  # noqa: BLE001 - any reason ptxas is absent skips
+        pytest.skip(f"no ptxas here: {exc}")
+    monkeypatch.setenv("PYREE_BUILD_CACHE", "off")
+    result = cli("ptx", "-v", KERNELS, "--sm", "80", "-o", tmp_path)
+    assert result.returncode == 0, result
+    limit = cuda.isa_for_cuda_release(*map(int, found.version.split(".")[:2]))
+    isa = cuda.read_ptx(tmp_path / "kernels_sm_80.ptx").isa
+    assert isa is not None and isa <= limit
+    assert "no driver or ptxas here" not in result.stderr

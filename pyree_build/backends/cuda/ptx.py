@@ -114,8 +114,9 @@ def _release_of(tool: toolchain.Tool) -> tuple[int, int] | None:
 def choose_ptx_isa(requested: str, *, verify_with: toolchain.Tool | None = None, driver: tuple[int, int] | None = None) -> tuple[tuple[int, int] | None, str]:
     """The ISA ceiling to write, and why. `requested` is 'auto', 'native' or 'MAJOR.MINOR'.
 
-    auto: the newest ISA that the driver here (if any) and the ptxas used by --verify
-    (if any) accept; with neither, the compiler's own (None: leave the PTX as written).
+    auto: the newest ISA that the driver here (if any) and `verify_with` (the ptxas of
+    --verify, or the one found here) accept; with neither, the compiler's own (None: leave
+    the PTX as written).
     """
     if requested == "native":
         return None, "as the compiler wrote it (--ptx-isa native)"
@@ -292,6 +293,13 @@ def ptx(
     return [outputs[sm] for sm in sm_list]
 
 
+def _ptxas_here() -> toolchain.Tool | None:
+    try:
+        return toolchain.ptxas()
+    except PyreeError:
+        return None
+
+
 def _plan(
     src: Path, sm_list: list[int], out_dir: Path, *, compiler: str, verify: bool, ptx_isa: str,
     include_dirs: Sequence[str], defines: Sequence[str], jobs: int | None,
@@ -299,7 +307,8 @@ def _plan(
     """Find the tools, check the sms, fix the ISA ceiling and the compiler's options."""
     incs = [Path(d).resolve() for d in include_dirs]
     ptxas_tool = toolchain.ptxas() if verify else None
-    isa_limit, isa_reason = choose_ptx_isa(ptx_isa, verify_with=ptxas_tool, driver=driver_release())
+    # Without --verify, a ptxas found here still reads this PTX later (doctor lists it): limit to it too.
+    isa_limit, isa_reason = choose_ptx_isa(ptx_isa, verify_with=ptxas_tool or _ptxas_here(), driver=driver_release())
     if compiler == "nvrtc":
         tool = toolchain.nvrtc()
         _check_sms(sm_list, _supported_sms_nvrtc(), f"NVRTC {tool.version}")
