@@ -93,3 +93,28 @@ def test_the_scratch_directory_is_kept_and_named(tmp_path):
     (line,) = [line for line in result.stderr.splitlines() if "kept the scratch directory" in line]
     kept = Path(tmp_path / line.split("kept the scratch directory ", 1)[1].split(" (-v)")[0])
     assert kept.is_dir() and any(kept.glob("*.o")), line
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [(["-o", "objs"], ["-o", "sub/other"]), (["-o", "objs"], ["-o", "ABS/other"]), (["-o", "ABS/objs"], ["-o", "other"])],
+    ids=["another relative directory", "relative then absolute", "absolute then relative"],
+)
+def test_a_hit_recorded_under_other_output_names_pastes_as_this_build(tmp_path, first, then):
+    """issue 26 item 11: the commands of a hit recorded by a build of another output name (or
+    the same name spelled relative vs absolute) are this build's, with nothing left over."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    src = str(SAMPLES / "custom_dispatch" / "cpu" / "embedded" / "functions.c")
+    spelled = [[a.replace("ABS", str(work)) for a in args] for args in (first, then)]
+    assert _pyree(["objects", src, "--arch", "x86_64", *spelled[0]], cache, work).returncode == 0
+    hit = _pyree(["objects", src, "--arch", "x86_64", *spelled[1]], cache, work)
+    assert hit.returncode == 0 and "# (cache hit)" in hit.stderr, hit.stderr
+    assert "\x00" not in hit.stderr and "T0." not in hit.stderr, hit.stderr
+    out = (work / spelled[1][1]) / "functions_x86_64.o"
+    made = out.read_bytes()
+    for leftover in (out, out.parent):
+        leftover.unlink() if leftover.is_file() else leftover.rmdir()
+    pasted = _paste(hit.stderr, tmp_path)
+    assert pasted.returncode == 0, f"pasting failed:\n{hit.stderr}\n---\n{pasted.stderr}"
+    assert out.read_bytes() == made

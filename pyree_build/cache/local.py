@@ -393,6 +393,17 @@ def _path_forms(outputs: Sequence[Path]) -> list[tuple[str, str, str]]:
     return sorted(forms, key=lambda f: -len(f[0]))
 
 
+def _directory_forms(outputs: Sequence[Path]) -> list[tuple[str, str]]:
+    """(a directory as a command names it, its token) for each output's directory, relative
+    and absolute: the `mkdir -p DIR` of a build names the directory alone."""
+    forms = []
+    for i, out in enumerate(outputs):
+        # As given, absolute, and relative to this directory (where the steps' `cd` starts).
+        named = dict.fromkeys((os.fspath(out.parent), os.fspath(out.resolve().parent), os.path.relpath(out.resolve().parent)))
+        forms += [(text, f"\x00D{i}.{min(j, 1)}\x00") for j, text in enumerate(named) if text not in ("", ".") and not text.startswith("..")]
+    return sorted(forms, key=lambda f: -len(f[0]))
+
+
 def _save_commands(root: Path, base: str, outputs: Sequence[Path], lines: list[str]) -> None:
     """The commands of a build, with the outputs' names as tokens: a later hit, under other
     output names, prints them as the commands that would have run."""
@@ -400,6 +411,9 @@ def _save_commands(root: Path, base: str, outputs: Sequence[Path], lines: list[s
     for line in lines:
         for text, token, _ in _path_forms(outputs):
             line = line.replace(text, token)
+        for text, token in _directory_forms(outputs):
+            # A whole word of the shell line (or its start), never part of another name.
+            line = re.sub(rf"(?<![^\s'\"=(]){re.escape(text)}(?![^\s'\"/);])", token, line)
         templated.append(re.sub(r"(\x00T\d+\.\d\x00)\d+-[0-9a-f]{8}", r"\1", line))
     target = root / "commands" / f"{base}.json"
     with contextlib.suppress(OSError):
@@ -416,8 +430,14 @@ def _replay_commands(root: Path, base: str, outputs: Sequence[Path]) -> None:
         return
     unique = f"{os.getpid()}-{os.urandom(4).hex()}"
     for line in lines:
-        for _, token, absolute in _path_forms(outputs):
-            line = line.replace(token, absolute + unique if token.startswith("\x00T") else absolute)
+        # Every token, whichever form (relative or absolute) the recording build named its
+        # outputs in, becomes this build's absolute path: no token is ever printed.
+        for i, out in enumerate(outputs):
+            absolute = out.resolve()
+            for j in (0, 1):
+                line = line.replace(f"\x00T{i}.{j}\x00", os.fspath(absolute.parent / f".{absolute.name}.") + unique)
+                line = line.replace(f"\x00O{i}.{j}\x00", os.fspath(absolute))
+                line = line.replace(f"\x00D{i}.{j}\x00", os.fspath(absolute.parent))
         echo.echo_command(line, note="(cache hit)")
 
 
