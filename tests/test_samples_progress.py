@@ -68,3 +68,18 @@ def test_samples_streams_build_and_test_lines_before_the_table(cli, tmp_path):
     assert tests and all("Passed" in t or "Skipped" in t or "Not Run" in t for t in tests), err
     assert err.index(tests[-1]) < err.index("  ctest ("), err
     assert "sample" in result.stdout and "passed" in result.stdout  # the table
+
+
+def test_the_table_fits_its_width_and_keeps_every_word_of_a_long_result():
+    """issue 26 item 15: a skip's reason made the table 168 columns wide."""
+    from pyree_build.actions.sample_runner import TestRow, format_table
+
+    reason = "skipped: no usable CUDA GPU: no CUDA driver (libcuda.so) on this machine; install the NVIDIA driver to run it"
+    rows = [TestRow("custom_dispatch/cuda/kernels", "cuda_kernels_run", reason, 0.01), TestRow("custom_dispatch/cpu/plugin", "plugin_run", "passed", 0.12)]
+    table = format_table(rows, width=80)
+    assert all(len(line) <= 80 for line in table.splitlines()), table
+    lines = table.splitlines()
+    column = lines[0].index("result")
+    first_row = [lines[2], *(line for line in lines[3:] if line.startswith(" " * column))]
+    assert " ".join(line[column:].strip() for line in first_row) == reason
+    assert table.splitlines()[0].split() == ["sample", "test", "time", "result"]

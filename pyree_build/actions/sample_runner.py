@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -124,13 +125,24 @@ class Progress:
         print(text, file=self.out, flush=True)
 
 
-def format_table(rows: list[TestRow]) -> str:
-    headers = ("sample", "test", "result", "time")
-    cells = [(r.sample, r.test, r.result, f"{r.seconds:.2f} s") for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [line.format(*headers), line.format(*("-" * w for w in widths))]
-    out += [line.format(*c) for c in cells]
+# The table fits a terminal of this width when it cannot ask one (a pipe, CI's log).
+TABLE_WIDTH = 100
+
+
+def format_table(rows: list[TestRow], width: int | None = None) -> str:
+    """sample, test, time and result, the result (a skip's reason can be long) wrapped onto
+    continuation lines so that no line is wider than `width` (the terminal's, or TABLE_WIDTH)."""
+    headers = ("sample", "test", "time", "result")
+    cells = [(r.sample, r.test, f"{r.seconds:.2f} s", r.result) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers[:3])]
+    indent = sum(widths) + 2 * len(widths)
+    room = max(20, (width or shutil.get_terminal_size((TABLE_WIDTH, 24)).columns) - indent)
+    line = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    out = [line.format(*headers), line.format(*("-" * w for w in [*widths, len(headers[3])]))]
+    for *first, result in cells:
+        wrapped = textwrap.wrap(result, room, break_long_words=False, break_on_hyphens=False) or [""]
+        out.append(line.format(*first, wrapped[0]).rstrip())
+        out += [" " * indent + more for more in wrapped[1:]]
     return "\n".join(out)
 
 
