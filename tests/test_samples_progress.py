@@ -80,6 +80,6 @@ def test_the_table_fits_its_width_and_keeps_every_word_of_a_long_result():
     assert all(len(line) <= 80 for line in table.splitlines()), table
     lines = table.splitlines()
     column = lines[0].index("result")
-    first_row = [lines[2], *(line for line in lines[3:] if line.startswith(" " * column))]
+    first_row = [lines[2][: lines[0].index("time")], *(line for line in lines[3:] if line.startswith(" " * column))]
     assert " ".join(line[column:].strip() for line in first_row) == reason
-    assert table.splitlines()[0].split() == ["sample", "test", "time", "result"]
+    assert table.splitlines()[0].split() == ["sample", "test", "result", "time"]

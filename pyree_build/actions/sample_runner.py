@@ -130,19 +130,19 @@ TABLE_WIDTH = 100
 
 
 def format_table(rows: list[TestRow], width: int | None = None) -> str:
-    """sample, test, time and result, the result (a skip's reason can be long) wrapped onto
+    """sample, test, result and time, the result (a skip's reason can be long) wrapped onto
     continuation lines so that no line is wider than `width` (the terminal's, or TABLE_WIDTH)."""
-    headers = ("sample", "test", "time", "result")
-    cells = [(r.sample, r.test, f"{r.seconds:.2f} s", r.result) for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers[:3])]
-    indent = sum(widths) + 2 * len(widths)
-    room = max(20, (width or shutil.get_terminal_size((TABLE_WIDTH, 24)).columns) - indent)
-    line = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
-    out = [line.format(*headers), line.format(*("-" * w for w in [*widths, len(headers[3])]))]
-    for *first, result in cells:
-        wrapped = textwrap.wrap(result, room, break_long_words=False, break_on_hyphens=False) or [""]
-        out.append(line.format(*first, wrapped[0]).rstrip())
-        out += [" " * indent + more for more in wrapped[1:]]
+    headers = ("sample", "test", "result", "time")
+    cells = [(r.sample, r.test, r.result, f"{r.seconds:.2f} s") for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    room = max(20, (width or shutil.get_terminal_size((TABLE_WIDTH, 24)).columns) - (widths[0] + widths[1] + widths[3] + 6))
+    widths[2] = min(widths[2], room)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [line.format(*headers).rstrip(), line.format(*("-" * w for w in widths))]
+    for sample, test, result, seconds in cells:
+        wrapped = textwrap.wrap(result, widths[2], break_long_words=False, break_on_hyphens=False) or [""]
+        out.append(line.format(sample, test, wrapped[0], seconds).rstrip())
+        out += [" " * (widths[0] + widths[1] + 4) + more for more in wrapped[1:]]
     return "\n".join(out)
 
 
