@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build import backends
+from pyree_build.actions import releases
 from pyree_build.actions.specs import pipeline_files, spec_flags
 from pyree_build.actions.specs import preprocess as run_preprocess
 from pyree_build.backends.base import Backend, CompileJob
@@ -208,8 +209,11 @@ def post_checks(state: CompileState, deps: list[str]) -> Path:
 
 
 def explain_failure(state: CompileState, compiler_output: str) -> str | None:
-    """The backend's explanation of an iree-compile failure, else which objects were missing."""
-    hint = state.backend.explain(state.job, compiler_output)
+    """The backend's explanation of an iree-compile failure, else a file written for another
+    IREE release, else which objects were missing."""
+    hint = state.backend.explain(state.job, compiler_output) or releases.explain(
+        state.job.source.name, state.job.text, toolchain.iree_compile().version, compiler_output
+    )
     if hint:
         return hint
     if "failed to serialize executable" in compiler_output or "object file not found" in compiler_output:
