@@ -92,6 +92,12 @@ def _note_once(driver: str, reason: str) -> None:
     )
 
 
+def _is_bare(spec: str) -> bool:
+    """A spec without a shape or a file: a number, for a scalar parameter (`2.5`, `f32=2.5`)."""
+    parsed = checks.parse_input(spec)
+    return parsed.shape is None and parsed.file is None
+
+
 def _arguments(entry: object, inputs: Sequence[object]) -> list[object]:
     """Each input as iree.runtime takes it for its parameter: a Python number for a scalar
     (by the declared type), an array for anything else."""
@@ -118,6 +124,9 @@ def run(
     except ImportError as exc:
         raise PyreeError(f"iree.runtime cannot be imported ({exc})", fix='pip install "iree-base-runtime==3.13.*"') from None
     require_device(device)
+    # Tensors are read now, so a bad spec is named before the module loads; a bare number waits
+    # for the function's declaration, which says whether it is a scalar.
+    inputs = [v if isinstance(v, str) and _is_bare(v) else checks.spec_array(v) if isinstance(v, str) else v for v in inputs]
     driver = _driver_name(device)
     reason = claim_driver(driver, plugin_set([plugin_flag(p) for p in plugins]))
     if reason is not None:
@@ -132,7 +141,9 @@ def run(
     except KeyError:
         names = exported_functions(mod) or []
         raise PyreeError(
-            f"the module has no function '{function}'", file=mod, fix=f"name one of its functions: {', '.join(names) or '(none exported)'}"
+            f"the module has no function '{function}'",
+            file=mod,
+            fix=f"name one of its functions: {', '.join(names) or '(none exported)'} (the MLIR's public func.func names)",
         ) from None
     except (RuntimeError, ValueError) as exc:
         raise PyreeError("the runtime could not load the module", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None

@@ -285,7 +285,7 @@ def _require_function(mod: Path, function: str) -> None:
         raise PyreeError(
             f"the module has no function '{function}'",
             file=mod,
-            fix=f"name one of its functions: {', '.join(names) or '(none exported)'}" + " (--function NAME; `function=` in Python)",
+            fix=f"name one of its functions: {', '.join(names) or '(none exported)'} (the MLIR's public func.func names; --function NAME)",
         )
 
 
