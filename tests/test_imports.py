@@ -111,3 +111,17 @@ def test_imports_of_modules_for_other_arches_are_read_too(cli, tmp_path, triple,
     (found,) = imports.module_imports(out)
     assert found.arch == arch
     assert sorted(i.name for i in found.imports) == ["simple_add_workgroup", "simple_mul_workgroup"]
+
+
+def test_a_file_that_is_not_a_module_is_refused(cli, tmp_path, system_module):
+    """issue 22 item 4: random bytes used to exit 0 with "no embedded CPU executables"."""
+    noise = tmp_path / "noise.vmfb"
+    noise.write_bytes(bytes(range(256)) * 16)
+    assert_clean_error(cli("imports", noise), "not an IREE module")
+    bare = tmp_path / "bare.vmfb"  # a FlatBuffer not wrapped in a zip is a module too
+    source = tmp_path / "add.mlir"
+    source.write_text("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
+    assert cli("compile", source, "-o", bare, "--", "--iree-vm-emit-polyglot-zip=false").returncode == 0
+    assert not bare.read_bytes().startswith(b"PK")
+    for module in (bare, system_module):
+        assert cli("imports", module).returncode == 0
