@@ -138,6 +138,7 @@ class Inputs:
     files: list[Path] = field(default_factory=list)  # read by the tool: keyed by content, listed in the depfile
     resolution: list[str] = field(default_factory=list)  # how each name resolved: part of the key
     uncacheable: str | None = None  # why the inputs cannot be known (then nothing is cached)
+    directories: list[Path] = field(default_factory=list)  # where headers were looked for (for a depfile)
 
     def add(self, path: Path) -> None:
         if path not in self.files:
@@ -229,13 +230,31 @@ def compile_inputs(source: Path, argv: Sequence[str], *, cwd: PathLike | None = 
 
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))', re.MULTILINE)
+# `#if __has_include("x.h")`: a header whose mere existence changes the code.
+_HAS_INCLUDE = re.compile(r'__has_include(?:_next)?\s*\(\s*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>)\s*\)')
+
+
+def _look_up(name: str, quoted: bool, current: Path, include_dirs: Sequence[Path], found: Inputs) -> Path | None:
+    """Where the preprocessor finds `name` from `current` (quoted: its directory first, then
+    each -I; angled: each -I), noting each directory it looks in: a header that appears in one
+    of them later changes the answer."""
+    for base in ([current.parent] if quoted else []) + list(include_dirs):
+        if base not in found.directories:
+            found.directories.append(base)
+        candidate = (base / name).resolve()
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
-    """The headers a C/CUDA source includes, found by following `#include` lines (for
-    compilers that write no dependency list, such as NVRTC). Every `#include` is followed,
-    even in comments or disabled branches: an extra dependency costs a rebuild, a missed
-    one a wrong output. An include through a macro cannot be followed: not cacheable."""
+    """The headers a C/CUDA/GLSL source includes, found by following `#include` lines, and how
+    each name (and each `__has_include` name) resolved, found or not. The resolution goes into
+    the cache key, so a header that appears earlier on the search path, or a `__has_include`
+    target that starts to exist, is a miss; a depfile lists only what was found. Every line is
+    followed, even in comments or disabled branches: an extra dependency costs a rebuild, a
+    missed one a wrong output. An include through a macro cannot be followed: not cacheable
+    for compilers that write no dependency list (NVRTC), the callers decide."""
     found = Inputs()
     pending = [source]
     seen: set[Path] = {source.resolve()}
@@ -245,21 +264,42 @@ def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
             text = current.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
+        for m in _HAS_INCLUDE.finditer(text):
+            name = m["quoted"] or m["angled"]
+            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found)
+            found.resolution.append(f"has_include:{current}:{name}->{hit or 'none'}")
         for m in _INCLUDE.finditer(text):
             if m["other"] is not None:
                 found.refuse(f"{current}: `#include {m['other'].strip()}` names its header through a macro")
                 continue
             name = m["quoted"] or m["angled"]
-            bases = ([current.parent] if m["quoted"] else []) + list(include_dirs)
-            for b in bases:
-                candidate = (b / name).resolve()
-                if candidate.is_file():
-                    found.resolution.append(f"include:{current}:{name}->{candidate}")
-                    if candidate not in seen:
-                        seen.add(candidate)
-                        found.add(candidate)
-                        pending.append(candidate)
-                    break
-            else:  # the compiler's own header (cuda_fp16.h), part of the tool
-                found.resolution.append(f"include:{current}:{name}->tool")
+            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found)
+            # Not found on the search path: the compiler's own header (cuda_fp16.h, stdint.h), part of the tool.
+            found.resolution.append(f"include:{current}:{name}->{hit or 'tool'}")
+            if hit is not None and hit not in seen:
+                seen.add(hit)
+                found.add(hit)
+                pending.append(hit)
     return found
+
+
+def header_lookups(sources: Sequence[Path], include_dirs: Sequence[Path]) -> Inputs:
+    """c_includes of every source, merged: for a compiler that writes a depfile, the part a
+    depfile cannot say (which names resolved where, and which did not)."""
+    merged = Inputs()
+    for source in sources:
+        one = c_includes(source, include_dirs)
+        merged.resolution += one.resolution
+        for path in one.files:
+            merged.add(path)
+        merged.directories += [d for d in one.directories if d not in merged.directories]
+    return merged
+
+
+def watched_directories(directories: Sequence[Path], outputs: Sequence[Path]) -> list[Path]:
+    """The directories headers were looked for in, for a depfile: Ninja reruns a step when a
+    directory's time changes (a file created or removed in it), which a list of found files
+    cannot catch. A directory holding one of the step's own outputs is left out: writing the
+    output changes its time, and the step would never be up to date."""
+    holding = {o.resolve().parent for o in outputs}
+    return [d for d in directories if d.resolve() not in holding and d.is_dir()]

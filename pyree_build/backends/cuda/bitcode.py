@@ -31,6 +31,7 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
+from pyree_build.core.inputs import header_lookups, watched_directories
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -74,10 +75,11 @@ def bitcode(
     ]  # fmt: skip
 
     job = _BitcodeJob(src, sm_list, out_dir, clang, options, jobs)
-    key = [*map(str, sm_list), *options]
-    deps = cached_action("bitcode", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list], build=job.build, tools_used=[clang])
+    headers = header_lookups([src], incs)
+    key = [*map(str, sm_list), *options, *headers.resolution]
+    deps = cached_action("bitcode", key=key, inputs=[src, *headers.files], outputs=[outputs[sm] for sm in sm_list], build=job.build, tools_used=[clang])
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps)
+        write_depfile(depfile, outputs[sm_list[0]], [*deps, *watched_directories(headers.directories, list(outputs.values()))])
     return [outputs[sm] for sm in sm_list]
 
 

@@ -24,7 +24,7 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
-from pyree_build.core.inputs import Inputs, c_includes
+from pyree_build.core.inputs import Inputs, c_includes, header_lookups, watched_directories
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -289,7 +289,7 @@ def ptx(
         uncacheable=headers.uncacheable if headers else None,
     )  # fmt: skip
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps)
+        write_depfile(depfile, outputs[sm_list[0]], [*deps, *(watched_directories(headers.directories, list(outputs.values())) if headers else [])])
     return [outputs[sm] for sm in sm_list]
 
 
@@ -319,7 +319,8 @@ def _plan(
         options = [*(f"-I{d}" for d in incs), *(f"-D{d}" for d in defines)]
     text = src.read_bytes()
     # NVRTC writes no dependency list: its headers are found before it runs.
-    headers = c_includes(src, [src.parent.resolve(), *incs]) if compiler == "nvrtc" else None
+    # nvcc's depfile names what it found; how every name resolved (found or not) is keyed for both.
+    headers = c_includes(src, [src.parent.resolve(), *incs]) if compiler == "nvrtc" else header_lookups([src], [src.parent.resolve(), *incs])
     return _PtxJob(src, text, sm_list, out_dir, compiler, tool, options, headers, isa_limit, isa_reason, ptxas_tool, jobs)
 
 

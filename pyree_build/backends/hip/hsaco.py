@@ -21,7 +21,7 @@ from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import remove_stale, scratch_dir, write_depfile
-from pyree_build.core.inputs import c_includes
+from pyree_build.core.inputs import c_includes, watched_directories
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -149,7 +149,7 @@ def hsaco(
         tools_used=[clang, lld], uncacheable=headers.uncacheable,
     )  # fmt: skip
     if depfile:
-        write_depfile(depfile, outputs[gfx_list[0]], deps)
+        write_depfile(depfile, outputs[gfx_list[0]], [*deps, *watched_directories(headers.directories, list(outputs.values()))])
     return [outputs[g] for g in gfx_list]
 
 

@@ -29,6 +29,7 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
+from pyree_build.core.inputs import Inputs, header_lookups, watched_directories
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -71,6 +72,14 @@ class CompileOptions:
     cc: str = "zig"
     include_dirs: tuple[str, ...] = ()
     defines: tuple[str, ...] = ()
+
+    def search_path(self) -> list[Path]:
+        """The -I directories, in the order the compiler searches them."""
+        return [toolchain.include_dir(), *(Path(d).resolve() for d in self.include_dirs)]
+
+    def lookups(self, sources: Sequence[Path]) -> Inputs:
+        """How every header name of `sources` resolves on this search path (see header_lookups)."""
+        return header_lookups(sources, self.search_path())
 
     def flags(self) -> list[str]:
         out = ["-I", str(toolchain.include_dir())]
@@ -167,9 +176,12 @@ def system_plugin(
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     cflags = [*SYSTEM_CFLAGS, *system_cpu_flags(compiler, cpu), *opts.flags()]
     job = _SystemBuild(srcs, out, compiler, cflags, jobs)
-    deps = cached_action("system plugin", key=cflags, inputs=srcs, outputs=[out], build=job.build, tools_used=[compiler])
+    headers = opts.lookups(srcs)
+    deps = cached_action(
+        "system plugin", key=[*cflags, *headers.resolution], inputs=[*srcs, *headers.files], outputs=[out], build=job.build, tools_used=[compiler]
+    )
     if depfile:
-        write_depfile(depfile, out, deps)
+        write_depfile(depfile, out, [*deps, *watched_directories(headers.directories, [out])])
     return out
 
 
@@ -248,10 +260,11 @@ def standalone_plugin(
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     single = len(arch_list) == 1 and out.suffix != ".sos"
     job = _StandaloneBuild(srcs, out, compiler, lld, arch_list, opts, single, jobs)
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags()]
-    deps = cached_action("standalone plugin", key=key, inputs=srcs, outputs=[out], build=job.build, tools_used=[compiler, lld])
+    headers = opts.lookups(srcs)
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), *headers.resolution]
+    deps = cached_action("standalone plugin", key=key, inputs=[*srcs, *headers.files], outputs=[out], build=job.build, tools_used=[compiler, lld])
     if depfile:
-        write_depfile(depfile, out, deps)
+        write_depfile(depfile, out, [*deps, *watched_directories(headers.directories, [out])])
     return out
 
 
@@ -357,11 +370,12 @@ def objects(
     for o in outs.values():
         remove_stale(o)
     job = _ObjectsBuild(src, compiler, opts, outs, allow_undefined, arch_list, jobs)
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]
+    headers = opts.lookups([src])
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), *headers.resolution]
     outputs = [outs[a] for a in arch_list]
-    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler])
+    deps = cached_action("objects", key=key, inputs=[src, *headers.files], outputs=outputs, build=job.build, tools_used=[compiler])
     if depfile:
-        write_depfile(depfile, outs[arch_list[0]], deps)
+        write_depfile(depfile, outs[arch_list[0]], [*deps, *watched_directories(headers.directories, outputs)])
     return [outs[a] for a in arch_list]
 
 
