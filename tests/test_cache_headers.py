@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from conftest import PLUGIN_SAMPLE, REPO
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 USE = {
     # Kept (and exported) even where a build drops what no one calls (a standalone plugin).
@@ -108,3 +110,40 @@ def test_ninja_reruns_the_step_when_a_shadowing_header_appears(tmp_path):
     (src / "inc1" / "cfg.h").write_text("#define CFG 2\n")
     build(out, "objs")
     assert made.read_bytes() != first
+
+
+# Sequences of header moves: cfg.h created, deleted or moved between the include directories
+# (two contents), and the `__has_include` target toggled; each build with the cache on is
+# byte-identical to one without. PYREE_FUZZ_EXAMPLES raises the count for a longer run.
+FUZZ_EXAMPLES = int(os.environ.get("PYREE_FUZZ_EXAMPLES", "3"))
+MOVES = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.sampled_from(["inc1", "inc2", "."]), st.sampled_from(["1", "2"])),
+        st.tuples(st.just("remove"), st.sampled_from(["inc1", "inc2", "."]), st.just("")),
+        st.tuples(st.just("toggle extra"), st.just(""), st.sampled_from(["40", "50"])),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@pytest.mark.parametrize("action", ["objects", "ptx (nvrtc)", "bitcode"])
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(moves=MOVES)
+def test_header_moves_match_uncached_builds(tmp_path_factory, action, moves):
+    name, text, argv = ACTIONS[action]
+    work = tmp_path_factory.mktemp("moves")
+    (work / "inc1").mkdir()
+    (work / "inc2").mkdir()
+    (work / name).write_text(text)
+    (work / "inc2" / "cfg.h").write_text("#define CFG 1\n")
+    cache = str(work / "cache")
+    for step, (kind, where, value) in enumerate(moves):
+        if kind == "put":
+            (work / where / "cfg.h").write_text(f"#define CFG {value}\n")
+        elif kind == "remove" and sum((work / d / "cfg.h").exists() for d in ("inc1", "inc2", ".")) > 1:
+            (work / where / "cfg.h").unlink(missing_ok=True)  # one cfg.h always stays, so every build compiles
+        elif kind == "toggle extra":
+            extra = work / "extra.h"
+            extra.unlink() if extra.exists() else extra.write_text(f"#define EXTRA {value}\n")
+        assert _build(work, cache, argv, name, f"on{step}") == _build(work, "off", argv, name, f"off{step}"), moves[: step + 1]
