@@ -241,9 +241,9 @@ def _look_up(name: str, quoted: bool, current: Path, include_dirs: Sequence[Path
     for base in ([current.parent] if quoted else []) + list(include_dirs):
         if base not in found.directories:
             found.directories.append(base)
-        candidate = (base / name).resolve()
-        if candidate.is_file():
-            return candidate
+        candidate = os.path.join(base, name)
+        if os.path.isfile(candidate):  # resolved only when found: most lookups miss
+            return Path(candidate).resolve()
     return None
 
 
