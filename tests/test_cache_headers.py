@@ -107,9 +107,20 @@ def test_ninja_reruns_the_step_when_a_shadowing_header_appears(tmp_path):
     made = out / "objs" / "p_x86_64.o"
     first = made.read_bytes()
     assert "no work to do" in build(out, "objs")
-    (src / "inc1" / "cfg.h").write_text("#define CFG 2\n")
-    build(out, "objs")
-    assert made.read_bytes() != first
+    # Each change below reruns the step, and the object is the one an uncached build makes.
+    changes = [
+        lambda: (src / "inc1" / "cfg.h").write_text("#define CFG 2\n"),  # shadows inc2/cfg.h
+        lambda: (src / "extra.h").write_text("#define EXTRA 40\n"),  # the __has_include target appears
+        lambda: (src / "inc1" / "cfg.h").unlink(),  # gone: inc2/cfg.h again
+    ]
+    seen = [first]
+    for step, change in enumerate(changes):
+        change()
+        build(out, "objs")
+        expected = _build(src, "off", ACTIONS["objects"][2], "p.c", f"uncached{step}")["p_x86_64.o"]
+        assert made.read_bytes() == expected, step
+        assert made.read_bytes() not in seen, step
+        seen.append(made.read_bytes())
 
 
 # Sequences of header moves: cfg.h created, deleted or moved between the include directories
@@ -127,7 +138,7 @@ MOVES = st.lists(
 )
 
 
-@pytest.mark.parametrize("action", ["objects", "ptx (nvrtc)", "bitcode"])
+@pytest.mark.parametrize("action", sorted(ACTIONS))
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(moves=MOVES)
 def test_header_moves_match_uncached_builds(tmp_path_factory, action, moves):
