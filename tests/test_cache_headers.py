@@ -158,3 +158,50 @@ def test_header_moves_match_uncached_builds(tmp_path_factory, action, moves):
             extra = work / "extra.h"
             extra.unlink() if extra.exists() else extra.write_text(f"#define EXTRA {value}\n")
         assert _build(work, cache, argv, name, f"on{step}") == _build(work, "off", argv, name, f"off{step}"), moves[: step + 1]
+
+
+def _objects(work: Path, cache: str, out: str, dirs: list[str]) -> tuple[bytes, str]:
+    env = dict(os.environ, PYREE_BUILD_CACHE=cache, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    includes = [x for d in dirs for x in ("-I", d)]
+    result = subprocess.run(
+        [sys.executable, "-m", "pyree_build", "objects", "p.c", "--arch", "x86_64", *includes, "-o", out, "--depfile", f"{out}.d"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return (work / out / "p_x86_64.o").read_bytes(), result.stderr
+
+
+def test_include_next_sees_a_header_that_appears_between(tmp_path):
+    work = tmp_path / "w"
+    for d in ("inc1", "inc2", "inc3"):
+        (work / d).mkdir(parents=True)
+    (work / "p.c").write_text('#include "wrap.h"\n' + USE["c"].replace("CFG + EXTRA", "CFG"))
+    (work / "inc1" / "wrap.h").write_text("#include_next <wrap.h>\n")
+    (work / "inc3" / "wrap.h").write_text("#define CFG 1\n")
+    cache, dirs = str(tmp_path / "cache"), ["inc1", "inc2", "inc3"]
+    first, _ = _objects(work, cache, "a", dirs)
+    (work / "inc2" / "wrap.h").write_text("#define CFG 2\n")  # now what inc1's #include_next finds
+    second, log = _objects(work, cache, "b", dirs)
+    assert second == _objects(work, "off", "c", dirs)[0] and second != first, log
+
+
+def test_an_include_through_a_macro_is_never_cached(tmp_path):
+    work = tmp_path / "w"
+    (work / "inc1").mkdir(parents=True)
+    (work / "p.c").write_text('#define HEADER "cfg.h"\n#include HEADER\n#if __has_include(HEADER)\n#endif\n' + USE["c"].replace("CFG + EXTRA", "CFG"))
+    (work / "inc1" / "cfg.h").write_text("#define CFG 1\n")
+    cache = str(tmp_path / "cache")
+    _objects(work, cache, "a", ["inc1"])
+    _, log = _objects(work, cache, "b", ["inc1"])
+    assert "cache hit" not in log and "through a macro" in log, log
+
+
+def test_the_depfile_names_the_subdirectory_a_header_would_appear_in(tmp_path):
+    work = tmp_path / "w"
+    (work / "inc1" / "sub").mkdir(parents=True)
+    (work / "inc2" / "sub").mkdir(parents=True)
+    (work / "p.c").write_text('#include "sub/cfg.h"\n' + USE["c"].replace("CFG + EXTRA", "CFG"))
+    (work / "inc2" / "sub" / "cfg.h").write_text("#define CFG 1\n")
+    _objects(work, str(tmp_path / "cache"), "a", ["inc1", "inc2"])
+    depfile = (work / "a.d").read_text()
+    assert str(work / "inc1" / "sub") + " " in depfile.replace("\\\n", " ") + " ", depfile

@@ -229,19 +229,39 @@ def compile_inputs(source: Path, argv: Sequence[str], *, cwd: PathLike | None = 
     return found
 
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))', re.MULTILINE)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include(?P<next>_next)?[ \t]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))', re.MULTILINE)
 # `#if __has_include("x.h")`: a header whose mere existence changes the code.
-_HAS_INCLUDE = re.compile(r'__has_include(?:_next)?\s*\(\s*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>)\s*\)')
+_HAS_INCLUDE = re.compile(r'__has_include(?P<next>_next)?\s*\(\s*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>[^)\s][^)\n]*))\s*\)')
 
 
-def _look_up(name: str, quoted: bool, current: Path, include_dirs: Sequence[Path], found: Inputs) -> Path | None:
+def _candidates(quoted: bool, following: bool, current: Path, include_dirs: Sequence[Path]) -> list[Path]:
+    """The directories the preprocessor tries, in order: quoted, the including file's first;
+    `_next`, only those after the one the including file was found in."""
+    bases = ([current.parent] if quoted and not following else []) + list(include_dirs)
+    if following:
+        holder = current.resolve().parent
+        after = [i for i, d in enumerate(include_dirs) if Path(d).resolve() == holder]
+        bases = list(include_dirs)[after[0] + 1 :] if after else list(include_dirs)
+    return bases
+
+
+def _watch(candidate: str, found: Inputs) -> None:
+    """Note the nearest existing directory of a candidate: creating the header (or the
+    subdirectory it would sit in) changes that directory's time, which a depfile can name."""
+    directory = Path(candidate).parent
+    while not directory.is_dir() and directory != directory.parent:
+        directory = directory.parent
+    if directory not in found.directories:
+        found.directories.append(directory)
+
+
+def _look_up(name: str, quoted: bool, current: Path, include_dirs: Sequence[Path], found: Inputs, *, following: bool = False) -> Path | None:
     """Where the preprocessor finds `name` from `current` (quoted: its directory first, then
-    each -I; angled: each -I), noting each directory it looks in: a header that appears in one
-    of them later changes the answer."""
-    for base in ([current.parent] if quoted else []) + list(include_dirs):
-        if base not in found.directories:
-            found.directories.append(base)
+    each -I; angled: each -I; `_next`: the -I after the including file's), noting each place
+    it looks: a header that appears in one of them later changes the answer."""
+    for base in _candidates(quoted, following, current, include_dirs):
         candidate = os.path.join(base, name)
+        _watch(candidate, found)
         if os.path.isfile(candidate):  # resolved only when found: most lookups miss
             return Path(candidate).resolve()
     return None
@@ -265,15 +285,18 @@ def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
         except OSError:
             continue
         for m in _HAS_INCLUDE.finditer(text):
+            if m["other"] is not None:
+                found.refuse(f"{current}: `__has_include({m['other'].strip()})` names its header through a macro")
+                continue
             name = m["quoted"] or m["angled"]
-            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found)
+            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found, following=bool(m["next"]))
             found.resolution.append(f"has_include:{current}:{name}->{hit or 'none'}")
         for m in _INCLUDE.finditer(text):
             if m["other"] is not None:
                 found.refuse(f"{current}: `#include {m['other'].strip()}` names its header through a macro")
                 continue
             name = m["quoted"] or m["angled"]
-            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found)
+            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found, following=bool(m["next"]))
             # Not found on the search path: the compiler's own header (cuda_fp16.h, stdint.h), part of the tool.
             found.resolution.append(f"include:{current}:{name}->{hit or 'tool'}")
             if hit is not None and hit not in seen:
@@ -290,6 +313,8 @@ def header_lookups(sources: Sequence[Path], include_dirs: Sequence[Path]) -> Inp
     for source in sources:
         one = c_includes(source, include_dirs)
         merged.resolution += one.resolution
+        if one.uncacheable:
+            merged.refuse(one.uncacheable)
         for path in one.files:
             merged.add(path)
         merged.directories += [d for d in one.directories if d not in merged.directories]
@@ -301,5 +326,5 @@ def watched_directories(directories: Sequence[Path], outputs: Sequence[Path]) ->
     directory's time changes (a file created or removed in it), which a list of found files
     cannot catch. A directory holding one of the step's own outputs is left out: writing the
     output changes its time, and the step would never be up to date."""
-    holding = {o.resolve().parent for o in outputs}
+    holding = {d for o in outputs for d in (o.resolve().parent, o.resolve().parent.parent)}
     return [d for d in directories if d.resolve() not in holding and d.is_dir()]

@@ -77,7 +77,15 @@ def bitcode(
     job = _BitcodeJob(src, sm_list, out_dir, clang, options, jobs)
     headers = header_lookups([src], incs)
     key = [*map(str, sm_list), *options, *headers.resolution]
-    deps = cached_action("bitcode", key=key, inputs=[src, *headers.files], outputs=[outputs[sm] for sm in sm_list], build=job.build, tools_used=[clang])
+    deps = cached_action(
+        "bitcode",
+        key=key,
+        inputs=[src, *headers.files],
+        outputs=[outputs[sm] for sm in sm_list],
+        build=job.build,
+        tools_used=[clang],
+        uncacheable=headers.uncacheable,
+    )
     if depfile:
         write_depfile(depfile, outputs[sm_list[0]], [*deps, *watched_directories(headers.directories, list(outputs.values()))])
     return [outputs[sm] for sm in sm_list]

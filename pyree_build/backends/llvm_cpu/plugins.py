@@ -178,7 +178,13 @@ def system_plugin(
     job = _SystemBuild(srcs, out, compiler, cflags, jobs)
     headers = opts.lookups(srcs)
     deps = cached_action(
-        "system plugin", key=[*cflags, *headers.resolution], inputs=[*srcs, *headers.files], outputs=[out], build=job.build, tools_used=[compiler]
+        "system plugin",
+        key=[*cflags, *headers.resolution],
+        inputs=[*srcs, *headers.files],
+        outputs=[out],
+        build=job.build,
+        tools_used=[compiler],
+        uncacheable=headers.uncacheable,
     )
     if depfile:
         write_depfile(depfile, out, [*deps, *watched_directories(headers.directories, [out])])
@@ -262,7 +268,15 @@ def standalone_plugin(
     job = _StandaloneBuild(srcs, out, compiler, lld, arch_list, opts, single, jobs)
     headers = opts.lookups(srcs)
     key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), *headers.resolution]
-    deps = cached_action("standalone plugin", key=key, inputs=[*srcs, *headers.files], outputs=[out], build=job.build, tools_used=[compiler, lld])
+    deps = cached_action(
+        "standalone plugin",
+        key=key,
+        inputs=[*srcs, *headers.files],
+        outputs=[out],
+        build=job.build,
+        tools_used=[compiler, lld],
+        uncacheable=headers.uncacheable,
+    )
     if depfile:
         write_depfile(depfile, out, [*deps, *watched_directories(headers.directories, [out])])
     return out
@@ -373,7 +387,9 @@ def objects(
     headers = opts.lookups([src])
     key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), *headers.resolution]
     outputs = [outs[a] for a in arch_list]
-    deps = cached_action("objects", key=key, inputs=[src, *headers.files], outputs=outputs, build=job.build, tools_used=[compiler])
+    deps = cached_action(
+        "objects", key=key, inputs=[src, *headers.files], outputs=outputs, build=job.build, tools_used=[compiler], uncacheable=headers.uncacheable
+    )
     if depfile:
         write_depfile(depfile, outs[arch_list[0]], [*deps, *watched_directories(headers.directories, outputs)])
     return [outs[a] for a in arch_list]

@@ -76,7 +76,9 @@ def spirv(
     job = _SpirvJob(srcs, out_dir, compiler, tool, validator, incs, defines)
     headers = header_lookups(srcs, incs)  # GLSL's #include: the including file's directory, then each -I
     key = [compiler, *map(str, incs), *defines, *stems, *headers.resolution]
-    deps = cached_action("spirv", key=key, inputs=[*srcs, *headers.files], outputs=outputs, build=job.build, tools_used=[tool, validator])
+    deps = cached_action(
+        "spirv", key=key, inputs=[*srcs, *headers.files], outputs=outputs, build=job.build, tools_used=[tool, validator], uncacheable=headers.uncacheable
+    )
     if depfile:
         write_depfile(depfile, outputs[0], [*deps, *watched_directories(headers.directories, outputs)])
     return outputs
