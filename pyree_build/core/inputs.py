@@ -139,6 +139,7 @@ class Inputs:
     resolution: list[str] = field(default_factory=list)  # how each name resolved: part of the key
     uncacheable: str | None = None  # why the inputs cannot be known (then nothing is cached)
     directories: list[Path] = field(default_factory=list)  # where headers were looked for (for a depfile)
+    looked_in: set[str] = field(default_factory=set)  # candidate directories already noted
 
     def add(self, path: Path) -> None:
         if path not in self.files:
@@ -248,11 +249,14 @@ def _candidates(quoted: bool, following: bool, current: Path, include_dirs: Sequ
 def _watch(candidate: str, found: Inputs) -> None:
     """Note the nearest existing directory of a candidate: creating the header (or the
     subdirectory it would sit in) changes that directory's time, which a depfile can name."""
-    directory = Path(candidate).parent
-    while not directory.is_dir() and directory != directory.parent:
-        directory = directory.parent
-    if directory not in found.directories:
-        found.directories.append(directory)
+    directory = os.path.dirname(candidate)
+    if directory in found.looked_in:
+        return
+    found.looked_in.add(directory)
+    while not os.path.isdir(directory) and directory != os.path.dirname(directory):
+        directory = os.path.dirname(directory)
+    if Path(directory) not in found.directories:
+        found.directories.append(Path(directory))
 
 
 def _look_up(name: str, quoted: bool, current: Path, include_dirs: Sequence[Path], found: Inputs, *, following: bool = False) -> Path | None:
