@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from pyree_build.core import echo, files, lazy, toolchain
 from pyree_build.core.errors import PyreeError
+from pyree_build.core.inputs import Inputs, watched_directories
 
 # Loaded on first use: host_cpu() only for code built for "the host", the remote tier only
 # when PYREE_BUILD_REMOTE_CACHE is set (a cache hit pays for neither).
@@ -450,6 +451,7 @@ def cached_action(
     build: Callable[[list[Path]], Sequence[str]],
     tools_used: Sequence[toolchain.Tool] = (),
     uncacheable: str | None = None,
+    headers: Inputs | None = None,
 ) -> list[str]:
     """Produce `outputs` from the cache, or by `build` and then store them.
 
@@ -459,8 +461,17 @@ def cached_action(
     and content. `build(private)` writes each output to the private temporary path given
     for it (they are renamed into place afterwards, all or none) and returns every file it
     read. `uncacheable`, when set, says why the inputs cannot be known: then the action
-    always builds. Returns every dependency, for a depfile.
+    always builds. `headers` (core.inputs: c_includes, header_lookups) says how a C-family
+    step's header names resolved, found or not: that is keyed, its headers hashed, its
+    refusal honoured, and the directories searched returned too, for the depfile. Returns
+    every dependency, for a depfile.
     """
+    if headers is not None:
+        deps = cached_action(
+            action, key=[*key, *headers.resolution], inputs=[*inputs, *headers.files], outputs=outputs, build=build,
+            tools_used=tools_used, uncacheable=uncacheable or headers.uncacheable,
+        )  # fmt: skip
+        return [*deps, *map(str, watched_directories(headers.directories, outputs))]
     key = list(key)
     if any(_HOST_VALUE.search(k) for k in key):  # code for "this CPU": the CPU is part of the key
         key.append(f"host-cpu={host_cpu()}")

@@ -288,22 +288,16 @@ def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
             text = current.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        for m in _HAS_INCLUDE.finditer(text):
+        directives = [*(("has_include", m) for m in _HAS_INCLUDE.finditer(text)), *(("include", m) for m in _INCLUDE.finditer(text))]
+        for kind, m in directives:
             if m["other"] is not None:
-                found.refuse(f"{current}: `__has_include({m['other'].strip()})` names its header through a macro")
+                found.refuse(f"{current}: `{m.group(0).strip()}` names its header through a macro")
                 continue
             name = m["quoted"] or m["angled"]
             hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found, following=bool(m["next"]))
-            found.resolution.append(f"has_include:{current}:{name}->{hit or 'none'}")
-        for m in _INCLUDE.finditer(text):
-            if m["other"] is not None:
-                found.refuse(f"{current}: `#include {m['other'].strip()}` names its header through a macro")
-                continue
-            name = m["quoted"] or m["angled"]
-            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found, following=bool(m["next"]))
-            # Not found on the search path: the compiler's own header (cuda_fp16.h, stdint.h), part of the tool.
-            found.resolution.append(f"include:{current}:{name}->{hit or 'tool'}")
-            if hit is not None and hit not in seen:
+            # An #include not found on the search path is the compiler's own header (stdint.h), part of the tool.
+            found.resolution.append(f"{kind}:{current}:{name}->{hit or ('tool' if kind == 'include' else 'none')}")
+            if kind == "include" and hit is not None and hit not in seen:
                 seen.add(hit)
                 found.add(hit)
                 pending.append(hit)

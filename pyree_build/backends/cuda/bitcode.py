@@ -31,7 +31,7 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
-from pyree_build.core.inputs import header_lookups, watched_directories
+from pyree_build.core.inputs import header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -76,18 +76,18 @@ def bitcode(
 
     job = _BitcodeJob(src, sm_list, out_dir, clang, options, jobs)
     headers = header_lookups([src], incs)
-    key = [*map(str, sm_list), *options, *headers.resolution]
+    key = [*map(str, sm_list), *options]
     deps = cached_action(
         "bitcode",
         key=key,
-        inputs=[src, *headers.files],
+        inputs=[src],
         outputs=[outputs[sm] for sm in sm_list],
         build=job.build,
         tools_used=[clang],
-        uncacheable=headers.uncacheable,
+        headers=headers,
     )
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], [*deps, *watched_directories(headers.directories, list(outputs.values()))])
+        write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]
 
 

@@ -24,7 +24,7 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
-from pyree_build.core.inputs import Inputs, c_includes, header_lookups, watched_directories
+from pyree_build.core.inputs import Inputs, c_includes, header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -282,14 +282,13 @@ def ptx(
         remove_stale(out)
     job = _plan(src, sm_list, out_dir, compiler=compiler, verify=verify, ptx_isa=ptx_isa, include_dirs=include_dirs, defines=defines, jobs=jobs)
     headers, ptxas_tool = job.headers, job.ptxas
-    key = [compiler, *map(str, sm_list), *job.options, f"isa={job.isa_limit}", f"verify={bool(ptxas_tool)}", *(headers.resolution if headers else [])]
+    key = [compiler, *map(str, sm_list), *job.options, f"isa={job.isa_limit}", f"verify={bool(ptxas_tool)}"]
     deps = cached_action(
-        "ptx", key=key, inputs=[src, *(headers.files if headers else [])], outputs=[outputs[sm] for sm in sm_list],
-        build=job.build, tools_used=[job.tool, *([ptxas_tool] if ptxas_tool else [])],
-        uncacheable=headers.uncacheable if headers else None,
+        "ptx", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list],
+        build=job.build, tools_used=[job.tool, *([ptxas_tool] if ptxas_tool else [])], headers=headers,
     )  # fmt: skip
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], [*deps, *(watched_directories(headers.directories, list(outputs.values())) if headers else [])])
+        write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]
 
 
@@ -335,7 +334,7 @@ class _PtxJob:
     compiler: str
     tool: toolchain.Tool
     options: list[str]
-    headers: Inputs | None
+    headers: Inputs
     isa_limit: tuple[int, int] | None
     isa_reason: str
     ptxas: toolchain.Tool | None
@@ -359,7 +358,7 @@ class _PtxJob:
         src, options = self.src, self.options
         sm_dir = echo.make_dir(build / f"sm_{sm}")
         if self.compiler == "nvrtc":
-            raw, deps = _nvrtc_compile(src, self.text, sm, options), [str(h) for h in self.headers.files]  # type: ignore[union-attr]
+            raw, deps = _nvrtc_compile(src, self.text, sm, options), [str(h) for h in self.headers.files]
             raw_file = _write_step(sm_dir / "nvrtc.ptx", raw, echo.shell_line(echo.python_line(
                 "-c", _NVRTC_LINE, src, sm_dir / "nvrtc.ptx", f"--gpu-architecture=compute_{sm}", *options)))  # fmt: skip
         else:

@@ -21,7 +21,7 @@ from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import remove_stale, scratch_dir, write_depfile
-from pyree_build.core.inputs import c_includes, watched_directories
+from pyree_build.core.inputs import c_includes
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -143,13 +143,10 @@ def hsaco(
     # clang writes no depfile in this mode: the headers are found before it runs.
     headers = c_includes(src, [src.parent, toolchain.include_dir(), *incs])
     job = _HsacoJob(src, gfx_list, out_dir, clang, lld, options, [str(h) for h in headers.files], jobs)
-    key = [*gfx_list, *options, *headers.resolution]
-    deps = cached_action(
-        "hsaco", key=key, inputs=[src, *headers.files], outputs=[outputs[g] for g in gfx_list], build=job.build,
-        tools_used=[clang, lld], uncacheable=headers.uncacheable,
-    )  # fmt: skip
+    key = [*gfx_list, *options]
+    deps = cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=job.build, tools_used=[clang, lld], headers=headers)
     if depfile:
-        write_depfile(depfile, outputs[gfx_list[0]], [*deps, *watched_directories(headers.directories, list(outputs.values()))])
+        write_depfile(depfile, outputs[gfx_list[0]], deps)
     return [outputs[g] for g in gfx_list]
 
 

@@ -29,7 +29,7 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
-from pyree_build.core.inputs import Inputs, header_lookups, watched_directories
+from pyree_build.core.inputs import Inputs, header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -179,15 +179,15 @@ def system_plugin(
     headers = opts.lookups(srcs)
     deps = cached_action(
         "system plugin",
-        key=[*cflags, *headers.resolution],
-        inputs=[*srcs, *headers.files],
+        key=cflags,
+        inputs=srcs,
         outputs=[out],
         build=job.build,
         tools_used=[compiler],
-        uncacheable=headers.uncacheable,
+        headers=headers,
     )
     if depfile:
-        write_depfile(depfile, out, [*deps, *watched_directories(headers.directories, [out])])
+        write_depfile(depfile, out, deps)
     return out
 
 
@@ -267,18 +267,18 @@ def standalone_plugin(
     single = len(arch_list) == 1 and out.suffix != ".sos"
     job = _StandaloneBuild(srcs, out, compiler, lld, arch_list, opts, single, jobs)
     headers = opts.lookups(srcs)
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), *headers.resolution]
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags()]
     deps = cached_action(
         "standalone plugin",
         key=key,
-        inputs=[*srcs, *headers.files],
+        inputs=srcs,
         outputs=[out],
         build=job.build,
         tools_used=[compiler, lld],
-        uncacheable=headers.uncacheable,
+        headers=headers,
     )
     if depfile:
-        write_depfile(depfile, out, [*deps, *watched_directories(headers.directories, [out])])
+        write_depfile(depfile, out, deps)
     return out
 
 
@@ -385,13 +385,11 @@ def objects(
         remove_stale(o)
     job = _ObjectsBuild(src, compiler, opts, outs, allow_undefined, arch_list, jobs)
     headers = opts.lookups([src])
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), *headers.resolution]
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]
     outputs = [outs[a] for a in arch_list]
-    deps = cached_action(
-        "objects", key=key, inputs=[src, *headers.files], outputs=outputs, build=job.build, tools_used=[compiler], uncacheable=headers.uncacheable
-    )
+    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler], headers=headers)
     if depfile:
-        write_depfile(depfile, outs[arch_list[0]], [*deps, *watched_directories(headers.directories, outputs)])
+        write_depfile(depfile, outs[arch_list[0]], deps)
     return [outs[a] for a in arch_list]
 
 

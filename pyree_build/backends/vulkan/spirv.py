@@ -21,7 +21,7 @@ from pyree_build.core.files import (
     scratch_dir,
     write_depfile,
 )
-from pyree_build.core.inputs import header_lookups, watched_directories
+from pyree_build.core.inputs import header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -75,12 +75,10 @@ def spirv(
 
     job = _SpirvJob(srcs, out_dir, compiler, tool, validator, incs, defines)
     headers = header_lookups(srcs, incs)  # GLSL's #include: the including file's directory, then each -I
-    key = [compiler, *map(str, incs), *defines, *stems, *headers.resolution]
-    deps = cached_action(
-        "spirv", key=key, inputs=[*srcs, *headers.files], outputs=outputs, build=job.build, tools_used=[tool, validator], uncacheable=headers.uncacheable
-    )
+    key = [compiler, *map(str, incs), *defines, *stems]
+    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator], headers=headers)
     if depfile:
-        write_depfile(depfile, outputs[0], [*deps, *watched_directories(headers.directories, outputs)])
+        write_depfile(depfile, outputs[0], deps)
     return outputs
 
 
