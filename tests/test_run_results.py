@@ -173,3 +173,16 @@ def test_expect_close_takes_an_npy_reference_from_python(scale_module, tmp_path)
     np.save(reference, np.asarray([2.5, 5, 7.5, 11], np.float32))
     with pytest.raises(pb.PyreeError, match="result 0 differs"):
         pb.run(scale_module, "scale", inputs, in_process=False, expect_close=f"@{reference}", atol=0.5)
+
+
+def test_bad_scalars_and_expectations_are_named(cli, scale_module):
+    """Each error the scalar and --expect-close paths add, fed its bad input."""
+    with pytest.raises(pb.PyreeError, match="malformed input spec 'f32=two': 'two' is not a number"):
+        pb.run(scale_module, "scale", ["f32=two", np.ones(4, np.float32), 1])
+    run = ["run", scale_module, "--function", "scale", "--input", "2", "--input", "4xf32=1", "--input", "1"]
+    assert_clean_error(
+        cli(*run, "--expect-close", "4xf32=2", "--expect-close", "i32=2", "--expect-close", "1"), "3 expected results given, the function returned 2"
+    )
+    assert_clean_error(cli(*run, "--expect-close", "4xf32=2", "--rtol", "-1"), "tolerances must be non-negative")
+    with pytest.raises(pb.PyreeError, match="rtol must be a non-negative number"):
+        pb.run(scale_module, "scale", [2.0, np.ones(4, np.float32), 1], in_process=False, expect_close="4xf32=2", rtol=-1.0)
