@@ -243,7 +243,9 @@ def write_manifest(directory: Path, files: Mapping[str, Sequence[str]]) -> None:
     os.replace(tmp, directory / MANIFEST)
 
 
-def replace_directory_files(directory: Path, staged: Mapping[str, Path], *, inputs: Sequence[Path] = (), force: bool = False, verb: str = "dump") -> None:
+def replace_directory_files(
+    directory: Path, staged: Mapping[str, Path], *, inputs: Sequence[Path] = (), force: bool = False, verb: str = "dump", prune: bool = True
+) -> None:
     """Move the `staged` files (name -> a file on the same file system) into `directory`,
     and remove the files an earlier run wrote there that this one does not write.
 
@@ -251,6 +253,7 @@ def replace_directory_files(directory: Path, staged: Mapping[str, Path], *, inpu
     any other file in the way (edited since, or never written by pyree_build) is refused
     by name, before anything moves, unless `force` (which replaces edited or foreign
     regular files, and leaves edited files an earlier run wrote alone rather than removing them).
+    Without `prune`, files an earlier run wrote that this one does not are kept (and stay known).
     """
     old = read_manifest(directory)
     input_ids = [_identity(i) for i in inputs]
@@ -259,6 +262,7 @@ def replace_directory_files(directory: Path, staged: Mapping[str, Path], *, inpu
     in_the_way: list[str] = []
     stale_ours: list[str] = []
     kept_edited: list[str] = []
+    kept_ours: dict[str, list[str]] = {}
     for name in sorted(set(staged) | set(old)):
         final = directory / name
         if not os.path.lexists(final):
@@ -268,8 +272,10 @@ def replace_directory_files(directory: Path, staged: Mapping[str, Path], *, inpu
         if name in staged:
             if not ours and current != new_hashes[name]:  # the same bytes: replacing loses nothing
                 in_the_way.append(name)
-        elif ours and not any(_same(_identity(final), i) for i in input_ids):
+        elif ours and prune and not any(_same(_identity(final), i) for i in input_ids):
             stale_ours.append(name)
+        elif ours and not prune:
+            kept_ours[name] = old[name]
         else:
             kept_edited.append(name)
     if in_the_way and not force:
@@ -288,7 +294,7 @@ def replace_directory_files(directory: Path, staged: Mapping[str, Path], *, inpu
         )
     # Record old and new hashes first: a write killed half-way leaves every file known.
     during = {name: list(dict.fromkeys([*old.get(name, []), h])) for name, h in new_hashes.items() if h is not None}
-    for name in stale_ours:
+    for name in [*stale_ours, *kept_ours]:
         during.setdefault(name, old[name])
     write_manifest(directory, during)
     for name, src in staged.items():
@@ -296,5 +302,5 @@ def replace_directory_files(directory: Path, staged: Mapping[str, Path], *, inpu
     for name in stale_ours:
         with contextlib.suppress(FileNotFoundError):
             (directory / name).unlink()
-    write_manifest(directory, {name: [h] for name, h in new_hashes.items() if h is not None})
+    write_manifest(directory, {**kept_ours, **{name: [h] for name, h in new_hashes.items() if h is not None}})
     del kept_edited  # edited leftovers of an earlier run stay, unrecorded: they are the user's now

@@ -1,0 +1,225 @@
+"""Op groups: the parts of a program a transform spec can replace, found in the IR a spec sees.
+
+A group is built the way a reader of a model thinks of it, and the way IREE will fuse it:
+1. ops that came from one source op (one ONNX node: they share its location) and are
+   connected are one unit; a linalg.fill whose result only initialises another unit's op
+   belongs to that unit;
+2. a unit of elementwise ops (every loop parallel) joins the group of the unit it consumes
+   when it is that group's only user (a bias add and a relu after a matmul).
+A group can be replaced when the DAG matcher IREE offers
+(`transform.iree.match.cast_compatible_dag_from_root`) can find it: one result used
+outside, every op reachable from that result's op through operands, no value captured by a
+body that the walk cannot reach. What the C generator cannot express is refused later, by op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyree_build.actions.models import program
+
+# Tensor ops that only reinterpret a row-major buffer: they may sit inside a group.
+RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+@dataclass
+class Group:
+    """One replaceable candidate: its member ops (program order) in one function."""
+
+    index: int
+    module: Any  # kept alive with the group: its ops point into it
+    function: Any
+    members: list[Any]
+    root: Any = None
+    inputs: list[Any] = field(default_factory=list)  # values from outside, in first-use order
+    constants: list[Any] = field(default_factory=list)  # scalar constants the matcher repeats
+    empties: list[Any] = field(default_factory=list)  # tensor.empty ops the matcher repeats
+    outputs: list[Any] = field(default_factory=list)  # member results used outside
+    refusal: str | None = None
+
+
+def is_member(op: Any) -> bool:
+    return bool(op.name.startswith("linalg.") or op.name in RESHAPES)
+
+
+def _iterators_parallel(op: Any) -> bool:
+    """Whether every loop of a structured op is parallel (a loop absent from the outputs'
+    maps is a reduction; named ops carry their maps or are elementwise by name)."""
+    if op.name in RESHAPES or op.name in ("linalg.fill", "linalg.copy", "linalg.transpose", "linalg.broadcast", "linalg.map"):
+        return True
+    if "iterator_types" in op.attributes:
+        return all("parallel" in str(it) for it in op.attributes["iterator_types"])
+    if "indexing_maps" in op.attributes:
+        maps = [program.ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+        outs = maps[len(maps) - len(op.results) :]
+        used = {str(e) for m in outs for e in m.results}
+        return all(f"d{i}" in used for i in range(maps[0].n_dims))
+    return False
+
+
+def _top_level(op: Any, function: Any) -> Any:
+    while op.parent is not None and op.parent != function:
+        op = op.parent
+    return op
+
+
+def _users(value: Any, function: Any) -> list[Any]:
+    return [_top_level(use.owner.operation, function) for use in value.uses]
+
+
+def _units(function: Any, members: list[Any]) -> list[list[Any]]:
+    """Connected member ops that share a location, in program order."""
+    unit_of: dict[Any, int] = {}
+    units: list[list[Any]] = []
+    for op in members:
+        joined = None
+        for operand in op.operands:
+            producer = program.defining_op(operand)
+            producer = producer.operation if producer is not None else None
+            if producer in unit_of and str(producer.location) == str(op.location):
+                joined = unit_of[producer]
+                break
+        if joined is None:
+            units.append([])
+            joined = len(units) - 1
+        units[joined].append(op)
+        unit_of[op] = joined
+    return _absorb_fills(function, units)
+
+
+def _absorb_fills(function: Any, units: list[list[Any]]) -> list[list[Any]]:
+    """A unit that only fills tensors some other unit's op alone uses joins that unit."""
+    kept: list[list[Any]] = []
+    pending = [u for u in units if not all(op.name == "linalg.fill" for op in u)]
+    for unit in units:
+        if unit not in pending:
+            users = {u for op in unit for r in op.results for u in _users(r, function)}
+            target = next((p for p in pending if users and users <= set(p)), None)
+            if target is not None:
+                target.extend(unit)
+                continue
+        kept.append(unit)
+    order = {op: i for i, op in enumerate(program.body_ops(function))}
+    return [sorted(u, key=order.__getitem__) for u in kept]
+
+
+def _fuse_consumers(function: Any, units: list[list[Any]]) -> list[list[Any]]:
+    """Each elementwise unit joins the group it consumes, where it is that group's only user."""
+    groups: list[list[Any]] = []
+    group_of: dict[Any, int] = {}
+    for unit in units:
+        target = None
+        if all(_iterators_parallel(op) for op in unit):
+            target = _sole_consumer_group(function, unit, groups, group_of)
+        if target is None:
+            groups.append([])
+            target = len(groups) - 1
+        groups[target].extend(unit)
+        for op in unit:
+            group_of[op] = target
+    return groups
+
+
+def _sole_consumer_group(function: Any, unit: list[Any], groups: list[list[Any]], group_of: dict[Any, int]) -> int | None:
+    inside = set(unit)
+    producers = set()
+    for op in unit:
+        for operand in op.operands:
+            producer = program.defining_op(operand)
+            if producer is not None and producer.operation in group_of:
+                producers.add(group_of[producer.operation])
+    if len(producers) != 1:
+        return None
+    (candidate,) = producers
+    for op in groups[candidate]:
+        for result in op.results:
+            users = set(_users(result, function))
+            if users - set(groups[candidate]) and not users <= inside:
+                return None  # the group has another user: fusing would duplicate or split it
+    return candidate
+
+
+def find_groups(module: Any) -> list[Group]:
+    """Every group of every function of the module, numbered from 1 in program order."""
+    found: list[Group] = []
+    for function in program.functions(module):
+        members = [op for op in program.body_ops(function) if is_member(op)]
+        for ops in _fuse_consumers(function, _units(function, members)):
+            group = Group(index=len(found) + 1, module=module, function=function, members=ops)
+            _describe(group)
+            found.append(group)
+    return found
+
+
+def _describe(group: Group) -> None:
+    """Fill in a group's root, inputs and outputs, and why it cannot be matched if it cannot."""
+    function, members = group.function, group.members
+    inside = set(members)
+    for op in members:
+        for result in op.results:
+            if any(u not in inside for u in _users(result, function)):
+                group.outputs.append(result)
+    if len(group.outputs) != 1:
+        group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
+        return
+    group.root = program.defining_op(group.outputs[0]).operation
+    reached = _reach(group, inside)
+    missing = [op.name for op in members if op not in reached]
+    if missing:
+        group.refusal = f"{', '.join(missing)} cannot be reached from the result's op through operands"
+        return
+    used = [operand for op in members for operand in op.operands]
+    group.inputs.sort(key=lambda value: next(i for i, operand in enumerate(used) if operand == value))
+    _check_captures(group)
+
+
+def _reach(group: Group, inside: set[Any]) -> set[Any]:
+    """The ops the DAG matcher walks from the root: members reached through operands; the
+    scalar constants and tensor.empty ops it meets join the matcher, anything else is an input."""
+    reached: set[Any] = set()
+    stack = [group.root]
+    while stack:
+        op = stack.pop()
+        if op in reached:
+            continue
+        reached.add(op)
+        for operand in op.operands:
+            producer = program.defining_op(operand)
+            producer = producer.operation if producer is not None else None
+            if producer in inside:
+                stack.append(producer)
+            elif producer is not None and _repeated_in_matcher(producer):
+                if producer not in reached:
+                    reached.add(producer)
+                    (group.constants if producer.name == "arith.constant" else group.empties).append(producer)
+            elif operand not in group.inputs:
+                group.inputs.append(operand)
+    return reached
+
+
+def _repeated_in_matcher(op: Any) -> bool:
+    """Scalar constants (a fill value, a relu's zero) are matched by value; tensor.empty
+    (static) by its type; a tensor constant (weights) is an input of the replacement."""
+    if op.name == "arith.constant":
+        return not program.is_tensor(op.results[0].type)
+    return bool(op.name == "tensor.empty" and len(op.operands) == 0)
+
+
+def _check_captures(group: Group) -> None:
+    known = {r for op in (*group.members, *group.constants, *group.empties) for r in op.results}
+    for op in group.members:
+        for value in program.nested_operands(op):
+            producer = program.defining_op(value)
+            if producer is None or _top_level(producer.operation, group.function) == op:
+                continue  # the body's own values and block arguments
+            if value not in known:
+                group.refusal = (
+                    f"the body of {op.name} uses {value.get_name()} from outside the group, which IREE's "
+                    "DAG matcher cannot reach (it follows operands only)"
+                )
+                return
+    for value in group.inputs:
+        if not program.is_tensor(value.type):
+            group.refusal = f"it takes the scalar {value.get_name()} ({value.type}) from outside; the generator passes tensors only"
+            return

@@ -1,0 +1,141 @@
+"""A program as a transform spec sees it: the IR after input conversion and ABI (IREE's
+`--compile-to=abi`, where preprocessing and so `--iree-preprocessing-transform-spec-filename`
+start), with locations, parsed by the MLIR Python bindings that ship in the compiler wheel.
+
+Reading IREE's own parser and printer instead of a home-made one means every op, type and
+attribute is read exactly as iree-compile will see it; the printed text of an op is what a
+matcher must repeat.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pyree_build.core import lazy, processes, toolchain
+from pyree_build.core.errors import PyreeError, require_file
+
+ir = lazy.module("iree.compiler.ir")
+passmanager = lazy.module("iree.compiler.passmanager")
+
+PathLike = str | os.PathLike[str]
+
+# The phase after which IREE runs preprocessing, where a transform spec is applied.
+SPEC_PHASE = "abi"
+_TARGET_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu")
+
+
+def spec_view_text(source: PathLike) -> str:
+    """The program after input conversion and ABI, printed with its locations."""
+    src = require_file(source, "program").resolve()
+    if src.suffix not in (".mlir", ".mlirbc"):
+        raise PyreeError(
+            "expected an MLIR program (.mlir or .mlirbc)",
+            file=src,
+            fix="import an ONNX model first: pyree-build import MODEL.onnx -o MODEL.mlir",
+        )
+    with tempfile.TemporaryDirectory(prefix="pyree-ops.") as scratch:
+        out = Path(scratch) / "program.mlir"
+        argv = [toolchain.iree_compile().path, str(src), f"--compile-to={SPEC_PHASE}", "--mlir-print-debuginfo", *_TARGET_FLAGS, "-o", str(out)]
+        processes.spawn(
+            argv,
+            what="iree-compile (input conversion)",
+            file=src,
+            fix="the program must compile with iree-compile; fix the error shown (an imported model: re-import it with this IREE release)",
+        )
+        return out.read_text(encoding="utf-8")
+
+
+def parse(text: str, *, generalize: bool = False) -> Any:
+    """The module parsed in a fresh context; with `generalize`, every named linalg op is
+    rewritten as the linalg.generic it stands for (in place: the op order is unchanged)."""
+    context = ir.Context()
+    module = ir.Module.parse(text, context)
+    if generalize:
+        pipeline = "builtin.module(util.func(linalg-generalize-named-ops))"
+        passmanager.PassManager.parse(pipeline, context).run(module.operation)
+    return module
+
+
+def functions(module: Any) -> list[Any]:
+    """The module's util.func (and func.func) ops that have a body."""
+    found = []
+    for op in module.body.operations:
+        operation = op.operation
+        if operation.name in ("util.func", "func.func") and len(operation.regions) and len(operation.regions[0].blocks):
+            found.append(operation)
+    return found
+
+
+def symbol_name(operation: Any) -> str:
+    return str(ir.StringAttr(operation.attributes["sym_name"]).value)
+
+
+def body_ops(function: Any) -> list[Any]:
+    return [op.operation for op in function.regions[0].blocks[0].operations]
+
+
+# loc("fc1"), loc("fc1"("m.mlir":7:10)), loc(fused["a", "b"]), loc("m.mlir":7:10)
+_NAME = re.compile(r'"((?:[^"\\]|\\.)*)"(?!:\d)')
+_FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):\d+')
+
+
+def location_names(location: Any) -> list[str]:
+    """The names in an op's location (ONNX node names where the importer put them)."""
+    return [n for n in _NAME.findall(str(location)) if n]
+
+
+def location_lines(location: Any) -> list[tuple[str, int]]:
+    """(file, line) pairs of an op's location."""
+    return [(f, int(line)) for f, line in _FILE_LINE.findall(str(location))]
+
+
+def element_type(type_: Any) -> str:
+    """`f32` for tensor<4x8xf32>; the type itself for a scalar."""
+    if isinstance(type_, ir.ShapedType):
+        return str(type_.element_type)
+    return str(type_)
+
+
+def shape(type_: Any) -> list[int | None]:
+    """Dimensions of a ranked tensor type, None for a dynamic one."""
+    return [None if type_.is_dynamic_dim(i) else type_.get_dim_size(i) for i in range(type_.rank)]
+
+
+def is_tensor(type_: Any) -> bool:
+    return isinstance(type_, ir.RankedTensorType)
+
+
+def defining_op(value: Any) -> Any | None:
+    """The op that defines `value`, or None for a block argument."""
+    if isinstance(value, ir.OpResult):
+        return value.owner
+    return None
+
+
+def result_index(value: Any) -> int:
+    return int(value.result_number)
+
+
+def nested_operands(operation: Any) -> list[Any]:
+    """Operands of the ops inside `operation`'s regions (values a body may capture)."""
+    found: list[Any] = []
+    for region in operation.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                found.extend(op.operation.operands)
+                found.extend(nested_operands(op.operation))
+    return found
+
+
+def nested_op_names(operation: Any) -> list[str]:
+    names: list[str] = []
+    for region in operation.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                names.append(op.operation.name)
+                names.extend(nested_op_names(op.operation))
+    return names

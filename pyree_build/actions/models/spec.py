@@ -1,0 +1,242 @@
+"""The transform spec that replaces op groups by calls of C imports.
+
+For each group: a matcher whose body is the group's own ops, cloned from the program and
+printed by MLIR (so it matches this model, constant for constant, type for type); a
+dispatch (a stream.executable with one workgroup) whose function calls the import with
+each tensor as a (base pointer, element offset) pair under `llvm.bareptr`, then the input
+sizes as i32; and a function the rewrite calls instead of the group. Every intermediate
+tensor of the group gets a buffer of its own in the dispatch (extra results the call drops),
+so the C reference body needs no allocator and runs freestanding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pyree_build.actions.models import groups, program
+
+EMBEDDED_ARCHES = (("x86_64", "x86_64"), ("arm_64", "aarch64"))
+
+
+@dataclass
+class Replacement:
+    """One group and the import that replaces it, with everything both generators need."""
+
+    name: str
+    group: groups.Group
+    scratch: list[Any]  # member results that are neither an output nor a reshape of another buffer
+    aliases: list[str]  # #map = ... lines the matcher body uses
+    matcher: list[str]  # the matcher body's ops, printed
+    arg_types: list[str]  # the matcher's block argument types (the group's inputs)
+
+
+def _ordered(group: groups.Group) -> list[Any]:
+    order = {op: i for i, op in enumerate(program.body_ops(group.function))}
+    return sorted({*group.constants, *group.empties, *group.members}, key=order.__getitem__)
+
+
+def clone_matcher(group: groups.Group) -> tuple[list[str], list[str], list[str]]:
+    """Print the group's ops as a function of its inputs: (aliases, argument types, body lines).
+
+    The program is left as it is: each clone's operands, and those of the ops in its
+    bodies, are pointed at the clones' values."""
+    types = [str(v.type) for v in group.inputs]
+    with group.function.context, program.ir.Location.unknown():
+        scratch = program.ir.Module.parse(f"func.func @matcher({', '.join(f'%arg{i}: {t}' for i, t in enumerate(types))}) {{\n  return\n}}")
+        block = scratch.body.operations[0].operation.regions[0].blocks[0]
+        mapping = dict(zip(group.inputs, block.arguments))
+        point = program.ir.InsertionPoint(block.operations[len(block.operations) - 1])
+        for op in _ordered(group):
+            clone = op.clone(ip=point)
+            _remap(clone, mapping)
+            mapping.update(zip(op.results, clone.results))
+        text = scratch.operation.get_asm(enable_debug_info=False)
+    lines = text.splitlines()
+    aliases = [line for line in lines if line.startswith("#")]
+    start = next(i for i, line in enumerate(lines) if "func.func @matcher" in line)
+    end = max(i for i, line in enumerate(lines) if line.strip() == "return")
+    indent = len(lines[start + 1]) - len(lines[start + 1].lstrip())
+    return aliases, types, [line[indent:] for line in lines[start + 1 : end]]
+
+
+def _remap(op: Any, mapping: dict[Any, Any]) -> None:
+    """Point `op`'s operands, and its bodies' ops' operands, from the program's values to the clones'."""
+    operands = op.operands
+    for i in range(len(operands)):
+        if operands[i] in mapping:
+            operands[i] = mapping[operands[i]]
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                _remap(inner.operation, mapping)
+
+
+def replacement(name: str, group: groups.Group) -> Replacement:
+    outputs = list(group.root.results)
+    scratch = [r for op in group.members if op.name not in groups.RESHAPES for r in op.results if r not in outputs]
+    aliases, arg_types, body = clone_matcher(group)
+    return Replacement(name, group, scratch, aliases, body, arg_types)
+
+
+def _memref(tensor_type: str) -> str:
+    return tensor_type.replace("tensor<", "memref<", 1)
+
+
+def _rank(type_: Any) -> int:
+    return len(program.shape(type_))
+
+
+def _input_dims(rep: Replacement) -> list[tuple[int, int, int]]:
+    """(input, dimension, static size) for every dimension of every input, in order."""
+    return [(i, d, size or 0) for i, value in enumerate(rep.group.inputs) for d, size in enumerate(program.shape(value.type))]
+
+
+def import_signature(rep: Replacement) -> list[str]:
+    """The import's MLIR argument types: (memref<elem>, index) per tensor, then i32 sizes."""
+    tensors = [*rep.group.inputs, *rep.group.root.results, *rep.scratch]
+    pairs = [t for v in tensors for t in (f"memref<{program.element_type(v.type)}>", "index")]
+    return pairs + ["i32"] * len(_input_dims(rep))
+
+
+def _binding_lines(index: int, value: Any, binding: str) -> list[str]:
+    memref = _memref(str(value.type))
+    rank = _rank(value.type)
+    metadata = "memref<{0}>, index".format(program.element_type(value.type)) + ", index" * (2 * rank)
+    names = f"%base{index}, %off{index}" + (f", %sizes{index}:{rank}, %strides{index}:{rank}" if rank else "")
+    return [
+        f"%m{index} = stream.binding.subspan {binding}[%c0] : !stream.binding -> {memref}",
+        f"{names} = iree_codegen.extract_strided_metadata %m{index} : {memref} -> {metadata}",
+    ]
+
+
+def executable(rep: Replacement, *, embedded: bool) -> list[str]:
+    """The stream.executable whose one function calls the import."""
+    name = rep.name
+    ins, outs = rep.group.inputs, [*rep.group.root.results, *rep.scratch]
+    dims = _input_dims(rep)
+    params = [f"%in{i}: !stream.binding" for i in range(len(ins))] + [f"%d{k}: i32" for k in range(len(dims))]
+    params += [f"%out{j}: !stream.binding" for j in range(len(outs))]
+    body = ["%c0 = arith.constant 0 : index"]
+    for i, value in enumerate(ins):
+        body += _binding_lines(i, value, f"%in{i}")
+    for j, value in enumerate(outs):
+        body += _binding_lines(len(ins) + j, value, f"%out{j}")
+    args = [f"%base{k}, %off{k}" for k in range(len(ins) + len(outs))] + [f"%d{k}" for k in range(len(dims))]
+    signature = ", ".join(import_signature(rep))
+    body += [f"func.call @{name}({', '.join(args)}) : ({signature}) -> ()", "return"]
+    attrs = "hal.import.static, llvm.bareptr = true" if embedded else "llvm.bareptr = true"
+    objects = ""
+    if embedded:
+        keyed = ",\n".join(f'      #hal.executable.target<"llvm-cpu", "embedded-elf-{iree}"> = [#hal.executable.object<{{path = "{name}_{arch}.o"}}>]' for iree, arch in EMBEDDED_ARCHES)
+        objects = f" attributes {{\n    hal.executable.objects = #hal.executable.objects<{{\n{keyed}\n    }}>\n  }}"
+    return [
+        f"stream.executable private @{name}_executable{objects} {{",
+        f"  stream.executable.export public @{name}_entry workgroups() -> (index, index, index) {{",
+        "    %c1 = arith.constant 1 : index",
+        "    stream.return %c1, %c1, %c1 : index, index, index",
+        "  }",
+        "  builtin.module {",
+        f"    func.func private @{name}({signature}) attributes {{{attrs}}}",
+        f"    func.func @{name}_entry({', '.join(params)}) {{",
+        *[f"      {line}" for line in body],
+        "    }",
+        "  }",
+        "}",
+    ]
+
+
+def call_function(rep: Replacement) -> list[str]:
+    """The function the rewrite calls with the matched inputs: it dispatches the executable."""
+    name, ins = rep.name, rep.group.inputs
+    outs = [*rep.group.root.results, *rep.scratch]
+    root_types = [str(r.type) for r in rep.group.root.results]
+    dims = _input_dims(rep)
+    lines = [f"%d{k} = arith.constant {size} : i32" for k, (_, _, size) in enumerate(dims)]
+    operands = [f"%arg{i}" for i in range(len(ins))] + [f"%d{k}" for k in range(len(dims))]
+    operand_types = [str(v.type) for v in ins] + ["i32"] * len(dims)
+    result_types = ", ".join(str(v.type) for v in outs)
+    lines.append(
+        f"%r:{len(outs)} = flow.dispatch @{name}_executable::@{name}_entry({', '.join(operands)}) : ({', '.join(operand_types)}) -> ({result_types})"
+    )
+    returned = ", ".join(f"%r#{j}" for j in range(len(root_types)))
+    lines.append(f"util.return {returned} : {', '.join(root_types)}")
+    args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(str(v.type) for v in ins))
+    results = root_types[0] if len(root_types) == 1 else f"({', '.join(root_types)})"
+    return [f"util.func private @{name}_call({args}) -> {results} {{", *[f"  {line}" for line in lines], "}"]
+
+
+def matcher(rep: Replacement) -> list[str]:
+    args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(rep.arg_types))
+    return [
+        f"transform.named_sequence @{rep.name}_match(%root: !transform.any_op {{transform.readonly}}) -> (!transform.any_value, !transform.any_value) {{",
+        "  %ins, %outs = transform.iree.match.cast_compatible_dag_from_root %root {",
+        f"    ^bb0({args}):",
+        *[f"      {line}" for line in rep.matcher],
+        "  } : (!transform.any_op) -> (!transform.any_value, !transform.any_value)",
+        "  transform.yield %ins, %outs : !transform.any_value, !transform.any_value",
+        "}",
+    ]
+
+
+def rewriter(rep: Replacement) -> list[str]:
+    name = rep.name
+    return [
+        f"transform.named_sequence @{name}_rewrite(%ins: !transform.any_value {{transform.readonly}}, %out: !transform.any_value {{transform.readonly}}) {{",
+        "  %root = transform.get_defining_op %out : (!transform.any_value) -> !transform.any_op",
+        "  %program = transform.util.get_nearest_symbol_table %root : (!transform.any_op) -> !transform.any_op",
+        f"  %exe = transform.util.import_symbol @{name}_executable into %program if undefined : (!transform.any_op) -> !transform.any_op",
+        f"  %fn = transform.util.import_symbol @{name}_call into %program if undefined : (!transform.any_op) -> !transform.any_op",
+        "  transform.util.cast_and_call %fn(%ins) -> %out after %root {",
+        "    transform.type_conversion.tensor.cast_shape_dynamic_dims",
+        "  } : (!transform.any_op, !transform.any_value, !transform.any_value, !transform.any_op) -> !transform.any_op",
+        "  transform.yield",
+        "}",
+    ]
+
+
+def entry(reps: list[Replacement]) -> list[str]:
+    pairs = ",\n".join(f"            @{r.name}_match -> @{r.name}_rewrite" for r in reps).splitlines()
+    return [
+        "transform.named_sequence @__transform_main(%program: !transform.any_op) {",
+        '  %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op',
+        "  transform.foreach %fns : !transform.any_op {",
+        "    ^bb0(%fn: !transform.any_op):",
+        "      transform.foreach_match in %fn",
+        *pairs,
+        "        : (!transform.any_op) -> (!transform.any_op)",
+        "  }",
+        "  transform.apply_dce to %program : !transform.any_op",
+        "  transform.yield",
+        "}",
+    ]
+
+
+def spec_text(reps: list[Replacement], *, header: list[str], embedded: bool) -> str:
+    """The whole spec file."""
+    aliases = list(dict.fromkeys(a for r in reps for a in r.aliases))
+    if len({a.split("=", 1)[0] for a in aliases}) != len(aliases):
+        aliases = _renamed_aliases(reps)
+    body: list[str] = []
+    for rep in reps:
+        body += ["", *executable(rep, embedded=embedded), "", *call_function(rep), "", *matcher(rep), "", *rewriter(rep)]
+    body += ["", *entry(reps)]
+    lines = [*(f"// {h}" if h else "//" for h in header), *aliases, "", "module attributes {transform.with_named_sequence} {"]
+    lines += [f"  {line}" if line else "" for line in body]
+    return "\n".join([*lines, "}", ""])
+
+
+def _renamed_aliases(reps: list[Replacement]) -> list[str]:
+    """Aliases of several matchers printed apart clash by name: give each replacement its own."""
+    out: list[str] = []
+    for k, rep in enumerate(reps):
+        names = {a.split(" =", 1)[0]: f"{a.split(' =', 1)[0]}_g{k}" for a in rep.aliases}
+        for old in sorted(names, key=len, reverse=True):
+            rep.matcher = [_rename(line, old, names[old]) for line in rep.matcher]
+        out += [_rename(a, a.split(" =", 1)[0], names[a.split(" =", 1)[0]]) for a in rep.aliases]
+    return out
+
+
+def _rename(line: str, old: str, new: str) -> str:
+    return re.sub(rf"{re.escape(old)}(?![\w])", new, line)
