@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the verbs' annotations only: the modules behind them load o
 
     from pyree_build.actions.bench import BenchResult
     from pyree_build.actions.executables import Executable
+    from pyree_build.actions.models.verify import VerifyResult
     from pyree_build.core.args import PathLike
 
 _P = _ParamSpec("_P")
@@ -263,6 +264,37 @@ def new(
     raise NotImplementedError
 
 
+@_verb(".actions.models.importer", "import_onnx")
+def import_onnx(
+    model: PathLike,
+    output: PathLike,
+    *,
+    opset_version: int | None = None,
+    data_dir: PathLike | None = None,
+    externalize_params: bool = False,
+    depfile: PathLike | None = None,
+) -> Path:
+    """Import an ONNX model to MLIR with the compiler wheel's importer, each op named by its ONNX node (needs pyree_build[onnx])."""
+    raise NotImplementedError
+
+
+@_verb(".actions.models.verify", "verify", optional=("function",))
+def verify(
+    module: PathLike,
+    onnx_model: PathLike,
+    *,
+    function: str | None = None,
+    inputs: str | Sequence[str] = (),
+    plugins: PathLike | Sequence[PathLike] = (),
+    seed: int = 0,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    device: str = "local-sync",
+) -> VerifyResult:
+    """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx])."""
+    raise NotImplementedError
+
+
 def run(
     module: PathLike,
     function: str,
@@ -302,7 +334,7 @@ def run(
     return result
 
 
-_VERBS = ("plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "dump", "bench", "new")
+_VERBS = ("plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "dump", "bench", "new", "import_onnx", "verify")
 
 
 class _Package(_types.ModuleType):
@@ -342,5 +374,7 @@ __all__ = [
     "dump",
     "bench",
     "new",
+    "import_onnx",
+    "verify",
     "stop_on_signals",
 ]

@@ -30,6 +30,8 @@ _sample_runner = lazy.module("pyree_build.actions.sample_runner")
 _scaffold = lazy.module("pyree_build.actions.scaffold")
 _doctor = lazy.module("pyree_build.actions.doctor")
 _cache = lazy.module("pyree_build.cache.local")
+_importer = lazy.module("pyree_build.actions.models.importer")
+_verify = lazy.module("pyree_build.actions.models.verify")
 
 # compile's own keywords for backend options; any other backend option goes in `target_options`.
 COMPILE_KEYWORDS = ("cpu", "sm", "vulkan_target", "gfx")
@@ -103,6 +105,30 @@ def bench_command(a: argparse.Namespace) -> None:
     print(_bench.bench(a.modules[0], **common).render())
 
 
+def import_command(a: argparse.Namespace) -> None:
+    out = _importer.import_onnx(
+        a.model, a.output, opset_version=a.opset_version, data_dir=a.data_dir, externalize_params=a.externalize_params, depfile=a.depfile
+    )
+    echo.log_step(f"wrote {out}")
+
+
+def verify_command(a: argparse.Namespace) -> None:
+    result = _verify.verify(
+        a.module, a.onnx_model, function=a.function, inputs=a.inputs, plugins=a.plugins, seed=a.seed, rtol=a.rtol, atol=a.atol, device=a.device
+    )
+    if not a.quiet:
+        print(result.render())
+    if not result.passed:
+        failed = [o for o in result.outputs if not o.passed]
+        raise PyreeError(
+            f"{len(failed)} of {len(result.outputs)} outputs of {result.function} differ from onnxruntime's (rtol {result.rtol:g}, atol {result.atol:g})",
+            file=result.module,
+            details="\n".join(o.render() for o in failed) if a.quiet else None,
+            fix="fix the kernel (a plugin or substituted executable) that computes them; loosen --rtol / --atol only for rounding",
+        )
+    echo.log_step(f"verified {result.function} against onnxruntime: {len(result.outputs)} output(s) within rtol {result.rtol:g}, atol {result.atol:g}")
+
+
 def samples_command(a: argparse.Namespace) -> int:
     return _sample_runner.main_job(Path(a.build_dir), tests_regex=a.tests_regex, jobs=a.jobs)
 
@@ -136,6 +162,8 @@ def doctor_command(a: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "compile": compile_command,
     "run": run_command,
+    "import": import_command,
+    "verify": verify_command,
     "dump": dump_command,
     "bench": bench_command,
     "samples": samples_command,

@@ -290,5 +290,74 @@ DOCTOR = Verb(
     examples="pyree-build doctor",
 )
 
+IMPORT = Verb(
+    "import",
+    "ONNX model -> MLIR with the compiler wheel's importer, each op named by its ONNX node",
+    options=(
+        Option(("model",), {"metavar": "MODEL.onnx", "help": "the ONNX model (external data beside it, or in --data-dir)"}),
+        Option(("-o", "--output"), {"required": True, "metavar": "OUT.mlir"}),
+        Option(
+            ("--opset-version",),
+            {"type": int, "default": None, "metavar": "N", "help": "upgrade the model to this opset first (iree-import-onnx --opset-version)"},
+        ),
+        Option(("--data-dir",), {"default": None, "metavar": "DIR", "help": "where the model's external data files are (default: the model's directory)"}),
+        Option(
+            ("--externalize-params",),
+            {
+                "action": "store_true",
+                "help": "keep large weights out of the MLIR, in OUT_params.irpa (scope 'model'), as iree-import-onnx --externalize-params",
+            },
+        ),  # fmt: skip
+        Option(("--depfile",)),
+    ),
+    description=(
+        'Import an ONNX model with iree-import-onnx (pip install "pyree_build[onnx]"), give every '
+        'top-level op its ONNX node name as its location (loc("fc1"), kept by iree-compile on the ops '
+        "lowered from it), and check the result with IREE's input conversion: an op IREE cannot "
+        "lower is an error naming its node."
+    ),
+    examples="pyree-build import model.onnx -o build/model.mlir\npyree-build compile build/model.mlir -o build/model.vmfb",
+)
+
+VERIFY = Verb(
+    "verify",
+    "run a module and the ONNX model (onnxruntime) on the same inputs and compare every output",
+    options=(
+        Option(("module",), {"metavar": "MODULE.vmfb", "help": "the module compiled from the model (import, then compile)"}),
+        Option(("--onnx",), {"dest": "onnx_model", "required": True, "metavar": "MODEL.onnx", "help": "the model the module was compiled from"}),
+        Option(("--function",), {"default": None, "help": "the module's function (default: the graph's name, or the module's only function)"}),
+        Option(
+            ("--input",),
+            {
+                "dest": "inputs",
+                "action": "append",
+                "default": [],
+                "metavar": "SPEC",
+                "help": 'one per graph input, in order: "4x16xf32=1" or @x.npy (default: random, seeded)',
+            },
+        ),  # fmt: skip
+        Option(("--plugin",), {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH", "help": "--executable_plugin (repeatable)"}),
+        Option(("--seed",), {"type": int, "default": 0, "help": "seed of the random inputs (default 0)"}),
+        Option(
+            ("--rtol",),
+            {
+                "type": float,
+                "default": 1e-4,
+                "help": "relative tolerance (default 1e-4: float32 kernels sum in another order than onnxruntime, a few ulps apart)",
+            },
+        ),  # fmt: skip
+        Option(("--atol",), {"type": float, "default": 1e-5, "help": "absolute tolerance (default 1e-5: rounding noise on values near zero)"}),
+        Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "the HAL device the module runs on (default local-sync)"}),
+    ),
+    description=(
+        "Run the module (iree-run-module, with its plugins) and the ONNX model (onnxruntime, "
+        "CPUExecutionProvider) on the same inputs: seeded random arrays shaped as the graph's "
+        "inputs (floats in [-1, 1], integers in [0, 4)), or the given --input values. Prints the "
+        "worst element of each output and exits 1 when any element is outside "
+        "atol + rtol * |onnxruntime's value|."
+    ),
+    examples="pyree-build verify build/model.vmfb --onnx model.onnx\npyree-build verify build/model.vmfb --onnx model.onnx --plugin build/plugin.so --seed 3",
+)
+
 # In the order `pyree-build --help` lists them, after the backends' verbs.
-CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, COMPILE, RUN, SAMPLES, NEW, CACHE, DOCTOR)}
+CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, COMPILE, RUN, IMPORT, VERIFY, SAMPLES, NEW, CACHE, DOCTOR)}

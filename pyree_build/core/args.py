@@ -121,6 +121,16 @@ def _tolerance(value: object, role: str) -> float:
     return float(value)
 
 
+def _optional_count(value: object, role: str) -> int | None:
+    return None if value is None else count(value, role)
+
+
+def _seed(value: object, role: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PyreeError(f"{role} must be a non-negative whole number, got {_shown(value)}", fix=f"pass {role}=0, for example")
+    return value
+
+
 def _options(value: object, role: str) -> dict[str, object] | None:
     """A backend's options by dest: a mapping of names to values (or None: none)."""
     if value is None:
@@ -189,6 +199,11 @@ CHECKS = {
     "repetitions": count,
     "rounds": count,
     "min_time": _number,
+    "onnx_model": path,
+    "data_dir": optional_path,
+    "opset_version": _optional_count,
+    "externalize_params": flag,
+    "seed": _seed,
 }
 
 

@@ -66,6 +66,7 @@ INSTALL_CLANG = "apt-get install clang (or use the default: --cc zig, from pip i
 INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip install ziglang)"
 INSTALL_NVRTC = "pip install cuda-bindings nvidia-cuda-nvrtc"
 INSTALL_NVCC = "install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install cuda-bindings nvidia-cuda-nvrtc)"
+INSTALL_ONNX = 'pip install "pyree_build[onnx]" (iree-base-compiler[onnx], onnx and onnxruntime)'
 INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
 
 
@@ -158,6 +159,27 @@ def iree_dump_module() -> Tool:
 
 def iree_benchmark_module() -> Tool:
     return _need(_iree_binary("iree-benchmark-module", "iree._runtime_libs", "iree-base-runtime"))
+
+
+def onnx_importer() -> Tool:
+    """The compiler wheel's ONNX importer (`iree-import-onnx`, its `[onnx]` extra): the console
+    script beside this Python or on PATH, else `python -m` of its module; it needs `onnx`."""
+    return _need(_find_onnx_importer())
+
+
+def _find_onnx_importer() -> Tool | Missing:
+    name, module = "iree-import-onnx", "iree.compiler.tools.import_onnx"
+    version = _dist_version("iree-base-compiler")
+    if _package_dir("onnx") is None or version is None:
+        return Missing(name, f"the onnx package or iree-base-compiler is not installed in this Python ({sys.executable})", INSTALL_ONNX, required=True)
+    script = Path(sys.executable).parent / name
+    found = str(script) if script.is_file() else shutil.which(name)
+    if found:
+        return Tool(name, (found,), Path(found), version, note="from the iree-base-compiler wheel")
+    where = _package_dir(module)
+    if where is not None and (where / "__main__.py").is_file():
+        return Tool(name, (sys.executable, "-m", module), where / "__main__.py", version, note="python -m " + module)
+    return Missing(name, f"iree-base-compiler {version} has no ONNX importer", INSTALL_ONNX, required=True)
 
 
 C_COMPILERS = ("zig", "clang", "gcc")

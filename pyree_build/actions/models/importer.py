@@ -1,0 +1,292 @@
+"""ONNX -> MLIR through the compiler wheel's own importer (`iree-import-onnx`), then each
+top-level node op named by its ONNX node (an MLIR name location), then checked by IREE's
+own input conversion (`iree-compile --compile-to=input`), so an op IREE cannot lower is
+named here, by its node, and not later in a compile.
+
+The importer creates every node's op under `Location.name(node.name)` but prints without
+locations; the names are put back on the printed ops by aligning them, in order, with the
+graph's nodes (initializers come first, then `torch.constant.none`, then one op per node).
+Where that alignment is not certain (an op with regions, an op the alignment does not
+know), the file is left without names rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyree_build import backends
+from pyree_build.cache.local import cached_action
+from pyree_build.core import echo, lazy, processes, toolchain
+from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.core.files import remove_stale, write_depfile
+from pyree_build.core.outputs import check_outputs
+from pyree_build.core.records import record
+
+if TYPE_CHECKING:
+    import onnx as onnx_types
+
+onnx = lazy.module("onnx")
+
+PathLike = str | os.PathLike[str]
+
+# The target whose input conversion checks the import (every target's is the same).
+CHECK_TARGET = "llvm-cpu"
+
+_FUNC = re.compile(r'^  func\.func (?:public )?@(?P<name>"(?:[^"\\]|\\.)*"|[\w.$-]+)\(')
+_NONE = re.compile(r"^    %[\w.$-]+ = torch\.constant\.none\s*$")
+_RESULTS = r"(?:%[\w.$-]+(?::\d+)? = )?"
+_OPERATOR = re.compile(rf'^    {_RESULTS}torch\.operator "onnx\.(?P<op>[^"]+)"\(.* : .*[^{{(\s]\s*$')
+_CALL = re.compile(rf"^    {_RESULTS}(?:func\.)?call @(?P<callee>[\w.$-]+)\(")
+_GLOBAL_LOAD = re.compile(rf"^    {_RESULTS}util\.global\.load ")
+_FROM_BUILTIN = re.compile(rf"^    {_RESULTS}torch_c\.from_builtin_tensor ")
+_RETURN = re.compile(r"^    (?:func\.)?return\b")
+_DIAGNOSTIC = re.compile(r'^(?:<unknown>:0|(?P<file>[^\n]*?):(?P<line>\d+):\d+): error: (?:loc\("(?P<loc>(?:[^"\\]|\\.)*)"\): )?(?P<message>.*)$', re.M)
+_ONNX_OP = re.compile(r'name = "onnx\.(?P<op>[^"]+)"')
+
+INSTALL_ONNX = toolchain.INSTALL_ONNX
+
+
+@record(frozen=True)
+class NodeOp:
+    """An ONNX node and the line (0-based) of the op the importer made for it."""
+
+    name: str
+    op_type: str
+    line: int
+
+
+def load_model(path: PathLike, role: str = "ONNX model") -> onnx_types.ModelProto:
+    """The model's protobuf without its external data; a file that is not an ONNX model, or
+    a missing `onnx`, is a PyreeError naming the file."""
+    src = require_file(path, role)
+    try:
+        model = onnx.load_model(str(src), load_external_data=False)
+    except ImportError:
+        raise PyreeError("the onnx package is not installed", file=src, fix=INSTALL_ONNX) from None
+    except Exception as exc:  # protobuf's DecodeError and whatever else a foreign file makes onnx raise
+        raise PyreeError(f"not an ONNX model: it does not parse as an ONNX ModelProto ({type(exc).__name__})", file=src, fix=_NOT_ONNX_FIX) from None
+    if not model.HasField("graph") or model.ir_version <= 0 or not model.opset_import or not (model.graph.node or model.graph.output):
+        raise PyreeError("not an ONNX model: it has no graph, IR version or opset", file=src, fix=_NOT_ONNX_FIX)
+    return model
+
+
+_NOT_ONNX_FIX = "pass the .onnx file itself (torch.onnx.export writes one); an .mlir file is already imported: compile it"
+
+
+def external_data_files(model: onnx_types.ModelProto, source: Path, data_dir: Path) -> list[Path]:
+    """The files the model's externally stored tensors live in, each checked to exist."""
+    files: dict[Path, str] = {}
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
+        if onnx.external_data_helper.uses_external_data(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            files.setdefault(data_dir / location, tensor.name)
+    for path, tensor in files.items():
+        if not path.is_file():
+            raise PyreeError(
+                f"external data file of tensor '{tensor}' not found (looked for {path})",
+                file=source,
+                fix="put the data file beside the model (onnx.save(..., save_as_external_data=True) writes it there), or pass --data-dir DIR",
+            )
+    return list(files)
+
+
+def _line_kind(line: str) -> tuple[str, str]:
+    """What a top-level line of the graph's function is: (kind, detail)."""
+    for kind, pattern in (("op", _OPERATOR), ("call", _CALL)):
+        m = pattern.match(line)
+        if m:
+            return kind, m.group(1)
+    if _GLOBAL_LOAD.match(line):
+        return "global", ""
+    if _FROM_BUILTIN.match(line):
+        return "builtin", ""
+    if _RETURN.match(line):
+        return "return", ""
+    return "unknown", line.strip()[:80]
+
+
+def _body(lines: Sequence[str]) -> tuple[int, int] | str:
+    """(first line after `torch.constant.none`, the function's closing line), or why not found."""
+    starts = [i for i, line in enumerate(lines) if _FUNC.match(line)]
+    if len(starts) != 1:
+        return f"{len(starts)} public functions, expected the graph's one"
+    end = next((i for i in range(starts[0] + 1, len(lines)) if lines[i] == "  }"), None)
+    none = next((i for i in range(starts[0] + 1, end or 0) if _NONE.match(lines[i])), None)
+    if end is None or none is None:
+        return "the graph's function has no torch.constant.none line, which separates initializers from nodes"
+    return none + 1, end
+
+
+def _is_inline_constant(node: onnx_types.NodeProto) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx") and any(a.name == "value" for a in node.attribute)
+
+
+def align_nodes(lines: Sequence[str], graph: onnx_types.GraphProto) -> list[NodeOp] | str:
+    """Each node with its op's line, in graph order, or why the alignment is not certain."""
+    found = _body(lines)
+    if isinstance(found, str):
+        return found
+    kinds = [(i, *_line_kind(lines[i])) for i in range(*found) if lines[i].strip()]
+    aligned, k = [], 0
+    for node in graph.node:
+        if k >= len(kinds):
+            return f"node '{node.name}' ({node.op_type}) has no op left to match"
+        i, kind, detail = kinds[k]
+        if _is_inline_constant(node) and kind == "global" and k + 1 < len(kinds) and kinds[k + 1][1] == "builtin":
+            k += 2  # a large constant the importer externalized: a load, no op of the node's own
+            continue
+        if not ((kind == "op" and detail == node.op_type) or (kind == "call" and node.op_type in detail)):
+            return f"node '{node.name}' ({node.op_type}) meets {kind} {detail!r} on line {i + 1}"
+        aligned.append(NodeOp(node.name, node.op_type, i))
+        k += 1
+    if [kind for _, kind, _ in kinds[k:]] != ["return"]:
+        return f"{len(kinds) - k} lines left after the last node, expected only the return"
+    return aligned
+
+
+def mlir_string(text: str) -> str:
+    """`text` as an MLIR string literal's body: quotes, backslashes and control characters as \\XX."""
+    return "".join(c if c.isprintable() and c not in '"\\' else "".join(f"\\{b:02X}" for b in c.encode("utf-8")) for c in text)
+
+
+def name_locations(text: str, graph: onnx_types.GraphProto) -> tuple[str, list[NodeOp]] | str:
+    """The importer's output with ` loc("NODE")` on each node's op, or why it is left as it is."""
+    lines = text.split("\n")
+    aligned = align_nodes(lines, graph)
+    if isinstance(aligned, str):
+        return aligned
+    for node in aligned:
+        if node.name:
+            lines[node.line] = lines[node.line].rstrip() + f' loc("{mlir_string(node.name)}")'
+    return "\n".join(lines), aligned
+
+
+def _import_failure(output: str) -> str | None:
+    """The importer's own message (the last lines of its traceback), without the traceback."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    if not any(line.startswith("Traceback") for line in lines):
+        return None
+    tail = [line for line in lines if not line.startswith((" ", "Traceback", "During handling", "The above exception"))]
+    return "\n".join(tail[-3:]) or None
+
+
+def _node_of(diagnostic: re.Match[str], nodes: Sequence[NodeOp]) -> NodeOp | None:
+    if diagnostic["loc"] is not None:
+        return next((n for n in nodes if mlir_string(n.name) == diagnostic["loc"]), None)
+    if diagnostic["line"] is not None:
+        return next((n for n in nodes if n.line + 1 == int(diagnostic["line"])), None)
+    return None
+
+
+def unsupported_node_error(output: str, source: Path, nodes: Sequence[NodeOp]) -> PyreeError | None:
+    """The first error of IREE's input conversion as an error naming the ONNX node it is about."""
+    diagnostics = list(_DIAGNOSTIC.finditer(output))
+    for diagnostic in diagnostics:
+        node = _node_of(diagnostic, nodes)
+        op = _ONNX_OP.search(diagnostic["message"])
+        if node is None and op is None:
+            continue
+        name = f"'{node.name}'" if node is not None and node.name else "(unnamed)"
+        op_type = node.op_type if node is not None else op["op"] if op else "?"
+        return PyreeError(
+            f"ONNX node {name} ({op_type}) cannot be lowered by IREE {toolchain.iree_compile().version}",
+            file=source,
+            details="\n".join(d.group(0) for d in diagnostics[:5]),
+            fix=f"replace {op_type} in the model with ops IREE supports (e.g. export it with another opset, or decompose it), "
+            "or remove that node; custom-domain ops need their own lowering",
+        )
+    return None
+
+
+@record
+class ImportJob:
+    source: Path
+    model: onnx_types.ModelProto
+    flags: list[str]
+    externalize_params: bool
+
+
+def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
+    """The importer into private paths, the node names, then IREE's input conversion as a check."""
+    out = private[0]
+    params = ["--externalize-params", "--save-params-to", str(private[1])] if job.externalize_params else []
+    with echo.Stopwatch(f"iree-import-onnx {job.source.name} -> {out.name}"):
+        processes.spawn(
+            toolchain.onnx_importer().command(job.source, "-o", out, *job.flags, *params),
+            what="iree-import-onnx",
+            file=job.source,
+            explain=_import_failure,
+            fix="the importer could not read the model; check it with onnx.checker.check_model, or re-export it",
+        )
+    named = name_locations(out.read_text(encoding="utf-8"), job.model.graph)
+    nodes: list[NodeOp] = []
+    if isinstance(named, str):
+        if echo.VERBOSITY >= 2:
+            echo.log_step(f"note: {job.source}: ops left without ONNX node names: the alignment is not certain ({named})")
+    else:
+        text, nodes = named
+        out.write_text(text, encoding="utf-8")
+    check_lowering(job.source, out, nodes)
+    return []
+
+
+def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp]) -> None:
+    """IREE's input conversion of the imported file, once: an op it cannot lower is named by node."""
+    argv = toolchain.iree_compile().command(imported, "--compile-to=input", *backends.get(CHECK_TARGET).target_flags({}), "-o", os.devnull)
+    with echo.Stopwatch(f"iree-compile --compile-to=input {imported.name} (check)"):
+        result = processes.spawn(
+            argv, what="iree-compile (input conversion of the imported model)", file=source, check=False,
+            crash_hint="iree-compile crashed converting the imported model: most likely an ONNX op whose lowering is broken in this IREE release",
+        )  # fmt: skip
+    if result.returncode != 0:
+        output = result.stderr + result.stdout
+        raise unsupported_node_error(output, source, nodes) or PyreeError(
+            f"iree-compile (input conversion of the imported model) failed (exit code {result.returncode})",
+            file=source,
+            details=output or "(the tool printed nothing)",
+            command=argv,
+            fix="the model uses something IREE cannot convert; see the error above",
+        )
+
+
+def import_onnx(
+    model: PathLike,
+    output: PathLike,
+    *,
+    opset_version: int | None = None,
+    data_dir: PathLike | None = None,
+    externalize_params: bool = False,
+    depfile: PathLike | None = None,
+) -> Path:
+    """Import an ONNX model to MLIR (torch dialect, as iree-compile takes it).
+
+    The compiler wheel's `iree-import-onnx` does the import; then every top-level node op
+    gets its ONNX node name as its location (`loc("fc1")`), which iree-compile keeps on the
+    ops it lowers from it (`--mlir-print-debuginfo`); then IREE's input conversion runs once,
+    so an op it cannot lower is a PyreeError naming the node. `opset_version` upgrades the
+    model first; `data_dir` is where external data lives (default: the model's directory);
+    `externalize_params` keeps large weights out of the MLIR, in `<output stem>_params.irpa`.
+    """
+    src = require_file(model, "ONNX model")
+    proto = load_model(src)
+    data = external_data_files(proto, src, Path(data_dir) if data_dir is not None else src.parent)
+    out = Path(output)
+    finals = [out, out.with_name(out.stem + "_params.irpa")] if externalize_params else [out]
+    outs = check_outputs(finals, [src, *data], depfile=depfile)
+    for o in outs:
+        remove_stale(o)
+    flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
+    job = ImportJob(src, proto, flags, externalize_params)
+    onnx_version = toolchain._dist_version("onnx") or "unknown"
+    deps = cached_action(
+        "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}"], inputs=[src, *data], outputs=outs,
+        build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
+    )  # fmt: skip
+    if depfile is not None:
+        write_depfile(depfile, outs[0], deps)
+    return outs[0]
