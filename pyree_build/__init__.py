@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the verbs' annotations only: the modules behind them load o
 
     from pyree_build.actions.bench import BenchResult
     from pyree_build.actions.executables import Executable
+    from pyree_build.actions.models.ops import OpGroup
     from pyree_build.actions.models.verify import VerifyResult
     from pyree_build.core.args import PathLike
 
@@ -295,6 +296,35 @@ def verify(
     raise NotImplementedError
 
 
+@_verb(".actions.models.ops", "ops")
+def ops(source: PathLike) -> list[OpGroup]:
+    """The op groups of a program as a transform spec sees them, numbered for `replace`.
+
+    Example: [g.root for g in pb.ops("build/mlp.mlir")] -> ['linalg.generic', 'linalg.matmul', 'linalg.generic']
+    """
+    raise NotImplementedError
+
+
+@_verb(".actions.models.replace", "replace", optional=("onnx", "function"))
+def replace(
+    source: PathLike,
+    output_dir: PathLike,
+    *,
+    ops: int | Sequence[int],
+    imports: str | Sequence[str],
+    kind: str = "plugin",
+    onnx: PathLike | None = None,
+    function: str | None = None,
+    force: bool = False,
+) -> list[Path]:
+    """Generate the transform spec, the C import (a correct naive body) and a CMakeLists.txt that
+    replace op groups `ops` of a program with calls of `imports`; returns the written files.
+
+    Example: pb.replace("build/mlp.mlir", "build/kernels", ops=[1], imports=["fc1_relu"], onnx="mlp.onnx")
+    """
+    raise NotImplementedError
+
+
 def run(
     module: PathLike,
     function: str,
@@ -334,7 +364,7 @@ def run(
     return result
 
 
-_VERBS = ("plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "dump", "bench", "new", "import_onnx", "verify")
+_VERBS = ("plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "dump", "bench", "new", "import_onnx", "ops", "replace", "verify")
 
 
 class _Package(_types.ModuleType):
@@ -375,6 +405,8 @@ __all__ = [
     "bench",
     "new",
     "import_onnx",
+    "ops",
+    "replace",
     "verify",
     "stop_on_signals",
 ]

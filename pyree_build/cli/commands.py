@@ -32,6 +32,8 @@ _doctor = lazy.module("pyree_build.actions.doctor")
 _cache = lazy.module("pyree_build.cache.local")
 _importer = lazy.module("pyree_build.actions.models.importer")
 _verify = lazy.module("pyree_build.actions.models.verify")
+_ops = lazy.module("pyree_build.actions.models.ops")
+_replace = lazy.module("pyree_build.actions.models.replace")
 
 # compile's own keywords for backend options; any other backend option goes in `target_options`.
 COMPILE_KEYWORDS = ("cpu", "sm", "vulkan_target", "gfx")
@@ -129,6 +131,25 @@ def verify_command(a: argparse.Namespace) -> None:
     echo.log_step(f"verified {result.function} against onnxruntime: {len(result.outputs)} output(s) within rtol {result.rtol:g}, atol {result.atol:g}")
 
 
+def _split(values: list[str]) -> list[str]:
+    return [v for value in values for v in value.split(",") if v]
+
+
+def ops_command(a: argparse.Namespace) -> None:
+    print(_ops.render(_ops.ops(a.source), as_json=a.json))
+
+
+def replace_command(a: argparse.Namespace) -> None:
+    numbers = []
+    for value in _split(a.ops):
+        if not value.isdigit():
+            raise PyreeError(f"--ops takes op group numbers, got '{value}'", fix="pass the numbers `pyree-build ops` prints, e.g. --ops 1 or --ops 1,3")
+        numbers.append(int(value))
+    written = _replace.replace(a.source, a.output_dir, ops=numbers, imports=_split(a.imports), kind=a.kind, onnx=a.onnx, function=a.function, force=a.force)
+    for path in written:
+        echo.log_step(f"wrote {path}")
+
+
 def samples_command(a: argparse.Namespace) -> int:
     return _sample_runner.main_job(Path(a.build_dir), tests_regex=a.tests_regex, jobs=a.jobs)
 
@@ -164,6 +185,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "run": run_command,
     "import": import_command,
     "verify": verify_command,
+    "ops": ops_command,
+    "replace": replace_command,
     "dump": dump_command,
     "bench": bench_command,
     "samples": samples_command,

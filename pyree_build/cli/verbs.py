@@ -359,5 +359,63 @@ VERIFY = Verb(
     examples="pyree-build verify build/model.vmfb --onnx model.onnx\npyree-build verify build/model.vmfb --onnx model.onnx --plugin build/plugin.so --seed 3",
 )
 
+OPS = Verb(
+    "ops",
+    "list a program's op groups as a transform spec sees them, numbered for replace",
+    options=(
+        Option(("source",), {"metavar": "MODEL.mlir", "help": "the program, e.g. written by `pyree-build import`"}),
+        Option(("--json",), {"action": "store_true", "help": "print a JSON list: index, function, root, ops, operands, results, source, replaceable, reason"}),
+    ),
+    description=(
+        "Compile the program as far as IREE's preprocessing (where a transform spec runs) and list "
+        "its op groups: a root op (e.g. linalg.matmul) with the ops fused around it, the tensors it "
+        "reads and writes, the ONNX nodes it came from, and whether `replace` can generate it (and "
+        "if not, why)."
+    ),
+    examples="pyree-build ops build/model.mlir\npyree-build ops build/model.mlir --json",
+)
+
+REPLACE = Verb(
+    "replace",
+    "generate a transform spec, a C import and a CMakeLists.txt replacing op groups of a program",
+    options=(
+        Option(("source",), {"metavar": "MODEL.mlir"}),
+        Option(("--ops",), {"action": "append", "required": True, "metavar": "N[,N...]", "help": "op group numbers as `ops` lists them (repeatable)"}),
+        Option(
+            ("--import",),
+            {
+                "dest": "imports",
+                "action": "append",
+                "required": True,
+                "metavar": "NAME[,NAME...]",
+                "help": "the import replacing each group, in order (a C identifier)",
+            },
+        ),  # fmt: skip
+        Option(("-o", "--output-dir"), {"required": True, "metavar": "DIR"}),
+        Option(
+            ("--kind",),
+            {
+                "choices": ("plugin", "embedded"),
+                "default": "plugin",
+                "help": "plugin: resolved at run time (--plugin); embedded: objects linked into the module (default plugin)",
+            },
+        ),  # fmt: skip
+        Option(("--onnx",), {"default": None, "metavar": "MODEL.onnx", "help": "the model, so the CMakeLists.txt adds its verify test"}),
+        Option(("--function",), {"default": None, "help": "the module function the verify test runs (default: as verify chooses)"}),
+        Option(("--force",), {"action": "store_true", "help": "overwrite generated files edited since replace wrote them"}),
+    ),
+    description=(
+        "For each op group (numbers from `pyree-build ops`), write into DIR: spec.mlir, a transform "
+        "spec whose matcher is the group's own IR and whose rewrite calls the import NAME; NAME.c, the "
+        "import with its argument block documented and a correct naive body generated from the ops; "
+        "and CMakeLists.txt, which builds it, compiles the program with the spec and EXPECT_IMPORTS, "
+        "and adds the verify test. A file you edited is never overwritten (unless --force)."
+    ),
+    examples=(
+        "pyree-build replace build/model.mlir --ops 1 --import fc1_relu -o kernels --onnx model.onnx\n"
+        "pyree-build replace build/model.mlir --ops 1,3 --import fc1_relu,my_softmax -o kernels --kind embedded"
+    ),
+)
+
 # In the order `pyree-build --help` lists them, after the backends' verbs.
-CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, COMPILE, RUN, IMPORT, VERIFY, SAMPLES, NEW, CACHE, DOCTOR)}
+CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, COMPILE, RUN, IMPORT, OPS, REPLACE, VERIFY, SAMPLES, NEW, CACHE, DOCTOR)}

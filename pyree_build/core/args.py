@@ -121,6 +121,14 @@ def _tolerance(value: object, role: str) -> float:
     return float(value)
 
 
+def _group_numbers(value: object, role: str) -> list[int]:
+    """Op group numbers as `ops` prints them: one or a sequence of whole numbers from 1."""
+    values = [value] if isinstance(value, int) else value
+    if isinstance(values, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        return list(values)
+    raise PyreeError(f"{role} must be op group numbers (1, 2, ...) as `pyree-build ops` lists them, got {_shown(value)}", fix=f"pass {role}=[1], for example")
+
+
 def _optional_count(value: object, role: str) -> int | None:
     return None if value is None else count(value, role)
 
@@ -204,6 +212,9 @@ CHECKS = {
     "opset_version": _optional_count,
     "externalize_params": flag,
     "seed": _seed,
+    "ops": _group_numbers,
+    "imports": strings,
+    "onnx": optional_path,
 }
 
 

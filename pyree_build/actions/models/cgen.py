@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyree_build.actions.models import program
@@ -512,10 +512,21 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
     struct = [f"  {f'{f.ctype} {f.name};':<{width}}  // {f.about}" for f in fields]
     arguments = ",\n    ".join(f"{f.ctype} {f.name}" for f in fields)
     pointers = [f"  {f.name} += {f.name}_offset;" for f in fields if f.ctype.endswith("*")]
-    lines = [*(f"// {h}" if h else "//" for h in header), "", "#include <stddef.h>", "#include <stdint.h>", "", '#include "iree/hal/local/executable_plugin.h"', ""]
-    lines += [f"typedef struct {{", *struct, f"}} {name}_args_t;", ""]
+    lines = [
+        *(f"// {h}" if h else "//" for h in header),
+        "",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "",
+        '#include "iree/hal/local/executable_plugin.h"',
+        "",
+    ]
+    lines += ["typedef struct {", *struct, f"}} {name}_args_t;", ""]
     lines += [*helpers_text(k), ""] if k.helpers else []
-    lines += ["// The kernel: a plain C function. An embedded object is called with these arguments", "// directly (hal.import.static); a plugin unpacks them from the argument block below."]
+    lines += [
+        "// The kernel: a plain C function. An embedded object is called with these arguments",
+        "// directly (hal.import.static); a plugin unpacks them from the argument block below.",
+    ]
     lines += [f"void {name}(\n    {arguments}) {{", *pointers, *k.lines, "}"]
     unpacked = ", ".join(f"a->{f.name}" for f in fields)
     lines += _PLUGIN.format(name=name, unpacked=unpacked).splitlines()

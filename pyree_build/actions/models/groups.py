@@ -36,6 +36,7 @@ class Group:
     constants: list[Any] = field(default_factory=list)  # scalar constants the matcher repeats
     empties: list[Any] = field(default_factory=list)  # tensor.empty ops the matcher repeats
     outputs: list[Any] = field(default_factory=list)  # member results used outside
+    by_name: list[Any] = field(default_factory=list)  # ops whose bodies capture a constant: matched by name
     refusal: str | None = None
 
 
@@ -164,6 +165,7 @@ def _describe(group: Group) -> None:
         group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
         return
     group.root = program.defining_op(group.outputs[0]).operation
+    group.by_name = [op for op in members if _captures_unreachable(op, group)]
     reached = _reach(group, inside)
     missing = [op.name for op in members if op not in reached]
     if missing:
@@ -171,12 +173,25 @@ def _describe(group: Group) -> None:
         return
     used = [operand for op in members for operand in op.operands]
     group.inputs.sort(key=lambda value: next(i for i, operand in enumerate(used) if operand == value))
-    _check_captures(group)
+    _check_inputs(group)
+
+
+def _captures_unreachable(op: Any, group: Group) -> bool:
+    """Whether `op`'s body uses a value defined outside it that no operand of a member
+    brings into the matcher (IREE's DAG matcher compares bodies only through operands)."""
+    operands = {v for member in group.members for v in member.operands}
+    for value in program.nested_operands(op):
+        producer = program.defining_op(value)
+        if producer is not None and _top_level(producer.operation, group.function) != op and value not in operands:
+            return True
+    return False
 
 
 def _reach(group: Group, inside: set[Any]) -> set[Any]:
     """The ops the DAG matcher walks from the root: members reached through operands; the
-    scalar constants and tensor.empty ops it meets join the matcher, anything else is an input."""
+    scalar constants and tensor.empty ops it meets join the matcher, anything else is an
+    input. An op matched by name is not walked past, but its own producers in the group
+    are, as the matcher would not: they stay in the C, and other paths must reach them."""
     reached: set[Any] = set()
     stack = [group.root]
     while stack:
@@ -195,6 +210,12 @@ def _reach(group: Group, inside: set[Any]) -> set[Any]:
                     (group.constants if producer.name == "arith.constant" else group.empties).append(producer)
             elif operand not in group.inputs:
                 group.inputs.append(operand)
+    for op in group.by_name:  # the constants its body captures are emitted in C, not matched
+        for value in program.nested_operands(op):
+            producer = program.defining_op(value)
+            if producer is not None and producer.operation.name == "arith.constant" and producer.operation not in reached:
+                reached.add(producer.operation)
+                group.constants.append(producer.operation)
     return reached
 
 
@@ -206,20 +227,36 @@ def _repeated_in_matcher(op: Any) -> bool:
     return bool(op.name == "tensor.empty" and len(op.operands) == 0)
 
 
-def _check_captures(group: Group) -> None:
-    known = {r for op in (*group.members, *group.constants, *group.empties) for r in op.results}
-    for op in group.members:
-        for value in program.nested_operands(op):
-            producer = program.defining_op(value)
-            if producer is None or _top_level(producer.operation, group.function) == op:
-                continue  # the body's own values and block arguments
-            if value not in known:
-                group.refusal = (
-                    f"the body of {op.name} uses {value.get_name()} from outside the group, which IREE's "
-                    "DAG matcher cannot reach (it follows operands only)"
-                )
-                return
+def _check_inputs(group: Group) -> None:
     for value in group.inputs:
         if not program.is_tensor(value.type):
             group.refusal = f"it takes the scalar {value.get_name()} ({value.type}) from outside; the generator passes tensors only"
             return
+    blocked = _walk_without(group, set(group.by_name))
+    lost = [v for v in group.inputs if v not in blocked]
+    if lost:
+        group.refusal = (
+            f"input {lost[0].get_name()} is reached only through {group.by_name[0].name}, whose body uses a constant "
+            "from outside it: IREE's DAG matcher can match that op by name only and so cannot reach the input"
+        )
+
+
+def _walk_without(group: Group, stops: set[Any]) -> set[Any]:
+    """The operand values the matcher meets from the root when it does not walk past `stops`."""
+    inside = set(group.members)
+    seen: set[Any] = set()
+    values: set[Any] = set()
+    stack = [group.root]
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if op in stops:
+            continue
+        for operand in op.operands:
+            values.add(operand)
+            producer = program.defining_op(operand)
+            if producer is not None and producer.operation in inside:
+                stack.append(producer.operation)
+    return values

@@ -50,6 +50,8 @@ def clone_matcher(group: groups.Group) -> tuple[list[str], list[str], list[str]]
         point = program.ir.InsertionPoint(block.operations[len(block.operations) - 1])
         for op in _ordered(group):
             clone = op.clone(ip=point)
+            if op in group.by_name:
+                clone.attributes["match.operation_name_only"] = program.ir.UnitAttr.get()
             _remap(clone, mapping)
             mapping.update(zip(op.results, clone.results))
         text = scratch.operation.get_asm(enable_debug_info=False)
@@ -103,7 +105,7 @@ def import_signature(rep: Replacement) -> list[str]:
 def _binding_lines(index: int, value: Any, binding: str) -> list[str]:
     memref = _memref(str(value.type))
     rank = _rank(value.type)
-    metadata = "memref<{0}>, index".format(program.element_type(value.type)) + ", index" * (2 * rank)
+    metadata = f"memref<{program.element_type(value.type)}>, index" + ", index" * (2 * rank)
     names = f"%base{index}, %off{index}" + (f", %sizes{index}:{rank}, %strides{index}:{rank}" if rank else "")
     return [
         f"%m{index} = stream.binding.subspan {binding}[%c0] : !stream.binding -> {memref}",
@@ -129,7 +131,10 @@ def executable(rep: Replacement, *, embedded: bool) -> list[str]:
     attrs = "hal.import.static, llvm.bareptr = true" if embedded else "llvm.bareptr = true"
     objects = ""
     if embedded:
-        keyed = ",\n".join(f'      #hal.executable.target<"llvm-cpu", "embedded-elf-{iree}"> = [#hal.executable.object<{{path = "{name}_{arch}.o"}}>]' for iree, arch in EMBEDDED_ARCHES)
+        keyed = ",\n".join(
+            f'      #hal.executable.target<"llvm-cpu", "embedded-elf-{iree}"> = [#hal.executable.object<{{path = "{name}_{arch}.o"}}>]'
+            for iree, arch in EMBEDDED_ARCHES
+        )
         objects = f" attributes {{\n    hal.executable.objects = #hal.executable.objects<{{\n{keyed}\n    }}>\n  }}"
     return [
         f"stream.executable private @{name}_executable{objects} {{",
@@ -157,9 +162,7 @@ def call_function(rep: Replacement) -> list[str]:
     operands = [f"%arg{i}" for i in range(len(ins))] + [f"%d{k}" for k in range(len(dims))]
     operand_types = [str(v.type) for v in ins] + ["i32"] * len(dims)
     result_types = ", ".join(str(v.type) for v in outs)
-    lines.append(
-        f"%r:{len(outs)} = flow.dispatch @{name}_executable::@{name}_entry({', '.join(operands)}) : ({', '.join(operand_types)}) -> ({result_types})"
-    )
+    lines.append(f"%r:{len(outs)} = flow.dispatch @{name}_executable::@{name}_entry({', '.join(operands)}) : ({', '.join(operand_types)}) -> ({result_types})")
     returned = ", ".join(f"%r#{j}" for j in range(len(root_types)))
     lines.append(f"util.return {returned} : {', '.join(root_types)}")
     args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(str(v.type) for v in ins))

@@ -1,0 +1,108 @@
+"""`ops`: the op groups of a program as a transform spec will see them, numbered for `replace`.
+
+Each group says whether `replace` can generate it, and if not, why: the same check
+`replace` makes (it runs the generators), so the list never promises what replace refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyree_build.actions.models import groups, program, replace
+from pyree_build.core.errors import PyreeError
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class TensorInfo:
+    """A tensor a group reads or writes: its type, shape, element type and where it comes from."""
+
+    type: str
+    shape: list[int | None]
+    element_type: str
+    origin: str
+
+
+@dataclass
+class OpGroup:
+    """One group of ops a transform spec can match, as `ops` lists it."""
+
+    index: int
+    function: str
+    root: str
+    ops: list[str]
+    operands: list[TensorInfo]
+    results: list[TensorInfo]
+    source: list[str]
+    replaceable: bool
+    reason: str | None
+
+    def render(self) -> str:
+        mark = "yes" if self.replaceable else f"no: {self.reason}"
+        lines = [
+            f"#{self.index}  {self.root}  (in @{self.function})",
+            f"    ops:      {', '.join(self.ops)}",
+            f"    operands: {', '.join(f'{t.type} ({t.origin})' for t in self.operands) or '-'}",
+            f"    results:  {', '.join(t.type for t in self.results) or '-'}",
+            f"    source:   {', '.join(self.source) or 'unknown'}",
+            f"    replace:  {mark}",
+        ]
+        return "\n".join(lines)
+
+
+def _tensor(value: Any) -> TensorInfo:
+    owner = program.defining_op(value)
+    if owner is None:
+        origin = "argument"
+    elif owner.operation.name == "arith.constant":
+        origin = "constant"
+    elif owner.operation.name == "hal.tensor.import":
+        origin = "input"
+    else:
+        origin = owner.operation.name
+    shape = program.shape(value.type) if program.is_tensor(value.type) else []
+    return TensorInfo(str(value.type), shape, program.element_type(value.type), origin)
+
+
+def _listed(group: groups.Group, text: str) -> OpGroup:
+    reason = group.refusal
+    if reason is None:
+        try:
+            replace.generate(text, group.index, "check")
+        except PyreeError as e:
+            reason = e.what.split(": ", 1)[-1] + (f" ({e.details})" if e.details else "")
+    root = group.root.name if group.root is not None else group.members[-1].name
+    outputs = list(group.root.results) if group.root is not None else group.outputs
+    return OpGroup(
+        index=group.index,
+        function=program.symbol_name(group.function),
+        root=root,
+        ops=replace.describe_ops(group),
+        operands=[_tensor(v) for v in group.inputs],
+        results=[_tensor(v) for v in outputs],
+        source=replace.source_names(group),
+        replaceable=reason is None,
+        reason=reason,
+    )
+
+
+def ops(source: PathLike) -> list[OpGroup]:
+    """The op groups of program `source` (an MLIR file, e.g. from `pyree-build import`),
+    numbered as `replace --ops` takes them.
+
+    Example: [g.root for g in pb.ops("mlp.mlir")] -> ['linalg.generic', 'linalg.matmul', 'linalg.generic']
+    """
+    text = program.spec_view_text(source)
+    return [_listed(group, text) for group in groups.find_groups(program.parse(text))]
+
+
+def render(found: list[OpGroup], *, as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps([asdict(g) for g in found], indent=1)
+    if not found:
+        return "no op groups: the program has no linalg ops after input conversion"
+    return "\n".join(g.render() for g in found)
