@@ -266,3 +266,17 @@ def test_cmake_functions_check_their_arguments_at_configure_time(tmp_path, body,
     assert result.returncode != 0
     for fragment in fragments:
         assert fragment in said, result.stderr
+
+
+def test_names_are_left_out_when_ops_and_nodes_do_not_line_up(mlp):
+    from pyree_build.actions.models import importer
+
+    _, mlir, _ = mlp
+    model = models.mlp()
+    plain = "\n".join(line.split(" loc(", 1)[0] for line in mlir.read_text().split("\n"))
+    named = importer.name_locations(plain, model.graph)
+    assert not isinstance(named, str) and [n.name for n in named[1]] == ["fc1", "bias1", "relu1", "fc2", "softmax"]
+    model.graph.node[2].op_type = "Sigmoid"  # the graph says Sigmoid where the file has Relu: no guessing
+    reason = importer.name_locations(plain, model.graph)
+    assert isinstance(reason, str) and "'relu1' (Sigmoid)" in reason
+    assert importer.mlir_string('a"b\\c') == "a\\22b\\5Cc"
