@@ -86,6 +86,12 @@ def _cuda_gpu() -> bool:
     return cuda_status()[0]
 
 
+def _importable(*modules: str) -> Callable[[], bool]:
+    import importlib.util
+
+    return lambda: all(importlib.util.find_spec(m) is not None for m in modules)
+
+
 def _needs() -> dict[str, Callable[[], bool]]:
     from pyree_build.core import toolchain
 
@@ -95,6 +101,8 @@ def _needs() -> dict[str, Callable[[], bool]]:
         "nvrtc": _have_tool(toolchain.nvrtc),
         "a CUDA GPU": _cuda_gpu,
         "pyree_build installed from a wheel": _installed_wheel,
+        "onnx": _importable("onnx", "onnxruntime"),
+        "torch": _importable("torch", "onnx", "onnxruntime"),
     }
 
 
@@ -152,7 +160,12 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> None:
 
 
 def _readmes() -> list[Path]:
-    return [Path("README.md"), *sorted(p.relative_to(REPO) for p in (REPO / "samples").rglob("README.md"))]
+    walkthroughs = [Path("docs") / name for name in WALKTHROUGHS]
+    return [Path("README.md"), *walkthroughs, *sorted(p.relative_to(REPO) for p in (REPO / "samples").rglob("README.md"))]
+
+
+# Pages of docs/ that are walk-throughs: every block runs, as in a README.
+WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md",)
 
 
 BLOCKS = [b for readme in _readmes() for b in extract((REPO / readme).read_text(encoding="utf-8"), readme)]
