@@ -252,9 +252,8 @@ def replace_directory_files(
     Only files recorded in the manifest with their current bytes are replaced or removed;
     any other file in the way (edited since, or never written by pyree_build) is refused
     by name, before anything moves, unless `force` (which replaces edited or foreign
-    regular files, and leaves edited files an earlier run wrote alone rather than removing them).
-    Without `prune`, files an earlier run wrote that this one does not are kept (and stay known).
-    """
+    regular files, and leaves edited files an earlier run wrote alone rather than removing them);
+    without `prune` the files of an earlier run that this one does not write stay, still known."""
     old = read_manifest(directory)
     input_ids = [_identity(i) for i in inputs]
     new_hashes = {name: file_hash(src) for name, src in staged.items()}

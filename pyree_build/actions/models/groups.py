@@ -76,9 +76,9 @@ def _units(function: Any, members: list[Any]) -> list[list[Any]]:
     for op in members:
         joined = None
         for operand in op.operands:
-            producer = program.defining_op(operand)
-            producer = producer.operation if producer is not None else None
-            if producer in unit_of and str(producer.location) == str(op.location):
+            owner = program.defining_op(operand)
+            producer = owner.operation if owner is not None else None
+            if producer is not None and producer in unit_of and str(producer.location) == str(op.location):
                 joined = unit_of[producer]
                 break
         if joined is None:
@@ -164,7 +164,9 @@ def _describe(group: Group) -> None:
     if len(group.outputs) != 1:
         group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
         return
-    group.root = program.defining_op(group.outputs[0]).operation
+    owner = program.defining_op(group.outputs[0])
+    assert owner is not None  # a member's result
+    group.root = owner.operation
     group.by_name = [op for op in members if _captures_unreachable(op, group)]
     reached = _reach(group, inside)
     missing = [op.name for op in members if op not in reached]
@@ -200,8 +202,8 @@ def _reach(group: Group, inside: set[Any]) -> set[Any]:
             continue
         reached.add(op)
         for operand in op.operands:
-            producer = program.defining_op(operand)
-            producer = producer.operation if producer is not None else None
+            owner = program.defining_op(operand)
+            producer = owner.operation if owner is not None else None
             if producer in inside:
                 stack.append(producer)
             elif producer is not None and _repeated_in_matcher(producer):

@@ -39,7 +39,7 @@ def spec_view_text(source: PathLike) -> str:
         )
     with tempfile.TemporaryDirectory(prefix="pyree-ops.") as scratch:
         out = Path(scratch) / "program.mlir"
-        argv = [toolchain.iree_compile().path, str(src), f"--compile-to={SPEC_PHASE}", "--mlir-print-debuginfo", *_TARGET_FLAGS, "-o", str(out)]
+        argv: list[str] = [str(toolchain.iree_compile().path), str(src), f"--compile-to={SPEC_PHASE}", "--mlir-print-debuginfo", *_TARGET_FLAGS, "-o", str(out)]
         processes.spawn(
             argv,
             what="iree-compile (input conversion)",
