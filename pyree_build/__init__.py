@@ -315,10 +315,12 @@ def replace(
     kind: str = "plugin",
     onnx: PathLike | None = None,
     function: str | None = None,
+    dynamic: bool = False,
     force: bool = False,
 ) -> list[Path]:
     """Generate the transform spec, the C import (a correct naive body) and a CMakeLists.txt that
     replace op groups `ops` of a program with calls of `imports`; returns the written files.
+    `dynamic`: match the groups' ops at any sizes (the C reads every size from its arguments).
 
     Example: pb.replace("build/mlp.mlir", "build/kernels", ops=[1], imports=["fc1_relu"], onnx="mlp.onnx")
     """

@@ -165,3 +165,32 @@ def test_standalone_and_embedded_builds_of_the_generated_c(tmp_path):
     for name in ("sm_x86_64.o", "sm_aarch64.o"):
         (out / name).unlink()  # hermetic: the objects are inside the module
     assert run_cli("verify", module, "--onnx", model).returncode == 0
+
+
+def test_static_spec_matches_only_its_shapes_and_dynamic_any(tmp_path):
+    # A spec generated from mlp's fc1+bias+relu (4x16 @ 16x32) in its static form leaves a
+    # model of other sizes alone (the import is not called); with --dynamic it replaces the
+    # same ops there too (8x12 @ 12x6), and the C, reading every size from its arguments,
+    # gives onnxruntime's numbers in both models.
+    mlp_onnx, mlp_mlir = _imported(tmp_path, "mlp")
+    other_onnx, other_mlir = _imported(tmp_path, "matmul_add_relu")
+    for flag, name in (([], "fixed"), (["--dynamic"], "general")):
+        out = tmp_path / name
+        assert run_cli("replace", mlp_mlir, "--ops", "1", "--import", name, "-o", out, *flag).returncode == 0
+        assert run_cli("plugin", "--kind", "system", out / f"{name}.c", "-o", out / f"{name}.so").returncode == 0
+        for model, mlir in ((mlp_onnx, mlp_mlir), (other_onnx, other_mlir)):
+            module = out / f"{mlir.stem}.vmfb"
+            compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", name)
+            if name == "fixed" and mlir == other_mlir:
+                assert_clean_error(compiled, f"does not call import '{name}'")
+                continue
+            assert compiled.returncode == 0, compiled
+            assert run_cli("verify", module, "--onnx", model, "--plugin", out / f"{name}.so").returncode == 0
+    assert "tensor<?x?xf32>" in (tmp_path / "general" / "spec.mlir").read_text()
+
+
+def test_dynamic_refuses_a_reshape_that_fixes_sizes(tmp_path):
+    _, mlir = _imported(tmp_path, "softmax")
+    refused = run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", tmp_path / "k", "--dynamic")
+    assert_clean_error(refused, "tensor.expand_shape", "without --dynamic")
+    assert not (tmp_path / "k").exists()

@@ -145,7 +145,9 @@ def replace_command(a: argparse.Namespace) -> None:
         if not value.isdigit():
             raise PyreeError(f"--ops takes op group numbers, got '{value}'", fix="pass the numbers `pyree-build ops` prints, e.g. --ops 1 or --ops 1,3")
         numbers.append(int(value))
-    written = _replace.replace(a.source, a.output_dir, ops=numbers, imports=_split(a.imports), kind=a.kind, onnx=a.onnx, function=a.function, force=a.force)
+    written = _replace.replace(
+        a.source, a.output_dir, ops=numbers, imports=_split(a.imports), kind=a.kind, onnx=a.onnx, function=a.function, dynamic=a.dynamic, force=a.force
+    )
     for path in written:
         echo.log_step(f"wrote {path}")
 

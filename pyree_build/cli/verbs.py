@@ -402,6 +402,10 @@ REPLACE = Verb(
         ),  # fmt: skip
         Option(("--onnx",), {"default": None, "metavar": "MODEL.onnx", "help": "the model, so the CMakeLists.txt adds its verify test"}),
         Option(("--function",), {"default": None, "help": "the module function the verify test runs (default: as verify chooses)"}),
+        Option(
+            ("--dynamic",),
+            {"action": "store_true", "help": "generalise every size: the spec matches the group's ops at any shapes, the C reads each size from its arguments"},
+        ),  # fmt: skip
         Option(("--force",), {"action": "store_true", "help": "overwrite generated files edited since replace wrote them"}),
     ),
     description=(

@@ -213,6 +213,7 @@ CHECKS = {
     "externalize_params": flag,
     "seed": _seed,
     "ops": _group_numbers,
+    "dynamic": flag,
     "imports": strings,
     "onnx": optional_path,
 }

@@ -211,21 +211,8 @@ def linear_index(results: list[str], dims: list[str]) -> str:
     return index
 
 
-def position(value: Any, function: Any) -> tuple[int, int]:
-    """Where a value is, as (op index in the body, result number), or (-1, argument number):
-    the same in the program and in its generalised copy, whose ops correspond one to one."""
-    owner = program.defining_op(value)
-    if owner is None:
-        return -1, int(value.arg_number)
-    ops = program.body_ops(function)
-    return ops.index(owner.operation), program.result_index(value)
-
-
-def value_at(where: tuple[int, int], function: Any) -> Any:
-    index, number = where
-    if index < 0:
-        return function.regions[0].blocks[0].arguments[number]
-    return program.body_ops(function)[index].results[number]
+position = program.position
+value_at = program.value_at
 
 
 def _static_dims(type_: Any, op_name: str) -> list[str]:
@@ -531,3 +518,63 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
     unpacked = ", ".join(f"a->{f.name}" for f in fields)
     lines += _PLUGIN.format(name=name, unpacked=unpacked).splitlines()
     return "\n".join(lines) + "\n"
+
+
+# A size of a tensor in a replaced group, when sizes are general: the size of dimension k of
+# input i ("in", i, k), or a number fixed by the op itself ("const", n, 0).
+Dim = tuple[str, int, int]
+
+
+def dim_c(dim: Dim) -> str:
+    return f"in{dim[1]}_d{dim[2]}" if dim[0] == "in" else str(dim[1])
+
+
+def derive_dims(function: Any, members: list[int], inputs: list[tuple[int, int]]) -> dict[tuple[int, int], list[Dim]]:
+    """Every tensor's sizes in terms of the inputs' sizes, through the loops the ops' indexing
+    maps bind, repeated until nothing more is learned (a fill's size comes from the op that
+    uses it): what general (`--dynamic`) sizes need, in C and in the spec."""
+    ops = program.body_ops(function)
+    known: dict[Any, list[Dim]] = {}
+    for i, where in enumerate(inputs):
+        value = value_at(where, function)
+        known[value] = [("in", i, k) for k in range(len(program.shape(value.type)))]
+    generics = []
+    for index in members:
+        op = ops[index]
+        if op.name != "linalg.generic":
+            raise refuse(f"{op.name} fixes its sizes in the IR; without --dynamic the group can be replaced", op.name)
+        maps = [program.ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+        n_ins = len(op.operands) - len(op.results)
+        shaped = [(v, m) for v, m in zip(op.operands, maps) if program.is_tensor(v.type)] + list(zip(op.results, maps[n_ins:]))
+        generics.append((op, maps[0].n_dims, shaped))
+    while any(_learn(known, n_loops, shaped) for _, n_loops, shaped in generics):
+        pass
+    for op, _, shaped in generics:
+        if any(v not in known for v, _ in shaped):
+            raise refuse("a size is given by no input (with --dynamic every size must come from an input)", op.name)
+    return {position(v, function): dims for v, dims in known.items()}
+
+
+def _learn(known: dict[Any, list[Dim]], n_loops: int, shaped: list[tuple[Any, Any]]) -> bool:
+    """One op: bind its loops from the sizes known, then size what they cover. Whether anything new was learned."""
+    bounds: list[Dim | None] = [None] * n_loops
+    for value, amap in shaped:
+        if value in known:
+            for k, expr in enumerate(str(e) for e in amap.results):
+                if re.fullmatch(r"d\d+", expr) and bounds[int(expr[1:])] is None:
+                    bounds[int(expr[1:])] = known[value][k]
+    learned = False
+    for value, amap in shaped:
+        if value in known:
+            continue
+        dims = [_result_dim(str(e), bounds) for e in amap.results]
+        if all(d is not None for d in dims):
+            known[value] = [d for d in dims if d is not None]
+            learned = True
+    return learned
+
+
+def _result_dim(expr: str, bounds: list[Dim | None]) -> Dim | None:
+    if re.fullmatch(r"d\d+", expr):
+        return bounds[int(expr[1:])]
+    return ("const", 1, 0) if expr == "0" else None

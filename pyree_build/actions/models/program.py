@@ -139,3 +139,19 @@ def nested_op_names(operation: Any) -> list[str]:
                 names.append(op.operation.name)
                 names.extend(nested_op_names(op.operation))
     return names
+
+
+def position(value: Any, function: Any) -> tuple[int, int]:
+    """Where a value is, as (op index in the body, result number), or (-1, argument number):
+    the same in a program and in its generalised copy, whose ops correspond one to one."""
+    owner = defining_op(value)
+    if owner is None:
+        return -1, int(value.arg_number)
+    return body_ops(function).index(owner.operation), result_index(value)
+
+
+def value_at(where: tuple[int, int], function: Any) -> Any:
+    index, number = where
+    if index < 0:
+        return function.regions[0].blocks[0].arguments[number]
+    return body_ops(function)[index].results[number]

@@ -12,7 +12,7 @@ so the C reference body needs no allocator and runs freestanding.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyree_build.actions.models import groups, program
@@ -30,6 +30,44 @@ class Replacement:
     aliases: list[str]  # #map = ... lines the matcher body uses
     matcher: list[str]  # the matcher body's ops, printed
     arg_types: list[str]  # the matcher's block argument types (the group's inputs)
+    # With general sizes (--dynamic): every tensor's sizes by its position in the function
+    # (cgen.position), in terms of the inputs' sizes; empty for the static form.
+    dims: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.dims)
+
+    def type_of(self, value: Any) -> str:
+        """The value's type as the spec writes it: every size `?` in the general form."""
+        return general_type(str(value.type)) if self.dynamic else str(value.type)
+
+    def sizes_of(self, value: Any) -> list[Any]:
+        return self.dims[program.position(value, self.group.function)]
+
+
+_TENSOR_SHAPE = re.compile(r"(tensor|memref)<((?:\d+x)+)")
+_EMPTY = re.compile(r"^(\s*%[\w.]+ = )tensor\.empty\(\) : (tensor<[^>]*>)")
+
+
+def general_type(type_text: str) -> str:
+    """tensor<4x32xf32> -> tensor<?x?xf32>: the form that matches any sizes."""
+    return _TENSOR_SHAPE.sub(lambda m: f"{m.group(1)}<" + "?x" * m.group(2).count("x"), type_text)
+
+
+def general_matcher(body: list[str]) -> list[str]:
+    """The matcher body for any sizes: every tensor type general; each tensor.empty (whose
+    static form has no operands) matched by its name only, its sizes a placeholder the
+    matcher never visits."""
+    out = ["%pyree_any_size = arith.constant 1 : index"]
+    for line in body:
+        line = general_type(line)
+        empty = _EMPTY.match(line)
+        if empty and "?" in empty.group(2):
+            sizes = ", ".join(["%pyree_any_size"] * empty.group(2).count("?"))
+            line = f"{empty.group(1)}tensor.empty({sizes}) {{match.operation_name_only}} : {empty.group(2)}"
+        out.append(line)
+    return out
 
 
 def _ordered(group: groups.Group) -> list[Any]:
@@ -82,8 +120,42 @@ def replacement(name: str, group: groups.Group) -> Replacement:
     return Replacement(name, group, scratch, aliases, body, arg_types)
 
 
+def generalize(rep: Replacement, dims: dict[tuple[int, int], list[Any]]) -> None:
+    """Make `rep` the form for any sizes: `dims` gives every tensor's sizes from the inputs'."""
+    rep.dims = dims
+    rep.matcher = general_matcher(rep.matcher)
+    rep.arg_types = [general_type(t) for t in rep.arg_types]
+
+
 def _memref(tensor_type: str) -> str:
     return tensor_type.replace("tensor<", "memref<", 1)
+
+
+def _index_of(dim: Any) -> str:
+    """The SSA name of a size (an index) in the dispatch function or the call function."""
+    return f"%x{dim[1]}_{dim[2]}" if dim[0] == "in" else f"%k{dim[1]}"
+
+
+def _size_values(rep: Replacement, *, from_tensors: bool) -> list[str]:
+    """Lines defining every size the general form names: the inputs' (from the tensors in the
+    call function, from the i32 arguments in the dispatch) and the constant ones."""
+    if not rep.dynamic:
+        return []
+    lines = []
+    for k, (i, d, _) in enumerate(_input_dims(rep)):
+        if from_tensors:
+            lines += [f"%i{k} = arith.constant {d} : index", f"%x{i}_{d} = tensor.dim %arg{i}, %i{k} : {rep.type_of(rep.group.inputs[i])}"]
+        else:
+            lines.append(f"%x{i}_{d} = arith.index_cast %d{k} : i32 to index")
+    constants = sorted({dim[1] for dims in rep.dims.values() for dim in dims if dim[0] == "const"})
+    return lines + [f"%k{n} = arith.constant {n} : index" for n in constants]
+
+
+def _shaped(rep: Replacement, value: Any) -> str:
+    """A type with the sizes its general form needs: tensor<?x?xf32>{%x0_0, %x1_1}."""
+    if not rep.dynamic or "?" not in rep.type_of(value):
+        return rep.type_of(value)
+    return f"{rep.type_of(value)}{{{', '.join(_index_of(d) for d in rep.sizes_of(value))}}}"
 
 
 def _rank(type_: Any) -> int:
@@ -102,13 +174,14 @@ def import_signature(rep: Replacement) -> list[str]:
     return pairs + ["i32"] * len(_input_dims(rep))
 
 
-def _binding_lines(index: int, value: Any, binding: str) -> list[str]:
-    memref = _memref(str(value.type))
+def _binding_lines(rep: Replacement, index: int, value: Any, binding: str) -> list[str]:
+    memref = _memref(rep.type_of(value))
+    sized = _memref(_shaped(rep, value))
     rank = _rank(value.type)
     metadata = f"memref<{program.element_type(value.type)}>, index" + ", index" * (2 * rank)
     names = f"%base{index}, %off{index}" + (f", %sizes{index}:{rank}, %strides{index}:{rank}" if rank else "")
     return [
-        f"%m{index} = stream.binding.subspan {binding}[%c0] : !stream.binding -> {memref}",
+        f"%m{index} = stream.binding.subspan {binding}[%c0] : !stream.binding -> {sized}",
         f"{names} = iree_codegen.extract_strided_metadata %m{index} : {memref} -> {metadata}",
     ]
 
@@ -120,11 +193,11 @@ def executable(rep: Replacement, *, embedded: bool) -> list[str]:
     dims = _input_dims(rep)
     params = [f"%in{i}: !stream.binding" for i in range(len(ins))] + [f"%d{k}: i32" for k in range(len(dims))]
     params += [f"%out{j}: !stream.binding" for j in range(len(outs))]
-    body = ["%c0 = arith.constant 0 : index"]
+    body = ["%c0 = arith.constant 0 : index", *_size_values(rep, from_tensors=False)]
     for i, value in enumerate(ins):
-        body += _binding_lines(i, value, f"%in{i}")
+        body += _binding_lines(rep, i, value, f"%in{i}")
     for j, value in enumerate(outs):
-        body += _binding_lines(len(ins) + j, value, f"%out{j}")
+        body += _binding_lines(rep, len(ins) + j, value, f"%out{j}")
     args = [f"%base{k}, %off{k}" for k in range(len(ins) + len(outs))] + [f"%d{k}" for k in range(len(dims))]
     signature = ", ".join(import_signature(rep))
     body += [f"func.call @{name}({', '.join(args)}) : ({signature}) -> ()", "return"]
@@ -156,16 +229,20 @@ def call_function(rep: Replacement) -> list[str]:
     """The function the rewrite calls with the matched inputs: it dispatches the executable."""
     name, ins = rep.name, rep.group.inputs
     outs = [*rep.group.root.results, *rep.scratch]
-    root_types = [str(r.type) for r in rep.group.root.results]
+    root_types = [rep.type_of(r) for r in rep.group.root.results]
     dims = _input_dims(rep)
-    lines = [f"%d{k} = arith.constant {size} : i32" for k, (_, _, size) in enumerate(dims)]
+    lines = _size_values(rep, from_tensors=True)
+    if rep.dynamic:
+        lines += [f"%d{k} = arith.index_cast %x{i}_{d} : index to i32" for k, (i, d, _) in enumerate(dims)]
+    else:
+        lines += [f"%d{k} = arith.constant {size} : i32" for k, (_, _, size) in enumerate(dims)]
     operands = [f"%arg{i}" for i in range(len(ins))] + [f"%d{k}" for k in range(len(dims))]
-    operand_types = [str(v.type) for v in ins] + ["i32"] * len(dims)
-    result_types = ", ".join(str(v.type) for v in outs)
+    operand_types = [_shaped(rep, v) for v in ins] + ["i32"] * len(dims)
+    result_types = ", ".join(_shaped(rep, v) for v in outs)
     lines.append(f"%r:{len(outs)} = flow.dispatch @{name}_executable::@{name}_entry({', '.join(operands)}) : ({', '.join(operand_types)}) -> ({result_types})")
     returned = ", ".join(f"%r#{j}" for j in range(len(root_types)))
     lines.append(f"util.return {returned} : {', '.join(root_types)}")
-    args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(str(v.type) for v in ins))
+    args = ", ".join(f"%arg{i}: {rep.type_of(v)}" for i, v in enumerate(ins))
     results = root_types[0] if len(root_types) == 1 else f"({', '.join(root_types)})"
     return [f"util.func private @{name}_call({args}) -> {results} {{", *[f"  {line}" for line in lines], "}"]
 
