@@ -83,7 +83,8 @@ def test_values(args: list[Arg]) -> tuple[list[str], list[str]]:
 
 def c_source(name: str, args: list[Arg]) -> str:
     """plugin.c: the import `name` with its argument block, and a body the generated test checks."""
-    return _C_TEMPLATE.format(name=name, field_text=_c_fields(args), body_text=_c_body(args))
+    head = _C_TEMPLATE.format(name=name, field_text=_c_fields(args), body_text=_c_body(args))
+    return head + PLUGIN_ENTRY.format(name=name, function=name, description=f"provides the import {name}")
 
 
 def _c_fields(args: list[Arg]) -> str:
@@ -196,6 +197,11 @@ static int {name}(void* params, void* context, void* reserved) {{
   return 0;
 }}
 
+"""
+
+# The plugin around one import: load, unload, a resolve that hands out `function` for the
+# import `name`, and the query the runtime calls. Shared with the C that `replace` generates.
+PLUGIN_ENTRY = """\
 static iree_hal_executable_plugin_status_t plugin_load(
     const iree_hal_executable_plugin_environment_v0_t* environment,
     size_t param_count, const iree_hal_executable_plugin_string_pair_t* params,
@@ -223,7 +229,7 @@ static iree_hal_executable_plugin_status_t plugin_resolve(
     int optional = iree_hal_executable_plugin_import_is_optional(symbol);
     if (optional) ++symbol;
     if (iree_hal_executable_plugin_strcmp(symbol, "{name}") == 0) {{
-      params->out_fn_ptrs[i] = (void*){name};
+      params->out_fn_ptrs[i] = (void*){function};
       params->out_fn_contexts[i] = NULL;
     }} else if (optional) {{
       *out_resolution |= IREE_HAL_EXECUTABLE_PLUGIN_RESOLUTION_MISSING_OPTIONAL;
@@ -243,7 +249,7 @@ iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_versio
   static const iree_hal_executable_plugin_header_t header = {{
       .version = IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST,
       .name = "{name}",
-      .description = "provides the import {name}",
+      .description = "{description}",
       .features = IREE_HAL_EXECUTABLE_PLUGIN_FEATURE_NONE,
       .sanitizer = IREE_HAL_EXECUTABLE_PLUGIN_SANITIZER_KIND,
   }};

@@ -40,9 +40,13 @@ class OpGroup:
     source: list[str]
     replaceable: bool
     reason: str | None
+    # ops whose bodies use a constant from outside them: the spec matches them by name only
+    matched_by_name: list[str]
 
     def render(self) -> str:
         mark = "yes" if self.replaceable else f"no: {self.reason}"
+        if self.replaceable and self.matched_by_name:
+            mark += f" (matched by name only: {', '.join(self.matched_by_name)}, whose bodies use outside constants)"
         lines = [
             f"#{self.index}  {self.root}  (in @{self.function})",
             f"    ops:      {', '.join(self.ops)}",
@@ -87,6 +91,7 @@ def _listed(group: groups.Group, text: str) -> OpGroup:
         source=replace.source_names(group),
         replaceable=reason is None,
         reason=reason,
+        matched_by_name=[d for op, d in zip(group.members, replace.describe_ops(group)) if op in group.by_name],
     )
 
 

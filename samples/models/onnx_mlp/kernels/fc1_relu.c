@@ -115,7 +115,7 @@ static int fc1_relu_import(void* params, void* context, void* reserved) {
   return 0;  // non-zero tells the runtime the call failed
 }
 
-static iree_hal_executable_plugin_status_t fc1_relu_load(
+static iree_hal_executable_plugin_status_t plugin_load(
     const iree_hal_executable_plugin_environment_v0_t* environment,
     size_t param_count, const iree_hal_executable_plugin_string_pair_t* params,
     void** out_self) {
@@ -126,16 +126,18 @@ static iree_hal_executable_plugin_status_t fc1_relu_load(
   return iree_hal_executable_plugin_ok_status();
 }
 
-static void fc1_relu_unload(void* self) { (void)self; }
+static void plugin_unload(void* self) { (void)self; }
 
-static iree_hal_executable_plugin_status_t fc1_relu_resolve(
+// The runtime asks each plugin (last registered first) for the imports still
+// unresolved; names starting with '?' are optional.
+static iree_hal_executable_plugin_status_t plugin_resolve(
     void* self, const iree_hal_executable_plugin_resolve_params_v0_t* params,
     iree_hal_executable_plugin_resolution_t* out_resolution) {
   (void)self;
   *out_resolution = 0;
   int missing = 0;
   for (size_t i = 0; i < params->count; ++i) {
-    if (params->out_fn_ptrs[i]) continue;  // another plugin provided it
+    if (params->out_fn_ptrs[i]) continue;
     const char* symbol = params->symbol_names[i];
     int optional = iree_hal_executable_plugin_import_is_optional(symbol);
     if (optional) ++symbol;
@@ -148,12 +150,14 @@ static iree_hal_executable_plugin_status_t fc1_relu_resolve(
       missing = 1;
     }
   }
-  return missing ? iree_hal_executable_plugin_status_from_code(IREE_HAL_EXECUTABLE_PLUGIN_STATUS_NOT_FOUND)
+  return missing ? iree_hal_executable_plugin_status_from_code(
+                       IREE_HAL_EXECUTABLE_PLUGIN_STATUS_NOT_FOUND)
                  : iree_hal_executable_plugin_ok_status();
 }
 
 IREE_HAL_EXECUTABLE_PLUGIN_EXPORT const iree_hal_executable_plugin_header_t**
-iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_version, void* reserved) {
+iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_version,
+                                 void* reserved) {
   (void)reserved;
   static const iree_hal_executable_plugin_header_t header = {
       .version = IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST,
@@ -164,9 +168,11 @@ iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_versio
   };
   static const iree_hal_executable_plugin_v0_t plugin = {
       .header = &header,
-      .load = fc1_relu_load,
-      .unload = fc1_relu_unload,
-      .resolve = fc1_relu_resolve,
+      .load = plugin_load,
+      .unload = plugin_unload,
+      .resolve = plugin_resolve,
   };
-  return max_version <= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST ? (const iree_hal_executable_plugin_header_t**)&plugin : NULL;
+  return max_version <= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST
+             ? (const iree_hal_executable_plugin_header_t**)&plugin
+             : NULL;
 }
