@@ -212,10 +212,6 @@ def linear_index(results: list[str], dims: list[str]) -> str:
     return index
 
 
-position = program.position
-value_at = program.value_at
-
-
 def _static_dims(type_: Any, op_name: str) -> list[str]:
     dims = program.shape(type_)
     if any(d is None for d in dims):
@@ -260,7 +256,7 @@ def emit_generic(k: Kernel, op: Any, results: list[Buffer]) -> None:
     maps = [program.ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
     n_ins = len(op.operands) - len(op.results)
     iterators = [str(it).split("<")[-1].rstrip(">") for it in op.attributes["iterator_types"]]
-    names = ", ".join(program.location_names(op.location)) or ", ".join(f"{Path(f).name}:{line}" for f, line in program.location_lines(op.location)) or "?"
+    names = ", ".join(program.location_names(op.location)) or ", ".join(f"{Path(f).name}:{line}" for f, line in program.location_lines(op.location)[:1]) or "?"
     k.lines.append(f"  // {op.name} ({names}): {', '.join(iterators)}")
     for k_out, buffer in enumerate(results):
         init = k.buffers.get(op.operands[n_ins + k_out])
@@ -404,7 +400,7 @@ def kernel_body(function: Any, members: list[tuple[int, int]], constants: list[i
     k = Kernel()
     ops = program.body_ops(function)
     for where, buffer in roles.items():
-        k.buffers[value_at(where, function)] = buffer
+        k.buffers[program.value_at(where, function)] = buffer
     for index in sorted({*constants, *empties, *(m for m, _ in members)}):
         op = ops[index]
         if index in constants:
@@ -483,7 +479,7 @@ def derive_dims(function: Any, members: list[int], inputs: list[tuple[int, int]]
     ops = program.body_ops(function)
     known: dict[Any, list[Dim]] = {}
     for i, where in enumerate(inputs):
-        value = value_at(where, function)
+        value = program.value_at(where, function)
         known[value] = [("in", i, k) for k in range(len(program.shape(value.type)))]
     generics = []
     for index in members:
@@ -499,7 +495,7 @@ def derive_dims(function: Any, members: list[int], inputs: list[tuple[int, int]]
     for op, _, shaped in generics:
         if any(v not in known for v, _ in shaped):
             raise refuse("a size is given by no input (with --dynamic every size must come from an input)", op.name)
-    return {position(v, function): dims for v, dims in known.items()}
+    return {program.position(v, function): dims for v, dims in known.items()}
 
 
 def _learn(known: dict[Any, list[Dim]], n_loops: int, shaped: list[tuple[Any, Any]]) -> bool:

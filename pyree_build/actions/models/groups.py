@@ -168,7 +168,7 @@ def _describe(group: Group) -> None:
     assert owner is not None  # a member's result
     group.root = owner.operation
     group.by_name = [op for op in members if _captures_unreachable(op, group)]
-    reached = _reach(group, inside)
+    reached = _reach(group)
     missing = [op.name for op in members if op not in reached]
     if missing:
         group.refusal = f"{', '.join(missing)} cannot be reached from the result's op through operands"
@@ -189,36 +189,52 @@ def _captures_unreachable(op: Any, group: Group) -> bool:
     return False
 
 
-def _reach(group: Group, inside: set[Any]) -> set[Any]:
-    """The ops the DAG matcher walks from the root: members reached through operands; the
-    scalar constants and tensor.empty ops it meets join the matcher, anything else is an
-    input. An op matched by name is not walked past, but its own producers in the group
-    are, as the matcher would not: they stay in the C, and other paths must reach them."""
+def _walk(group: Group, stops: set[Any]) -> tuple[set[Any], list[Any]]:
+    """What IREE's DAG matcher visits from the root, through operands only: the members it
+    reaches, and every operand value it meets, in order. It does not walk past `stops`."""
+    inside = set(group.members)
     reached: set[Any] = set()
+    met: list[Any] = []
     stack = [group.root]
     while stack:
         op = stack.pop()
         if op in reached:
             continue
         reached.add(op)
+        if op in stops:
+            continue
         for operand in op.operands:
+            met.append(operand)
             owner = program.defining_op(operand)
-            producer = owner.operation if owner is not None else None
-            if producer in inside:
-                stack.append(producer)
-            elif producer is not None and _repeated_in_matcher(producer):
-                if producer not in reached:
-                    reached.add(producer)
-                    (group.constants if producer.name == "arith.constant" else group.empties).append(producer)
-            elif operand not in group.inputs:
-                group.inputs.append(operand)
-    for op in group.by_name:  # the constants its body captures are emitted in C, not matched
+            if owner is not None and owner.operation in inside:
+                stack.append(owner.operation)
+    return reached, met
+
+
+def _reach(group: Group) -> set[Any]:
+    """The members the matcher reaches from the root; the scalar constants and tensor.empty
+    ops it meets join the matcher, any other value from outside is an input. Constants that
+    by-name ops' bodies capture are not matched but are emitted in C: they join the group too."""
+    reached, met = _walk(group, set())
+    extra: set[Any] = set()
+    for operand in met:
+        owner = program.defining_op(operand)
+        producer = owner.operation if owner is not None else None
+        if producer is not None and producer in reached:
+            continue
+        if producer is not None and _repeated_in_matcher(producer):
+            if producer not in extra:
+                extra.add(producer)
+                (group.constants if producer.name == "arith.constant" else group.empties).append(producer)
+        elif operand not in group.inputs:
+            group.inputs.append(operand)
+    for op in group.by_name:
         for value in program.nested_operands(op):
-            producer = program.defining_op(value)
-            if producer is not None and producer.operation.name == "arith.constant" and producer.operation not in reached:
-                reached.add(producer.operation)
-                group.constants.append(producer.operation)
-    return reached
+            owner = program.defining_op(value)
+            if owner is not None and owner.operation.name == "arith.constant" and owner.operation not in extra:
+                extra.add(owner.operation)
+                group.constants.append(owner.operation)
+    return reached | extra
 
 
 def _repeated_in_matcher(op: Any) -> bool:
@@ -234,31 +250,10 @@ def _check_inputs(group: Group) -> None:
         if not program.is_tensor(value.type):
             group.refusal = f"it takes the scalar {value.get_name()} ({value.type}) from outside; the generator passes tensors only"
             return
-    blocked = _walk_without(group, set(group.by_name))
-    lost = [v for v in group.inputs if v not in blocked]
+    _, met = _walk(group, set(group.by_name))
+    lost = [v for v in group.inputs if v not in met]
     if lost:
         group.refusal = (
             f"input {lost[0].get_name()} is reached only through {group.by_name[0].name}, whose body uses a constant "
             "from outside it: IREE's DAG matcher can match that op by name only and so cannot reach the input"
         )
-
-
-def _walk_without(group: Group, stops: set[Any]) -> set[Any]:
-    """The operand values the matcher meets from the root when it does not walk past `stops`."""
-    inside = set(group.members)
-    seen: set[Any] = set()
-    values: set[Any] = set()
-    stack = [group.root]
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if op in stops:
-            continue
-        for operand in op.operands:
-            values.add(operand)
-            producer = program.defining_op(operand)
-            if producer is not None and producer.operation in inside:
-                stack.append(producer.operation)
-    return values

@@ -31,7 +31,7 @@ class Replacement:
     matcher: list[str]  # the matcher body's ops, printed
     arg_types: list[str]  # the matcher's block argument types (the group's inputs)
     # With general sizes (--dynamic): every tensor's sizes by its position in the function
-    # (cgen.position), in terms of the inputs' sizes; empty for the static form.
+    # (program.position), in terms of the inputs' sizes; empty for the static form.
     dims: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
 
     @property
