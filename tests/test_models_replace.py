@@ -194,3 +194,43 @@ def test_dynamic_refuses_a_reshape_that_fixes_sizes(tmp_path):
     refused = run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", tmp_path / "k", "--dynamic")
     assert_clean_error(refused, "tensor.expand_shape", "without --dynamic")
     assert not (tmp_path / "k").exists()
+
+
+TWO_RESULTS = """
+func.func @two(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %e = tensor.empty() : tensor<4xf32>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                         iterator_types = ["parallel"]} ins(%x : tensor<4xf32>) outs(%e, %e : tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%in: f32, %o1: f32, %o2: f32):
+    %a = arith.addf %in, %in : f32
+    %m = arith.mulf %in, %in : f32
+    linalg.yield %a, %m : f32, f32
+  } -> (tensor<4xf32>, tensor<4xf32>)
+  return %r#0, %r#1 : tensor<4xf32>, tensor<4xf32>
+}
+"""
+
+
+def test_plain_mlir_groups_name_their_line_and_two_results_are_refused(tmp_path):
+    program = tmp_path / "two.mlir"
+    program.write_text(TWO_RESULTS)
+    (group,) = _groups(program)
+    assert group["source"] == ["linalg.generic (two.mlir:4)"], group  # the line of the op in the file
+    assert not group["replaceable"] and "2 results used outside it" in group["reason"]
+    refused = run_cli("replace", program, "--ops", "1", "--import", "k", "-o", tmp_path / "k")
+    assert_clean_error(refused, "op group 1 (linalg.generic) cannot be replaced", "2 results")
+    assert not (tmp_path / "k").exists()
+
+
+def test_inputs_that_are_not_mlir_or_would_be_overwritten_are_refused(tmp_path):
+    model, mlir = _imported(tmp_path, "softmax")
+    for verb in (["ops", model], ["replace", model, "--ops", "1", "--import", "k", "-o", tmp_path / "k"]):
+        assert_clean_error(run_cli(*verb), "expected an MLIR program", "pyree-build import")
+    assert_clean_error(run_cli("replace", mlir, "--ops", "1", "--import", "a,b", "-o", tmp_path / "k"), "1 op group(s) and 2 import name(s)")
+    # The program itself in the output directory, named as an output: never written over.
+    inside = tmp_path / "inside"
+    inside.mkdir()
+    program = inside / "spec.mlir"
+    program.write_bytes(mlir.read_bytes())
+    assert_clean_error(run_cli("replace", program, "--ops", "1", "--import", "k", "-o", inside), "also an input")
+    assert program.read_bytes() == mlir.read_bytes() and sorted(p.name for p in inside.iterdir()) == ["spec.mlir"]

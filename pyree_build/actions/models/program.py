@@ -79,13 +79,13 @@ def body_ops(function: Any) -> list[Any]:
 
 
 # loc("fc1"), loc("fc1"("m.mlir":7:10)), loc(fused["a", "b"]), loc("m.mlir":7:10)
-_NAME = re.compile(r'"((?:[^"\\]|\\.)*)"(?!:\d)')
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(:\d+:\d+)?')
 _FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):\d+')
 
 
 def location_names(location: Any) -> list[str]:
     """The names in an op's location (ONNX node names where the importer put them)."""
-    return [n for n in _NAME.findall(str(location)) if n]
+    return [m.group(1) for m in _STRING.finditer(str(location)) if m.group(1) and not m.group(2)]
 
 
 def location_lines(location: Any) -> list[tuple[str, int]]:

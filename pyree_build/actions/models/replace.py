@@ -40,7 +40,7 @@ def source_names(group: groups.Group) -> list[str]:
     the source op on the line the location names (`onnx.MatMul (model.mlir:7)`)."""
     names: list[str] = []
     for op in group.members:
-        found = program.location_names(op.location) or [_line_source(f, line) for f, line in program.location_lines(op.location)]
+        found = program.location_names(op.location) or [_line_source(f, line) for f, line in program.location_lines(op.location)[:1]]
         names += [n for n in found if n and n not in names]
     return names
 
@@ -75,7 +75,7 @@ def generate(text: str, index: int, name: str, *, dynamic: bool = False) -> Gene
     group = found[index - 1]
     if group.refusal:
         raise PyreeError(
-            f"op group {index} ({group.root.name if group.root else 'no root'}) cannot be replaced: {group.refusal}",
+            f"op group {index} ({(group.root or group.members[-1]).name}) cannot be replaced: {group.refusal}",
             fix="choose another group (pyree-build ops lists which can be replaced)",
         )
     rep = spec.replacement(name, group)
