@@ -4,6 +4,7 @@ on models built with the onnx helper API (tests/onnx_models.py)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -280,3 +281,21 @@ def test_names_are_left_out_when_ops_and_nodes_do_not_line_up(mlp):
     reason = importer.name_locations(plain, model.graph)
     assert isinstance(reason, str) and "'relu1' (Sigmoid)" in reason
     assert importer.mlir_string('a"b\\c') == "a\\22b\\5Cc"
+
+
+def test_import_cache_on_and_off_agree_through_an_edited_model(tmp_path):
+    # The same model path with other weights must never be a stale hit: after each edit the
+    # cached import equals an uncached one byte for byte, and differs from the one before.
+    model = tmp_path / "m.onnx"
+    previous = None
+    for seed in (0, 1, 0):
+        models.save(models.matmul_add_relu(seed), model)
+        cached, uncached = tmp_path / "cached.mlir", tmp_path / "uncached.mlir"
+        assert run_cli("import", model, "-o", cached).returncode == 0
+        env = {"PYREE_BUILD_CACHE": "off"}
+        proc = subprocess.run([sys.executable, "-m", "pyree_build", "import", model, "-o", uncached], capture_output=True, text=True, env={**os.environ, **env})
+        assert proc.returncode == 0, proc.stderr
+        assert cached.read_bytes() == uncached.read_bytes()
+        if previous is not None:
+            assert cached.read_bytes() != previous
+        previous = cached.read_bytes()
