@@ -25,11 +25,13 @@ from pyree_build.core.package import __version__
 if TYPE_CHECKING:  # the verbs' annotations only: the modules behind them load on first call
     from collections.abc import Iterable, Mapping, Sequence
     from pathlib import Path
+    from typing import Any
 
     import numpy
 
     from pyree_build.actions.bench import BenchResult
     from pyree_build.actions.executables import Executable
+    from pyree_build.actions.inline import InlineKernel
     from pyree_build.actions.models.ops import OpGroup
     from pyree_build.actions.models.verify import VerifyResult
     from pyree_build.core.args import PathLike
@@ -211,7 +213,7 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     vulkan_target: str | None = None,
     gfx: str | int | None = None,
     link_bitcode: Sequence[PathLike] = (),
-    target_options: Mapping[str, _Any] | None = None,
+    target_options: Mapping[str, Any] | None = None,
 ) -> Path:
     """Compile an MLIR program to a .vmfb."""
     raise NotImplementedError
@@ -229,7 +231,7 @@ def dump(
     pdl_spec: PathLike | None = None,
     object_search_paths: PathLike | Sequence[PathLike] = (),
     force: bool = False,
-    target_options: Mapping[str, _Any] | None = None,
+    target_options: Mapping[str, Any] | None = None,
 ) -> list[Executable]:
     """Write a program's executables (sources, binaries, benchmarks) and index.json to a directory."""
     raise NotImplementedError
@@ -327,15 +329,50 @@ def replace(
     raise NotImplementedError
 
 
+@_verb(".actions.inline", "load_inline", optional=("c_source", "target", "device", "name", "build_dir"))
+def load_inline(
+    *,
+    mlir: str,
+    function: str,
+    c_source: str | None = None,
+    files: Mapping[str, str] | None = None,
+    kind: str = "system",
+    target: str | None = None,
+    device: str | None = None,
+    flags: str | Sequence[str] = (),
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    target_options: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    build_dir: PathLike | None = None,
+) -> InlineKernel:
+    """Build a program and its kernel from strings (cached) and return `function` as a callable
+    that takes and returns numpy arrays.
+
+    `c_source`: C defining the imports the program calls (`int NAME(void* params, void*
+    context, void* reserved)`); the plugin entry that resolves them is generated (C with its
+    own `iree_hal_executable_plugin_query` is built as it is). A plugin of `kind` 'system'
+    (default) or 'standalone'. `files`: kernel sources by file name, the suffix picking the
+    target: `{"kernels.cu": ...}` (PTX per sm the program names, `kernels_sm_80.ptx`),
+    `.glsl` (SPIR-V, `NAME.spv`), `.hip` (code objects); `device` defaults to the target's
+    first. The import check runs once, here. A build error names the string and its line.
+
+    Example:
+        kernel = pb.load_inline(mlir=PROGRAM, c_source=C, function="mixed_invocation")
+        kernel(numpy.full(8, 2, numpy.float32), numpy.full(8, 4, numpy.float32))  # -> array of 12.0
+    """
+    raise NotImplementedError
+
+
 def run(
     module: PathLike,
     function: str,
-    inputs: Iterable[_Any] = (),
+    inputs: Iterable[Any] = (),
     *,
     plugins: PathLike | Sequence[PathLike] = (),
     device: str = "local-sync",
     in_process: bool = True,
-    **options: _Any,
+    **options: Any,
 ) -> list[numpy.ndarray]:
     """Run `function` of a .vmfb and return its results as numpy arrays.
 
@@ -366,7 +403,24 @@ def run(
     return result
 
 
-_VERBS = ("plugin", "objects", "ptx", "spirv", "hsaco", "bitcode", "compile", "run", "dump", "bench", "new", "import_onnx", "ops", "replace", "verify")
+_VERBS = (
+    "plugin",
+    "objects",
+    "ptx",
+    "spirv",
+    "hsaco",
+    "bitcode",
+    "compile",
+    "run",
+    "dump",
+    "bench",
+    "new",
+    "import_onnx",
+    "ops",
+    "replace",
+    "verify",
+    "load_inline",
+)
 
 
 class _Package(_types.ModuleType):
@@ -410,5 +464,6 @@ __all__ = [
     "ops",
     "replace",
     "verify",
+    "load_inline",
     "stop_on_signals",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pyree_build.backends.llvm_cpu import plugin_entry
 from pyree_build.core.errors import PyreeError
 
 TILE = 64
@@ -84,7 +85,7 @@ def test_values(args: list[Arg]) -> tuple[list[str], list[str]]:
 def c_source(name: str, args: list[Arg]) -> str:
     """plugin.c: the import `name` with its argument block, and a body the generated test checks."""
     head = _C_TEMPLATE.format(name=name, field_text=_c_fields(args), body_text=_c_body(args))
-    return head + PLUGIN_ENTRY.format(name=name, function=name, description=f"provides the import {name}")
+    return head + plugin_entry.plugin_entry(name, f"provides the import {name}", {name: name})
 
 
 def _c_fields(args: list[Arg]) -> str:
@@ -197,72 +198,6 @@ static int {name}(void* params, void* context, void* reserved) {{
   return 0;
 }}
 
-"""
-
-# The plugin around one import: load, unload, a resolve that hands out `function` for the
-# import `name`, and the query the runtime calls. Shared with the C that `replace` generates.
-PLUGIN_ENTRY = """\
-static iree_hal_executable_plugin_status_t plugin_load(
-    const iree_hal_executable_plugin_environment_v0_t* environment,
-    size_t param_count, const iree_hal_executable_plugin_string_pair_t* params,
-    void** out_self) {{
-  (void)environment;
-  (void)param_count;
-  (void)params;
-  *out_self = NULL;
-  return iree_hal_executable_plugin_ok_status();
-}}
-
-static void plugin_unload(void* self) {{ (void)self; }}
-
-// The runtime asks each plugin (last registered first) for the imports still
-// unresolved; names starting with '?' are optional.
-static iree_hal_executable_plugin_status_t plugin_resolve(
-    void* self, const iree_hal_executable_plugin_resolve_params_v0_t* params,
-    iree_hal_executable_plugin_resolution_t* out_resolution) {{
-  (void)self;
-  *out_resolution = 0;
-  int missing = 0;
-  for (size_t i = 0; i < params->count; ++i) {{
-    if (params->out_fn_ptrs[i]) continue;
-    const char* symbol = params->symbol_names[i];
-    int optional = iree_hal_executable_plugin_import_is_optional(symbol);
-    if (optional) ++symbol;
-    if (iree_hal_executable_plugin_strcmp(symbol, "{name}") == 0) {{
-      params->out_fn_ptrs[i] = (void*){function};
-      params->out_fn_contexts[i] = NULL;
-    }} else if (optional) {{
-      *out_resolution |= IREE_HAL_EXECUTABLE_PLUGIN_RESOLUTION_MISSING_OPTIONAL;
-    }} else {{
-      missing = 1;
-    }}
-  }}
-  return missing ? iree_hal_executable_plugin_status_from_code(
-                       IREE_HAL_EXECUTABLE_PLUGIN_STATUS_NOT_FOUND)
-                 : iree_hal_executable_plugin_ok_status();
-}}
-
-IREE_HAL_EXECUTABLE_PLUGIN_EXPORT const iree_hal_executable_plugin_header_t**
-iree_hal_executable_plugin_query(iree_hal_executable_plugin_version_t max_version,
-                                 void* reserved) {{
-  (void)reserved;
-  static const iree_hal_executable_plugin_header_t header = {{
-      .version = IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST,
-      .name = "{name}",
-      .description = "{description}",
-      .features = IREE_HAL_EXECUTABLE_PLUGIN_FEATURE_NONE,
-      .sanitizer = IREE_HAL_EXECUTABLE_PLUGIN_SANITIZER_KIND,
-  }};
-  static const iree_hal_executable_plugin_v0_t plugin = {{
-      .header = &header,
-      .load = plugin_load,
-      .unload = plugin_unload,
-      .resolve = plugin_resolve,
-  }};
-  return max_version <= IREE_HAL_EXECUTABLE_PLUGIN_VERSION_LATEST
-             ? (const iree_hal_executable_plugin_header_t**)&plugin
-             : NULL;
-}}
 """
 
 _MLIR_TEMPLATE = """\

@@ -109,6 +109,21 @@ class CompileJob:
     spec_files: list[Path] = field(default_factory=list)
 
 
+@record
+class InlineKernelSource:
+    """A kernel source given to `pb.load_inline`, written to `source` in `build_dir`, with the
+    program text (the names of the objects it references) and the caller's build options:
+    `kind` (a plugin's kind), `include_dirs`, `defines`, and the target options of compile."""
+
+    source: Path
+    program: str
+    build_dir: Path
+    kind: str
+    include_dirs: list[Path]
+    defines: list[str]
+    options: Mapping[str, Any]
+
+
 class Backend:
     """The interface; subclasses override what their target needs.
 
@@ -177,6 +192,19 @@ class Backend:
     def explain_run(self, run_output: str) -> str | None:
         """A better message for a failed run of a module of this target, or None."""
         return None
+
+    #: suffixes of the kernel sources `pb.load_inline` builds for this target (".cu").
+    inline_suffixes: tuple[str, ...] = ()
+
+    def build_inline_objects(self, kernel: InlineKernelSource) -> list[Path]:
+        """Build a `pb.load_inline` kernel that the module embeds (before iree-compile runs);
+        returns the directories iree-compile searches for its objects."""
+        return []
+
+    def build_inline_plugins(self, kernel: InlineKernelSource, module: Path) -> list[Path]:
+        """Build a `pb.load_inline` kernel that the module loads at run time (after iree-compile
+        ran, so the module's imports are known); returns the plugins to run it with."""
+        return []
 
     def __repr__(self) -> str:
         return f"<pyree_build backend {self.name}>"

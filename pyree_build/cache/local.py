@@ -124,6 +124,15 @@ def _open_cache(root: Path) -> Path | None:
     return root
 
 
+def work_dir(name: str) -> Path | None:
+    """`<cache>/<name>`, for files kept beside the cache entries (`inline`: pb.load_inline's
+    builds; `cache clear` removes them too), the cache directory marked as ours first; None
+    when caching is off or the directory is not a usable cache."""
+    configured = cache_root()
+    root = _open_cache(configured) if configured is not None else None
+    return None if root is None else root / name
+
+
 @functools.lru_cache(maxsize=1)
 def host_cpu() -> str:
     """What makes code built for "the host" specific to it: the CPU's model and features."""
@@ -340,16 +349,7 @@ def _locked(lock_file: Path) -> Iterator[None]:
 
 
 def _fs_now(near: Path) -> int:
-    """The filesystem's clock now, as it will stamp a file changed from here on."""
-    probe = files._temp_name(near, ".stamp")
-    try:
-        probe.touch()
-        return probe.stat().st_mtime_ns
-    except OSError:
-        return time.time_ns() - 1_000_000_000  # cannot tell: count the last second as "during"
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink()
+    return files.fs_now(near)
 
 
 def _verify(deps: Sequence[str], before: dict[str, str | None], started: int) -> tuple[dict[str, str] | None, str]:
@@ -622,6 +622,7 @@ _OWN_NAMES = {
     "locks": re.compile(r"[0-9a-f]{40}\.lock\Z"),
     "tools": re.compile(r"[0-9a-f]{40}\.json\Z"),
     "commands": re.compile(r"[0-9a-f]{40}\.json\Z"),
+    "inline": re.compile(r"[0-9a-f]{20}\Z"),  # pb.load_inline's build directories (work_dir)
 }
 
 

@@ -121,6 +121,18 @@ def _tolerance(value: object, role: str) -> float:
     return float(value)
 
 
+def _source_texts(value: object, role: str) -> dict[str, str]:
+    """Kernel sources by file name (`{"kernels.cu": "..."}`): plain names, text values."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k and "/" not in k and "\\" not in k and isinstance(v, str) for k, v in value.items()):
+        raise PyreeError(
+            f"{role} must map file names (no directories) to source text, got {type(value).__name__} {_shown(value)}",
+            fix=f"pass {role}={{'kernels.cu': cuda_text}}, for example",
+        )
+    return dict(value)
+
+
 def _group_numbers(value: object, role: str) -> list[int]:
     """Op group numbers as `ops` prints them: one or a sequence of whole numbers from 1."""
     values = [value] if isinstance(value, int) else value
@@ -216,6 +228,10 @@ CHECKS = {
     "dynamic": flag,
     "imports": strings,
     "onnx": optional_path,
+    "mlir": text,
+    "c_source": optional_text,
+    "files": _source_texts,
+    "build_dir": optional_path,
 }
 
 

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import stat
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -99,6 +100,48 @@ def atomic_output(final: str | os.PathLike[str]) -> Iterator[Path]:
     """`atomic_outputs` for one file."""
     with atomic_outputs([final]) as (tmp,):
         yield tmp
+
+
+def fs_now(near: Path) -> int:
+    """The file system's clock now (where `near` is), as it will stamp a file changed from here on."""
+    probe = _temp_name(near, ".stamp")
+    try:
+        probe.touch()
+        return probe.stat().st_mtime_ns
+    except OSError:
+        return time.time_ns() - 1_000_000_000  # cannot tell: count the last second as "now"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def settle(written: Sequence[Path], limit_s: float = 2.0) -> None:
+    """Return once the file system's clock has moved past the change times of `written`: a
+    build that starts then sees them as older than itself (the cache does not keep what was
+    built from an input changed during the build, which a same-tick write looks like)."""
+    if not written:
+        return
+    newest = max(p.stat().st_ctime_ns for p in written)
+    deadline = time.monotonic() + limit_s
+    while fs_now(written[0]) <= newest and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def write_text_if_changed(path: Path, text: str) -> bool:
+    """Write `text` to `path` atomically, unless the file already holds exactly it (its time
+    then stays, so what was built from it is still up to date); True if it wrote."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if path.read_text() == text:
+            return False
+    prepare_output_dir(path.parent)
+    tmp = _temp_name(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return True
 
 
 def remove_stale(path: str | os.PathLike[str]) -> None:

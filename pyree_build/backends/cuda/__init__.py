@@ -3,11 +3,12 @@ IREE's generated code, and the `#hal.executable.target` that keys objects for an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pyree_build.backends.base import Backend, CompileJob, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.base import Backend, CompileJob, InlineKernelSource, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
 from pyree_build.core import lazy, toolchain
 
@@ -115,6 +116,15 @@ class CudaBackend(Backend):
 
     def explain_run(self, run_output: str) -> str | None:
         return _target.explain_ptx_version(run_output)
+
+    inline_suffixes = (".cu",)
+
+    def build_inline_objects(self, kernel: InlineKernelSource) -> list[Path]:
+        # One PTX per sm the program names (`<stem>_sm_80.ptx`), else for the sm compiled for.
+        named = re.findall(rf'"{re.escape(kernel.source.stem)}_sm_(\d+)\.ptx"', kernel.program)
+        sms = list(dict.fromkeys(named)) or [str(kernel.options.get("sm") or DEFAULT_SM)]
+        _ptx.ptx(kernel.source, sms, kernel.build_dir, include_dirs=kernel.include_dirs, defines=kernel.defines)
+        return [kernel.build_dir]
 
 
 BACKEND = CudaBackend()

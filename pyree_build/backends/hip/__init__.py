@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pyree_build.backends.base import Backend, CompileJob, Option, Verb, Workflow
+from pyree_build.backends.base import Backend, CompileJob, InlineKernelSource, Option, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
 from pyree_build.core import lazy
 from pyree_build.core import toolchain as _toolchain
@@ -94,6 +94,13 @@ class HipBackend(Backend):
 
     def unusable_fix(self, device: str) -> str:
         return "run on a machine with an AMD GPU and ROCm; `pyree-build doctor` shows what is found"
+
+    inline_suffixes = (".hip", ".cu")  # IREE's HIP samples name their kernels .cu too
+
+    def build_inline_objects(self, kernel: InlineKernelSource) -> list[Path]:
+        gfx = _gfx(kernel.options)
+        _hsaco.hsaco(kernel.source, [gfx], kernel.build_dir, include_dirs=kernel.include_dirs, defines=kernel.defines)
+        return [kernel.build_dir / gfx]
 
 
 # An object key as a program writes it: `#hal.executable.target<"rocm", "FORMAT", {...}>`.

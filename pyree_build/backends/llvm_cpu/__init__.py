@@ -7,12 +7,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyree_build.backends.base import Backend, CompileJob, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.base import Backend, CompileJob, InlineKernelSource, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import C_OPTIONS
 from pyree_build.core import lazy, toolchain
 
 # Loaded on first use: declaring the backend (help, doctor, the registry) reads it not.
 _loader = lazy.module("pyree_build.backends.llvm_cpu.loader")
+_inline = lazy.module("pyree_build.backends.llvm_cpu.inline")
 
 _SOURCES_PLUGIN = "pyree_build.backends.llvm_cpu.plugins"
 _FATELF = "pyree_build.backends.llvm_cpu.fatelf"
@@ -180,6 +181,12 @@ class LlvmCpuBackend(Backend):
 
     def explain_run(self, run_output: str) -> str | None:
         return _loader.explain_loader(run_output)
+
+    inline_suffixes = (".c",)
+
+    def build_inline_plugins(self, kernel: InlineKernelSource, module: Path) -> list[Path]:
+        built: list[Path] = _inline.build_plugin(kernel, module)
+        return built
 
 
 BACKEND = LlvmCpuBackend()

@@ -4,14 +4,16 @@ SPIR-V, and the --iree-vulkan-target that computes correctly on the device here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pyree_build.backends.base import Backend, Option, ToolCheck, Verb, Workflow
+from pyree_build.backends.base import Backend, InlineKernelSource, Option, ToolCheck, Verb, Workflow
 from pyree_build.backends.options import SOURCE_OPTIONS
 from pyree_build.core import lazy, toolchain
 
 # Loaded on first use: declaring the backend (help, doctor, the registry) reads it not.
 _devices = lazy.module("pyree_build.backends.vulkan.devices")
+_spirv = lazy.module("pyree_build.backends.vulkan.spirv")
 
 
 class VulkanBackend(Backend):
@@ -55,6 +57,12 @@ class VulkanBackend(Backend):
 
     def unusable_fix(self, device: str) -> str:
         return "install a Vulkan driver (CPU-only Debian: apt-get install mesa-vulkan-drivers); `pyree-build doctor` lists Vulkan devices"
+
+    inline_suffixes = (".glsl", ".comp")
+
+    def build_inline_objects(self, kernel: InlineKernelSource) -> list[Path]:
+        _spirv.spirv([kernel.source], kernel.build_dir, include_dirs=kernel.include_dirs, defines=kernel.defines)
+        return [kernel.build_dir]
 
 
 BACKEND = VulkanBackend()

@@ -1,0 +1,178 @@
+"""`pb.load_inline`: a kernel and the program that calls it, given as strings, built and
+loaded as a Python callable.
+
+The strings are written into a directory named by their content (under the build cache),
+so the same strings find the same files and every build step is a cache hit; other strings
+never overwrite a plugin this process may have loaded. Each kernel file's suffix picks the
+backend that builds it (`.c`: a CPU plugin, `.cu`: PTX, `.glsl`: SPIR-V, `.hip`: AMDGPU code
+objects): objects a module embeds are built before iree-compile, plugins it loads after,
+when its imports are known. A build error names the string and the line in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pyree_build import backends
+from pyree_build.actions import inprocess
+from pyree_build.actions import run as run_action
+from pyree_build.actions.compile import compile as compile_module
+from pyree_build.backends.base import Backend, InlineKernelSource
+from pyree_build.cache.local import work_dir
+from pyree_build.core import files
+from pyree_build.core.errors import PyreeError
+
+PathLike = str | os.PathLike[str]
+_PROGRAM = "program.mlir"
+_DIAGNOSTIC = re.compile(r"^(?P<label>mlir|c_source|files\['[^']+'\]):(?P<line>\d+):(?:\d+:)?\s*error:\s*(?P<message>.*)$", re.MULTILINE)
+
+
+class InlineKernel:
+    """A function of a module built by `pb.load_inline`: call it with numpy arrays (or
+    numbers, for scalar parameters); it returns the one result as an array, several as a
+    tuple, none as None. `module`, `plugins` and `build_dir` are the files it runs."""
+
+    def __init__(self, module: Path, function: str, plugins: Sequence[Path], device: str, backend: Backend) -> None:
+        self.module, self.function, self.plugins, self.device = module, function, tuple(plugins), device
+        self.build_dir = module.parent
+        # IREE's Python runtime cannot read results back on every device (Vulkan on lavapipe).
+        self._runner = inprocess.run if backend.runs_in_process else run_action.run_to_arrays
+
+    def __call__(self, *inputs: object) -> np.ndarray | tuple[np.ndarray, ...] | None:
+        results = self._runner(self.module, self.function, list(inputs), plugins=list(self.plugins), device=self.device)
+        if not results:
+            return None
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def __repr__(self) -> str:
+        plugins = f", plugins={[str(p) for p in self.plugins]}" if self.plugins else ""
+        return f"<pyree_build InlineKernel {self.function} of {self.module} on {self.device}{plugins}>"
+
+
+def _backend_for(name: str, target: str | None) -> Backend:
+    """The backend whose kernels have `name`'s suffix (and `target`, when one is given)."""
+    suffix = Path(name).suffix
+    owners = [b for b in backends.every() if suffix in b.inline_suffixes]
+    if not owners:
+        known = sorted({f"{s} ({b.name})" for b in backends.every() for s in b.inline_suffixes})
+        raise PyreeError(f"no target builds kernel sources named {name!r}", fix=f"name the file with one of the suffixes {', '.join(known)}")
+    if target is not None and all(b.name != target for b in owners):
+        raise PyreeError(
+            f"{name!r} is a kernel for {owners[0].name}, not for target {target!r}", fix=f"pass target={owners[0].name!r}, or a kernel for {target}"
+        )
+    return next(b for b in owners if target is None or b.name == target)
+
+
+def _build_dir(texts: Mapping[str, str], settings: Mapping[str, Any]) -> Path:
+    """A directory named by everything that decides what is built in it."""
+    key = hashlib.sha256(json.dumps({"texts": texts, "settings": settings}, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    # Without a cache, a directory of this user's in the temporary directory (never shared).
+    root = work_dir("inline") or Path(tempfile.gettempdir()) / f"pyree_build-inline-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    return root / key
+
+
+def _relabeled(error: PyreeError, labels: Mapping[str, str], texts: Mapping[str, str], directory: str) -> PyreeError:
+    """`error` with each written file's path replaced by the string it came from, and the
+    first error located in a string shown as that string's line."""
+
+    def named(text: str | None) -> str | None:
+        if text is None:
+            return None
+        for path, label in labels.items():
+            text = text.replace(path, label)
+        return text.replace(directory, "")  # other files of the build (a generated entry) by name
+
+    what, details, file = named(error.what) or error.what, named(error.details), named(error.file)
+    found = _DIAGNOSTIC.search(details or "") or _DIAGNOSTIC.search(what)
+    if found:  # the string and its line say where: no file of ours to name
+        label, line = found["label"], int(found["line"])
+        lines = texts[label].splitlines()
+        source_line = lines[line - 1] if 0 < line <= len(lines) else ""
+        shown = f"{line:>5} | {source_line}\n" if source_line and source_line not in (details or "") else ""
+        what, details, file = f"{label} line {line}: {found['message']}", shown + (details or what), None
+    return PyreeError(what, file=file, fix=error.fix, details=details, command=error.command, exit_code=error.exit_code)
+
+
+def load_inline(
+    *,
+    mlir: str,
+    function: str,
+    c_source: str | None = None,
+    files: Mapping[str, str] | None = None,
+    kind: str = "system",
+    target: str | None = None,
+    device: str | None = None,
+    flags: Sequence[str] = (),
+    include_dirs: Sequence[PathLike] = (),
+    defines: Sequence[str] = (),
+    target_options: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    build_dir: PathLike | None = None,
+) -> InlineKernel:
+    """Build `mlir` and its kernels (`c_source`, and `files` by name), cached; return `function` as a callable."""
+    stem = name or "kernel"
+    sources = {**({f"{stem}.c": c_source} if c_source is not None else {}), **(files or {})}
+    owners = {file_name: _backend_for(file_name, target) for file_name in sources}
+    chosen = {b.name for b in owners.values()} | ({target} if target else set())
+    if len(chosen) > 1:
+        raise PyreeError(f"kernels for more than one target: {', '.join(sorted(chosen))}", fix="load each target's kernels with its own pb.load_inline")
+    backend = backends.get(chosen.pop() if chosen else "llvm-cpu")
+    run_device = device or backend.devices[0]
+    settings: dict[str, Any] = {"kind": kind, "target": backend.name, "flags": list(flags), "name": stem}
+    settings |= {"include_dirs": [os.path.abspath(d) for d in include_dirs], "defines": list(defines), "target_options": dict(target_options or {})}
+    directory = Path(build_dir) if build_dir is not None else _build_dir({_PROGRAM: mlir, **sources}, settings)
+    labels = {str(directory / _PROGRAM): "mlir"} | {
+        str(directory / n): "c_source" if n == f"{stem}.c" and c_source is not None else f"files['{n}']" for n in sources
+    }
+    texts = {"mlir": mlir} | {labels[str(directory / n)]: t for n, t in sources.items()}
+    try:
+        module, plugins = _build(directory, mlir, sources, owners, backend, settings)
+        run_action.require_device(run_device)
+    except PyreeError as error:
+        raise _relabeled(error, labels, texts, f"{directory}{os.sep}") from None
+    return InlineKernel(module, function, plugins, run_device, backend)
+
+
+def _write(directory: Path, texts: Mapping[str, str]) -> list[Path]:
+    """The strings as files in `directory`; only what changed is written."""
+    paths = [directory / file_name for file_name in texts]
+    files.settle([p for p, text in zip(paths, texts.values()) if files.write_text_if_changed(p, text)])
+    return paths
+
+
+def _build(
+    directory: Path, mlir: str, sources: Mapping[str, str], owners: Mapping[str, Backend], backend: Backend, settings: Mapping[str, Any]
+) -> tuple[Path, list[Path]]:
+    program, *source_paths = _write(directory, {_PROGRAM: mlir, **sources})
+    kernels = [
+        InlineKernelSource(
+            source=path,
+            program=mlir,
+            build_dir=directory,
+            kind=settings["kind"],
+            include_dirs=[Path(d) for d in settings["include_dirs"]],
+            defines=list(settings["defines"]),
+            options=settings["target_options"],
+        )
+        for path in source_paths
+    ]
+    search_paths = [p for k in kernels for p in owners[k.source.name].build_inline_objects(k)]
+    module = compile_module(
+        program,
+        directory / f"{settings['name']}.vmfb",
+        target=backend.name,
+        object_search_paths=search_paths,
+        flags=settings["flags"],
+        target_options=settings["target_options"] or None,
+    )
+    plugins = [p for k in kernels for p in owners[k.source.name].build_inline_plugins(k, module)]
+    return module, plugins

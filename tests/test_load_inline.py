@@ -1,0 +1,199 @@
+"""pb.load_inline: a program and its kernel from strings, built (cached) and called like a
+function. Real builds and runs: zig, iree-compile, the IREE runtime, NVRTC, glslang."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SAMPLES
+
+import pyree_build as pb
+from pyree_build.backends.cuda import target as cuda_target
+from pyree_build.backends.vulkan import devices as vulkan
+from pyree_build.core import toolchain
+
+# A dispatch that calls the import `scale_workgroup` on each 64-element tile, then adds b.
+PROGRAM = textwrap.dedent("""\
+    module @inline_test {
+      stream.executable private @by_import {
+        stream.executable.export public @entry workgroups(%n: index) -> (index, index, index) {
+          %groups = affine.apply affine_map<()[s0] -> (s0 ceildiv 64)>()[%n]
+          %one = arith.constant 1 : index
+          stream.return %groups, %one, %one : index, index, index
+        }
+        builtin.module {
+          func.func private @scale_workgroup(memref<f32>, index, memref<f32>, index, memref<f32>, index, index)
+              attributes {llvm.bareptr = true}
+          func.func @entry(%a_binding: !stream.binding, %b_binding: !stream.binding, %out_binding: !stream.binding, %n: index) {
+            %c0 = arith.constant 0 : index
+            %workgroup = stream.dispatch.workgroup.id[0] : index
+            %begin = affine.apply affine_map<()[s0] -> (s0 * 64)>()[%workgroup]
+            %count = affine.min affine_map<()[s0, s1] -> (64, s1 - s0)>()[%begin, %n]
+            %a = stream.binding.subspan %a_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
+            %b = stream.binding.subspan %b_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
+            %out = stream.binding.subspan %out_binding[%c0] : !stream.binding -> memref<?xf32>{%n}
+            %a_base, %a_offset, %a_size, %a_stride = iree_codegen.extract_strided_metadata %a : memref<?xf32> -> memref<f32>, index, index, index
+            %b_base, %b_offset, %b_size, %b_stride = iree_codegen.extract_strided_metadata %b : memref<?xf32> -> memref<f32>, index, index, index
+            %o_base, %o_offset, %o_size, %o_stride = iree_codegen.extract_strided_metadata %out : memref<?xf32> -> memref<f32>, index, index, index
+            %a_at = arith.addi %a_offset, %begin : index
+            %b_at = arith.addi %b_offset, %begin : index
+            %o_at = arith.addi %o_offset, %begin : index
+            func.call @scale_workgroup(%a_base, %a_at, %b_base, %b_at, %o_base, %o_at, %count)
+                : (memref<f32>, index, memref<f32>, index, memref<f32>, index, index) -> ()
+            return
+          }
+        }
+      }
+      func.func @f(%a: tensor<?xf32>, %b: tensor<?xf32>) -> tensor<?xf32> {
+        %c0 = arith.constant 0 : index
+        %n = tensor.dim %a, %c0 : tensor<?xf32>
+        %r = flow.dispatch @by_import::@entry[%n](%a, %b, %n) : (tensor<?xf32>{%n}, tensor<?xf32>{%n}, index) -> tensor<?xf32>{%n}
+        %sum = arith.addf %r, %b : tensor<?xf32>
+        return %sum : tensor<?xf32>
+      }
+    }
+""")
+
+
+def kernel_c(factor: int) -> str:
+    """The import only: out = a * b * factor. No plugin entry, no header."""
+    return textwrap.dedent(f"""\
+        #include <stddef.h>
+        typedef struct {{
+          const float* a; size_t a_offset;
+          const float* b; size_t b_offset;
+          float* out; size_t out_offset;
+          size_t count;
+        }} args_t;
+
+        int scale_workgroup(void* params, void* context, void* reserved) {{
+          const args_t* p = (const args_t*)params;
+          for (size_t i = 0; i < p->count; ++i)
+            p->out[p->out_offset + i] = p->a[p->a_offset + i] * p->b[p->b_offset + i] * {factor};
+          return 0;
+        }}
+        """)
+
+
+A = np.arange(1, 101, dtype=np.float32)  # two tiles: the second one partial
+B = np.full(100, 2, np.float32)
+
+
+@pytest.mark.parametrize("kind", ["system", "standalone"])
+def test_a_kernel_from_strings_is_a_function_of_arrays(kind):
+    kernel = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(3), function="f", kind=kind)
+    result = kernel(A, B)
+    assert isinstance(result, np.ndarray) and result.dtype == np.float32
+    np.testing.assert_array_equal(result, A * B * 3 + B)
+    assert kernel.plugins and kernel.plugins[0].suffix == {"system": ".so", "standalone": ".sos"}[kind]
+
+
+def test_the_same_strings_find_the_same_build_and_rebuild_nothing(capfd):
+    first = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(5), function="f")
+    built = {p: p.read_bytes() for p in (first.module, *first.plugins)}
+    capfd.readouterr()
+    again = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(5), function="f")
+    log = capfd.readouterr().err
+    assert again.module == first.module and again.plugins == first.plugins
+    assert {p: p.read_bytes() for p in (again.module, *again.plugins)} == built
+    assert "compile: cache hit (kernel.vmfb)" in log and "plugin: cache hit (kernel.so)" in log, log
+    assert "zig cc" not in log and "iree-compile program.mlir" not in log, log
+
+
+def test_an_edited_kernel_in_the_same_process_gives_the_new_numbers():
+    # The notebook loop: IREE's runtime cannot unload the first plugin, so the edit must
+    # still be what runs (never the old code's answer).
+    code = textwrap.dedent(f"""\
+        import sys
+        import numpy as np
+        import pyree_build as pb
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_load_inline import PROGRAM, kernel_c
+        a, b = np.full(8, 2, np.float32), np.full(8, 4, np.float32)
+        for factor in (1, 7, 1):
+            print(pb.load_inline(mlir=PROGRAM, c_source=kernel_c(factor), function="f")(a, b)[0])
+        """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["12.0", "60.0", "12.0"]
+
+
+def test_c_with_its_own_plugin_entry_is_built_as_it_is():
+    sample = SAMPLES / "custom_dispatch" / "cpu" / "plugin"
+    kernel = pb.load_inline(mlir=(sample / "example.mlir").read_text(), c_source=(sample / "system_plugin.c").read_text(), function="mixed_invocation")
+    np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 12, np.float32))
+
+
+def test_a_c_error_names_the_line_of_the_string():
+    broken = kernel_c(3).replace("++i)", "++i")
+    line = next(n for n, text in enumerate(broken.splitlines(), 1) if "++i" in text) + 1
+    with pytest.raises(pb.PyreeError) as caught:
+        pb.load_inline(mlir=PROGRAM, c_source=broken, function="f")
+    assert caught.value.what.startswith(f"c_source line {line}: ")
+    assert "/inline/" not in caught.value.render().split("command:")[0]  # no cache path before the command
+
+
+def test_an_mlir_error_names_the_line_of_the_string():
+    broken = PROGRAM.replace("%sum = arith.addf", "%sum = arith.bogus")
+    line = next(n for n, text in enumerate(broken.splitlines(), 1) if "arith.bogus" in text)
+    with pytest.raises(pb.PyreeError) as caught:
+        pb.load_inline(mlir=broken, c_source=kernel_c(3), function="f")
+    assert caught.value.what.startswith(f"mlir line {line}: ")
+    assert "arith.bogus" in caught.value.render()
+
+
+def test_c_without_the_import_the_program_calls_says_which():
+    with pytest.raises(pb.PyreeError, match="no function 'scale_workgroup', which the program calls"):
+        pb.load_inline(mlir=PROGRAM, c_source=kernel_c(3).replace("scale_workgroup", "scale"), function="f")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"files": {"k.xyz": ""}}, "no target builds kernel sources named 'k.xyz'"),
+        ({"files": {"a.cu": "", "b.c": ""}}, "kernels for more than one target"),
+        ({"files": {"../a.c": ""}}, "files must map file names"),
+        ({"files": {"a.glsl": ""}, "target": "cuda", "c_source": None}, "'a.glsl' is a kernel for vulkan, not for target 'cuda'"),
+        ({"c_source": 3}, "c_source must be a non-empty string"),
+        ({"kind": "shared"}, "unknown plugin kind 'shared'"),
+    ],
+)
+def test_bad_arguments_are_named(arguments, message):
+    keywords = {"mlir": PROGRAM, "function": "f", "c_source": kernel_c(1), **arguments}
+    with pytest.raises(pb.PyreeError, match=message):
+        pb.load_inline(**keywords)
+
+
+needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=vulkan.status()[1])
+
+
+@needs_vulkan
+def test_glsl_shaders_from_strings_run_on_vulkan():
+    shaders = SAMPLES / "custom_dispatch" / "vulkan" / "shaders"
+    files = {name: (shaders / name).read_text() for name in ("simple_mul.glsl", "simple_mul_inplace.glsl")}
+    kernel = pb.load_inline(mlir=(shaders / "example.mlir").read_text(), files=files, function="mixed_invocation")
+    assert kernel.device == "vulkan"
+    np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))  # (2*4) * (2*4 + 4)
+
+
+def test_cuda_kernels_from_strings_build_a_ptx_per_sm_the_program_names(tmp_path):
+    try:
+        toolchain.nvrtc()
+    except pb.PyreeError as exc:
+        pytest.skip(f"NVRTC is not usable here: {exc.what}")
+    sample = SAMPLES / "custom_dispatch" / "cuda" / "kernels"
+    usable, reason = cuda_target.cuda_status()
+    arguments = {"mlir": (sample / "example.mlir").read_text(), "files": {"kernels.cu": (sample / "kernels.cu").read_text()}, "function": "mixed_invocation"}
+    if not usable:  # built, then refused at load with the reason: no GPU to run on
+        with pytest.raises(pb.PyreeError, match="cuda"):
+            pb.load_inline(**arguments, build_dir=tmp_path)
+        assert sorted(p.name for p in tmp_path.glob("*.ptx")) == ["kernels_sm_75.ptx", "kernels_sm_80.ptx"]
+        assert (tmp_path / "kernel.vmfb").is_file()
+        pytest.skip(f"built; no CUDA GPU to run it on: {reason}")
+    kernel = pb.load_inline(**arguments, build_dir=tmp_path)
+    np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))
