@@ -110,7 +110,10 @@ def plugin(
     jobs: int | None = None,
     cpu: str = "baseline",
 ) -> Path:
-    """Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos)."""
+    """Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos).
+
+    Example: pb.plugin("standalone_plugin.c", "build/plugin.sos", kind="standalone", archs=["x86_64", "aarch64"])
+    """
     raise NotImplementedError  # the declaration only: calls go to the implementation
 
 
@@ -127,7 +130,10 @@ def objects(
     depfile: PathLike | None = None,
     jobs: int | None = None,
 ) -> list[Path]:
-    """Compile one C source to a freestanding object per arch, for linking into a module."""
+    """Compile one C source to a freestanding object per arch, for linking into a module.
+
+    Example: pb.objects("functions.c", "build/objects", archs=["x86_64", "aarch64"])  # -> [.../functions_x86_64.o, ...]
+    """
     raise NotImplementedError
 
 
@@ -145,7 +151,10 @@ def ptx(
     depfile: PathLike | None = None,
     jobs: int | None = None,
 ) -> list[Path]:
-    """Compile one .cu to a PTX file per sm."""
+    """Compile one .cu to a PTX file per sm.
+
+    Example: pb.ptx("kernels.cu", [75, 80], "build/ptx")  # -> [.../kernels_sm_75.ptx, .../kernels_sm_80.ptx]
+    """
     raise NotImplementedError
 
 
@@ -159,7 +168,10 @@ def spirv(
     defines: str | Sequence[str] = (),
     depfile: PathLike | None = None,
 ) -> list[Path]:
-    """Compile GLSL compute shaders to validated SPIR-V, one .spv per shader."""
+    """Compile GLSL compute shaders to validated SPIR-V, one .spv per shader.
+
+    Example: pb.spirv(["simple_mul.glsl", "simple_mul_inplace.glsl"], "build/spirv")
+    """
     raise NotImplementedError
 
 
@@ -174,7 +186,10 @@ def hsaco(
     depfile: PathLike | None = None,
     jobs: int | None = None,
 ) -> list[Path]:
-    """Compile a HIP source to an AMDGPU code object per gfx."""
+    """Compile a HIP source to an AMDGPU code object per gfx.
+
+    Example: pb.hsaco("kernels.cu", [942, 1100], "build/hsaco")  # -> [.../gfx942/kernels.co, .../gfx1100/kernels.co]
+    """
     raise NotImplementedError
 
 
@@ -189,7 +204,10 @@ def bitcode(
     depfile: PathLike | None = None,
     jobs: int | None = None,
 ) -> list[Path]:
-    """Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK)."""
+    """Compile CUDA device code to NVPTX LLVM bitcode per sm (no CUDA SDK).
+
+    Example: pb.bitcode("ukernel.cu", 80, "build/bitcode")  # -> [.../ukernel_sm_80.bc]
+    """
     raise NotImplementedError
 
 
@@ -215,7 +233,10 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     link_bitcode: Sequence[PathLike] = (),
     target_options: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Compile an MLIR program to a .vmfb."""
+    """Compile an MLIR program to a .vmfb.
+
+    Example: pb.compile("example.mlir", "build/example.vmfb", target="cuda", sm=80, object_search_paths=["build/ptx"])
+    """
     raise NotImplementedError
 
 
@@ -233,7 +254,10 @@ def dump(
     force: bool = False,
     target_options: Mapping[str, Any] | None = None,
 ) -> list[Executable]:
-    """Write a program's executables (sources, binaries, benchmarks) and index.json to a directory."""
+    """Write a program's executables (sources, binaries, benchmarks) and index.json to a directory.
+
+    Example: [e.name for e in pb.dump("program.mlir", "build/dump")]  # -> ['main_dispatch_0', ...]
+    """
     raise NotImplementedError
 
 
@@ -250,7 +274,10 @@ def bench(
     skip_unavailable: bool = False,
     timeout: float | None = 300.0,
 ) -> BenchResult:
-    """Time a module's function (or every function) with iree-benchmark-module."""
+    """Time a module's function (or every function) with iree-benchmark-module.
+
+    Example: pb.bench("build/example.vmfb", "mixed_invocation", inputs=["8xf32=2", "8xf32=4"], plugins=["build/plugin.sos"])
+    """
     raise NotImplementedError
 
 
@@ -263,7 +290,10 @@ def new(
     import_name: str | None = None,
     import_args: str | None = None,
 ) -> Path:
-    """Write a downstream CMake project into a directory."""
+    """Write a downstream CMake project into a directory.
+
+    Example: pb.new("my_kernels", import_name="scale", import_args="in:f32,out:f32")
+    """
     raise NotImplementedError
 
 
@@ -277,7 +307,10 @@ def import_onnx(
     externalize_params: bool = False,
     depfile: PathLike | None = None,
 ) -> Path:
-    """Import an ONNX model to MLIR with the compiler wheel's importer, each op named by its ONNX node (needs pyree_build[onnx])."""
+    """Import an ONNX model to MLIR with the compiler wheel's importer, each op named by its ONNX node (needs pyree_build[onnx]).
+
+    Example: pb.import_onnx("mlp.onnx", "build/mlp.mlir")
+    """
     raise NotImplementedError
 
 
@@ -294,7 +327,10 @@ def verify(
     atol: float = 1e-5,
     device: str = "local-sync",
 ) -> VerifyResult:
-    """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx])."""
+    """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx]).
+
+    Example: pb.verify("build/mlp.vmfb", "mlp.onnx", plugins=["build/kernels/fc1_relu.so"]).passed  # -> True
+    """
     raise NotImplementedError
 
 
@@ -380,6 +416,8 @@ def run(
     iree-run-module instead. Inputs are arrays, numbers (for scalar parameters) or `--input`
     spec strings, either way. Other keyword
     `options` go to the runner chosen (e.g. `expect` for iree-run-module), checked by name.
+
+    Example: pb.run("build/example.vmfb", "mixed_invocation", [numpy.full(8, 2, numpy.float32), "8xf32=4"], plugins=["build/plugin.sos"])
     """
     mod = _args.path(module, "module")
     fn = _args.text(function, "function")
@@ -433,14 +471,29 @@ class _Package(_types.ModuleType):
         super().__setattr__(name, value)
 
     def __getattr__(self, name: str) -> _Any:
-        if name == "stop_on_signals":  # `with pb.stop_on_signals():` SIGINT/SIGTERM end every tool started
-            return _importlib.import_module(".core.processes", __name__).stop_on_signals
-        if name == "fatelf":  # a namespace of actions, like the verb: pack, write, read, select, split
-            return _importlib.import_module(".backends.llvm_cpu.fatelf", __name__)
+        if name in _LAZY:  # loaded on first use, as the verbs are
+            module, attr = _LAZY[name]
+            loaded = _importlib.import_module(module, __name__)
+            return getattr(loaded, attr) if attr else loaded
         raise AttributeError(f"module 'pyree_build' has no attribute {name!r}")
 
     def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), "fatelf", "stop_on_signals"})
+        # What a user may call or name (tab completion, dir()): not the helpers of this file.
+        return sorted({*__all__, "__doc__", "__file__", "__name__", "__path__", "__spec__"})
+
+
+# Public names behind a module of their own, imported on first use: `with pb.stop_on_signals():`
+# (SIGINT/SIGTERM end every tool started), the `fatelf` actions (pack, write, read, select,
+# split), and the types the verbs return, for annotations (`def f(r: pb.BenchResult)`).
+_LAZY: dict[str, tuple[str, str]] = {
+    "stop_on_signals": (".core.processes", "stop_on_signals"),
+    "fatelf": (".backends.llvm_cpu.fatelf", ""),
+    "BenchResult": (".actions.bench", "BenchResult"),
+    "Executable": (".actions.executables", "Executable"),
+    "OpGroup": (".actions.models.ops", "OpGroup"),
+    "VerifyResult": (".actions.models.verify", "VerifyResult"),
+    "InlineKernel": (".actions.inline", "InlineKernel"),
+}
 
 
 _sys.modules[__name__].__class__ = _Package
@@ -466,4 +519,9 @@ __all__ = [
     "verify",
     "load_inline",
     "stop_on_signals",
+    "BenchResult",
+    "Executable",
+    "OpGroup",
+    "VerifyResult",
+    "InlineKernel",
 ]

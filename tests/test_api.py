@@ -26,6 +26,30 @@ def test_dir_lists_every_verb():
     assert set(VERBS) <= set(pb.__all__)
 
 
+def test_dir_and_all_are_exactly_the_public_names():
+    public = [n for n in pb.__all__ if not n.startswith("__")]
+    assert [n for n in dir(pb) if not n.startswith("__")] == sorted(public)
+    for name in ("annotations", "TYPE_CHECKING", "core", "backends", "_Verb"):
+        assert name not in dir(pb), name
+    for name in pb.__all__:
+        assert getattr(pb, name) is not None, name
+    assert (Path(pb.__file__).parent / "py.typed").is_file()
+
+
+def test_every_verb_documents_an_example_and_real_types():
+    import inspect
+
+    verbs = [n for n in pb.__all__ if inspect.isroutine(getattr(pb, n)) and n != "stop_on_signals"]
+    assert {"run", "load_inline", "compile", "plugin"} <= set(verbs)
+    for name in verbs:
+        verb = getattr(pb, name)
+        assert "Example" in (verb.__doc__ or ""), f"pb.{name} has no example in its docstring"
+        shown = str(inspect.signature(verb))
+        assert "_Any" not in shown and "->" in shown, f"pb.{name}{shown}"
+    assert str(inspect.signature(pb.run)).endswith("-> 'list[numpy.ndarray]'")
+    assert inspect.signature(pb.load_inline).return_annotation == "InlineKernel"
+
+
 def test_verbs_show_their_arguments():
     import inspect
 
