@@ -197,3 +197,15 @@ def test_cuda_kernels_from_strings_build_a_ptx_per_sm_the_program_names(tmp_path
         pytest.skip(f"built; no CUDA GPU to run it on: {reason}")
     kernel = pb.load_inline(**arguments, build_dir=tmp_path)
     np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))
+
+
+def test_hip_kernels_named_cu_build_a_code_object_for_the_gfx_asked(tmp_path):
+    sample = SAMPLES / "custom_dispatch" / "hip" / "kernels"
+    arguments = {"mlir": (sample / "example.mlir").read_text(), "files": {"kernels.cu": (sample / "kernels.cu").read_text()}, "function": "mixed_invocation"}
+    try:
+        kernel = pb.load_inline(**arguments, target="hip", target_options={"gfx": 1100}, build_dir=tmp_path)
+    except pb.PyreeError as exc:  # no AMD GPU here: built, then refused at load with the reason
+        assert "device hip is not usable" in exc.what, exc.render()
+        assert (tmp_path / "gfx1100" / "kernels.co").is_file() and (tmp_path / "kernel.vmfb").is_file()
+        pytest.skip(f"built; no AMD GPU to run it on: {exc.what}")
+    np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))
