@@ -209,3 +209,32 @@ def test_hip_kernels_named_cu_build_a_code_object_for_the_gfx_asked(tmp_path):
         assert (tmp_path / "gfx1100" / "kernels.co").is_file() and (tmp_path / "kernel.vmfb").is_file()
         pytest.skip(f"built; no AMD GPU to run it on: {exc.what}")
     np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))
+
+
+def _nvrtc_usable() -> bool:
+    try:
+        toolchain.nvrtc()
+    except pb.PyreeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("sample", "kernel", "broken", "target"),
+    [
+        pytest.param(
+            "cuda/kernels", "kernels.cu", ("blockIdx.x", "blockIdx.q"), None, marks=pytest.mark.skipif(not _nvrtc_usable(), reason="NVRTC is not usable here")
+        ),
+        ("vulkan/shaders", "simple_mul.glsl", ("uint i =", "uint i = q +"), None),
+        ("hip/kernels", "kernels.cu", ("blockIdx.x", "blockIdx.q"), "hip"),
+    ],
+)
+def test_each_compilers_error_names_the_line_of_the_string(tmp_path, sample, kernel, broken, target):
+    directory = SAMPLES / "custom_dispatch" / sample
+    sources = {p.name: p.read_text() for p in directory.iterdir() if p.suffix in (".cu", ".glsl")}
+    sources[kernel] = sources[kernel].replace(*broken, 1)
+    line = next(n for n, text in enumerate(sources[kernel].splitlines(), 1) if broken[1] in text)
+    with pytest.raises(pb.PyreeError) as caught:
+        pb.load_inline(mlir=(directory / "example.mlir").read_text(), files=sources, function="mixed_invocation", target=target, build_dir=tmp_path)
+    assert caught.value.what.startswith(f"files['{kernel}'] line {line}: "), caught.value.render()
+    assert "q" in caught.value.what

@@ -33,7 +33,19 @@ from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
 _PROGRAM = "program.mlir"
-_DIAGNOSTIC = re.compile(r"^(?P<label>mlir|c_source|files\['[^']+'\]):(?P<line>\d+):(?:\d+:)?\s*error:\s*(?P<message>.*)$", re.MULTILINE)
+_LABEL = r"(?P<label>mlir|c_source|files\['[^']+'\])"
+# Where each compiler puts an error's line: clang and iree-compile (`NAME:12:5: error: ...`),
+# glslang (`ERROR: NAME:12: ...`), NVRTC (`NAME(12): error: ...`).
+_DIAGNOSTICS = [
+    re.compile(rf"^{_LABEL}:(?P<line>\d+):(?:\d+:)?\s*error:\s*(?P<message>.*)$", re.MULTILINE),
+    re.compile(rf"^ERROR:\s*{_LABEL}:(?P<line>\d+):\s*(?P<message>.*?)\s*$", re.MULTILINE),
+    re.compile(rf"^{_LABEL}\((?P<line>\d+)\):\s*error:\s*(?P<message>.*)$", re.MULTILINE),
+]
+
+
+def _first_error(text: str) -> re.Match[str] | None:
+    found = [m for pattern in _DIAGNOSTICS if (m := pattern.search(text))]
+    return min(found, key=lambda m: m.start(), default=None)
 
 
 class InlineKernel:
@@ -92,7 +104,7 @@ def _relabeled(error: PyreeError, labels: Mapping[str, str], texts: Mapping[str,
         return text.replace(directory, "")  # other files of the build (a generated entry) by name
 
     what, details, file = named(error.what) or error.what, named(error.details), named(error.file)
-    found = _DIAGNOSTIC.search(details or "") or _DIAGNOSTIC.search(what)
+    found = _first_error(details or "") or _first_error(what)
     if found:  # the string and its line say where: no file of ours to name
         label, line = found["label"], int(found["line"])
         lines = texts[label].splitlines()
