@@ -441,24 +441,9 @@ def run(
     return result
 
 
-_VERBS = (
-    "plugin",
-    "objects",
-    "ptx",
-    "spirv",
-    "hsaco",
-    "bitcode",
-    "compile",
-    "run",
-    "dump",
-    "bench",
-    "new",
-    "import_onnx",
-    "ops",
-    "replace",
-    "verify",
-    "load_inline",
-)
+def _verb_names() -> set[str]:
+    module = _sys.modules[__name__]
+    return {name for name in __all__ if isinstance(module.__dict__.get(name), _Verb)} | {"run"}
 
 
 class _Package(_types.ModuleType):
@@ -466,7 +451,7 @@ class _Package(_types.ModuleType):
         # Importing a submodule sets it as an attribute of its package: `import
         # pyree_build.bench` would replace the verb `bench`. The verb stays; the
         # submodule is still in sys.modules and reachable through the verb's attributes.
-        if name in _VERBS and isinstance(value, _types.ModuleType):
+        if name in _verb_names() and isinstance(value, _types.ModuleType):
             return
         super().__setattr__(name, value)
 
