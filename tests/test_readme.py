@@ -99,6 +99,7 @@ def _needs() -> dict[str, Callable[[], bool]]:
         "nvcc": _have_tool(toolchain.nvcc),
         "ptxas": _have_tool(toolchain.ptxas),
         "nvrtc": _have_tool(toolchain.nvrtc),
+        "glslang": _have_tool(lambda: (toolchain.glsl_compiler(), toolchain.spirv_val())),
         "a CUDA GPU": _cuda_gpu,
         "pyree_build installed from a wheel": _installed_wheel,
         "onnx": _importable("onnx", "onnxruntime"),

