@@ -1,5 +1,7 @@
 """`pyree-build doctor`: pyree_build's version and Python, the IREE wheels against the pinned
-release, every tool (where, which version), and per workflow whether it builds and runs here."""
+release, every tool (where, which version), per workflow whether it builds and runs here, and
+which of pyree_build's extras are installed (a missing one: the workflows it would enable and
+the command that adds it)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 from pyree_build import backends
 from pyree_build.backends.base import Workflow
-from pyree_build.core import toolchain
+from pyree_build.core import extras, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import PACKAGE_DIR, __version__
 
@@ -27,6 +29,7 @@ _IREE_CHECKS: list[Check] = [
     ("iree-lld", toolchain.iree_lld, True, "links standalone plugins", toolchain.INSTALL_IREE),
     ("iree-run-module", toolchain.iree_run_module, True, "runs modules", toolchain.INSTALL_IREE),
     ("iree-benchmark-module", toolchain.iree_benchmark_module, True, "benchmarks modules", toolchain.INSTALL_IREE),
+    ("iree-import-onnx", toolchain.onnx_importer, False, "ONNX -> MLIR (pyree-build import)", toolchain.INSTALL_ONNX),
 ]
 _BUILD_CHECKS: list[Check] = [
     ("cmake", toolchain.cmake, True, "builds the samples and downstream projects", "pip install cmake"),
@@ -38,6 +41,7 @@ _BUILD_CHECKS: list[Check] = [
 _SHARED_WORKFLOWS = [
     Workflow("dump / substitute / bench", build=("iree-compile",), run=("iree-run-module", "iree-benchmark-module")),
     Workflow("CMake projects (samples, new)", build=("cmake", "ninja"), run=("ctest",)),
+    Workflow("ONNX models (import, replace, verify)", build=("iree-import-onnx", "iree-compile"), run=("iree-run-module",)),
 ]
 
 
@@ -111,6 +115,59 @@ def workflow_rows(found: dict[str, str | None], devices: dict[str, tuple[bool, s
     return rows
 
 
+def extra_tools(extra: str, declared: dict[str, tuple[str, ...]]) -> list[Check]:
+    """The tools `extra` brings: those whose install command is an extra's (`pip install
+    "pyree_build[cuda]"`) whose distributions `extra` requires too ([all] brings cuda's)."""
+    wanted = set(declared.get(extra, ()))
+    brings = []
+    for check in checks():
+        source = extras.extra_of_install(check[4])
+        if source is not None and (source == extra or (declared.get(source) and set(declared[source]) <= wanted)):
+            brings.append(check)
+    return brings
+
+
+def extra_enables(extra: str, declared: dict[str, tuple[str, ...]]) -> str:
+    """What `extra` enables: the workflows that need one of its tools, else its tools' purposes."""
+    labels = {check[0] for check in extra_tools(extra, declared)}
+    names = [wf.name for wf in workflows() if any(set(need.split("|")) & labels for need in wf.build + wf.run)]
+    if names:
+        return ", ".join(names)
+    return "; ".join(f"{check[0]}: {check[3]}" for check in extra_tools(extra, declared)) or "nothing on this machine"
+
+
+def extra_rows(declared: dict[str, tuple[str, ...]], have: set[str], found: dict[str, str | None]) -> list[tuple[str, str, str]]:
+    """(extra, status, what it enables or how to add it) for every extra but the developers'.
+    Status: "installed", "missing", or "not needed" (missing, but each of its tools was found
+    elsewhere, e.g. glslang from apt)."""
+    gaps = extras.missing(declared, have)
+    rows = []
+    for extra, _dists in declared.items():
+        if extra in extras.DEVELOPER_EXTRAS:
+            continue
+        enables = extra_enables(extra, declared)
+        tools = [check[0] for check in extra_tools(extra, declared)]
+        if not gaps[extra]:
+            rows.append((extra, "installed", enables))
+        elif tools and all(found.get(label) for label in tools):
+            rows.append((extra, "not needed", f"{enables} (its tools were found elsewhere)"))
+        else:
+            rows.append((extra, "missing", f"for: {enables}; install: {extras.install_command(extra)}"))
+    return rows
+
+
+def _extras(found: dict[str, str | None]) -> None:
+    print("\nextras (the default install is the lean core, every CPU workflow; each extra adds a target's tools):")
+    declared = extras.this_package()
+    if declared is None:
+        print("  unknown: pyree_build is not installed with pip here (no metadata names its extras)")
+        return
+    rows = extra_rows(declared, extras.installed_distributions(), found)
+    width = max((len(row[0]) for row in rows), default=0)
+    for extra, status, what in rows:
+        print(f"  {status:<10} {extra:<{width}}  {what}")
+
+
 def _versions(problems: list[str]) -> None:
     print(f"pyree_build  {__version__} ({PACKAGE_DIR})")
     print(f"python       {platform.python_version()} ({sys.executable})")
@@ -147,8 +204,9 @@ def _tools(problems: list[str]) -> dict[str, str | None]:
 
 
 def report() -> int:
-    """Print versions, one line per tool and the workflow table; exit 1 when a required tool is
-    missing or the IREE wheels are not the pinned release."""
+    """Print versions, one line per tool, the workflow table and the extras; exit 1 when a
+    required tool is missing or the IREE wheels are not the pinned release (a missing extra is
+    not a problem: the lean install is a choice)."""
     problems: list[str] = []
     _versions(problems)
     found = _tools(problems)
@@ -162,6 +220,7 @@ def report() -> int:
     print("\nworkflows:")
     for name, build, run in rows:
         print(f"  {name:<{widths[0]}}  {build:<{widths[1]}}  {run}")
+    _extras(found)
     if problems:
         print("\nproblems: " + "; ".join(problems))
         return 1
