@@ -15,7 +15,7 @@ from conftest import SAMPLES
 import pyree_build as pb
 from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.backends.vulkan import devices as vulkan
-from pyree_build.core import toolchain
+from pyree_build.core import echo, toolchain
 
 # A dispatch that calls the import `scale_workgroup` on each 64-element tile, then adds b.
 PROGRAM = textwrap.dedent("""\
@@ -93,7 +93,8 @@ def test_a_kernel_from_strings_is_a_function_of_arrays(kind):
     assert kernel.plugins and kernel.plugins[0].suffix == {"system": ".so", "standalone": ".sos"}[kind]
 
 
-def test_the_same_strings_find_the_same_build_and_rebuild_nothing(capfd):
+def test_the_same_strings_find_the_same_build_and_rebuild_nothing(capfd, monkeypatch):
+    monkeypatch.setattr(echo, "VERBOSITY", 1)  # the step lines, whatever an earlier test left set
     first = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(5), function="f")
     built = {p: p.read_bytes() for p in (first.module, *first.plugins)}
     capfd.readouterr()
