@@ -153,6 +153,34 @@ def test_c_without_the_import_the_program_calls_says_which():
         pb.load_inline(mlir=PROGRAM, c_source=kernel_c(3).replace("scale_workgroup", "scale"), function="f")
 
 
+def test_c_for_a_program_that_calls_no_import_is_refused():
+    no_import = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n"
+    with pytest.raises(pb.PyreeError, match="the program calls no import, so there is nothing for the C source to provide"):
+        pb.load_inline(mlir=no_import, c_source=kernel_c(3), function="f")
+
+
+def test_a_build_dir_holding_the_users_files_is_refused_and_left_as_it_was(tmp_path):
+    mine = tmp_path / "program.mlir"
+    mine.write_text("my own program")
+    with pytest.raises(pb.PyreeError, match="build_dir is not empty and was not made by pb.load_inline"):
+        pb.load_inline(mlir=PROGRAM, c_source=kernel_c(3), function="f", build_dir=tmp_path)
+    assert mine.read_text() == "my own program" and sorted(p.name for p in tmp_path.iterdir()) == ["program.mlir"]
+    fresh = tmp_path / "fresh"
+    np.testing.assert_array_equal(pb.load_inline(mlir=PROGRAM, c_source=kernel_c(3), function="f", build_dir=fresh)(A, B), A * B * 3 + B)
+    again = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(4), function="f", build_dir=fresh)  # its own directory: reused
+    np.testing.assert_array_equal(again(A, B), A * B * 4 + B)
+
+
+def test_a_new_cache_directory_is_marked_before_inline_builds_go_into_it(tmp_path, monkeypatch, capfd):
+    # Writing inline/ into an unmarked cache made the cache refuse it as someone else's.
+    monkeypatch.setenv("PYREE_BUILD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(echo, "VERBOSITY", 1)
+    pb.load_inline(mlir=PROGRAM, c_source=kernel_c(9), function="f")
+    log = capfd.readouterr().err
+    assert "not caching" not in log, log
+    assert (tmp_path / "cache" / "CACHEDIR.TAG").is_file() and any((tmp_path / "cache" / "inline").iterdir())
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -162,6 +190,7 @@ def test_c_without_the_import_the_program_calls_says_which():
         ({"files": {"a.glsl": ""}, "target": "cuda", "c_source": None}, "'a.glsl' is a kernel for vulkan, not for target 'cuda'"),
         ({"c_source": 3}, "c_source must be a non-empty string"),
         ({"kind": "shared"}, "unknown plugin kind 'shared'"),
+        ({"files": {"kernel.c": "int x;"}}, "c_source and files\\['kernel.c'\\] would be the same file"),
     ],
 )
 def test_bad_arguments_are_named(arguments, message):

@@ -33,6 +33,9 @@ from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
 _PROGRAM = "program.mlir"
+# Marks a directory as load_inline's: only such a directory (or an empty one) is written into,
+# so a build_dir that holds the user's own files is refused, never overwritten.
+_MARKER = ".pyree_build_inline"
 _LABEL = r"(?P<label>mlir|c_source|files\['[^']+'\])"
 # Where each compiler puts an error's line: clang and iree-compile (`NAME:12:5: error: ...`),
 # glslang (`ERROR: NAME:12: ...`), NVRTC (`NAME(12): error: ...`).
@@ -132,6 +135,8 @@ def load_inline(
 ) -> InlineKernel:
     """Build `mlir` and its kernels (`c_source`, and `files` by name), cached; return `function` as a callable."""
     stem = name or "kernel"
+    if c_source is not None and f"{stem}.c" in (files or {}):
+        raise PyreeError(f"c_source and files[{stem + '.c'!r}] would be the same file", fix="pass that C once, or give load_inline another name=")
     sources = {**({f"{stem}.c": c_source} if c_source is not None else {}), **(files or {})}
     owners = {file_name: _backend_for(file_name, target) for file_name in sources}
     chosen = {b.name for b in owners.values()} | ({target} if target else set())
@@ -154,8 +159,24 @@ def load_inline(
     return InlineKernel(module, function, plugins, run_device, backend)
 
 
+def _claim(directory: Path) -> None:
+    """Make `directory` load_inline's, or refuse it when it holds files of someone else's."""
+    marker = directory / _MARKER
+    if marker.is_file():
+        return
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise PyreeError(
+            "build_dir is not empty and was not made by pb.load_inline: its files could be overwritten",
+            file=directory,
+            fix="pass a new or empty directory as build_dir, or leave build_dir out (a directory under the cache)",
+        )
+    files.prepare_output_dir(directory)
+    marker.write_text("written by pyree_build's pb.load_inline\n")
+
+
 def _write(directory: Path, texts: Mapping[str, str]) -> list[Path]:
     """The strings as files in `directory`; only what changed is written."""
+    _claim(directory)
     paths = [directory / file_name for file_name in texts]
     files.settle([p for p, text in zip(paths, texts.values()) if files.write_text_if_changed(p, text)])
     return paths
