@@ -4,21 +4,30 @@ machine; skipped with the reason where there is none), and the errors."""
 
 from __future__ import annotations
 
+import array
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import SAMPLES, assert_clean_error
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import pyree_build as pb
 from pyree_build.actions import compile as compile_action
 from pyree_build.actions import run as run_action
 from pyree_build.backends.vulkan import devices as vulkan
+from pyree_build.backends.vulkan import modules as vulkan_modules
 from pyree_build.backends.vulkan import spirv
-from pyree_build.core import toolchain
+from pyree_build.core import flatbuffers, toolchain
+from pyree_build.core.errors import PyreeError
 
 SAMPLE = SAMPLES / "custom_dispatch" / "vulkan" / "shaders"
 SHADERS = [SAMPLE / "simple_mul.glsl", SAMPLE / "simple_mul_inplace.glsl"]
@@ -28,6 +37,9 @@ EXPECTED = "8xf32=96 96 96 96 96 96 96 96"
 NO_VULKAN = {"VK_DRIVER_FILES": "/nonexistent/none.json", "VK_ICD_FILENAMES": "/nonexistent/none.json"}
 
 needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=vulkan.status()[1])
+needs_glslang = pytest.mark.skipif(
+    isinstance(toolchain._find_glsl_compiler("glslang"), toolchain.Missing), reason='no glslang (pip install "pyree_build[vulkan]")'
+)
 on_lavapipe = pytest.mark.skipif(not any(d.driver == "llvmpipe" for d in vulkan.devices()), reason="no lavapipe (llvmpipe) Vulkan device here")
 
 
@@ -146,15 +158,109 @@ def test_pb_run_on_vulkan_returns_arrays_through_the_tool(spv_dir, tmp_path):
 
 
 @on_lavapipe
-def test_target_chosen_for_the_device_gives_right_results_where_a_mismatched_one_does_not(tmp_path):
+@pytest.mark.parametrize("target", ["rdna3", "ampere", "valhall", "cdna3"])
+def test_a_module_for_another_devices_subgroups_is_refused_where_it_would_compute_wrong(cli, target, tmp_path):
     ones = np.ones((4, 1024), np.float32)
     auto = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / "auto.vmfb", target="vulkan")
     (sums,) = run_action.run_to_arrays(auto, "row_sums", [ones], device="vulkan")
     np.testing.assert_array_equal(sums, np.full(4, 1024, np.float32))
-    # The hazard `auto` avoids: a GPU target runs on lavapipe, exits 0 and is wrong.
-    gpu = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / "rdna3.vmfb", target="vulkan", vulkan_target="rdna3")
-    (wrong,) = run_action.run_to_arrays(gpu, "row_sums", [ones], device="vulkan")
-    assert not np.array_equal(wrong, sums)
+    # A GPU target's reduction on lavapipe exits 0 with wrong numbers (256, or NaN for valhall)
+    # when run by the tool itself; pyree_build refuses it in every way it runs a module.
+    gpu = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / f"{target}.vmfb", target="vulkan", vulkan_target=target)
+    raw = subprocess.run(
+        toolchain.iree_run_module().command(f"--module={gpu}", "--function=row_sums", "--device=vulkan", "--input=4x1024xf32=1"),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert raw.returncode == 0 and "1024 1024" not in raw.stdout, raw  # the hazard, still there upstream
+    expected = ("compiled for another device and would compute wrong results on llvmpipe", "subgroups have 8 lanes", "--vulkan-target auto")
+    result = cli("run", gpu, "--device", "vulkan", "--function", "row_sums", "--input", "4x1024xf32=1")
+    assert_clean_error(result, *expected)
+    assert "EXEC @row_sums" not in result.stdout
+    for call in (
+        lambda: pb.run(gpu, "row_sums", [ones], device="vulkan"),
+        lambda: pb.bench(gpu, "row_sums", inputs=["4x1024xf32=1"], device="vulkan"),
+        lambda: pb.run(gpu, "row_sums", [ones], device=vulkan.devices()[0].uri),
+    ):
+        with pytest.raises(PyreeError, match="would compute wrong results on llvmpipe"):
+            call()
+
+
+def _assumed_subgroup_lanes(spirv_words: array.array) -> int | None:
+    """The subgroup size an IREE row reduction assumes: its workgroup combines one partial sum
+    per subgroup with ShuffleXor over 1, 2, ... so lanes = workgroup size / (2 * largest mask)."""
+    constants, masks, workgroup = {}, [], 0
+    at = 5
+    while at < len(spirv_words):
+        count, opcode = spirv_words[at] >> 16, spirv_words[at] & 0xFFFF
+        operands = spirv_words[at + 1 : at + count]
+        if opcode == 43:  # OpConstant
+            constants[operands[1]] = operands[2]
+        elif opcode == 16 and operands[1] == 17:  # OpExecutionMode LocalSize
+            workgroup = operands[2] * operands[3] * operands[4]
+        elif opcode == 346:  # OpGroupNonUniformShuffleXor
+            masks.append(operands[4])
+        at += count
+    return workgroup // (2 * max(constants[m] for m in masks)) if masks else None
+
+
+def test_every_vulkan_target_with_subgroup_operations_assumes_at_least_the_smallest_size_checked(tmp_path):
+    """The constant the refusal rests on, held to iree-compile: each target either emits no
+    subgroup operations or assumes subgroups of SMALLEST_ASSUMED_SUBGROUP lanes or more."""
+    assumed = {}
+    for target in vulkan.VULKAN_TARGETS[1:]:
+        module = compile_action.compile(SAMPLE / "row_sums.mlir", tmp_path / f"{target}.vmfb", target="vulkan", vulkan_target=target)
+        (pipeline,) = vulkan_modules.pipelines(module.read_bytes())
+        assert pipeline.entry_point.startswith("row_sums_dispatch") and pipeline.required_subgroup_size == 0
+        spirv_words = array.array("I", _shader_code(module.read_bytes()))
+        assumed[target] = _assumed_subgroup_lanes(spirv_words)
+        assert bool(pipeline.subgroup_capabilities) == (assumed[target] is not None), target
+    assert assumed["llvmpipe"] is None and assumed[vulkan.BASELINE_TARGET] is None  # what auto picks without GPU subgroups
+    assert assumed["ampere"] == 32 and assumed["cdna3"] == 64 and assumed["valhall"] == 16
+    assert min(v for v in assumed.values() if v) == vulkan_modules.SMALLEST_ASSUMED_SUBGROUP
+
+
+def _shader_code(module_bytes: bytes) -> bytes:
+    at = module_bytes.find(b"VKE1", 4)
+    while at >= 0:
+        try:
+            return flatbuffers.Table.root(module_bytes, at - 4).tables(3)[0].u32_bytes(0)
+        except (ValueError, IndexError):
+            at = module_bytes.find(b"VKE1", at + 1)
+    raise AssertionError("no Vulkan executable in the module")
+
+
+@needs_glslang
+def test_a_shader_the_user_wrote_with_subgroup_operations_is_theirs_to_make_portable(tmp_path):
+    shader = tmp_path / "sums.comp"
+    shader.write_text(
+        "#version 450\n#extension GL_KHR_shader_subgroup_arithmetic : require\nlayout(local_size_x = 64) in;\n"
+        "layout(set = 0, binding = 0) buffer B { float v[]; } b;\n"
+        "void main() { b.v[gl_GlobalInvocationID.x] = subgroupAdd(b.v[gl_GlobalInvocationID.x]); }\n"
+    )
+    (spv,) = spirv.spirv([shader], tmp_path / "out")
+    words = array.array("I", spv.read_bytes())
+    assert 63 in {words[i + 1] for i in range(5, 40) if words[i] == (2 << 16 | 17)}  # it declares GroupNonUniformArithmetic
+    assert vulkan_modules.subgroup_capabilities(spv.read_bytes()) == ()
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_reading_pipelines_never_fails_on_damaged_modules(data):
+    """pipelines() scans arbitrary bytes: a cut or flipped module gives a list, never an exception."""
+    module = _reference_module()
+    cut = data.draw(st.integers(0, len(module)))
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(module) - 1), st.integers(0, 255)), max_size=8))
+    damaged = bytearray(module[:cut] if data.draw(st.booleans()) else module)
+    for where, value in flips:
+        if where < len(damaged):
+            damaged[where] = value
+    assert isinstance(vulkan_modules.pipelines(bytes(damaged)), list)
+
+
+@functools.cache
+def _reference_module() -> bytes:
+    out = Path(tempfile.mkdtemp(prefix="pyree-test-vk.")) / "rdna3.vmfb"
+    return compile_action.compile(SAMPLE / "row_sums.mlir", out, target="vulkan", vulkan_target="rdna3").read_bytes()
 
 
 def test_run_on_vulkan_without_a_device_is_skipped_with_the_reason(spv_dir, tmp_path):

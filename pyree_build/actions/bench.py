@@ -152,7 +152,7 @@ def bench(
     if repetitions < 1:
         raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
     check_timeout(timeout)
-    require_device(device, skip_unavailable=skip_unavailable)
+    require_device(device, skip_unavailable=skip_unavailable, module=mod)
     argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
     # The JSON goes to a file of its own: a plugin that prints to stdout would split it.
     with tempfile.TemporaryDirectory(prefix="pyree-bench.") as tmp:

@@ -153,7 +153,7 @@ def load_inline(
     texts = {"mlir": mlir} | {labels[str(directory / n)]: t for n, t in sources.items()}
     try:
         module, plugins = _build(directory, mlir, sources, owners, backend, settings)
-        run_action.require_device(run_device)
+        run_action.require_device(run_device, module=module)
     except PyreeError as error:
         raise _relabeled(error, labels, texts, f"{directory}{os.sep}") from None
     return InlineKernel(module, function, plugins, run_device, backend)

@@ -123,7 +123,7 @@ def run(
         rt.Config  # noqa: B018 - the first read imports iree.runtime: say what to install if it is missing
     except ImportError as exc:
         raise PyreeError(f"iree.runtime cannot be imported ({exc})", fix='pip install "iree-base-runtime==3.13.*"') from None
-    require_device(device)
+    require_device(device, module=mod)
     # Tensors are read now, so a bad spec is named before the module loads; a bare number waits
     # for the function's declaration, which says whether it is a scalar.
     inputs = [v if isinstance(v, str) and _is_bare(v) else checks.spec_array(v) if isinstance(v, str) else v for v in inputs]

@@ -63,16 +63,18 @@ class DeviceUnavailable(PyreeError):
 
 
 def _backend_of(device: str) -> backends.Backend:
-    """The backend serving `device`, named exactly as one of its `devices`."""
+    """The backend serving `device`: one of its `devices`, or a device of it as IREE names one
+    (`vulkan://0`, `cuda://GPU-...`)."""
     backend = backends.for_device(device)
-    if backend is None or device not in backend.devices:
+    if backend is None or device.split("://", 1)[0] not in backend.devices:
         raise PyreeError(f"unknown device '{device}'", fix=f"use one of: {', '.join(backends.devices())}")
     return backend
 
 
-def require_device(device: str, *, skip_unavailable: bool = False) -> None:
+def require_device(device: str, *, skip_unavailable: bool = False, module: Path | None = None) -> None:
     """Stop before running on a device that is not usable (its backend's probe says so): a
-    clear error, or with `skip_unavailable` the exit code ctest reads as 'skipped'."""
+    clear error, or with `skip_unavailable` the exit code ctest reads as 'skipped'. With
+    `module`, also before running a module that the backend knows would go wrong there."""
     driver = device.split(":", 1)[0]
     backend = backends.for_device(device)
     if backend is None:
@@ -84,6 +86,8 @@ def require_device(device: str, *, skip_unavailable: bool = False) -> None:
             fix=backend.unusable_fix(driver),
             exit_code=SKIP_EXIT_CODE if skip_unavailable else 1,
         )
+    if module is not None:
+        backend.check_module(module, device)
 
 
 def explain_run_failure(text: str, device: str | None = None) -> str | None:
@@ -174,7 +178,7 @@ def _check_run_inputs(mod: Path, inputs: Sequence[str], plugins: Sequence[PathLi
     if plugins:
         check_resolved(mod, plugins, ask_without_imports=False)  # names a missing import, where the runtime would not
     _backend_of(device)
-    require_device(device, skip_unavailable=skip_unavailable)
+    require_device(device, skip_unavailable=skip_unavailable, module=mod)
 
 
 def _run_argv(

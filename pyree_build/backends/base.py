@@ -185,6 +185,11 @@ class Backend:
         `device`); run stops before an unusable one, doctor shows the reason."""
         return True, f"{device} needs no probe"
 
+    def check_module(self, module: Path, device: str) -> None:
+        """Before `module` runs on `device` (as the user named it, `vulkan://1`): raise
+        PyreeError where it would fail or compute wrong results there, which the runtime
+        would not say."""
+
     def unusable_fix(self, device: str) -> str:
         """What to do when probe() says the device is not usable."""
         return "run `pyree-build doctor` to see which devices are usable here"

@@ -14,6 +14,7 @@ from pyree_build.core import lazy, toolchain
 # Loaded on first use: declaring the backend (help, doctor, the registry) reads it not.
 _devices = lazy.module("pyree_build.backends.vulkan.devices")
 _spirv = lazy.module("pyree_build.backends.vulkan.spirv")
+_modules = lazy.module("pyree_build.backends.vulkan.modules")
 
 
 class VulkanBackend(Backend):
@@ -54,6 +55,9 @@ class VulkanBackend(Backend):
 
     def probe(self, device: str) -> tuple[bool, str]:
         return _devices.status()
+
+    def check_module(self, module: Path, device: str) -> None:
+        _modules.check_runs_on(module, device)
 
     def unusable_fix(self, device: str) -> str:
         return "install a Vulkan driver (CPU-only Debian: apt-get install mesa-vulkan-drivers); `pyree-build doctor` lists Vulkan devices"

@@ -35,6 +35,7 @@ class VulkanDevice:
     driver: str
     vendor_id: int
     kind: str  # cpu, discrete-gpu, integrated-gpu, ...
+    subgroup_sizes: tuple[int, int]  # (smallest, largest) lanes; (0, 0) where the runtime did not say
 
 
 @functools.cache
@@ -58,9 +59,29 @@ def devices() -> tuple[VulkanDevice, ...]:
                 driver=fields.get("driver", "?"),
                 vendor_id=int(vendor, 16) if vendor.lower().startswith("0x") else int(vendor or 0),
                 kind=fields.get("type", "?"),
+                subgroup_sizes=_subgroup_sizes(fields.get("subgroup", "")),
             )
         )
     return tuple(found)
+
+
+def _subgroup_sizes(line: str) -> tuple[int, int]:
+    """(min, max) of a `subgroup: size=8 ... minSubgroupSize=8 maxSubgroupSize=8` line."""
+    sizes = dict(re.findall(r"(\w+)=(\d+)", line))
+    size = int(sizes.get("size", 0))
+    return int(sizes.get("minSubgroupSize", size)), int(sizes.get("maxSubgroupSize", size))
+
+
+def named(device: str) -> VulkanDevice | None:
+    """The device a --device value selects: `vulkan` the first, `vulkan://N` by ordinal,
+    `vulkan://PATH` by its path; None where it is not here."""
+    here = devices()
+    _, _, which = device.partition("://")
+    if not which:
+        return here[0] if here else None
+    if which.isdigit():
+        return here[int(which)] if int(which) < len(here) else None
+    return next((d for d in here if d.uri == device), None)
 
 
 def target_for(device: VulkanDevice) -> str:

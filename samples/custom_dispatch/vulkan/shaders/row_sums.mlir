@@ -1,7 +1,8 @@
 // Generated code only: the sum of each row of a 4x1024 matrix. IREE reduces with
 // subgroup operations sized for the --iree-vulkan-target it compiles for; on a device
-// with other subgroups the result is wrong and nothing fails (a module for `rdna3` or
-// `ampere` prints 256 on lavapipe, whose subgroups are 8 wide). The sample compiles it
+// with other subgroups iree-run-module prints wrong numbers and exits 0 (a module for
+// `rdna3` or `ampere` gives 256 on lavapipe, whose subgroups are 8 wide), which
+// `pyree-build run` refuses to run. The sample compiles it
 // with VULKAN_TARGET auto, the target of the Vulkan device found at build time, and
 // checks the right answer, 1024 per row.
 func.func @row_sums(%m: tensor<4x1024xf32>) -> tensor<4xf32> {
