@@ -32,6 +32,32 @@ HIP_DEVICE = """module attributes {hal.device.targets = [#hal.device.target<"hip
 }
 """
 
+# A transform spec whose matcher checks the iterator kind of a dimension, the way IREE's own
+# Vulkan argmax spec does (its file, unchanged, fails to parse with 3.13 for this reason).
+MATCH_DIMS = """module attributes {transform.with_named_sequence} {
+  transform.named_sequence @match_rows(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {
+    %m = transform.match.structured failures(propagate) %op : (!transform.any_op) -> !transform.any_op {
+    ^bb0(%s: !transform.any_op):
+      transform.match.structured.dim %s[0] parallel : !transform.any_op
+      transform.match.structured.dim %s[-1] reduction : !transform.any_op
+      transform.match.structured.yield %s : !transform.any_op
+    }
+    transform.yield %m : !transform.any_op
+  }
+  transform.named_sequence @note(%op: !transform.any_op {transform.readonly}) {
+    transform.yield
+  }
+  transform.named_sequence @__transform_main(%module: !transform.any_op) {
+    %funcs = transform.structured.match ops{["util.func"]} in %module : (!transform.any_op) -> !transform.any_op
+    transform.foreach %funcs : !transform.any_op {
+    ^bb0(%f: !transform.any_op):
+      %r = transform.foreach_match in %f @match_rows -> @note : (!transform.any_op) -> !transform.any_op
+    }
+    transform.yield
+  }
+}
+"""
+
 
 def _older_objects(text: str) -> str:
     text = text.replace("<{objects = #hal.executable.objects<{", "attributes {objects = #hal.executable.objects<{")
@@ -80,3 +106,16 @@ def test_other_constructs_of_an_older_release(cli, tmp_path, now_text, older_tex
     if flags is not None:  # the 3.13 form compiles (the hip device needs a GPU description to go further)
         (tmp_path / "now.mlir").write_text(now_text)
         assert cli("compile", tmp_path / "now.mlir", "-o", tmp_path / "now.vmfb", *flags).returncode == 0
+
+
+def test_a_transform_spec_of_an_older_release_is_named_with_its_line(cli, tmp_path):
+    program = SAMPLES / "custom_dispatch" / "vulkan" / "shaders" / "row_sums.mlir"
+    older = re.sub(r"\] (parallel|reduction) :", r"] {\1} :", MATCH_DIMS)
+    assert older.count("{parallel}") == 1 and older.count("{reduction}") == 1
+    (tmp_path / "older_spec.mlir").write_text(older)
+    result = cli("compile", program, "-o", tmp_path / "older.vmfb", "--transform-spec", tmp_path / "older_spec.mlir")
+    assert_clean_error(result, "older_spec.mlir is written for another IREE release", "line 5: a unit attribute in braces", "line 6:",
+                       "transform.match.structured.dim %op[0] parallel")  # fmt: skip
+    assert not (tmp_path / "older.vmfb").exists()
+    (tmp_path / "spec.mlir").write_text(MATCH_DIMS)
+    assert cli("compile", program, "-o", tmp_path / "now.vmfb", "--transform-spec", tmp_path / "spec.mlir").returncode == 0

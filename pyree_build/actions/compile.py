@@ -211,14 +211,20 @@ def post_checks(state: CompileState, deps: list[str]) -> Path:
 def explain_failure(state: CompileState, compiler_output: str) -> str | None:
     """The backend's explanation of an iree-compile failure, else a file written for another
     IREE release, else which objects were missing."""
-    hint = state.backend.explain(state.job, compiler_output) or releases.explain(
-        state.job.source.name, state.job.text, toolchain.iree_compile().version, compiler_output
-    )
+    texts = {state.job.source.name: state.job.text} | {f.name: _text_of(f) for f in state.job.spec_files}
+    hint = state.backend.explain(state.job, compiler_output) or releases.explain(texts, toolchain.iree_compile().version, compiler_output)
     if hint:
         return hint
     if "failed to serialize executable" in compiler_output or "object file not found" in compiler_output:
         return _missing_objects_message(state, compiler_output)
     return None
+
+
+def _text_of(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _missing_objects_message(state: CompileState, compiler_output: str) -> str | None:
