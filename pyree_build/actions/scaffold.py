@@ -145,8 +145,13 @@ ctest --test-dir build --output-on-failure
 ```
 
 The test runs `run` with {inputs_text} and expects {expected_text}: the
-placeholder body in `plugin.c` writes the sum of the `in` buffers to each `out` and
-adds it to each `inout`. Replace it with your kernel and update the test's EXPECT.
+placeholder body in `plugin.c` takes, per element, the sum of the `in` buffers, times
+the first scalar plus the second (a*x+b), writes it to each `out` and adds it to each
+`inout`. Replace it with your kernel and update the test's EXPECT.
+
+The import's argument block holds each buffer's base pointer and element offset (in
+--args order), then the scalars, then the tile's size: `count` (elements, or rows of an
+N-D buffer) and, for N-D buffers, the inner extents `dim1`, `dim2`, ....
 
 ## By hand
 

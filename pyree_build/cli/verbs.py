@@ -257,7 +257,15 @@ NEW = Verb(
         Option(("--import",), {"dest": "import_name", "metavar": "NAME", "help": "generate the plugin and program for your own import NAME (with --args)"}),
         Option(
             ("--args",),
-            {"dest": "import_args", "metavar": "KIND:TYPE,...", "help": 'the import\'s buffers in call order, KIND in|out|inout, e.g. "in:f32,in:f32,out:f32"'},
+            {
+                "dest": "import_args",
+                "metavar": "KIND:TYPE,...",
+                "help": (
+                    "the import's arguments in call order: buffers KIND:TYPE (1-D) or KIND:TYPE[?x?] (N-D), KIND in|out|inout, "
+                    "TYPE f32|f16|i8|i16|i32|i64; scalars scalar:TYPE (f32|i8|i16|i32|i64), passed after the buffers; "
+                    'e.g. "in:f32,scalar:f32,scalar:f32,out:f32" or "in:f32[?x?],out:f32[?x?]"'
+                ),
+            },
         ),
     ),
     description=(
