@@ -103,6 +103,47 @@ def test_memref_imports_without_bareptr_are_warned_about(cli, tmp_path):
     assert "import @simple_mul_workgroup takes memrefs but is not declared with `llvm.bareptr = true`" in result.stderr
 
 
+DESCRIPTOR_IMPORT = """func.func private @scale_rows(%m: memref<?x?xf32>, %v: memref<f32>, %n: index) attributes {hal.import.static}
+func.func private @bare_rows(%m: memref<?xf32>, %o: index) attributes {hal.import.static, llvm.bareptr = true}
+"""
+
+
+def test_descriptor_parameters_are_counted_per_rank_and_matched_to_c_beside_the_program(tmp_path):
+    (found,) = imports.memref_imports_without_bareptr(DESCRIPTOR_IMPORT)
+    assert (found.name, found.descriptor_params) == ("scale_rows", 7 + 3 + 1)  # rank 2: 3 + 2*2; rank 0: 3; index: 1
+    c_text = (
+        "/* scale_rows(a) is not this */ static void helper(void) {}\n"
+        "void scale_rows(float *m, float *m_aligned, size_t m_offset, size_t m_size0, size_t m_size1,\n"
+        "                size_t m_stride0, size_t m_stride1, // the 2-D descriptor\n"
+        "                float *v, float *v_aligned, size_t v_offset, size_t n) { helper(); }\n"
+    )
+    assert imports.c_parameter_count(c_text, "scale_rows") == 11
+    assert imports.c_parameter_count(c_text, "helper") == 0
+    assert imports.c_parameter_count("int scale_rows(int a);", "scale_rows") is None  # a prototype defines nothing
+
+
+@pytest.mark.parametrize(("c_params", "warned"), [
+    ("const float *a, const float *a_aligned, size_t a_offset, size_t a_size, size_t a_stride, size_t n", False),
+    ("const float *a, size_t a_offset, size_t n", True),
+    (None, True),
+], ids=["descriptor C", "pointer+offset C", "no C"])  # fmt: skip
+def test_bareptr_warning_only_where_the_c_beside_the_spec_does_not_take_the_descriptors(cli, tmp_path, c_params, warned):
+    """A spec whose import takes whole memref descriptors on purpose (as IREE's embedded transform
+    sample does, its functions.c beside it) compiles without the warning; pointer + offset C, or
+    no C to read, keeps it."""
+    spec = tmp_path / "spec.mlir"
+    spec.write_text(
+        "module attributes {transform.with_named_sequence} {\n"
+        "  func.func private @sum_all(%a: memref<?xf32>, %n: index) attributes {hal.import.static}\n"
+        "  transform.named_sequence @__transform_main(%m: !transform.any_op) { transform.yield }\n}\n"
+    )
+    if c_params is not None:
+        (tmp_path / "functions.c").write_text(f"#include <stddef.h>\nvoid sum_all({c_params}) {{}}\n")
+    result = cli("compile", PLUGIN_SAMPLE / "example.mlir", "-o", tmp_path / "m.vmfb", "--transform-spec", spec, "-q")
+    assert result.returncode == 0, result
+    assert ("import @sum_all takes memrefs but is not declared with `llvm.bareptr = true`" in result.stderr) == warned, result.stderr
+
+
 @pytest.mark.parametrize(("triple", "arch"), [("aarch64-unknown-linux-gnu", "arm_64"), ("riscv64-unknown-linux-gnu", "riscv_64")])
 def test_imports_of_modules_for_other_arches_are_read_too(cli, tmp_path, triple, arch):
     out = tmp_path / "m.vmfb"

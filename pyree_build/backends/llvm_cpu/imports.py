@@ -353,7 +353,17 @@ def require_imports(module: PathLike, expected: Sequence[str], *, what: str = "m
 _PRIVATE_DECL = re.compile(r"func\.func\s+private\s+@([\w$.\-]+)\s*\(", re.MULTILINE)
 
 
-def declarations_without_bareptr(mlir_text: str) -> list[str]:
+@record(frozen=True)
+class MemrefImport:
+    """An import declared with memref operands and without `llvm.bareptr = true`."""
+
+    name: str
+    #: how many C parameters the module passes: each memref as a whole descriptor (allocated
+    #: and aligned pointers, offset, then a size and a stride per dimension), one per other operand.
+    descriptor_params: int
+
+
+def memref_imports_without_bareptr(mlir_text: str) -> list[MemrefImport]:
     """Imports declared with memref operands but without `llvm.bareptr = true`.
 
     Without it each memref becomes a whole descriptor (pointers, offset, sizes, strides)
@@ -374,8 +384,46 @@ def declarations_without_bareptr(mlir_text: str) -> list[str]:
             close = rest.find("}", head.end())
             attrs = rest[head.end() : close if close >= 0 else len(rest)]
         if "memref<" in params and "llvm.bareptr" not in attrs:
-            found.append(m.group(1))
+            found.append(MemrefImport(m.group(1), sum(_descriptor_words(p) for p in _top_level_split(params))))
     return found
+
+
+def declarations_without_bareptr(mlir_text: str) -> list[str]:
+    """The names of memref_imports_without_bareptr(mlir_text)."""
+    return [i.name for i in memref_imports_without_bareptr(mlir_text)]
+
+
+def _top_level_split(text: str) -> list[str]:
+    """`text` split at the commas outside any (), <>, [] or {}."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += 1 if char in "(<[{" else -1 if char in ")>]}" else 0
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _descriptor_words(param: str) -> int:
+    shape = re.search(r"memref<([^,>]*)", param)
+    if shape is None:
+        return 1
+    rank = len(re.findall(r"(?:\?|\d+)x", shape.group(1)))
+    return 3 + 2 * rank
+
+
+def c_parameter_count(c_text: str, name: str) -> int | None:
+    """How many parameters the C definition of `name` in `c_text` takes; None where it has none."""
+    for m in re.finditer(rf"\b{re.escape(name)}\s*\(", c_text):
+        depth, i = 1, m.end()
+        while i < len(c_text) and depth:
+            depth += {"(": 1, ")": -1}.get(c_text[i], 0)
+            i += 1
+        if re.match(r"\s*\{", c_text[i : i + 64]):
+            params = _top_level_split(re.sub(r"/\*.*?\*/|//[^\n]*", "", c_text[m.end() : i - 1], flags=re.DOTALL))
+            return 0 if params in ([], ["void"]) else len(params)
+    return None
 
 
 def listing(module: PathLike, plugins: Sequence[PathLike] = ()) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyree_build.backends.llvm_cpu.elf import ARCH_ALIASES, host_arch, is_standalone_elf
-from pyree_build.backends.llvm_cpu.imports import declarations_without_bareptr
+from pyree_build.backends.llvm_cpu.imports import c_parameter_count, memref_imports_without_bareptr
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.inputs import resolve_object
 
@@ -40,15 +40,39 @@ def plugin_flag(plugin: PathLike) -> str:
 
 def warn_without_bareptr(source: Path, text: str, specs: Sequence[Path]) -> None:
     """Warn about each import that takes memrefs without `llvm.bareptr = true`, in the program
-    (`text`, read from `source`) and its specs."""
-    for path, body in [(source, text), *((f, f.read_text(encoding="utf-8", errors="replace")) for f in specs)]:
-        for name in declarations_without_bareptr(body):
+    (`text`, read from `source`) and its specs, unless C beside them defines it with one
+    parameter per descriptor field: then it takes the descriptors on purpose (IREE's own
+    embedded transform sample does)."""
+    files = [(source, text), *((f, _read(f)) for f in specs)]
+    c_texts = _c_beside([path for path, _ in files])
+    for path, body in files:
+        for found in memref_imports_without_bareptr(body):
+            if any(c_parameter_count(c, found.name) == found.descriptor_params for c in c_texts):
+                continue
             print(  # shown even with -q: the module would compile and then compute garbage
-                f"warning: {path.name}: import @{name} takes memrefs but is not declared with `llvm.bareptr = true`: "
-                "each memref is then passed as a whole descriptor, and C written for pointer + offset reads the wrong "
-                "fields (wrong results or a crash); add `attributes {llvm.bareptr = true}` (docs/writing-an-import.md)",
+                f"warning: {path.name}: import @{found.name} takes memrefs but is not declared with `llvm.bareptr = true`: "
+                f"each memref is then passed as a whole descriptor ({found.descriptor_params} parameters in all), and C "
+                "written for pointer + offset reads the wrong fields (wrong results or a crash); add `attributes "
+                "{llvm.bareptr = true}` (docs/writing-an-import.md), or define the C function with every descriptor field",
                 file=sys.stderr,
             )
+
+
+_MOST_C_FILES = 64
+
+
+def _c_beside(paths: Sequence[Path]) -> list[str]:
+    """The C files in the directories of `paths` (where an IREE sample keeps its functions.c)."""
+    directories = dict.fromkeys(p.resolve().parent for p in paths)
+    found = [c for d in directories for c in sorted(d.glob("*.c"))[:_MOST_C_FILES]]
+    return [_read(c) for c in found]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def explain_loader(text: str) -> str | None:
