@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error, run_cli
 
+from pyree_build.core import processes
+from pyree_build.core.errors import PyreeError
+
 CUDA_KERNELS = SAMPLES / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"
 ARCH_ARGS = ["--arch", "x86_64", "--arch", "aarch64", "--arch", "riscv64"]
 
@@ -222,3 +225,33 @@ def test_a_missing_iree_compiler_says_how_to_install_it(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "iree-compile not found" in proc.stderr and "pip install" in proc.stderr, proc.stderr
     assert not (tmp_path / "x.vmfb").exists()
+
+
+def test_an_iree_compile_crash_is_named_a_crash_with_what_it_said_not_blamed_on_the_mlir(cli, tmp_path):
+    """iree-compile 3.13 crashes (SIGSEGV, LLVM's backtrace, no location) on an unknown Vulkan
+    target given as a raw flag; the message must not send the user to a location in the file."""
+    out = tmp_path / "m.vmfb"
+    flags = ["--", "--iree-hal-target-device=vulkan", "--iree-vulkan-target=bogus"]
+    result = cli("compile", PLUGIN_SAMPLE / "example.mlir", "-o", out, *flags)
+    assert_clean_error(
+        result, "iree-compile (llvm-cpu) was killed by SIGSEGV: the tool itself crashed", "what it said before crashing:",
+        "Unknown Vulkan target 'bogus'", "its backtrace begins:", "report the crash with this command and the input to https://github.com/iree-org/iree/issues",
+    )  # fmt: skip
+    assert "fix the MLIR at the location shown" not in result.stderr and "Stack dump:" not in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".m.vmfb*"))
+
+
+@pytest.mark.parametrize("exit_how", ["signal", "banner"])
+def test_a_tool_crash_is_told_from_an_error_and_a_user_code_crash_keeps_its_hint(exit_how):
+    crash = "import os, signal, sys; print('error: lost its way', file=sys.stderr); " + (
+        "os.kill(os.getpid(), signal.SIGSEGV)" if exit_how == "signal" else "print('Stack dump:\\n #0 0x1 f()', file=sys.stderr); sys.exit(3)"
+    )
+    with pytest.raises(PyreeError) as tool:
+        processes.spawn([sys.executable, "-c", crash], what="the tool", fix="fix the input")
+    assert "the tool itself crashed" in tool.value.what and "error: lost its way" in tool.value.details
+    assert tool.value.fix is not None and "fix the input" not in tool.value.fix
+    if exit_how == "signal":  # a crash with a hint (a run with a user's plugin) keeps the hint and the caller's fix
+        with pytest.raises(PyreeError) as user:
+            processes.spawn([sys.executable, "-c", crash], what="the run", fix="fix the plugin", crash_hint="a plugin was loaded")
+        assert user.value.what == "the run was killed by SIGSEGV" and user.value.fix == "fix the plugin"
+        assert "a plugin was loaded" in user.value.details

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import select
 import shutil
 import signal
@@ -262,6 +263,8 @@ def spawn(
             command=args,
             fix=fix if not crash_hint else "see the likely causes above; or give it more time with --timeout SECONDS",
         )
+    if crash_hint is None and (result.returncode < 0 or _CRASH_BANNER in output):
+        raise _tool_crashed(what, file, args, result.returncode, output)
     if result.returncode < 0:
         raise PyreeError(
             f"{what} was killed by {signal_name(-result.returncode)}",
@@ -275,6 +278,30 @@ def spawn(
         raise PyreeError(f"{what} failed (exit code {result.returncode})", file=file, details=better or output or "(the tool printed nothing)",
                          command=args, fix=fix)  # fmt: skip
     return result
+
+
+# What LLVM's crash handler (iree-compile, clang, lld) prints before its backtrace.
+_CRASH_BANNER = "Stack dump:"
+_REPORT_TO = re.compile(r"(?:report issues to|submit a bug report to)\s+(\S+?)[.,]?(?:\s|$)", re.IGNORECASE)
+
+
+def _tool_crashed(what: str, file: str | os.PathLike[str] | None, args: list[str], returncode: int, output: str) -> PyreeError:
+    """A tool that crashed (a signal, or LLVM's crash handler): a bug in the tool, so the
+    message says so, shows what it said before crashing, and never blames the input's lines."""
+    how = f"was killed by {signal_name(-returncode)}" if returncode < 0 else f"crashed (exit code {returncode})"
+    before, _, backtrace = output.partition(_CRASH_BANNER)
+    report = _REPORT_TO.search(before)
+    said = [line for line in before.splitlines() if line.strip() and not _REPORT_TO.search(line)]
+    return PyreeError(
+        f"{what} {how}: the tool itself crashed, a bug in it rather than an error it found in the input",
+        file=file,
+        details=("what it said before crashing:\n" + trim("\n".join(said), 10) if said else "it said nothing before crashing")
+        + ("\nits backtrace begins:\n" + trim(backtrace.strip(), 12) if backtrace.strip() else ""),
+        command=args,
+        fix="if it said what it was doing (an unknown option value, an op it cannot handle), change that; otherwise try "
+        "other flags or rewrite the construct it was working on, and report the crash with this command and the input"
+        + (f" to {report.group(1)}" if report else ""),
+    )
 
 
 def _echo_spawn(args: list[str], cwd: str | os.PathLike[str] | None, env: Mapping[str, str] | None, *, fed: bool) -> None:
