@@ -376,18 +376,25 @@ function(pyree_vulkan_spirv)
 endfunction()
 
 # pyree_hip_hsaco(NAME <name> SRCS <cu|hip>... GFX <gfx>... [INCLUDE_DIRS <dir>...] [DEFINES <d>...]
-#                 [OUTPUT_DIR <dir>])
+#                 [OUTPUT_DIR <dir>] [LAYOUT dirs|flat])
 # One AMDGPU code object per source and gfx in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or OUTPUT_DIR),
-# named gfx<N>/<stem>.co, each checked to be for its gfx. A module with TARGET hip and GFX <N> that
-# DEPENDS on <name> takes the objects of its own gfx.
+# named gfx<N>/<stem>.co (LAYOUT flat: <stem>_gfx<N>.co, the names IREE's samples reference), each
+# checked to be for its gfx. A module with TARGET hip and GFX <N> that DEPENDS on <name> takes the
+# objects of its own gfx.
 function(pyree_hip_hsaco)
-  _pyree_parse(pyree_hip_hsaco "" "NAME;OUTPUT_DIR" "SRCS;GFX;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_hip_hsaco "" "NAME;OUTPUT_DIR;LAYOUT" "SRCS;GFX;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_hip_hsaco NAME SRCS GFX)
   _pyree_require_files(pyree_hip_hsaco SRCS ${ARG_SRCS})
+  _pyree_one_of(pyree_hip_hsaco LAYOUT "dirs;flat")
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
   list(TRANSFORM ARG_GFX REPLACE "^gfx" "")
-  _pyree_fan_out(${ARG_NAME} hsaco "HIP code objects" "${_srcs}" --gfx "${ARG_GFX}" "gfx<v>/<stem>.co" ${_flags})
+  set(_pattern "gfx<v>/<stem>.co")
+  if(ARG_LAYOUT STREQUAL "flat")
+    set(_pattern "<stem>_gfx<v>.co")
+    list(APPEND _flags --layout flat)
+  endif()
+  _pyree_fan_out(${ARG_NAME} hsaco "HIP code objects" "${_srcs}" --gfx "${ARG_GFX}" "${_pattern}" ${_flags})
 endfunction()
 
 # pyree_iree_module's VULKAN_TARGET, GFX and LINK_BITCODE (a pyree_cuda_bitcode target or a file).

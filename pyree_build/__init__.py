@@ -185,8 +185,9 @@ def hsaco(
     defines: str | Sequence[str] = (),
     depfile: PathLike | None = None,
     jobs: int | None = None,
+    layout: str = "dirs",
 ) -> list[Path]:
-    """Compile a HIP source to an AMDGPU code object per gfx.
+    """Compile a HIP source to an AMDGPU code object per gfx (`layout="flat"`: `<stem>_gfx<N>.co`, IREE's sample names).
 
     Example: pb.hsaco("kernels.cu", [942, 1100], "build/hsaco")  # -> [.../gfx942/kernels.co, .../gfx1100/kernels.co]
     """

@@ -107,6 +107,10 @@ CASES = {
         "pyree_hip_hsaco(NAME h SRCS missing.cu GFX 942)\n",
         ["pyree_hip_hsaco: SRCS file 'missing.cu' not found"],
     ),
+    "unknown hsaco LAYOUT": (
+        "pyree_hip_hsaco(NAME h SRCS kernels.cu GFX 942 LAYOUT iree)\n",
+        ["pyree_hip_hsaco: unknown LAYOUT 'iree'; use one of: dirs, flat"],
+    ),
     "a keyword spirv lacks is not taken as a source": (
         "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIRECTORY d)\n",
         ["pyree_vulkan_spirv", "OUTPUT_DIRECTORY", "OUTPUT_DIR"],
@@ -147,12 +151,18 @@ def test_valid_calls_still_configure_and_timeout_reaches_the_test(tmp_path):
 def test_every_artifact_function_writes_into_its_output_dir(tmp_path):
     """OUTPUT_DIR (relative to the binary dir) for every artifact function, so a program whose
     objects are named by relative paths finds them without copy steps (issue 26 item 10)."""
-    body = "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIR shaders)\npyree_hip_hsaco(NAME h SRCS kernels.cu GFX 942 OUTPUT_DIR code)\n"
+    body = (
+        "pyree_vulkan_spirv(NAME s SRCS shader.glsl OUTPUT_DIR shaders)\npyree_hip_hsaco(NAME h SRCS kernels.cu GFX 942 OUTPUT_DIR code)\n"
+        "pyree_hip_hsaco(NAME hf SRCS kernels.cu GFX 942 1100 OUTPUT_DIR objects LAYOUT flat)\n"
+    )
     result = configure_project(tmp_path, body)
     assert result.returncode == 0, result.stdout + result.stderr
-    for target in ("s", "h"):
+    for target in ("s", "h", "hf"):
         build(tmp_path / "build", target)
     built = tmp_path / "build"
     assert (built / "shaders" / "shader.spv").is_file()
     assert (built / "code" / "gfx942" / "kernels.co").is_file()
-    assert not (built / "s").exists() and not (built / "h").exists()
+    # LAYOUT flat: IREE's sample names, one directory for every gfx
+    assert sorted(p.name for p in (built / "objects").glob("*.co")) == ["kernels_gfx1100.co", "kernels_gfx942.co"]
+    assert (built / "objects" / "kernels_gfx942.co").read_bytes() == (built / "code" / "gfx942" / "kernels.co").read_bytes()
+    assert not (built / "s").exists() and not (built / "h").exists() and not (built / "hf").exists()

@@ -14,6 +14,7 @@ from pyree_build.actions import run as run_action
 from pyree_build.backends.hip import devices as hip_devices
 from pyree_build.backends.hip import hsaco as hip
 from pyree_build.core import toolchain
+from pyree_build.core.errors import PyreeError
 
 SAMPLE = SAMPLES / "custom_dispatch" / "hip" / "kernels"
 KERNELS = SAMPLE / "kernels.cu"
@@ -34,6 +35,24 @@ def test_hsaco_writes_one_code_object_per_gfx_with_its_kernels(cli, tmp_path):
         assert obj.gfx == gfx and obj.kernels == ("simple_mul", "simple_mul_inplace")
     deps = (tmp_path / "co.d").read_text()
     assert str(KERNELS) in deps and "hip_runtime.h" in deps and "iree-lld" in deps
+
+
+def test_flat_layout_writes_the_names_iree_samples_reference_and_a_module_finds_them(cli, hsaco_dir, tmp_path):
+    result = cli("hsaco", KERNELS, "--gfx", "942", "--gfx", "1100", "--layout", "flat", "-o", tmp_path / "flat")
+    assert result.returncode == 0, result
+    assert sorted(p.name for p in (tmp_path / "flat").iterdir()) == ["kernels_gfx1100.co", "kernels_gfx942.co"]
+    for gfx in ("gfx942", "gfx1100"):  # the same objects as the per-gfx directories
+        assert (tmp_path / "flat" / f"kernels_{gfx}.co").read_bytes() == (hsaco_dir / gfx / "kernels.co").read_bytes()
+    program = tmp_path / "flat_example.mlir"
+    program.write_text((SAMPLE / "example.mlir").read_text().replace('"kernels.co"', '"kernels_gfx1100.co"'))
+    assert "kernels_gfx1100.co" in program.read_text()
+    module = tmp_path / "flat.vmfb"
+    compiled = cli("compile", program, "-o", module, "--target", "hip", "--gfx", "1100", "--object-search-path", tmp_path / "flat")
+    assert compiled.returncode == 0, compiled
+    assert {o.gfx for o in hip.embedded_code_objects(module)} == {"gfx1100"}
+    assert_clean_error(cli("hsaco", KERNELS, "--gfx", "942", "--layout", "iree", "-o", tmp_path / "x"), "invalid choice: 'iree'")
+    with pytest.raises(PyreeError, match="unknown layout 'iree'"):
+        hip.hsaco(KERNELS, [942], tmp_path / "x", layout="iree")
 
 
 def test_every_known_gfx_builds_to_the_machine_byte_in_the_table(tmp_path):

@@ -34,15 +34,24 @@ class HipBackend(Backend):
             (
                 Option(("source",), {"metavar": "SRC.cu|SRC.hip"}),
                 Option(("--gfx",), {"dest": "gfxs", "action": "append", "required": True, "help": "e.g. 942 or gfx942 (repeatable)"}),
-                Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/gfx<N>/<stem>.co"}),
+                Option(("-o", "--output-dir"), {"required": True, "help": "writes DIR/gfx<N>/<stem>.co (--layout flat: DIR/<stem>_gfx<N>.co)"}),
+                Option(
+                    ("--layout",),
+                    {
+                        "choices": ("dirs", "flat"),
+                        "default": "dirs",
+                        "help": "dirs: DIR/gfx<N>/<stem>.co (default); flat: DIR/<stem>_gfx<N>.co, IREE's sample names",
+                    },
+                ),
                 *SOURCE_OPTIONS,
             ),
             description=(
-                "Compile a HIP source into an AMDGPU code object per gfx (DIR/gfx<N>/<stem>.co) with zig's "
-                "clang and iree-lld, no ROCm needed; each object's ELF flags are checked against its gfx, "
-                "since iree-compile embeds an object of any gfx without a word."
+                "Compile a HIP source into an AMDGPU code object per gfx (DIR/gfx<N>/<stem>.co, or with "
+                "--layout flat DIR/<stem>_gfx<N>.co as IREE's samples name them) with zig's clang and iree-lld, "
+                "no ROCm needed; each object's ELF flags are checked against its gfx, since iree-compile embeds "
+                "an object of any gfx without a word."
             ),
-            examples="pyree-build hsaco kernels.cu --gfx 942 --gfx 1100 -o build/hsaco",
+            examples="pyree-build hsaco kernels.cu --gfx 942 --gfx 1100 -o build/hsaco\npyree-build hsaco kernels.cu --gfx 1100 --layout flat -o build/hip  # build/hip/kernels_gfx1100.co",
         ),
         Verb(
             "code-objects",

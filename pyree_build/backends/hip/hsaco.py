@@ -109,6 +109,9 @@ def embedded_code_objects(module: PathLike) -> list[CodeObject]:
     return found
 
 
+LAYOUTS = ("dirs", "flat")
+
+
 def hsaco(
     source: PathLike,
     gfxs: Sequence[str | int],
@@ -118,18 +121,23 @@ def hsaco(
     defines: Sequence[str] = (),
     depfile: PathLike | None = None,
     jobs: int | None = None,
+    layout: str = "dirs",
 ) -> list[Path]:
-    """Compile one HIP source to `<output_dir>/gfx<N>/<stem>.co` per gfx; all are written or none.
+    """Compile one HIP source to a code object per gfx; all are written or none.
 
-    One directory per gfx, each holding objects under the names the MLIR uses, so a
-    `--target hip --gfx N` compile finds the right one (see iree.compile).
+    `layout="dirs"` writes `<output_dir>/gfx<N>/<stem>.co`: one directory per gfx, each
+    holding objects under the one name the MLIR uses, so a `--target hip --gfx N` compile
+    finds the right one. `layout="flat"` writes `<output_dir>/<stem>_gfx<N>.co`, the names
+    IREE's own samples reference per target (`kernels_gfx1100.co`).
     """
     src = require_file(source, "HIP source").resolve()
     gfx_list = list(dict.fromkeys(normalize_gfx(g) for g in gfxs))
     if not gfx_list:
         raise PyreeError("no gfx given", fix="pass at least one --gfx, e.g. --gfx 942")
+    if layout not in LAYOUTS:
+        raise PyreeError(f"unknown layout '{layout}'", fix=f"use one of: {', '.join(LAYOUTS)}")
     out_dir = Path(output_dir)
-    outputs = {g: out_dir / g / f"{src.stem}.co" for g in gfx_list}
+    outputs = {g: out_dir / g / f"{src.stem}.co" if layout == "dirs" else out_dir / f"{src.stem}_{g}.co" for g in gfx_list}
     check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for out in outputs.values():
         remove_stale(out)
