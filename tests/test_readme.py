@@ -166,7 +166,7 @@ def _readmes() -> list[Path]:
 
 
 # Pages of docs/ that are walk-throughs: every block runs, as in a README.
-WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md",)
+WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md", "cache-and-rebuilds.md")
 
 
 BLOCKS = [b for readme in _readmes() for b in extract((REPO / readme).read_text(encoding="utf-8"), readme)]
@@ -219,3 +219,28 @@ def test_the_conventions_are_checked():
     with pytest.raises(AssertionError, match="claims output"):
         check_claims(sh, "goodbye")
     assert skip_reason(py) == "why"
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _markdown_pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "samples").rglob("README.md"))]
+
+
+@pytest.mark.parametrize("page", _markdown_pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_link_of_a_page_leads_somewhere(page: Path) -> None:
+    """Sections moved between the README and docs/ keep their links: each relative link names a
+    file that exists, and each #anchor a heading of the page it points into."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{page.relative_to(REPO)}: link to {target}: {path} does not exist"
+        if anchor and linked.suffix == ".md":
+            headings = re.findall(r"^#+ (.*)$", re.sub(r"```.*?```", "", linked.read_text(encoding="utf-8"), flags=re.S), re.M)
+            assert anchor in {_slug(h) for h in headings}, f"{page.relative_to(REPO)}: link to {target}: no such heading"
