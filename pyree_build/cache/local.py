@@ -623,6 +623,7 @@ _OWN_NAMES = {
     "tools": re.compile(r"[0-9a-f]{40}\.json\Z"),
     "commands": re.compile(r"[0-9a-f]{40}\.json\Z"),
     "inline": re.compile(r"[0-9a-f]{20}\Z"),  # pb.load_inline's build directories (work_dir)
+    "libm": re.compile(r"[0-9a-f]{20}\Z"),  # the freestanding math libraries, one folder per zig (work_dir)
 }
 
 

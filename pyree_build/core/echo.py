@@ -100,7 +100,9 @@ def recording() -> Iterator[list[str]]:
         yield lines
     finally:
         with _RECORD_LOCK:
-            _RECORDERS.remove(lines)
+            # By identity: list.remove compares contents, and two recordings open at once in
+            # threads (one arch's cached library inside another's build) may hold equal lines.
+            _RECORDERS[:] = [r for r in _RECORDERS if r is not lines]
 
 
 def make_dir(path: Path) -> Path:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from pyree_build.backends.llvm_cpu import libm
 from pyree_build.backends.llvm_cpu.elf import (
     ELF_MACHINES,
     check_plugin_elf,
@@ -72,21 +73,21 @@ class CompileOptions:
     cc: str = "zig"
     include_dirs: tuple[str, ...] = ()
     defines: tuple[str, ...] = ()
+    # Freestanding code has no libc headers: pyree_build's <math.h> is searched last, so a
+    # math.h of the user's own still wins.
+    freestanding: bool = False
 
     def search_path(self) -> list[Path]:
         """The -I directories, in the order the compiler searches them."""
-        return [toolchain.include_dir(), *(Path(d).resolve() for d in self.include_dirs)]
+        last = [libm.HEADER_DIR] if self.freestanding else []
+        return [toolchain.include_dir(), *(Path(d).resolve() for d in self.include_dirs), *last]
 
     def lookups(self, sources: Sequence[Path]) -> Inputs:
         """How every header name of `sources` resolves on this search path (see header_lookups)."""
         return header_lookups(sources, self.search_path())
 
     def flags(self) -> list[str]:
-        out = ["-I", str(toolchain.include_dir())]
-        for d in self.include_dirs:
-            out += ["-I", str(Path(d).resolve())]
-        out += [f"-D{d}" for d in self.defines]
-        return out
+        return [*(a for d in self.search_path() for a in ("-I", str(d))), *(f"-D{d}" for d in self.defines)]
 
 
 def _freestanding_target(cc: toolchain.Tool, arch: str) -> list[str]:
@@ -123,7 +124,8 @@ def _compile(cc: toolchain.Tool, source: Path, obj: Path, flags: Sequence[str]) 
     return parse_depfile(dep)
 
 
-_HOSTED_HEADER = re.compile(r"'((?:stdio|stdlib|string|math|pthread|unistd|time|assert|errno|malloc|fcntl)\.h)' file not found")
+# <math.h> is not here: pyree_build ships one for freestanding code, with a library behind it (libm.py).
+_HOSTED_HEADER = re.compile(r"'((?:stdio|stdlib|string|pthread|unistd|time|assert|errno|malloc|fcntl)\.h)' file not found")
 
 
 def _explain_freestanding(text: str) -> str | None:
@@ -133,9 +135,10 @@ def _explain_freestanding(text: str) -> str | None:
         return None
     return text + (
         f"\nhint: <{m.group(1)}> is part of libc, and standalone plugins and embedded objects are freestanding: "
-        "IREE's own ELF loader maps them and links no libraries, so no libc function is available. Build a "
-        "system plugin instead (`--kind system`, CMake SYSTEM), which may use libc, or remove the include and "
-        "the calls (only <stddef.h>, <stdint.h>, <stdbool.h>, <float.h>, <limits.h> and <stdarg.h> are there)"
+        "IREE's own ELF loader maps them and links no libraries, so of libc only the math functions are there "
+        "(pyree_build's <math.h>, linked in where called). Build a system plugin instead (`--kind system`, CMake "
+        "SYSTEM), which may use libc, or remove the include and the calls (the headers there: <stddef.h>, <stdint.h>, "
+        "<stdbool.h>, <float.h>, <limits.h>, <stdarg.h> and <math.h>)"
     )
 
 
@@ -233,7 +236,9 @@ def _standalone_elf(
         inputs += _compile(compiler, src, obj, flags)
         objs.append(obj)
     label = f"{final} ({arch})"
-    processes.spawn(lld.command(*STANDALONE_LDFLAGS, *objs, "-o", out), what=f"linking the {arch} plugin with iree-lld", file=label)
+    libs, lib_deps = libm.libraries_for(objs, arch, arch_dir)
+    inputs += lib_deps
+    processes.spawn(lld.command(*STANDALONE_LDFLAGS, *objs, *libs, "-o", out), what=f"linking the {arch} plugin with iree-lld", file=label)
     try:
         check_plugin_elf(out, arch=arch, standalone=True)
     except PyreeError as err:
@@ -263,11 +268,11 @@ def standalone_plugin(
     remove_stale(out)
     compiler = toolchain.c_compiler(cc)
     lld = toolchain.iree_lld()
-    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines), freestanding=True)
     single = len(arch_list) == 1 and out.suffix != ".sos"
     job = _StandaloneBuild(srcs, out, compiler, lld, arch_list, opts, single, jobs)
     headers = opts.lookups(srcs)
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags()]
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), libm.key_part()]
     deps = cached_action(
         "standalone plugin",
         key=key,
@@ -378,16 +383,17 @@ def objects(
     if not arch_list:
         raise PyreeError("no --arch given", fix="pass --arch x86_64 --arch aarch64 (and/or riscv64)")
     compiler = toolchain.c_compiler(cc)
-    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
+    opts = CompileOptions(cc, tuple(include_dirs), tuple(defines), freestanding=True)
     outs = {arch: out_dir / f"{src.stem}_{arch}.o" for arch in arch_list}
     check_outputs(outs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
     for o in outs.values():
         remove_stale(o)
-    job = _ObjectsBuild(src, compiler, opts, outs, allow_undefined, arch_list, jobs)
+    lld = toolchain.iree_lld()
+    job = _ObjectsBuild(src, compiler, lld, opts, outs, allow_undefined, arch_list, jobs)
     headers = opts.lookups([src])
-    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined)]
+    key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), libm.key_part()]
     outputs = [outs[a] for a in arch_list]
-    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler], headers=headers)
+    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler, lld], headers=headers)
     if depfile:
         write_depfile(depfile, outs[arch_list[0]], deps)
     return [outs[a] for a in arch_list]
@@ -399,6 +405,7 @@ class _ObjectsBuild:
 
     src: Path
     compiler: toolchain.Tool
+    lld: toolchain.Tool  # links the math library into an object that calls it
     opts: CompileOptions
     outs: dict[str, Path]  # by arch as spelled
     allow_undefined: Sequence[str]
@@ -420,6 +427,9 @@ class _ObjectsBuild:
         info = read_elf(obj)
         if info.machine != ELF_MACHINES[arch]:
             raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=self.outs[spelling])
+        if libm.needed([obj], self.allow_undefined):
+            deps += self.link_math(obj, arch, self.outs[spelling])
+            info = read_elf(obj)
         unexpected = [s for s in info.undefined if s not in self.allow_undefined]
         if unexpected:
             raise PyreeError(
@@ -428,4 +438,12 @@ class _ObjectsBuild:
                 details=explain_undefined(tuple(unexpected), what="an object linked into a module"),
                 fix="define them in the source, or pass --allow-undefined NAME for functions the program provides",
             )
+        return deps
+
+    def link_math(self, obj: Path, arch: str, final: Path) -> list[str]:
+        """Make `obj` carry the math functions it calls (IREE links no library into a module); the files read."""
+        with scratch_dir(final.parent, final.name) as scratch:
+            libs, deps = libm.libraries_for([obj], arch, scratch, provided=self.allow_undefined)
+            for lib in libs:
+                libm.link_into_object(self.lld, obj, lib, label=str(final))
         return deps
