@@ -3,12 +3,16 @@ with plain CMake and with scikit-build-core (found through the cmake.prefix entr
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+import sysconfig
 import zipfile
+from pathlib import Path
 
 import pytest
-from conftest import assert_clean_error
+from conftest import REPO, assert_clean_error
 
 from pyree_build.cli import cmake_dir
 
@@ -21,7 +25,8 @@ def test_new_project_builds_and_passes_its_test(cli, tmp_path):
     project = tmp_path / "my_kernels"
     result = cli("new", project)
     assert result.returncode == 0, result
-    assert sorted(p.name for p in project.iterdir()) == ["CMakeLists.txt", "README.md", "plugin.c", "program.mlir", "pyproject.toml"]
+    assert sorted(p.name for p in project.iterdir()) == ["CMakeLists.txt", "README.md", "plugin.c", "program.mlir", "pyproject.toml", "src"]
+    assert (project / "src" / "my_kernels" / "__init__.py").is_file()  # the wheel's loader
     configure(project, tmp_path / "build")
     build(tmp_path / "build")
     result = ctest_run(tmp_path / "build", "--output-on-failure")
@@ -35,20 +40,43 @@ def test_new_refuses_a_non_empty_directory(cli, tmp_path):
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
 
 
-def test_scikit_build_core_finds_pyree_build_without_flags(cli, tmp_path):
+def _fresh_venv(where: Path) -> Path:
+    """A new virtual environment that sees this one's packages through a .pth path entry (not
+    its .pth files, so not an editable install's finder) and installs into its own."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", where], check=True)
+    python = where / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    (Path(purelib.stdout.strip()) / "parent_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def test_the_wheel_builds_as_its_readme_says_and_its_loader_runs_the_program(cli, tmp_path):
+    """The generated README's wheel block, run as written in a fresh venv where pyree_build is
+    a wheel install (built here first when this one is editable, as in development)."""
     pytest.importorskip("scikit_build_core")
-    if "site-packages" not in str(cmake_dir()):
-        pytest.skip("pyree_build is installed editable here; the cmake.prefix entry point needs a wheel install (as in CI)")
-    project = tmp_path / "wheel_project"
-    assert cli("new", project).returncode == 0
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", tmp_path / "dist", project],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    python = _fresh_venv(tmp_path / "venv")
+    if "site-packages" not in str(cmake_dir()):  # editable: give the venv a real install, as CI has
+        pip = [python, "-m", "pip", "--disable-pip-version-check"]
+        subprocess.run([*pip, "wheel", REPO, "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "wheels"], check=True)
+        subprocess.run([*pip, "install", "--no-deps", "-q", *(tmp_path / "wheels").glob("pyree_build-*.whl")], check=True)
+    project = tmp_path / "axpb_wheel"
+    assert cli("new", project, "--import", "axpb", "--args", "in:f32,scalar:f32,scalar:f32,out:f32").returncode == 0
+    block = re.search(r"## Build a wheel\n.*?```sh\n(.*?)```", (project / "README.md").read_text(), re.S)
+    assert block, "no wheel block in the README"
+    script = re.sub(r"^pip ", "python -m pip ", block[1], flags=re.M).replace("-w dist", f"-w dist -C build-dir={tmp_path / 'skbuild'}", 1)
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (wheel,) = (tmp_path / "dist").glob("wheel_project-*.whl")
+    expected = re.search(r"^# => (.*)$", block[1], re.M)
+    assert expected and proc.stdout.strip().splitlines()[-1] == expected[1] == "[7.0, 9.0, 11.0, 13.0, 15.0, 7.0, 9.0, 11.0]", proc.stdout
+    (wheel,) = (project / "dist").glob("axpb_wheel-*.whl")
+    assert wheel.name == f"axpb_wheel-0.1.0-py3-none-{sysconfig.get_platform().replace('-', '_').replace('.', '_')}.whl"
     names = zipfile.ZipFile(wheel).namelist()
-    assert "wheel_project/wheel_project_plugin.so" in names and "wheel_project/wheel_project_program.vmfb" in names, names
+    assert {"axpb_wheel/__init__.py", "axpb_wheel/axpb_wheel_plugin.so", "axpb_wheel/axpb_wheel_program.vmfb"} <= set(names), names
+    # Found through the cmake.prefix entry point of the venv's pyree_build (an install, not the source tree).
+    venv_cmake_dir = subprocess.run([python, "-m", "pyree_build", "--cmake-dir"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert "site-packages" in venv_cmake_dir
+    assert f"pyree_build_DIR:PATH={venv_cmake_dir}" in (tmp_path / "skbuild" / "CMakeCache.txt").read_text()
 
 
 def test_new_with_an_import_generates_matching_c_and_mlir_that_build_and_pass(cli, tmp_path):

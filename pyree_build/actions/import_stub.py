@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pyree_build.backends.llvm_cpu import plugin_entry
 from pyree_build.core.errors import PyreeError
@@ -157,8 +158,9 @@ def _buffer_values(k: int, size: int) -> list[int]:
     return [k + 2 + e % 5 for e in range(size)]
 
 
-def test_values(args: list[Arg]) -> tuple[list[str], list[str]]:
-    """(--input specs, expected result lines) for the generated function and C body.
+def test_data(args: list[Arg]) -> tuple[tuple[int, ...], list[tuple[Arg, list[int]]], list[tuple[Arg, list[int]]]]:
+    """(shape, @run's parameters with their values, its results with theirs) for the generated
+    test: flat, row-major values; a scalar's list holds its one value.
 
     Input buffer k (in or inout, in order) holds 2 + k, 3 + k, ...; scalar k is 2 + k.
     The C body computes, per element, the sum of the `in` buffers (1 if none), then `acc * s0 + s1`,
@@ -168,27 +170,56 @@ def test_values(args: list[Arg]) -> tuple[list[str], list[str]]:
     """
     shape = test_shape(args)
     size = math.prod(shape)
-    inputs: list[str] = []
+    params: list[tuple[Arg, list[int]]] = []
     values: dict[str, list[int]] = {}
     scalars: list[int] = []
     for a in (a for a in args if a.kind != "out"):  # @run's parameters, in --args order
         if a.kind == "scalar":
             scalars.append(_scalar_value(len(scalars)))
-            inputs.append(f"{a.type}={scalars[-1]}")
+            params.append((a, [scalars[-1]]))
         else:
             values[a.name] = _buffer_values(len(values), size)
-            inputs.append(f"{_dims(shape)}x{a.type}=" + " ".join(map(str, values[a.name])))
+            params.append((a, values[a.name]))
     ins = [a for a in args if a.kind == "in"]
     acc = [sum(values[a.name][e] for a in ins) if ins else 1 for e in range(size)]
     for j in range(0, len(scalars), 2):
         add = scalars[j + 1] if j + 1 < len(scalars) else 0
         acc = [x * scalars[j] + add for x in acc]
-    expected = []
-    for a in args:
-        if a.kind in ("out", "inout"):
-            result = [x + (values[a.name][e] if a.kind == "inout" else 0) for e, x in enumerate(acc)]
-            expected.append(f"{_dims(shape)}x{a.type}=" + _format(shape, [_wrap(v, a.type) for v in result]))
-    return inputs, expected
+    results = []
+    for a in (a for a in args if a.kind in ("out", "inout")):
+        result = [x + (values[a.name][e] if a.kind == "inout" else 0) for e, x in enumerate(acc)]
+        results.append((a, [_wrap(v, a.type) for v in result]))
+    return shape, params, results
+
+
+def test_values(args: list[Arg]) -> tuple[list[str], list[str]]:
+    """(--input specs, expected result lines as iree-run-module prints them) for test_data."""
+    shape, params, results = test_data(args)
+    inputs = [f"{a.type}={v[0]}" if a.kind == "scalar" else f"{_dims(shape)}x{a.type}=" + " ".join(map(str, v)) for a, v in params]
+    return inputs, [f"{_dims(shape)}x{a.type}=" + _format(shape, v) for a, v in results]
+
+
+def python_example(args: list[Arg]) -> tuple[str, str]:
+    """(the arguments of a Python call of @run, its first result's .tolist()) for test_data."""
+    shape, params, results = test_data(args)
+    numpy_types = {"f32": "float32", "f16": "float16", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64"}
+    texts = []
+    for a, v in params:
+        if a.kind == "scalar":
+            texts.append(f"{float(v[0])}" if a.type in FLOATS else str(v[0]))
+        else:
+            reshape = f".reshape{shape}" if len(shape) > 1 else ""
+            texts.append(f"np.array({v}, np.{numpy_types[a.type]}){reshape}")
+    first, values = results[0]
+    flat: list[float] | list[int] = [float(x) for x in values] if first.type in FLOATS else values
+    return ", ".join(texts), str(_nest(shape, flat))
+
+
+def _nest(shape: tuple[int, ...], flat: list[Any]) -> list[Any]:
+    if len(shape) == 1:
+        return list(flat)
+    step = len(flat) // shape[0]
+    return [_nest(shape[1:], flat[i * step : (i + 1) * step]) for i in range(shape[0])]
 
 
 def _dims(shape: tuple[int, ...]) -> str:

@@ -3,11 +3,14 @@
 The project is the system-plugin sample (C plugin + MLIR program) with its own
 CMakeLists.txt, a README and a pyproject.toml, so it builds with plain CMake
 (`-Dpyree_build_DIR=$(pyree-build --cmake-dir)`) and with scikit-build-core, where the
-`cmake.prefix` entry point of pyree_build makes find_package work with no flags.
+`cmake.prefix` entry point of pyree_build makes find_package work with no flags. Its
+wheel (py3-none-<platform>) holds the module, the plugin and a loader package whose
+`run(...)` runs the program through iree.runtime and returns numpy arrays.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shutil
@@ -60,17 +63,74 @@ endif()
 
 PYPROJECT = """\
 [build-system]
-requires = ["scikit-build-core>=0.10", "pyree_build>={version}"]
+# pyree_build is not on PyPI: build with --no-build-isolation in an environment that has it
+# (and scikit-build-core), or give an isolated build its wheel with --find-links (README.md).
+requires = ["scikit-build-core>=0.10", "pyree_build=={version}"]
 build-backend = "scikit_build_core.build"
 
 [project]
 name = "{name}"
 version = "0.1.0"
 description = "An IREE program with a custom CPU plugin, built with pyree_build"
+requires-python = ">=3.10"
+# What the loader (src/{name}/__init__.py) runs the program with; the module is compiled for this release.
+dependencies = ["{runtime}", "numpy"]
 
 [tool.scikit-build]
-wheel.packages = []
+wheel.packages = ["src/{name}"]
+# The .so is an IREE plugin for this platform, not a CPython extension: one wheel serves
+# every Python 3 (py3-none-<platform>).
+wheel.py-api = "py3"
 """
+
+# src/{name}/__init__.py (src/: so that `import {name}` in this folder finds the installed
+# package, with its module and plugin, not this source): what the wheel gives its user besides the two files.
+LOADER = '''\
+"""{name}: an IREE program and the CPU plugin its executable calls, built by pyree_build.
+
+`run(...)` calls a function of the program with the plugin loaded and returns numpy arrays.
+MODULE and PLUGIN are the files, for `iree-run-module --module=... --executable_plugin=...`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+MODULE = HERE / "{name}_program.vmfb"
+PLUGIN = HERE / "{name}_plugin.so"
+FUNCTION = "{function}"
+_FUNCTIONS: dict[str, Any] = {{}}  # device -> the loaded module's functions
+
+
+def run(*inputs: Any, function: str = FUNCTION, device: str = "local-sync") -> list[np.ndarray]:
+    """Call `function` with `inputs` (numpy arrays, numbers for scalar parameters).
+
+    IREE's runtime reads the plugin flag when it first creates a CPU device in the process,
+    so the first call here must come before anything else in the process creates one.
+    """
+    results = _functions(device)[function](*inputs)
+    results = results if isinstance(results, (tuple, list)) else [results]
+    return [np.asarray(r.to_host() if hasattr(r, "to_host") else r) for r in results]
+
+
+def _functions(device: str) -> Any:
+    import iree.runtime as rt
+
+    if not MODULE.is_file() or not PLUGIN.is_file():
+        raise FileNotFoundError(f"{{MODULE.name}} or {{PLUGIN.name}} is not next to {{__file__}}: build and install the wheel (README.md)")
+    if not _FUNCTIONS:
+        rt.flags.parse_flags(f"--executable_plugin={{PLUGIN}}")
+    if device not in _FUNCTIONS:
+        context = rt.SystemContext(config=rt.Config(device))
+        module = rt.VmModule.mmap(context.instance, str(MODULE))
+        context.add_vm_module(module)
+        _FUNCTIONS[device] = context.modules[module.name]
+    return _FUNCTIONS[device]
+'''
 
 README = """\
 # {name}
@@ -90,18 +150,7 @@ ctest --test-dir build --output-on-failure
 The test runs `mixed_invocation` with inputs `8xf32=2` and `8xf32=4` and expects
 `{expected}` (2 * 4 through the plugin, then + 4 in generated code).
 
-## Build a wheel (scikit-build-core)
-
-```sh
-# readme-test: needs pyree_build installed from a wheel (its cmake.prefix entry point)
-pip install scikit-build-core                          # the build backend, once
-pip wheel . --no-build-isolation --no-deps -w dist    # uses the pyree_build installed here
-```
-
-No `pyree_build_DIR` is needed there: scikit-build-core puts pyree_build's CMake package
-on the search path through its `cmake.prefix` entry point.
-
-## By hand
+{wheel}## By hand
 
 ```sh
 pyree-build plugin --kind system plugin.c -o build/plugin.so
@@ -112,6 +161,35 @@ pyree-build run build/program.vmfb --function mixed_invocation \\
 
 Change `plugin.c` (the function is `simple_mul_workgroup`) and `cmake --build build`
 rebuilds only what depends on it.
+"""
+
+# The wheel section of both READMEs: `{name}`, `{run_example}` and `{result}` are filled in.
+WHEEL_README = """\
+## Build a wheel
+
+The wheel holds the module, the plugin and a loader, `{name}.run(...)`, which runs the
+program with its plugin through IREE's Python runtime and returns numpy arrays:
+
+```sh
+pip install scikit-build-core                                # the build backend, once
+pip wheel . --no-build-isolation --no-deps -w dist          # with the pyree_build installed here
+pip install dist/{name}-0.1.0-py3-none-*.whl                 # brings iree-base-runtime and numpy
+python -c "import numpy as np, {name}; print({name}.run({run_example})[0].tolist())"
+# => {result}
+```
+
+`--no-build-isolation` builds with the pyree_build (and scikit-build-core, CMake, IREE's
+compiler) of this environment: pyree_build is not on PyPI, so an isolated build could not
+fetch it. scikit-build-core finds pyree_build's CMake package through its `cmake.prefix`
+entry point, so no `pyree_build_DIR` is needed. For an isolated build, give pip a folder
+holding pyree_build's wheel (`pip wheel PATH/TO/pyree_build --no-deps -w wheels`):
+`pip wheel . --find-links wheels --no-deps -w dist`; it then downloads scikit-build-core
+and pyree_build's dependencies (IREE's compiler among them) into the build environment.
+
+The wheel is tagged `py3-none-<platform>`: the `.so` is an IREE plugin for this platform,
+not a CPython extension, so one wheel serves every Python 3 on it. `{name}.MODULE` and
+`{name}.PLUGIN` are the installed files, for `iree-run-module` or `pyree-build run`.
+
 """
 
 
@@ -161,7 +239,8 @@ pyree-build compile program.mlir -o build/program.vmfb --expect-import {import_n
 pyree-build imports build/program.vmfb --plugin build/plugin.so
 pyree-build run build/program.vmfb --function run {run_inputs} --plugin build/plugin.so
 ```
-"""
+
+{wheel}"""
 
 
 def _adapt(sample_text: str, project: str) -> str:
@@ -189,49 +268,62 @@ def new_project(directory: PathLike, *, name: str | None = None, force: bool = F
     if target.is_dir() and any(target.iterdir()) and not force:
         raise PyreeError("directory is not empty", file=target, fix="choose a new directory, or pass --force to overwrite its files")
     project = _project_name(target.resolve(), name)
-    if import_name is not None and import_args is not None:
-        cmake, readme, plugin_c, program = _import_project_texts(project, import_name, import_args)
-    else:
-        cmake, readme, plugin_c, program = _sample_project_texts(project)
-    files = {
-        "CMakeLists.txt": cmake,
-        "pyproject.toml": PYPROJECT.format(name=project, version=__version__),
-        "README.md": readme,
-        "plugin.c": plugin_c,
-        "program.mlir": program,
-    }
+    generated = import_name is not None and import_args is not None
+    files = _import_project_files(project, import_name or "", import_args or "") if generated else _sample_project_files(project)
+    files["pyproject.toml"] = PYPROJECT.format(name=project, version=__version__, runtime=_runtime_requirement())
     # Every file is checked before any is written: --force replaces regular files only.
     check_outputs([target / rel for rel in files])
     _write_project(target, files)
     return target
 
 
-def _import_project_texts(project: str, import_name: str, import_args: str) -> tuple[str, str, str, str]:
-    """CMakeLists.txt, README.md, plugin.c and program.mlir generated for one import."""
+def _runtime_requirement() -> str:
+    """pyree_build's own pin of IREE's runtime: the release the project's module is compiled with."""
+    try:
+        pins = importlib.metadata.requires("pyree_build") or []
+    except importlib.metadata.PackageNotFoundError:
+        pins = []
+    return next((p.split(";")[0].strip() for p in pins if p.startswith("iree-base-runtime")), "iree-base-runtime")
+
+
+def _import_project_files(project: str, import_name: str, import_args: str) -> dict[str, str]:
+    """The project's files (all but pyproject.toml) generated for one import."""
     arguments = import_stub.parse_args(import_name, import_args)
     inputs, expected = import_stub.test_values(arguments)
+    run_example, result = import_stub.python_example(arguments)
     cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=_quoted(inputs), expected=_quoted(expected))
     readme = IMPORT_README.format(
         name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f"--input {i}" for i in inputs),
         inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
+        wheel=WHEEL_README.format(name=project, run_example=run_example, result=result),
     )  # fmt: skip
-    return cmake, readme, import_stub.c_source(import_name, arguments), import_stub.mlir_source(import_name, arguments)
+    return {
+        "CMakeLists.txt": cmake,
+        "README.md": readme,
+        "plugin.c": import_stub.c_source(import_name, arguments),
+        "program.mlir": import_stub.mlir_source(import_name, arguments),
+        f"src/{project}/__init__.py": LOADER.format(name=project, function="run"),
+    }
 
 
 def _quoted(items: list[str]) -> str:
     return " ".join(f'"{i}"' for i in items)
 
 
-def _sample_project_texts(project: str) -> tuple[str, str, str, str]:
-    """CMakeLists.txt, README.md, plugin.c and program.mlir from the system-plugin sample."""
+def _sample_project_files(project: str) -> dict[str, str]:
+    """The project's files (all but pyproject.toml) from the system-plugin sample."""
     plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
     cmake = CMAKELISTS.format(
         name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"'
     )  # fmt: skip
-    readme = README.format(name=project, expected=EXPECTED)
-    plugin_c = _adapt((plugin_sample / "system_plugin.c").read_text(encoding="utf-8"), project)
-    program = _adapt((plugin_sample / "example.mlir").read_text(encoding="utf-8"), project)
-    return cmake, readme, plugin_c, program
+    wheel = WHEEL_README.format(name=project, run_example="np.full(8, 2, np.float32), np.full(8, 4, np.float32)", result=str([12.0] * 8))
+    return {
+        "CMakeLists.txt": cmake,
+        "README.md": README.format(name=project, expected=EXPECTED, wheel=wheel),
+        "plugin.c": _adapt((plugin_sample / "system_plugin.c").read_text(encoding="utf-8"), project),
+        "program.mlir": _adapt((plugin_sample / "example.mlir").read_text(encoding="utf-8"), project),
+        f"src/{project}/__init__.py": LOADER.format(name=project, function="mixed_invocation"),
+    }
 
 
 def _write_project(target: Path, files: dict[str, str]) -> None:
@@ -243,9 +335,11 @@ def _write_project(target: Path, files: dict[str, str]) -> None:
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become the project's mode
         for rel, text in files.items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             (staging / rel).write_text(text, encoding="utf-8")
         if target.exists():
             for rel in files:
+                (target / rel).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / rel, target / rel)
         else:
             # mkdtemp made it private (0700); a project directory gets the usual umask mode.
