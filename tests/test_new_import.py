@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +192,15 @@ def test_bad_args_name_the_item_what_is_wrong_and_the_syntax(cli, tmp_path, spec
     if not any(f in fragments[0] for f in ("no out or inout", "scalars", "-D but")):
         assert "KIND:TYPE[?x?]" in result.stderr and "scalar:STYPE" in result.stderr  # the accepted syntax
     assert not (tmp_path / "p").exists()
+
+
+def test_the_readmes_by_hand_steps_run_as_written_and_print_the_expected_result(cli, tmp_path):
+    project = tmp_path / "by_hand"
+    assert cli("new", project, "--import", "op", "--args", "in:f32[?x?],scalar:f32,out:f32[?x?]").returncode == 0
+    block = re.search(r"## By hand\n+```sh\n(.*?)```", (project / "README.md").read_text(), re.S)
+    assert block, "no 'By hand' block"
+    script = "mkdir -p build\n" + re.sub(r"^pyree-build ", f"{sys.executable} -m pyree_build ", block[1], flags=re.M)
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=project, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (expected,) = import_stub.test_values(import_stub.parse_args("op", "in:f32[?x?],scalar:f32,out:f32[?x?]"))[1]
+    assert expected in proc.stdout, proc.stdout

@@ -293,7 +293,7 @@ def _import_project_files(project: str, import_name: str, import_args: str) -> d
     run_example, result = import_stub.python_example(arguments)
     cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=_quoted(inputs), expected=_quoted(expected))
     readme = IMPORT_README.format(
-        name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f"--input {i}" for i in inputs),
+        name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f'--input "{i}"' for i in inputs),
         inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
         wheel=WHEEL_README.format(name=project, run_example=run_example, result=result),
     )  # fmt: skip
