@@ -187,9 +187,9 @@ def test_readme_block(block: Block, scratch: tuple[Path, dict[str, str]]) -> Non
 
 
 def _new_readme_blocks() -> list[Block]:
-    from pyree_build.actions.scaffold import EXPECTED, README
+    from pyree_build.actions.scaffold import sample_readme
 
-    return extract(README.format(name="fresh_project", expected=EXPECTED), Path("fresh_project/README.md"))
+    return extract(sample_readme("fresh_project"), Path("fresh_project/README.md"))
 
 
 NEW_BLOCKS = _new_readme_blocks()

@@ -27,7 +27,7 @@ def test_the_scaffold_names_only_files_that_exist(cli, tmp_path):
     project = tmp_path / "proj"
     assert cli("new", project).returncode == 0
     produced = {"proj_plugin.so", "proj_program.vmfb", "plugin.so", "program.vmfb", "executable_plugin.h", "stdlib.h"}
-    for path in project.iterdir():
+    for path in (p for p in project.rglob("*") if p.is_file()):
         text = path.read_text()
         for name in re.findall(r"\b[\w-]+\.(?:c|h|mlir|so|sos|vmfb)\b", text):
             assert (project / name).exists() or name in produced, f"{path.name} mentions {name}, which the project lacks"

@@ -171,6 +171,7 @@ The wheel holds the module, the plugin and a loader, `{name}.run(...)`, which ru
 program with its plugin through IREE's Python runtime and returns numpy arrays:
 
 ```sh
+# readme-test: skip (pyree_build's tests/test_new.py runs this block in a fresh venv)
 pip install scikit-build-core                                # the build backend, once
 pip wheel . --no-build-isolation --no-deps -w dist          # with the pyree_build installed here
 pip install dist/{name}-0.1.0-py3-none-*.whl                 # brings iree-base-runtime and numpy
@@ -310,16 +311,21 @@ def _quoted(items: list[str]) -> str:
     return " ".join(f'"{i}"' for i in items)
 
 
+def sample_readme(project: str) -> str:
+    """The README of the project `pyree-build new` makes from the system-plugin sample."""
+    wheel = WHEEL_README.format(name=project, run_example="np.full(8, 2, np.float32), np.full(8, 4, np.float32)", result=str([12.0] * 8))
+    return README.format(name=project, expected=EXPECTED, wheel=wheel)
+
+
 def _sample_project_files(project: str) -> dict[str, str]:
     """The project's files (all but pyproject.toml) from the system-plugin sample."""
     plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
     cmake = CMAKELISTS.format(
         name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"'
     )  # fmt: skip
-    wheel = WHEEL_README.format(name=project, run_example="np.full(8, 2, np.float32), np.full(8, 4, np.float32)", result=str([12.0] * 8))
     return {
         "CMakeLists.txt": cmake,
-        "README.md": README.format(name=project, expected=EXPECTED, wheel=wheel),
+        "README.md": sample_readme(project),
         "plugin.c": _adapt((plugin_sample / "system_plugin.c").read_text(encoding="utf-8"), project),
         "program.mlir": _adapt((plugin_sample / "example.mlir").read_text(encoding="utf-8"), project),
         f"src/{project}/__init__.py": LOADER.format(name=project, function="mixed_invocation"),
