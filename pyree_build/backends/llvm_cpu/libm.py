@@ -33,13 +33,14 @@ elffile = lazy.module("elftools.elf.elffile")
 
 HEADER_DIR = toolchain.include_dir() / "freestanding"
 ZIG_SOURCE = Path(__file__).with_name("libm.zig")
+WEAK_HEADER = Path(__file__).with_name("libm_weak.h")  # see MUSL_SOURCES
 
 # Taken as they are from musl (lib/libc/musl/src/math in the ziglang wheel): the table-driven
 # pow and powf (correctly rounded in practice; zig's std.math.pow is a looser port), erf,
 # erfc and atan2, and what they call; each with the global symbols it defines. Those are
-# made weak in that file only (`#pragma weak` before the code): in a file that merely
-# refers to one, a weak reference would not pull the member that defines it out of the
-# archive. The library check below fails the build if this table falls behind the sources.
+# made weak in that file only (libm_weak.h, `#pragma weak` before the code): in a file that
+# merely refers to one, a weak reference would not pull the member that defines it out of
+# the archive. The library check below fails the build if this table falls behind the sources.
 MUSL_SOURCES = {
     "pow.c": ("pow",), "pow_data.c": ("__pow_log_data",), "exp_data.c": ("__exp_data",),
     "powf.c": ("powf",), "powf_data.c": ("__powf_log2_data",), "exp2f_data.c": ("__exp2f_data",),
@@ -94,13 +95,13 @@ def library(arch: str, scratch: Path) -> Path:
     sources = [musl / "src" / "math" / s for s in MUSL_SOURCES]
     kept = work_dir("libm")
     # One folder per zig and library source: builds with another zig never overwrite it.
-    tag = hashlib.sha256(f"{zig.identity()}\0{ZIG_SOURCE.read_bytes().hex()}".encode()).hexdigest()[:20]
+    tag = hashlib.sha256(f"{zig.identity()}\0{_sources_digest()}".encode()).hexdigest()[:20]
     out = (kept / tag if kept is not None else scratch) / LIBRARY_NAME.format(arch=arch)
     job = _LibraryBuild(zig, musl, sources, arch, scratch)
     cached_action(
         "math library",
         key=[arch, *ZIG_FLAGS, *MUSL_CFLAGS, *(f"{src}:{','.join(names)}" for src, names in MUSL_SOURCES.items())],
-        inputs=[ZIG_SOURCE, *sources],
+        inputs=[ZIG_SOURCE, WEAK_HEADER, *sources],
         outputs=[out],
         build=job.build,
         tools_used=[zig],
@@ -125,9 +126,8 @@ class _LibraryBuild:
         ]  # fmt: skip
         per_source: list[str | Path] = []  # zig's `-cflags ... --` applies to the sources after it
         for src, names in zip(self.sources, MUSL_SOURCES.values()):
-            weak = work / f"weak_{src.stem}.h"
-            weak.write_text("".join(f"#pragma weak {name}\n" for name in names), encoding="utf-8")
-            per_source += ["-cflags", *MUSL_CFLAGS, "-include", weak, "--", src]
+            weak = [f"-DPYREE_WEAK_{i}={name}" for i, name in enumerate(names, 1)]
+            per_source += ["-cflags", *MUSL_CFLAGS, "-include", WEAK_HEADER, *weak, "--", src]
         with echo.Stopwatch(f"build the freestanding math library for {self.arch}"):
             processes.spawn(
                 self.zig.command(
@@ -147,7 +147,7 @@ class _LibraryBuild:
                 fix="report this to pyree_build with the output above; meanwhile a system plugin (--kind system) can use the system's libm",
             )
         _check_library(tmp, self.arch)
-        return [str(ZIG_SOURCE), *map(str, self.sources)]
+        return [str(ZIG_SOURCE), str(WEAK_HEADER), *map(str, self.sources)]
 
 
 def _check_library(archive: Path, arch: str) -> None:
@@ -206,6 +206,7 @@ def link_into_object(lld: toolchain.Tool, obj: Path, archive: Path, *, label: st
         what=f"linking the math library into {label} with iree-lld",
         file=label,
     )
+    echo.echo_command(echo.shell_line(["mv", merged, obj]))
     merged.replace(obj)
 
 
@@ -219,14 +220,19 @@ def libraries_for(objects: Sequence[Path], arch: str, scratch: Path, provided: I
         return [], []
     shown = ", ".join(calls[:6]) + (f" and {len(calls) - 6} more" if len(calls) > 6 else "")
     echo.log_step(f"  {arch}: calls {shown}: links pyree_build's freestanding math library")
-    return [library(arch, scratch)], [str(ZIG_SOURCE)]
+    return [library(arch, scratch)], [str(ZIG_SOURCE), str(WEAK_HEADER)]
 
 
 def key_part() -> str:
-    """What the library is made of (zig, libm.zig; libm.py's flags are a package file every
-    entry depends on), for the key of a build that may link it."""
+    """What the library is made of (zig, libm.zig, libm_weak.h), for the key of a build that
+    may link it."""
     try:
         zig = toolchain.c_compiler("zig").version
     except PyreeError:
         zig = "missing"  # then only a build that calls no math function can succeed
-    return f"libm=zig-{zig}/{hashlib.sha256(ZIG_SOURCE.read_bytes()).hexdigest()[:16]}"
+    return f"libm=zig-{zig}/{_sources_digest()[:16]}"
+
+
+def _sources_digest() -> str:
+    """What pyree_build's own library sources hold (libm.py is a package file, keyed anyway)."""
+    return hashlib.sha256(ZIG_SOURCE.read_bytes() + b"\0" + WEAK_HEADER.read_bytes()).hexdigest()
