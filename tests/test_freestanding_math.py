@@ -269,3 +269,19 @@ def test_cache_clear_removes_the_libraries(cli, tmp_path, monkeypatch):
     assert cli("cache", "clear").returncode == 0
     assert not kept.exists() and not (tmp_path / "cache" / "libm").exists()
     assert (tmp_path / "out" / "k_riscv64.o").is_file()
+
+
+def test_functions_with_an_instruction_need_no_library(cli, tmp_path):
+    """sqrtf, fabsf, fminf, fmaxf, copysignf are compiler builtins in <math.h>: one instruction
+    on every arch (no errno to set), so the loop stays a loop the compiler may vectorize."""
+    src = tmp_path / "inline.c"
+    src.write_text(
+        "#include <math.h>\n#include <stddef.h>\n"
+        "void k(float* restrict o, const float* restrict x, size_t n) {\n"
+        "  for (size_t i = 0; i < n; ++i) o[i] = copysignf(sqrtf(fabsf(x[i])), fminf(fmaxf(x[i], -1.f), 1.f));\n}\n"
+    )
+    result = cli("objects", src, *(a for arch in ARCHES for a in ("--arch", arch)), "-o", tmp_path / "out")
+    assert result.returncode == 0, result
+    assert "math library" not in result.stderr
+    for arch in ARCHES:
+        assert set(defined(tmp_path / "out" / f"inline_{arch}.o")) == {"k"}

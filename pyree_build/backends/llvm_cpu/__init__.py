@@ -52,7 +52,9 @@ class LlvmCpuBackend(Backend):
                 "Compile C sources into an IREE executable plugin. A system plugin is a shared library "
                 "for this host that the runtime opens with dlopen; a standalone plugin is a freestanding "
                 "ELF per arch, linked by iree-lld and packed into a FatELF (.sos) when several arches are "
-                "asked for. Each result is checked (machine, export, undefined symbols) before use."
+                "asked for. Each result is checked (machine, export, undefined symbols) before use. "
+                "Freestanding code may #include <math.h>: the functions it calls (expf, sqrtf, tanhf, powf, ...) "
+                "are linked in from pyree_build's math library, built once per arch and cached."
             ),
             examples=(
                 "pyree-build plugin --kind system system_plugin.c -o build/system_plugin.so\n"
@@ -73,7 +75,8 @@ class LlvmCpuBackend(Backend):
             description=(
                 "Compile one C source into a freestanding object per arch, written as DIR/<stem>_<arch>.o, "
                 "for iree-compile to link into a module through #hal.executable.objects. Undefined symbols "
-                "are refused unless the program provides them (--allow-undefined)."
+                "are refused unless the program provides them (--allow-undefined). The <math.h> functions the "
+                "source calls (expf, sqrtf, ...) are linked into the object itself, since IREE links no library."
             ),
             examples="pyree-build objects functions.c --arch x86_64 --arch aarch64 -o build/objects",
         ),

@@ -40,13 +40,16 @@ PathLike = str | os.PathLike[str]
 
 SYSTEM_CFLAGS = ("-std=c17", "-O2", "-fPIC")
 # IREE's embedded ELF loader resolves no imports and expects position-independent,
-# self-contained code: no libc, no stack protector (it would call __stack_chk_fail).
+# self-contained code: no libc, no stack protector (it would call __stack_chk_fail). There
+# is no errno either (the math library never sets one): without -fno-math-errno, sqrtf of
+# <math.h> stays a call, and a loop calling it does not vectorize.
 FREESTANDING_CFLAGS = (
     "-std=c17",
     "-O3",
     "-fPIC",
     "-ffreestanding",
     "-fno-builtin",
+    "-fno-math-errno",
     "-fno-stack-protector",
     "-fvisibility=hidden",
     "-fdata-sections",
