@@ -144,7 +144,10 @@ class _LibraryBuild:
                 cwd=work,  # zig writes nothing into the caller's directory
                 what=f"building the freestanding math library for {self.arch} with zig",
                 file=ZIG_SOURCE,
-                fix="report this to pyree_build with the output above; meanwhile a system plugin (--kind system) can use the system's libm",
+                fix=(
+                    f"libm.zig is written for ziglang 0.17 (this is {self.zig.version}): pip install -U ziglang; if that is "
+                    "current, report the output above; meanwhile a system plugin (--kind system) can use the system's libm"
+                ),
             )
         _check_library(tmp, self.arch)
         return [str(ZIG_SOURCE), str(WEAK_HEADER), *map(str, self.sources)]
