@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the verbs' annotations only: the modules behind them load o
     from pyree_build.actions.inline import InlineKernel
     from pyree_build.actions.models.ops import OpGroup
     from pyree_build.actions.models.verify import VerifyResult
+    from pyree_build.actions.tune import TuneResult
     from pyree_build.core.args import PathLike
 
 _P = _ParamSpec("_P")
@@ -282,6 +283,49 @@ def bench(
     raise NotImplementedError
 
 
+@_verb(".actions.tune", "tune", optional=("reference", "onnx", "build_dir", "ray", "ray_resources"))
+def tune(
+    sources: PathLike | Sequence[PathLike],
+    output: PathLike,
+    *,
+    params: Mapping[str, Sequence[str]] | Sequence[str],
+    module: PathLike,
+    function: str,
+    inputs: str | Sequence[str] = (),
+    kind: str = "system",
+    reference: PathLike | None = None,
+    onnx: PathLike | None = None,
+    expect_output: Sequence[str] = (),
+    archs: str | Sequence[str] = (),
+    cc: str = "zig",
+    cpu: str = "baseline",
+    include_dirs: PathLike | Sequence[PathLike] = (),
+    defines: str | Sequence[str] = (),
+    device: str = "local-sync",
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    timeout: float = 60.0,
+    spread: float = 0.05,
+    budget: float = 10.0,
+    max_rounds: int = 20,
+    repetitions: int = 3,
+    build_dir: PathLike | None = None,
+    jobs: int | None = None,
+    ray: str | None = None,
+    ray_resources: Mapping[str, float] | None = None,
+    depfile: PathLike | None = None,
+) -> TuneResult:
+    """Sweep a kernel's -D parameters: build each combination (cached), check it against the
+    reference (`reference` module, `onnx` model or `expect_output`), benchmark the correct ones one
+    at a time and write `output` (best.json: the winner, its flags, the measurements). `ray`: a Ray
+    cluster's address (or "auto") runs the sweep there. `pb.tune.build_tuned(...)` builds the
+    chosen variant, `pb.tune.tuned_defines("best.json")` gives its -D values.
+
+    Example: pb.tune("kernel.c", "build/best.json", params={"TILE": [1, 2, 4]}, module="build/m.vmfb", function="f", inputs=["64xf32=1"], reference="build/ref.vmfb").best.label
+    """
+    raise NotImplementedError
+
+
 @_verb(".actions.scaffold", "new_project", optional=("name",))
 def new(
     directory: PathLike,
@@ -479,6 +523,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "OpGroup": (".actions.models.ops", "OpGroup"),
     "VerifyResult": (".actions.models.verify", "VerifyResult"),
     "InlineKernel": (".actions.inline", "InlineKernel"),
+    "TuneResult": (".actions.tune", "TuneResult"),
 }
 
 
@@ -498,6 +543,7 @@ __all__ = [
     "fatelf",
     "dump",
     "bench",
+    "tune",
     "new",
     "import_onnx",
     "ops",
@@ -510,4 +556,5 @@ __all__ = [
     "OpGroup",
     "VerifyResult",
     "InlineKernel",
+    "TuneResult",
 ]

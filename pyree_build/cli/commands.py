@@ -7,6 +7,7 @@ imports only the modules its own work needs.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ _compile = lazy.module(COMPILE_MODULE)
 _run = lazy.module(RUN_MODULE)
 _executables = lazy.module("pyree_build.actions.executables")
 _bench = lazy.module("pyree_build.actions.bench")
+_tune = lazy.module("pyree_build.actions.tune")
 _sample_runner = lazy.module("pyree_build.actions.sample_runner")
 _scaffold = lazy.module("pyree_build.actions.scaffold")
 _doctor = lazy.module("pyree_build.actions.doctor")
@@ -105,6 +107,41 @@ def bench_command(a: argparse.Namespace) -> None:
     if len(a.modules) != 1:
         raise PyreeError(f"bench takes one module, got {len(a.modules)}", fix="pass one module, or --compare A.vmfb B.vmfb")
     print(_bench.bench(a.modules[0], **common).render())
+
+
+def _ray_resources(text: str | None) -> dict[str, float]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise PyreeError(f"--ray-resources is not JSON: {exc}", fix="e.g. --ray-resources '{\"bench_node\": 1}'") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in value.items()):
+        raise PyreeError(f"--ray-resources must map resource names to amounts, got {text}", fix="e.g. --ray-resources '{\"bench_node\": 1}'")
+    return {k: float(v) for k, v in value.items()}
+
+
+def tune_command(a: argparse.Namespace) -> None:
+    c_options = dict(kind=a.kind, archs=a.archs, cc=a.cc, include_dirs=a.include_dirs, defines=a.defines, cpu=a.cpu)
+    if a.apply:
+        out = _tune.build_tuned(a.sources, a.output, tuned=a.apply, depfile=a.depfile, jobs=a.jobs, **c_options)
+        echo.log_step(f"wrote {out} ({' '.join('-D' + d for d in _tune.tuned_defines(a.apply))})")
+        return
+    missing = [name for name, value in (("--param", a.params), ("--module", a.module), ("--function", a.function)) if not value]
+    if missing:
+        raise PyreeError(
+            f"tune needs {', '.join(missing)}", fix="pyree-build tune SRC.c --param NAME=V1,V2 --module M.vmfb --function F --reference REF.vmfb -o best.json"
+        )
+    result = _tune.tune(
+        a.sources, a.output, params=a.params, module=a.module, function=a.function, inputs=a.inputs, reference=a.reference, onnx=a.onnx,
+        expect_output=a.expect_output, device=a.device, rtol=a.rtol, atol=a.atol, timeout=a.timeout, spread=a.spread, budget=a.budget,
+        max_rounds=a.max_rounds, repetitions=a.repetitions, build_dir=a.build_dir, jobs=a.jobs, ray=a.ray,
+        ray_resources=_ray_resources(a.ray_resources), depfile=a.depfile, **c_options,
+    )  # fmt: skip
+    if not a.quiet:
+        print(result.render())
+    assert result.best is not None
+    echo.log_step(f"wrote {result.output}: best {result.best.label} ({' '.join('-D' + f for f in result.best.flags)})")
 
 
 def import_command(a: argparse.Namespace) -> None:
@@ -191,6 +228,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "replace": replace_command,
     "dump": dump_command,
     "bench": bench_command,
+    "tune": tune_command,
     "samples": samples_command,
     "new": new_command,
     "cache": cache_command,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 from pyree_build import backends
 from pyree_build.backends.base import Option, Verb
+from pyree_build.backends.options import C_OPTIONS
 
 
 class Registered:
@@ -232,6 +233,76 @@ BENCH = Verb(
     ),
 )
 
+TUNE = Verb(
+    "tune",
+    "sweep a kernel's -D parameters: build, check against a reference, benchmark, write best.json",
+    options=(
+        Option(("sources",), {"nargs": "+", "metavar": "SRC.c", "help": "the kernel's C sources (a whole plugin, as for `plugin`)"}),
+        Option(("-o", "--output"), {"required": True, "metavar": "best.json", "help": "the result (with --apply: the plugin to build)"}),
+        Option(("--kind",), {"choices": ("system", "standalone"), "default": "system", "help": "the plugin kind, as for `plugin` (default system)"}),
+        Option(
+            ("--param",),
+            {
+                "dest": "params",
+                "action": "append",
+                "default": [],
+                "metavar": "NAME=V1,V2,...",
+                "help": "a -D macro and its values (repeatable: every combination)",
+            },
+        ),
+        Option(("--module",), {"metavar": "M.vmfb", "help": "the program that calls the kernel's import"}),
+        Option(("--function",), {"help": "the function of --module to run and time"}),
+        Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" or @x.npy (repeatable)'}),
+        Option(("--reference",), {"metavar": "REF.vmfb", "help": "the results to reproduce: this module's (e.g. the program without the spec)"}),
+        Option(("--onnx",), {"metavar": "MODEL.onnx", "help": "the results to reproduce: onnxruntime's (needs pyree_build[onnx])"}),
+        Option(
+            ("--expect-output",),
+            {
+                "dest": "expect_output",
+                "action": "append",
+                "default": [],
+                "metavar": "VALUES",
+                "help": "the results to reproduce: a spec or ref.npy per result (repeatable)",
+            },
+        ),  # fmt: skip
+        Option(("--arch",), {"dest": "archs", "action": "append", "default": [], "help": "standalone: x86_64, aarch64, riscv64 (repeatable)"}),
+        Option(("--cpu",), {"choices": ("baseline", "host"), "default": "baseline", "help": "system: baseline (default) or host"}),
+        Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "where the variants run (default local-sync)"}),
+        Option(("--rtol",), {"type": float, "default": 1e-5, "help": "check: relative tolerance (default 1e-5)"}),
+        Option(("--atol",), {"type": float, "default": 1e-8, "help": "check: absolute tolerance (default 1e-8)"}),
+        Option(
+            ("--timeout",),
+            {"type": float, "default": 60.0, "metavar": "SECONDS", "help": "a run or benchmark of a variant longer than this is a hang (default 60)"},
+        ),
+        Option(("--spread",), {"type": float, "default": 0.05, "help": "stop a variant's rounds when the last three are within this fraction (default 0.05)"}),
+        Option(("--budget",), {"type": float, "default": 10.0, "metavar": "SECONDS", "help": "benchmark time per variant at most (default 10)"}),
+        Option(("--max-rounds",), {"type": int, "default": 20, "help": "benchmark rounds per variant at most (default 20)"}),
+        Option(("--repetitions",), {"type": int, "default": 3, "help": "iree-benchmark-module repetitions per round (default 3)"}),
+        Option(("--build-dir",), {"metavar": "DIR", "help": "where the variants' plugins go (default: <best>.variants beside -o)"}),
+        Option(("--ray",), {"metavar": "ADDRESS", "help": "run the sweep on a Ray cluster (host:port, or auto); needs pyree_build[ray]"}),
+        Option(
+            ("--ray-resources",),
+            {"metavar": "JSON", "help": "benchmark on nodes with these Ray resources, e.g. '{\"bench_node\": 1}' (a CPU model, a GPU)"},
+        ),  # fmt: skip
+        Option(("--apply",), {"metavar": "best.json", "help": "build the plugin best.json chose into -o instead of sweeping (CMake: TUNED)"}),
+        *C_OPTIONS,
+    ),
+    description=(
+        "Build every combination of the --param values as -D flags (each build cached), run each variant once "
+        "and compare its results with the reference's (a variant that computes a wrong result, crashes or hangs "
+        "is reported and never chosen), benchmark the rest one at a time with iree-benchmark-module (rounds until "
+        "the spread is small or the budget is spent), print a table by median time and write best.json: the "
+        "winner, its -D flags and every measurement. --ray runs the builds and checks as Ray tasks and the "
+        "benchmarks on the nodes with --ray-resources."
+    ),
+    examples=(
+        "pyree-build tune kernel.c --param TILE=1,2,4,8 --module build/m.vmfb --function f --input 64x64xf32=1 "
+        "--reference build/ref.vmfb -o build/best.json\n"
+        "pyree-build tune kernel.c --apply build/best.json -o build/kernel.so   # the chosen variant\n"
+        "pyree-build tune kernel.c ... --ray 10.0.0.1:6379 --ray-resources '{\"bench_node\": 1}'"
+    ),
+)
+
 SAMPLES = Verb(
     "samples",
     "build every sample with CMake, run ctest, print a table (the main job)",
@@ -430,4 +501,4 @@ REPLACE = Verb(
 )
 
 # In the order `pyree-build --help` lists them, after the backends' verbs.
-CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, COMPILE, RUN, IMPORT, OPS, REPLACE, VERIFY, SAMPLES, NEW, CACHE, DOCTOR)}
+CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, TUNE, COMPILE, RUN, IMPORT, OPS, REPLACE, VERIFY, SAMPLES, NEW, CACHE, DOCTOR)}

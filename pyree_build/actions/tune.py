@@ -1,0 +1,504 @@
+"""Tune a kernel: build every combination of its `-D` parameters, check each variant's output
+against a reference before timing it, benchmark the rest one at a time, and record the fastest.
+
+A variant that computes a wrong result, crashes or hangs (the run's timeout) is reported as
+such and never chosen. Builds go through the plugin action, so each variant is cached (and
+shared through the remote cache) like any build. Builds and checks run in parallel (-j);
+benchmarks run one at a time so they do not disturb each other. `ray=` hands the same steps
+to a Ray cluster (actions/tune_ray.py, imported only then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import itertools
+import json
+import os
+import platform
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyree_build.actions import bench as bench_action
+from pyree_build.actions import checks
+from pyree_build.actions import run as run_action
+from pyree_build.backends.llvm_cpu import plugins as plugin_action
+from pyree_build.core import echo, files, lazy, processes
+from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.core.outputs import included_files
+
+if TYPE_CHECKING:
+    import numpy
+
+np = lazy.module("numpy")
+_tune_ray = lazy.module("pyree_build.actions.tune_ray")
+_verify = lazy.module("pyree_build.actions.models.verify")
+_importer = lazy.module("pyree_build.actions.models.importer")
+
+PathLike = str | os.PathLike[str]
+
+FORMAT = "pyree_build.tune.v1"
+INSTALL_RAY = 'pip install "pyree_build[ray]"'
+DEFAULT_TIMEOUT_S = 60.0
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# What a variant's check or benchmark ended as, besides "ok".
+WRONG, CRASHED, HUNG, BUILD_FAILED, LOST = "wrong result", "crashed", "hung", "build failed", "lost"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a variant's build, check and benchmark need, the same on every machine."""
+
+    sources: list[str]
+    kind: str
+    module: str
+    function: str
+    inputs: list[str]
+    archs: list[str] = field(default_factory=list)
+    cc: str = "zig"
+    cpu: str = "baseline"
+    include_dirs: list[str] = field(default_factory=list)
+    defines: list[str] = field(default_factory=list)
+    device: str = "local-sync"
+    rtol: float = checks.DEFAULT_RTOL
+    atol: float = checks.DEFAULT_ATOL
+    timeout: float = DEFAULT_TIMEOUT_S
+    spread: float = 0.05
+    budget: float = 10.0
+    max_rounds: int = 20
+    repetitions: int = 3
+    min_time: float = 0.05
+
+    @property
+    def suffix(self) -> str:
+        return ".sos" if self.kind == "standalone" and len(self.archs) > 1 else ".so"
+
+
+@dataclass
+class Variant:
+    """One combination of parameter values, and what became of it."""
+
+    params: dict[str, str]
+    status: str = "pending"
+    reason: str = ""
+    samples_ms: list[float] = field(default_factory=list)
+    plugin: str | None = None
+    node: str | None = None
+
+    @property
+    def flags(self) -> list[str]:
+        return [f"{name}={value}" for name, value in self.params.items()]
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.flags)
+
+    @property
+    def directory(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "_".join(self.flags)) or "default"
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms) if self.samples_ms else float("inf")
+
+
+@dataclass
+class TuneResult:
+    """The variants sorted fastest first (measured ones), then the rejected; `best` is the winner."""
+
+    variants: list[Variant]
+    best: Variant | None
+    output: Path | None
+
+    def render(self) -> str:
+        return render(self.variants)
+
+
+def parse_params(params: Mapping[str, object] | str | Iterable[str]) -> dict[str, list[str]]:
+    """`NAME=V1,V2` strings (or a mapping NAME -> values) as NAME -> list of values, in order."""
+    items: Iterable[tuple[str, object]]
+    if isinstance(params, Mapping):
+        items = params.items()
+    else:
+        texts: list[object] = [params] if isinstance(params, str) else list(params)
+        pairs: list[tuple[str, object]] = []
+        for text in texts:
+            if not isinstance(text, str) or "=" not in text:
+                raise PyreeError(f"parameter {text!r} is not NAME=V1,V2,...", fix="e.g. --param TILE=1,2,4,8 (repeatable)")
+            name, _, text_values = text.partition("=")
+            pairs.append((name.strip(), [v.strip() for v in text_values.split(",") if v.strip()]))
+        items = pairs
+    parsed: dict[str, list[str]] = {}
+    for name, values in items:
+        listed: list[Any] = [values] if isinstance(values, (str, int, float)) or not isinstance(values, Iterable) else list(values)
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise PyreeError(f"parameter name {name!r} is not a C macro name", fix="name a -D macro of the kernel: letters, digits, _")
+        if name in parsed or not listed:
+            raise PyreeError(f"parameter {name} is given twice or without values", fix=f"give each once: --param {name}=1,2,4")
+        parsed[name] = [str(v) for v in listed]
+    if not parsed:
+        raise PyreeError("nothing to tune: no --param given", fix="e.g. --param TILE=1,2,4,8")
+    return parsed
+
+
+def variants_of(params: Mapping[str, Sequence[str]]) -> list[Variant]:
+    """Every combination of the values (the cartesian product), in the order given."""
+    names = list(params)
+    return [Variant(dict(zip(names, values))) for values in itertools.product(*(params[n] for n in names))]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def expected_outputs(
+    plan: Plan, *, reference: PathLike | None, onnx: PathLike | None, expect_output: Sequence[str], plugins: Sequence[PathLike] = ()
+) -> list[numpy.ndarray]:
+    """The results every variant must reproduce: the reference module's, onnxruntime's or the given ones."""
+    given = [reference is not None, onnx is not None, bool(expect_output)]
+    if sum(given) != 1:
+        raise PyreeError(
+            "a tune needs exactly one reference for the results: --reference REF.vmfb, --onnx MODEL.onnx or --expect-output",
+            fix="e.g. --reference build/model_without_plugin.vmfb (the same program compiled without your kernel)",
+        )
+    if reference is not None:
+        ref = require_file(reference, "reference module")
+        with echo.Stopwatch(f"reference results from {ref.name}"):
+            return run_action.run(ref, plan.function, inputs=plan.inputs, plugins=plugins, device=plan.device, timeout=plan.timeout).outputs
+    if onnx is not None:
+        model_path = require_file(onnx, "ONNX model")
+        model = _importer.load_model(model_path)
+        arrays = _verify.given_inputs(model, plan.inputs, model_path)
+        return list(_verify.reference_outputs(model_path, model, arrays)[1])
+    return [checks.spec_array(e if not str(e).endswith(".npy") or str(e).startswith("@") else f"@{e}") for e in expect_output]
+
+
+def build_variant(plan: Plan, variant: Variant, directory: Path) -> Path:
+    """The variant's plugin, built (or taken from the cache) by the plugin action."""
+    out = directory / variant.directory / f"{Path(plan.sources[0]).stem}{plan.suffix}"
+    defines = [*plan.defines, *variant.flags]
+    with echo.muted_commands():
+        return plugin_action.plugin(
+            plan.sources, out, kind=plan.kind, archs=plan.archs, cc=plan.cc, include_dirs=plan.include_dirs, defines=defines, jobs=1, cpu=plan.cpu
+        )
+
+
+def classify(error: PyreeError) -> str:
+    """What a failed run of a variant was: a hang (the timeout) or a crash."""
+    return HUNG if "timed out" in error.what else CRASHED
+
+
+def check_variant(plan: Plan, plugin: Path, expected: Sequence[numpy.ndarray]) -> tuple[str, str]:
+    """Run the variant once and compare its results: ("ok", "") or (status, why)."""
+    try:
+        with echo.muted_commands():
+            outputs = run_action.run(plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device, timeout=plan.timeout).outputs
+    except PyreeError as error:
+        return classify(error), error.what
+    specs: list[Any] = list(expected)  # arrays are expected values as much as specs are
+    try:
+        checks.check_close(outputs, specs, rtol=plan.rtol, atol=plan.atol, source=str(plugin))
+    except PyreeError as error:
+        return WRONG, error.what + (f" ({error.details})" if error.details else "")
+    if len(outputs) != len(expected):
+        return WRONG, f"{len(outputs)} results, the reference has {len(expected)}"
+    return "ok", ""
+
+
+def build_and_check(plan: Plan, variant: Variant, directory: Path, expected: Sequence[numpy.ndarray]) -> Variant:
+    """Build one variant and check it; its status says how that went."""
+    try:
+        plugin = build_variant(plan, variant, directory)
+    except PyreeError as error:
+        variant.status, variant.reason = BUILD_FAILED, error.what
+        return variant
+    variant.plugin = str(plugin)
+    variant.status, variant.reason = check_variant(plan, plugin, expected)
+    return variant
+
+
+def spread_of(samples: Sequence[float]) -> float:
+    """(max - min) / median of the samples: how far apart the rounds are."""
+    middle = statistics.median(samples)
+    return (max(samples) - min(samples)) / middle if middle > 0 else float("inf")
+
+
+def measure(plan: Plan, plugin: PathLike) -> list[float]:
+    """Benchmark rounds (each the median of `repetitions`, in ms) until the last three are within
+    `spread` of each other, or `budget` seconds or `max_rounds` are spent."""
+    samples: list[float] = []
+    deadline = time.monotonic() + plan.budget
+    while len(samples) < plan.max_rounds:
+        with echo.muted_commands():
+            result = bench_action.bench(
+                plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device,
+                repetitions=plan.repetitions, min_time=plan.min_time, timeout=plan.timeout,
+            )  # fmt: skip
+        samples.append(sum(t.median_ms for t in result.timings))
+        if len(samples) >= 3 and spread_of(samples[-3:]) <= plan.spread:
+            break
+        if time.monotonic() >= deadline:
+            break
+    return samples
+
+
+def measure_variant(plan: Plan, variant: Variant) -> Variant:
+    assert variant.plugin is not None
+    try:
+        variant.samples_ms = measure(plan, variant.plugin)
+    except PyreeError as error:
+        variant.status, variant.reason = classify(error), f"in the benchmark: {error.what}"
+    return variant
+
+
+def _fmt(ms: float) -> str:
+    return f"{ms * 1000:.2f} us" if ms < 1 else f"{ms:.3f} ms"
+
+
+def ranked(variants: Sequence[Variant]) -> list[Variant]:
+    """Measured variants by median time, then the rejected in their given order."""
+    good = sorted((v for v in variants if v.status == "ok" and v.samples_ms), key=lambda v: v.median_ms)
+    return good + [v for v in variants if v not in good]
+
+
+def render(variants: Sequence[Variant]) -> str:
+    """The table: rank, variant, median, min - max, rounds; rejected variants with the reason."""
+    rows = ranked(variants)
+    width = max([len(v.label) for v in rows] + [7])
+    lines = [f"{'rank':<5} {'variant':<{width}} {'median':>11} {'min - max':>25} {'rounds':>6}"]
+    for rank, v in enumerate((v for v in rows if v.status == "ok" and v.samples_ms), 1):
+        span = f"{_fmt(min(v.samples_ms))} - {_fmt(max(v.samples_ms))}"
+        lines.append(f"{rank:<5} {v.label:<{width}} {_fmt(v.median_ms):>11} {span:>25} {len(v.samples_ms):>6}")
+    for v in rows:
+        if v.status != "ok" or not v.samples_ms:
+            lines.append(f"{'-':<5} {v.label:<{width}} {v.status.upper()}: {v.reason.splitlines()[0] if v.reason else 'not measured'}")
+    return "\n".join(lines)
+
+
+def _variant_record(v: Variant) -> dict[str, Any]:
+    record = {k: value for k, value in asdict(v).items() if k not in ("plugin",)}
+    if v.samples_ms:
+        record.update(median_ms=v.median_ms, min_ms=min(v.samples_ms), max_ms=max(v.samples_ms))
+    return record
+
+
+def best_record(plan: Plan, variants: Sequence[Variant], best: Variant) -> dict[str, Any]:
+    """What best.json holds: the winner, its flags, how to rebuild it, and every measurement."""
+    return {
+        "format": FORMAT,
+        "winner": {**_variant_record(best), "defines": [*plan.defines, *best.flags]},
+        "flags": [f"-D{f}" for f in best.flags],
+        "build": {
+            "sources": [{"path": s, "sha256": _sha256(Path(s))} for s in plan.sources],
+            "kind": plan.kind,
+            "archs": plan.archs,
+            "cc": plan.cc,
+            "cpu": plan.cpu,
+            "include_dirs": plan.include_dirs,
+            "defines": plan.defines,
+        },  # fmt: skip
+        "measured": {
+            "module": plan.module,
+            "function": plan.function,
+            "inputs": plan.inputs,
+            "device": plan.device,
+            "machine": platform.machine(),
+            "host": platform.node(),
+        },  # fmt: skip
+        "variants": [_variant_record(v) for v in ranked(variants)],
+    }
+
+
+@contextlib.contextmanager
+def _quiet_steps() -> Iterator[None]:
+    """The variants' own build steps unprinted (one line per variant instead), except under -v."""
+    level = echo.VERBOSITY
+    if level == 1:
+        echo.set_verbosity(0)
+    try:
+        yield
+    finally:
+        echo.set_verbosity(level)
+
+
+def log_checked(variants: Sequence[Variant]) -> None:
+    for v in variants:
+        echo.log_step(f"  {v.label}: {'correct' if v.status == 'ok' else v.status}" + (f" (on {v.node})" if v.node else ""))
+
+
+def _sweep_locally(plan: Plan, variants: list[Variant], directory: Path, expected: Sequence[numpy.ndarray], jobs: int | None) -> None:
+    with echo.Stopwatch(f"build and check {len(variants)} variant(s)"):
+        with _quiet_steps(), processes.thread_pool(jobs) as pool:
+            list(pool.map(lambda v: build_and_check(plan, v, directory, expected), variants))
+        log_checked(variants)
+    for v in variants:
+        if v.status == "ok":
+            with echo.Stopwatch(f"benchmark {v.label}"), _quiet_steps():
+                measure_variant(plan, v)
+
+
+def _require_ray() -> None:
+    """Ray is imported here, and only here, when a sweep asks for it."""
+    try:
+        importlib.import_module("ray")
+    except ImportError as exc:
+        raise PyreeError(f"--ray needs Ray, which cannot be imported in this Python ({exc})", fix=INSTALL_RAY) from None
+
+
+def tune(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    params: Mapping[str, Sequence[str]] | Sequence[str],
+    module: PathLike,
+    function: str,
+    inputs: Sequence[str] = (),
+    kind: str = "system",
+    reference: PathLike | None = None,
+    onnx: PathLike | None = None,
+    expect_output: Sequence[str] = (),
+    archs: Sequence[str] = (),
+    cc: str = "zig",
+    cpu: str = "baseline",
+    include_dirs: Sequence[PathLike] = (),
+    defines: Sequence[str] = (),
+    device: str = "local-sync",
+    rtol: float = checks.DEFAULT_RTOL,
+    atol: float = checks.DEFAULT_ATOL,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    spread: float = 0.05,
+    budget: float = 10.0,
+    max_rounds: int = 20,
+    repetitions: int = 3,
+    build_dir: PathLike | None = None,
+    jobs: int | None = None,
+    ray: str | None = None,
+    ray_resources: Mapping[str, float] | None = None,
+    depfile: PathLike | None = None,
+) -> TuneResult:
+    """Sweep every combination of `params` (-D values), check, benchmark; write `output` (best.json)."""
+    parsed = parse_params(params)
+    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, rtol, atol, timeout, spread, budget,
+                 max_rounds, repetitions)  # fmt: skip
+    out = Path(output)
+    directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
+    if ray is not None:
+        _require_ray()
+    expected = expected_outputs(plan, reference=reference, onnx=onnx, expect_output=expect_output)
+    variants = variants_of(parsed)
+    if ray is not None:
+        _tune_ray.sweep(plan, variants, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
+    else:
+        _sweep_locally(plan, variants, directory, expected, jobs)
+    result = _finish(plan, variants, out)
+    if depfile is not None:  # CMake: a changed source, header, module or reference tunes again
+        inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
+        files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
+    return result
+
+
+def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: str, inputs: Sequence[str], archs: Sequence[str], cc: str, cpu: str,
+          include_dirs: Sequence[PathLike], defines: Sequence[str], device: str, rtol: float, atol: float, timeout: float, spread: float,
+          budget: float, max_rounds: int, repetitions: int) -> Plan:  # fmt: skip
+    srcs = [str(require_file(s, "C source").resolve()) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
+    if kind not in ("system", "standalone"):
+        raise PyreeError(f"unknown plugin kind '{kind}'", fix="use --kind system or --kind standalone")
+    for name, value in (("--timeout", timeout), ("--budget", budget)):
+        if not value > 0:
+            raise PyreeError(f"{name} must be a positive number of seconds, got {value}", fix=f"e.g. {name} 10")
+    if not spread >= 0 or max_rounds < 1 or repetitions < 1:
+        raise PyreeError("--spread must be >= 0, --max-rounds and --repetitions >= 1", fix="e.g. --spread 0.05 --max-rounds 20 --repetitions 3")
+    checks.parse_inputs(inputs)
+    mod = require_file(module, "module")
+    return Plan(srcs, kind, str(mod.resolve()), function, list(inputs), list(archs), cc, cpu, [str(Path(d).resolve()) for d in include_dirs],
+                list(defines), device, rtol, atol, timeout, spread, budget, max_rounds, repetitions)  # fmt: skip
+
+
+def _finish(plan: Plan, variants: list[Variant], out: Path) -> TuneResult:
+    rows = ranked(variants)
+    best = rows[0] if rows and rows[0].status == "ok" and rows[0].samples_ms else None
+    if best is None:
+        raise PyreeError(
+            f"no variant of {Path(plan.sources[0]).name} both computed the right result and was measured",
+            file=plan.sources[0],
+            details=render(variants),
+            fix="fix the kernel (each variant's reason is above), or check the reference",
+        )
+    with files.atomic_output(out) as tmp:
+        tmp.write_text(json.dumps(best_record(plan, variants, best), indent=2) + "\n", encoding="utf-8")
+    return TuneResult(rows, best, out)
+
+
+def read_best(tuned: PathLike) -> dict[str, Any]:
+    """best.json, checked to be one a tune wrote."""
+    path = require_file(tuned, "tune result")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise PyreeError(f"not a tune result: {exc}", file=path, fix="write it with `pyree-build tune ... -o best.json`") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("winner", {}).get("params"), dict):
+        raise PyreeError(f"not a tune result (format {FORMAT} expected)", file=path, fix="write it with `pyree-build tune ... -o best.json`")
+    return data
+
+
+def tuned_defines(tuned: PathLike) -> list[str]:
+    """The winner's parameter values as -D definitions (`TILE=4`), to add to a build's own."""
+    params = read_best(tuned)["winner"]["params"]
+    return [f"{name}={value}" for name, value in params.items()]
+
+
+def build_tuned(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    tuned: PathLike,
+    kind: str = "system",
+    archs: Sequence[str] = (),
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+    cpu: str = "baseline",
+) -> Path:
+    """Build the plugin with the variant a tune chose (CMake: pyree_cpu_plugin(... TUNED best.json))."""
+    data = read_best(tuned)
+    recorded = {Path(s["path"]).name: s.get("sha256") for s in data.get("build", {}).get("sources", [])}
+    for src in sources:
+        digest = recorded.get(Path(src).name)
+        if digest is not None and Path(src).is_file() and digest != _sha256(Path(src)):
+            echo.log_step(f"note: {tuned} was tuned for another version of {Path(src).name}; its choice may no longer be the fastest (tune again)")
+    out = plugin_action.plugin(
+        sources, output, kind=kind, archs=archs, cc=cc, include_dirs=include_dirs, defines=[*defines, *tuned_defines(tuned)], depfile=depfile,
+        jobs=jobs, cpu=cpu,
+    )  # fmt: skip
+    if depfile is not None:  # a new tune rebuilds the plugin
+        deps = files.parse_depfile(depfile)
+        files.write_depfile(depfile, out, [*deps, str(Path(tuned).resolve())])
+    return out
+
+
+def materialize(blobs: Mapping[str, bytes], root: PathLike | None = None) -> Path:
+    """Files (relative name -> bytes) written under a directory named by their content, the same
+    path on every machine: a build there has the same cache key everywhere (the remote cache
+    shares it). Used by the Ray tasks; written once, atomically."""
+    digest = hashlib.sha256()
+    for name in sorted(blobs):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(blobs[name]).digest())
+    base = Path(root) if root is not None else Path(tempfile.gettempdir()) / "pyree-tune"
+    directory = base / digest.hexdigest()[:24]
+    for name, data in blobs.items():
+        path = directory / name
+        if not path.is_file() or path.read_bytes() != data:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with files.atomic_output(path) as tmp:
+                tmp.write_bytes(data)
+    return directory

@@ -1,0 +1,177 @@
+"""pyree-build tune / pb.tune with real tools: a sweep over a -D parameter of a small kernel in
+which one value computes a wrong result, one crashes, one hangs and one is slow; best.json; the
+chosen variant built by `tune --apply`, by pb.tune.build_tuned and by CMake's TUNED."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PLUGIN_SAMPLE, assert_clean_error, run_cli
+from test_cmake import build, cmake_run, write_project
+
+import pyree_build as pb
+from pyree_build.cli import cmake_dir
+from pyree_build.core import toolchain
+
+# UNROLL is the knob; a few of its values are broken on purpose.
+WRONG, CRASH, HANG, SLOW = "3", "0", "7", "9"
+_BODY = """  for (size_t i = 0; i < a->count; ++i) {
+    a->out[a->out_offset + i] = a->lhs[a->lhs_offset + i] * a->rhs[a->rhs_offset + i];
+  }
+  return 0;"""
+_TUNABLE = """#ifndef UNROLL
+#define UNROLL 1
+#endif
+#if UNROLL == 0  /* crashes */
+  *(volatile int*)0 = 1;
+#endif
+#if UNROLL == 7  /* hangs */
+  for (volatile int spin = 1; spin;) {}
+#endif
+#if UNROLL == 9  /* slow: a busy loop in every call */
+  for (volatile int spin = 0; spin < 2000000; ++spin) {}
+#endif
+  size_t i = 0;
+  for (; i + UNROLL <= a->count; i += UNROLL)
+    for (size_t u = 0; u < UNROLL; ++u)
+      a->out[a->out_offset + i + u] = a->lhs[a->lhs_offset + i + u] * a->rhs[a->rhs_offset + i + u];
+  for (; i < a->count; ++i) a->out[a->out_offset + i] = a->lhs[a->lhs_offset + i] * a->rhs[a->rhs_offset + i];
+#if UNROLL == 3  /* wrong: one element off by one */
+  a->out[a->out_offset] += 1.0f;
+#endif
+  return 0;"""
+INPUTS = ["64xf32=2", "64xf32=4"]
+EXPECTED = "64xf32=12"
+# Quick settings: every round is short, and a hang is declared after 3 s.
+QUICK = ["--timeout", "3", "--budget", "1.5", "--repetitions", "2"]
+
+
+def write_kernel(directory: Path) -> Path:
+    text = (PLUGIN_SAMPLE / "system_plugin.c").read_text(encoding="utf-8")
+    assert _BODY in text
+    path = directory / "kernel.c"
+    path.write_text(text.replace(_BODY, _TUNABLE), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_kernel(tmp_path_factory.mktemp("tune_kernel"))
+
+
+def tune_args(kernel: Path, module: Path, out: Path, values: str) -> list[object]:
+    inputs = [x for spec in INPUTS for x in ("--input", spec)]
+    return ["tune", kernel, "--param", f"UNROLL={values}", "--module", module, "--function", "mixed_invocation", *inputs,
+            "--expect-output", EXPECTED, *QUICK, "-o", out]  # fmt: skip
+
+
+def test_sweep_rejects_wrong_crashing_and_hanging_variants_and_never_picks_the_slow_one(kernel, system_module, tmp_path):
+    out = tmp_path / "best.json"
+    result = run_cli(*tune_args(kernel, system_module, out, f"1,2,{WRONG},{CRASH},{HANG},{SLOW}"))
+    assert result.returncode == 0, result
+    table = result.stdout
+    assert "WRONG RESULT" in table and "CRASHED" in table and "HUNG" in table, table
+    assert f"UNROLL={WRONG} WRONG RESULT" in " ".join(table.split()), table
+    assert "killed by SIGSEGV" in table and "timed out after 3 s" in table, table
+    best = json.loads(out.read_text())
+    assert best["format"] == "pyree_build.tune.v1"
+    assert best["winner"]["params"]["UNROLL"] in ("1", "2")
+    assert best["flags"] == [f"-DUNROLL={best['winner']['params']['UNROLL']}"]
+    status = {v["params"]["UNROLL"]: v for v in best["variants"]}
+    assert (status[WRONG]["status"], status[CRASH]["status"], status[HANG]["status"]) == ("wrong result", "crashed", "hung")
+    assert status[SLOW]["status"] == "ok" and status[SLOW]["median_ms"] > 5 * best["winner"]["median_ms"]
+    # The table is sorted by median, the measured variants first, each with min - max.
+    measured = [v for v in best["variants"] if v["status"] == "ok"]
+    assert [v["median_ms"] for v in measured] == sorted(v["median_ms"] for v in measured)
+    assert all(v["min_ms"] <= v["median_ms"] <= v["max_ms"] and len(v["samples_ms"]) >= 1 for v in measured)
+    assert table.splitlines()[1].split()[:2] == ["1", f"UNROLL={best['winner']['params']['UNROLL']}"], table
+    # The chosen variant, built again by --apply: byte for byte the variant the sweep measured.
+    plugin = tmp_path / "tuned.so"
+    applied = run_cli("tune", kernel, "--apply", out, "-o", plugin)
+    assert applied.returncode == 0, applied
+    variant = tmp_path / "best.variants" / f"UNROLL={best['winner']['params']['UNROLL']}" / "kernel.so"
+    assert plugin.read_bytes() == variant.read_bytes()
+    ran = run_cli("run", system_module, "--function", "mixed_invocation", "--input", INPUTS[0], "--input", INPUTS[1], "--plugin", plugin,
+                  "--expect-close", EXPECTED)  # fmt: skip
+    assert ran.returncode == 0, ran
+
+
+def test_python_equals_cli(kernel, system_module, tmp_path):
+    values = f"1,{WRONG},{SLOW}"
+    cli_out, py_out = tmp_path / "cli" / "best.json", tmp_path / "py" / "best.json"
+    result = run_cli(*tune_args(kernel, system_module, cli_out, values))
+    assert result.returncode == 0, result
+    tuned = pb.tune(kernel, py_out, params={"UNROLL": values.split(",")}, module=system_module, function="mixed_invocation", inputs=INPUTS,
+                    expect_output=[EXPECTED], timeout=3, budget=1.5, repetitions=2)  # fmt: skip
+    cli_best, py_best = json.loads(cli_out.read_text()), json.loads(py_out.read_text())
+    assert tuned.best is not None and tuned.best.params == py_best["winner"]["params"] == cli_best["winner"]["params"] == {"UNROLL": "1"}
+    assert {v["params"]["UNROLL"]: v["status"] for v in cli_best["variants"]} == {v["params"]["UNROLL"]: v["status"] for v in py_best["variants"]}
+    assert cli_best["flags"] == py_best["flags"] and cli_best["build"] == py_best["build"]
+    for value in values.split(","):  # the same cached builds: byte-identical plugins
+        name = f"UNROLL={value}/kernel.so"
+        assert (cli_out.parent / "best.variants" / name).read_bytes() == (py_out.parent / "best.variants" / name).read_bytes()
+    assert pb.tune.tuned_defines(py_out) == ["UNROLL=1"]
+    built = pb.tune.build_tuned([kernel], tmp_path / "k.so", tuned=py_out)
+    assert built.read_bytes() == (py_out.parent / "best.variants" / "UNROLL=1" / "kernel.so").read_bytes()
+    assert "UNROLL=1" in tuned.render() and f"UNROLL={WRONG}" in tuned.render()
+
+
+def test_a_sweep_where_every_variant_is_wrong_fails_and_writes_nothing(kernel, system_module, tmp_path):
+    out = tmp_path / "best.json"
+    result = run_cli(*tune_args(kernel, system_module, out, WRONG))
+    assert_clean_error(result, "no variant of kernel.c both computed the right result", "WRONG RESULT")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--param", "UNROLL"], ["is not NAME=V1,V2"]),
+        (["--param", "9X=1"], ["is not a C macro name"]),
+        (["--param", "UNROLL=1", "--expect-output", EXPECTED, "--reference", "r.vmfb"], ["exactly one reference"]),
+        (["--param", "UNROLL=1"], ["exactly one reference"]),
+    ],
+)
+def test_mistakes_are_named(kernel, system_module, tmp_path, args, fragments):
+    result = run_cli("tune", kernel, "--module", system_module, "--function", "mixed_invocation", *args, "-o", tmp_path / "b.json")
+    assert_clean_error(result, *fragments)
+
+
+def test_apply_refuses_a_file_no_tune_wrote(kernel, tmp_path):
+    bogus = tmp_path / "best.json"
+    bogus.write_text('{"winner": 1}')
+    assert_clean_error(run_cli("tune", kernel, "--apply", bogus, "-o", tmp_path / "k.so"), "not a tune result")
+
+
+def test_ray_without_ray_says_how_to_install_it(kernel, system_module, tmp_path):
+    code = "import sys; sys.modules['ray'] = None; from pyree_build.cli import main; sys.exit(main(sys.argv[1:]))"
+    args = [str(a) for a in tune_args(kernel, system_module, tmp_path / "b.json", "1")] + ["--ray", "auto"]
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert 'pip install "pyree_build[ray]"' in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_cmake_tuned_builds_the_chosen_variant(kernel, tmp_path):
+    body = (
+        "pyree_iree_module(NAME m SRC program.mlir TARGET llvm-cpu)\n"
+        f'pyree_tune(NAME k_tune SYSTEM SRCS kernel.c PARAMS "UNROLL=1,{WRONG},{SLOW}" MODULE m FUNCTION mixed_invocation\n'
+        f"           INPUTS {' '.join(INPUTS)} EXPECT_OUTPUT {EXPECTED} BUDGET 1 TIMEOUT 3)\n"
+        "pyree_cpu_plugin(NAME k SYSTEM SRCS kernel.c TUNED k_tune)\n"
+    )
+    src = tmp_path / "src"
+    write_project(src, "tuned", body, {"kernel.c": kernel, "program.mlir": PLUGIN_SAMPLE / "example.mlir"})
+    configured = cmake_run(
+        "-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}",
+        f"-Dpyree_build_DIR={cmake_dir()}", f"-DPYREE_BUILD_PYTHON={sys.executable}",
+    )  # fmt: skip
+    assert configured.returncode == 0, configured
+    build(tmp_path / "build")
+    best = json.loads((tmp_path / "build" / "k_tune.json").read_text())
+    assert best["winner"]["params"] == {"UNROLL": "1"}
+    variant = tmp_path / "build" / "k_tune.variants" / "UNROLL=1" / "kernel.so"
+    assert (tmp_path / "build" / "k.so").read_bytes() == variant.read_bytes()
