@@ -175,3 +175,18 @@ def test_cmake_tuned_builds_the_chosen_variant(kernel, tmp_path):
     assert best["winner"]["params"] == {"UNROLL": "1"}
     variant = tmp_path / "build" / "k_tune.variants" / "UNROLL=1" / "kernel.so"
     assert (tmp_path / "build" / "k.so").read_bytes() == variant.read_bytes()
+
+
+def test_the_mlp_samples_tiles_all_reproduce_the_reference_module(tmp_path):
+    """--reference: the program compiled without the spec (IREE's own code) gives the numbers."""
+    mlp = PLUGIN_SAMPLE.parent / "mlp_plugin"
+    with_plugin, reference = tmp_path / "with.vmfb", tmp_path / "ref.vmfb"
+    compiled = [
+        run_cli("compile", mlp / "mlp.mlir", "-o", with_plugin, "--transform-spec", mlp / "matmul_relu_spec.mlir", "--expect-import", "fused_matmul_relu"),
+        run_cli("compile", mlp / "mlp.mlir", "-o", reference),
+    ]
+    assert all(r.returncode == 0 for r in compiled), compiled
+    inputs = ["4x3xf32=[[1,2,3],[-1,-2,-3],[0.5,0.5,0.5],[2,0,-2]]", "3x5xf32=1", "5xf32=[0 1 2 3 4]"]
+    tuned = pb.tune(mlp / "matmul_relu_plugin.c", tmp_path / "best.json", params=["MATMUL_RELU_TILE=1,4,5"], module=with_plugin, function="mlp",
+                    inputs=inputs, reference=reference, budget=1, repetitions=2)  # fmt: skip
+    assert [v.status for v in tuned.variants] == ["ok"] * 3, tuned.render()

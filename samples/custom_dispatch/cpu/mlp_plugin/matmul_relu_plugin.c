@@ -23,6 +23,12 @@ typedef struct {
   int32_t k;
 } matmul_relu_args_t;
 
+// The tuning knob (`pyree-build tune --param MATMUL_RELU_TILE=1,4,8`; CMakeLists.txt's
+// pyree_tune): how many output columns one pass computes. 1 is the plain triple loop.
+#ifndef MATMUL_RELU_TILE
+#define MATMUL_RELU_TILE 1
+#endif
+
 static int fused_matmul_relu(void* params, void* context, void* reserved) {
   (void)context;
   (void)reserved;
@@ -39,7 +45,21 @@ static int fused_matmul_relu(void* params, void* context, void* reserved) {
     fflush(stdout);
   }
   for (int32_t i = 0; i < a->m; ++i) {
-    for (int32_t j = 0; j < a->n; ++j) {
+    int32_t j = 0;
+    // MATMUL_RELU_TILE columns of `out` at once: each element of lhs is loaded once per tile and
+    // the tile's sums stay in registers. Every sum adds its products in the same order whatever
+    // the tile, so every tile computes the same numbers.
+    for (; j + MATMUL_RELU_TILE <= a->n; j += MATMUL_RELU_TILE) {
+      float sum[MATMUL_RELU_TILE];
+      for (int t = 0; t < MATMUL_RELU_TILE; ++t) sum[t] = 0.0f;
+      for (int32_t p = 0; p < a->k; ++p) {
+        const float x = lhs[i * a->k + p];
+        const float* row = rhs + p * a->n + j;
+        for (int t = 0; t < MATMUL_RELU_TILE; ++t) sum[t] += x * row[t];
+      }
+      for (int t = 0; t < MATMUL_RELU_TILE; ++t) out[i * a->n + j + t] = sum[t] > 0.0f ? sum[t] : 0.0f;
+    }
+    for (; j < a->n; ++j) {  // the columns left over
       float sum = 0.0f;
       for (int32_t p = 0; p < a->k; ++p) sum += lhs[i * a->k + p] * rhs[p * a->n + j];
       out[i * a->n + j] = sum > 0.0f ? sum : 0.0f;
