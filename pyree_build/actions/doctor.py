@@ -36,12 +36,14 @@ _BUILD_CHECKS: list[Check] = [
     ("ctest", toolchain.ctest, True, "runs the sample tests", "pip install cmake"),
     ("ninja", toolchain.ninja, True, "CMake generator", "pip install ninja"),
     ("filecheck", toolchain.filecheck, True, "--check-file output checks", "pip install filecheck"),
+    ("ray", toolchain.ray, False, "runs tune's sweeps on a Ray cluster (tune --ray)", toolchain.INSTALL_RAY),
 ]
 # Rows after the backends' own: what every target shares.
 _SHARED_WORKFLOWS = [
     Workflow("dump / substitute / bench", build=("iree-compile",), run=("iree-run-module", "iree-benchmark-module")),
     Workflow("CMake projects (samples, new)", build=("cmake", "ninja"), run=("ctest",)),
     Workflow("ONNX models (import, replace, verify)", build=("iree-import-onnx", "iree-compile"), run=("iree-run-module",)),
+    Workflow("tune on a Ray cluster (tune --ray)", build=("ray",), run=("ray", "iree-benchmark-module")),
 ]
 
 

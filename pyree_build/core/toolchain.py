@@ -67,6 +67,7 @@ INSTALL_GCC = "apt-get install gcc (or use the default: --cc zig, from pip insta
 INSTALL_NVRTC = 'pip install "pyree_build[cuda]" (cuda-bindings and nvidia-cuda-nvrtc)'
 INSTALL_NVCC = 'install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install "pyree_build[cuda]")'
 INSTALL_ONNX = 'pip install "pyree_build[onnx]" (iree-base-compiler[onnx], onnx and onnxruntime)'
+INSTALL_RAY = 'pip install "pyree_build[ray]" (Ray, for tune --ray)'
 INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
 
 
@@ -165,6 +166,22 @@ def onnx_importer() -> Tool:
     """The compiler wheel's ONNX importer (`iree-import-onnx`, its `[onnx]` extra): the console
     script beside this Python or on PATH, else `python -m` of its module; it needs `onnx`."""
     return _need(_find_onnx_importer())
+
+
+def ray() -> Tool:
+    """Ray's `ray` command (the `[ray]` extra), which starts the nodes `tune --ray` runs on."""
+    return _need(_find_ray())
+
+
+def _find_ray() -> Tool | Missing:
+    version = _dist_version("ray")
+    if version is None:
+        return Missing("ray", f"Ray is not installed in this Python ({sys.executable})", INSTALL_RAY, required=True)
+    script = Path(sys.executable).parent / "ray"
+    found = str(script) if script.is_file() else shutil.which("ray")
+    if found is None:
+        return Missing("ray", f"Ray {version} is installed but its `ray` command is not beside {sys.executable} or on PATH", INSTALL_RAY, required=True)
+    return Tool("ray", (found,), Path(found), version, note="from the ray wheel")
 
 
 def _find_onnx_importer() -> Tool | Missing:
