@@ -3,6 +3,7 @@ which types) and from the `.npy` files a run writes, without numpy where the fil
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import struct
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyree_build.actions import checks
 from pyree_build.actions.arguments import declared_parameters
+from pyree_build.cache import facts
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError
 
@@ -27,11 +29,16 @@ NPY_TENSOR = re.compile(r"^tensor<(?:(?:\d+|\?)x)*(?P<type>f16|f32|f64|[su]?i(?:
 
 
 def _metadata(module: Path) -> list[str] | None:
-    """iree-dump-module's metadata listing of the module, or None when it cannot be read."""
+    """iree-dump-module's metadata listing of the module, or None when it cannot be read;
+    remembered by the module's content (every run of the same module reads it once)."""
     try:
         dump = toolchain.iree_dump_module()
     except PyreeError:
         return None
+    return facts.remembered("module-metadata", [module], functools.partial(_dump_metadata, dump, module), depends_on=[facts.tool_identity(dump.path)])
+
+
+def _dump_metadata(dump: toolchain.Tool, module: Path) -> list[str] | None:
     with echo.muted_commands():  # an inspection, not a step a pasted -v transcript needs
         listing = processes.spawn(dump.command("--output=metadata", module), what="reading the module's functions", check=False, timeout=60)
     return listing.stdout.splitlines() if listing.returncode == 0 else None

@@ -90,6 +90,9 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()[:40]
 
 
+digest = _digest
+
+
 def is_cache_dir(root: Path) -> bool:
     """Whether `root` carries the mark this cache writes into its own directory."""
     try:
@@ -175,6 +178,21 @@ def _write_json(path: Path, data: object) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def read_json(path: Path) -> object:
+    """A JSON file of the cache, or None where it is missing or unreadable."""
+    return _read_json(path)
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write a JSON file of the cache all or nothing (a reader never sees half of it)."""
+    _write_json(path, data)
+
+
+def tool_digest(root: Path, path: Path) -> str:
+    """The content hash of a tool, remembered in the cache `root` by the file's stat."""
+    return _tool_digest(root, path)
 
 
 def _tool_digest(root: Path, path: Path) -> str:
@@ -624,6 +642,7 @@ _OWN_NAMES = {
     "commands": re.compile(r"[0-9a-f]{40}\.json\Z"),
     "inline": re.compile(r"[0-9a-f]{20}\Z"),  # pb.load_inline's build directories (work_dir)
     "libm": re.compile(r"[0-9a-f]{20}\Z"),  # the freestanding math libraries, one folder per zig (work_dir)
+    "facts": re.compile(r"[0-9a-f]{40}\.json\Z"),  # what was read from a module or plugin, by content (cache.facts)
 }
 
 

@@ -74,8 +74,15 @@ INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), 
 def _dist_version(dist: str) -> str | None:
     # The version is in the name of the installed distribution's metadata directory;
     # reading it there avoids importing importlib.metadata (~15 ms on every verb).
+    return _dist_version_on(dist, tuple(sys.path))
+
+
+@functools.cache
+def _dist_version_on(dist: str, path: tuple[str, ...]) -> str | None:
+    # Remembered per search path: each call lists every directory on it (~0.5 ms, several
+    # times a run), and what is installed does not change under a running command.
     wanted = re.sub(r"[-_.]+", "_", dist).lower()
-    for entry in sys.path:
+    for entry in path:
         try:
             names = os.listdir(entry or ".")
         except OSError:

@@ -14,6 +14,7 @@ first, so the parent walks them in that order.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import struct
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders, host_arch
+from pyree_build.cache import facts
 from pyree_build.core import echo, lazy, processes
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import field, record
@@ -279,8 +281,12 @@ def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
         for index, loadable in requests:
             # A fork of this process, not a new Python (~70 ms less per run): the plugin's
             # code still runs apart from pyree_build, so a crash or hang there is reported.
+            # Remembered by the plugin's bytes: the same file answers the same names alike.
+            ask = functools.partial(
+                processes.call_in_child, ask_quietly, loadable, list(names), what="asking its resolve", file=answers[index].path, timeout=120
+            )
             try:
-                reply = processes.call_in_child(ask_quietly, loadable, list(names), what="asking its resolve", file=answers[index].path, timeout=120)
+                reply = facts.remembered("plugin-resolves", [Path(loadable)], ask, depends_on=list(names), keep=_answered)
             except PyreeError as err:
                 answers[index].error = err.what
                 continue
@@ -292,6 +298,12 @@ def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
         for name in answer.resolves:
             provider.setdefault(name.removeprefix("?"), answer.path)
     return Resolution(answers, provider)
+
+
+def _answered(reply: object) -> bool:
+    """A plugin's answer, not a reason it could not answer here (that depends on this machine:
+    a library it needs, its load's environment), which is asked again next time."""
+    return isinstance(reply, dict) and "error" not in reply
 
 
 def check_resolved(module: PathLike, plugins: Sequence[PathLike], *, ask_without_imports: bool = True) -> tuple[list[ExecutableImports], Resolution]:

@@ -1,0 +1,152 @@
+"""What a run establishes about a module or a plugin is remembered by content (issue 23 item 4):
+the same bytes are not read again, other bytes at the same path always are, and answers
+that depend on more than the bytes (a plugin that cannot load here) are never remembered."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import PLUGIN_SAMPLE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pyree_build.actions import compile as compile_action
+from pyree_build.actions import results
+from pyree_build.actions import run as run_action
+from pyree_build.backends.llvm_cpu import imports, plugins
+from pyree_build.cache import facts, local
+from pyree_build.core import processes
+from pyree_build.core.errors import PyreeError
+
+PROGRAM = """func.func @{name}(%a: tensor<4xf32>) -> tensor<4xf32> {{
+  %0 = arith.{op} %a, %a : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}}
+"""
+
+
+def _facts(kind: str) -> list[dict]:
+    directory = local.work_dir(facts.FACTS_DIR)
+    found = [json.loads(p.read_text()) for p in directory.glob("*.json")] if directory and directory.is_dir() else []
+    return [f for f in found if f["kind"] == kind]
+
+
+def _counting_spawns(monkeypatch: pytest.MonkeyPatch, tool: str) -> list[list[str]]:
+    """The real spawn, with a record of each call that runs `tool` (no tool is replaced)."""
+    calls: list[list[str]] = []
+    real = processes.spawn
+
+    def spawn(argv, **kwargs):  # type: ignore[no-untyped-def]
+        if any(tool in os.fspath(a) for a in argv[:3]):
+            calls.append([os.fspath(a) for a in argv])
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(processes, "spawn", spawn)
+    return calls
+
+
+def test_a_modules_functions_are_read_once_per_content(tmp_path, monkeypatch):
+    module = tmp_path / "m.vmfb"
+    (tmp_path / "p.mlir").write_text(PROGRAM.format(name="twice", op="addf"))
+    compile_action.compile(tmp_path / "p.mlir", module)
+    dumps = _counting_spawns(monkeypatch, "iree-dump-module")
+    assert results.function_results(module, "twice") == (1, ["tensor<4xf32>"])
+    assert len(dumps) == 1
+    facts.forget_in_process()  # as a new process would: the stored fact answers
+    assert results.function_results(module, "twice") == (1, ["tensor<4xf32>"])
+    assert results.exported_functions(module) == ["twice"]
+    assert len(dumps) == 1, dumps
+    assert any(f["files"] == [str(module)] for f in _facts("module-metadata"))
+    # Other bytes at the same path: read again, never the old answer.
+    (tmp_path / "p.mlir").write_text(PROGRAM.format(name="squared", op="mulf"))
+    compile_action.compile(tmp_path / "p.mlir", module)
+    assert results.exported_functions(module) == ["squared"]
+    assert len(dumps) == 2
+
+
+def test_a_rebuilt_plugin_at_the_same_path_is_asked_again(tmp_path, monkeypatch):
+    module = compile_action.compile(PLUGIN_SAMPLE / "example.mlir", tmp_path / "m.vmfb")
+    plugin = tmp_path / "p.so"
+    plugins.system_plugin([PLUGIN_SAMPLE / "system_plugin.c"], plugin)
+    imports.check_resolved(module, [plugin])
+    (answer,) = [f for f in _facts("plugin-resolves") if f["files"] == [str(plugin.resolve())]]
+    assert "simple_mul_workgroup" in answer["answer"]["resolves"]
+    # The same path, now a plugin whose resolve knows another name: the run is refused.
+    other = tmp_path / "other.c"
+    other.write_text((PLUGIN_SAMPLE / "system_plugin.c").read_text().replace('"simple_mul_workgroup"', '"renamed_workgroup"'))
+    plugins.system_plugin([other], plugin)
+    with pytest.raises(PyreeError, match="no plugin resolves import 'simple_mul_workgroup'"):
+        imports.check_resolved(module, [plugin])
+
+
+def test_an_answer_that_depends_on_this_machine_is_not_remembered(tmp_path):
+    calls = []
+
+    def cannot_load() -> dict:
+        calls.append(1)
+        return {"error": "cannot be loaded here (libfoo.so: not found)"}
+
+    some_file = tmp_path / "plugin.so"
+    some_file.write_bytes(b"\x7fELF not really")
+    for _ in range(2):
+        reply = facts.remembered("plugin-resolves", [some_file], cannot_load, depends_on=["x"], keep=lambda r: "error" not in r)
+        assert reply == {"error": "cannot be loaded here (libfoo.so: not found)"}
+    assert len(calls) == 2
+    assert not [f for f in _facts("plugin-resolves") if f["files"] == [str(some_file)]]
+
+
+def test_without_a_cache_facts_live_in_the_process_only(tmp_path, monkeypatch):
+    monkeypatch.setenv(local.CACHE_ENV, "off")
+    some_file = tmp_path / "a.txt"
+    some_file.write_text("one")
+    calls = []
+    ask = lambda: calls.append(1) or ["answer"]  # noqa: E731
+    assert facts.remembered("test-kind", [some_file], ask) == ["answer"]
+    assert facts.remembered("test-kind", [some_file], ask) == ["answer"]
+    assert len(calls) == 1
+    facts.forget_in_process()
+    assert facts.remembered("test-kind", [some_file], ask) == ["answer"]
+    assert len(calls) == 2
+
+
+def test_cache_clear_removes_the_facts(tmp_path):
+    some_file = tmp_path / "a.txt"
+    some_file.write_text("clear me")
+    facts.remembered("test-kind", [some_file], lambda: {"x": 1})
+    assert _facts("test-kind")
+    local.cache_clear()
+    assert not _facts("test-kind")
+
+
+VARIANTS = [("f", "addf"), ("f", "mulf"), ("g", "addf"), ("g", "subf")]
+
+
+@given(st.lists(st.sampled_from(range(len(VARIANTS))), min_size=2, max_size=4))
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_runs_through_remembered_facts_equal_runs_without_them(tmp_path, monkeypatch, edits):
+    """A sequence of rebuilds of one module path, each run with the facts remembered and with
+    the cache off: the same result text, or the same refusal, every time."""
+    for step, choice in enumerate(edits):
+        name, op = VARIANTS[choice]
+        source = tmp_path / f"p{step}.mlir"
+        source.write_text(PROGRAM.format(name=name, op=op))
+        module = compile_action.compile(source, tmp_path / "m.vmfb")
+        outcomes = []
+        for cache in (os.environ[local.CACHE_ENV], "off"):
+            monkeypatch.setenv(local.CACHE_ENV, cache)
+            facts.forget_in_process()
+            try:
+                outcomes.append(run_action.run(module, "f", inputs=["4xf32=3"]).stdout)
+            except PyreeError as err:
+                outcomes.append(err.what)
+        assert outcomes[0] == outcomes[1], (edits, step, outcomes)
+        assert ("4xf32=" in outcomes[0]) == (name == "f")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory():
+    facts.forget_in_process()
+    yield
+    facts.forget_in_process()
