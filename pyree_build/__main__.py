@@ -1,5 +1,5 @@
 import sys
 
-from pyree_build.cli import main
+from pyree_build.server.client import main
 
 sys.exit(main())

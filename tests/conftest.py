@@ -19,9 +19,47 @@ if "PYREE_BUILD_CACHE" not in os.environ:
     os.environ["PYREE_BUILD_CACHE"] = _TEST_CACHE
     atexit.register(shutil.rmtree, _TEST_CACHE, True)
 
+# Every command a test runs is served by the per-user server (`--server on`, the default, as
+# users get it) or runs in its own process (`--server off`): pytest_configure sets
+# PYREE_BUILD_SERVER, which the commands' subprocesses inherit. The session's server lives in a
+# socket directory of its own (never the user's server, nor another pytest's) and is stopped
+# when the session ends; its idle timeout ends it should pytest itself be killed.
+if not os.environ.get("PYREE_TEST_OWN_RUNTIME"):
+    import atexit
+    import shutil
+    import tempfile
+
+    _RUNTIME = tempfile.mkdtemp(prefix="pyree-rt.", dir="/tmp")  # 0700, short: sun_path holds 108 bytes
+    os.environ["XDG_RUNTIME_DIR"] = _RUNTIME
+    os.environ["PYREE_TEST_OWN_RUNTIME"] = "1"
+    atexit.register(shutil.rmtree, _RUNTIME, True)
+os.environ.setdefault("PYREE_BUILD_SERVER_IDLE", "300")
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
 PLUGIN_SAMPLE = SAMPLES / "custom_dispatch" / "cpu" / "plugin"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--server",
+        choices=("on", "off"),
+        default="on",
+        help="run every pyree-build command through the per-user server (on, the default) or in its own process (off)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["PYREE_BUILD_SERVER"] = config.getoption("--server")
+
+
+def stop_server() -> None:
+    """Stop this session's server (if one runs) and wait until it has exited."""
+    subprocess.run([sys.executable, "-m", "pyree_build", "server", "stop"], capture_output=True, timeout=60)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    stop_server()
 
 
 class CliResult:

@@ -52,10 +52,27 @@ def _descendants(root: int, table: dict[int, tuple[int, int, int, str, str]]) ->
     return found
 
 
+def _marked(marker: bytes) -> set[int]:
+    """Processes whose environment holds `marker`: the tools a server's worker started for a
+    client (they are not below the client, which only waits, but inherit its environment)."""
+    found = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if marker in Path(f"/proc/{entry.name}/environ").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 class Watched:
-    """A pyree_build process, with every process, group and session seen below it."""
+    """A pyree_build process, with every process, group and session seen below it (and below
+    the tools its server's worker started for it)."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.marker = f"PYREE_TEST_WATCH={random.random()}"
+        env = dict(env, PYREE_TEST_WATCH=self.marker.partition("=")[2])
         # Its own session, as a shell job would be; the signal goes to its pid only.
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.pids: set[int] = set()
@@ -67,6 +84,8 @@ class Watched:
         while time.monotonic() < end:
             table = _process_table()
             below = _descendants(self.proc.pid, table)
+            for root in _marked(self.marker.encode()) & table.keys():
+                below |= {root, *_descendants(root, table)}
             self.pids |= below
             self.groups |= {table[p][1] for p in below} | {table[p][2] for p in below}
             if any(marker in table[p][4] and table[p][3] not in "ZX" for p in below):
@@ -83,13 +102,18 @@ class Watched:
         return self.proc.returncode, err
 
     def survivors(self) -> list[str]:
-        """Processes still running (not zombies) that were below pyree_build or share a tool's group or session."""
+        """Processes still running (not zombies) that were below pyree_build or share a tool's
+        group or session. The per-user server (and the spare worker it keeps) outlives every
+        command by design: started by this client, it was below it for a while."""
         table = _process_table()
         own = {os.getpid(), *_descendants(os.getpid(), table)} - self.pids
         return [
             f"{pid} {row[4]}"
             for pid, row in table.items()
-            if row[3] not in "ZX" and pid not in own and (pid in self.pids or row[1] in self.groups or row[2] in self.groups)
+            if row[3] not in "ZX"
+            and pid not in own
+            and "-m pyree_build.server " not in row[4]
+            and (pid in self.pids or row[1] in self.groups or row[2] in self.groups)
         ]
 
 

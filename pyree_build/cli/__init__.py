@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pyree_build.cli.commands import dispatch
 from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, verb_parser
-from pyree_build.core import echo, processes, toolchain
+from pyree_build.core import echo, native_client, processes, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import cmake_dir
 
@@ -48,6 +48,9 @@ def _run(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
         return 0
     if ns.include_dir:
         print(toolchain.include_dir())
+        return 0
+    if ns.native_client:
+        print(native_client.build(ns.native_client))
         return 0
     if not ns.verb:
         build_parser().print_help()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from pyree_build import backends
 from pyree_build.backends.base import Verb
 from pyree_build.cli.parser import compile_options
-from pyree_build.core import echo, lazy
+from pyree_build.core import echo, lazy, server_protocol
 from pyree_build.core.errors import PyreeError
 
 # The action modules of `compile` and `run`, loaded when the verb runs.
@@ -215,6 +216,28 @@ def cache_command(a: argparse.Namespace) -> None:
             print(f"note: not a pyree_build cache yet (no {_cache._TAG}); the first cached build marks a new or empty directory")
 
 
+def server_command(a: argparse.Namespace) -> None:
+    try:
+        where = server_protocol.socket_path(create=False)
+        report = server_protocol.control(a.action)
+    except (server_protocol.Unsafe, OSError) as err:
+        raise PyreeError(f"cannot reach the server: {err}", fix="pyree-build server stop, or PYREE_BUILD_SERVER=off to run in process") from None
+    if report is None:
+        print(f"server: not running (socket {where})")
+        return
+    if a.action == "stop":
+        pid = int(str(report["pid"]))
+        deadline = time.monotonic() + 30
+        while server_protocol.alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        print(f"server: stopped (pid {pid}, {report['requests']} requests served)")
+        return
+    print(
+        f"server: running\npid: {report['pid']}\nsocket: {report['socket']}\nuptime: {report['uptime_s']} s\n"
+        f"requests: {report['requests']}\nidle timeout: {report['idle_timeout_s']:g} s\npython: {report['python']}"
+    )
+
+
 def doctor_command(a: argparse.Namespace) -> int:
     return _doctor.report()
 
@@ -233,6 +256,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "new": new_command,
     "cache": cache_command,
     "doctor": doctor_command,
+    "server": server_command,
 }
 
 

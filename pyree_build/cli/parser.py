@@ -144,6 +144,7 @@ def build_parser(verb: str | None = None, *, external: bool | None = None) -> ar
     parser.add_argument("--version", action="version", version=f"pyree_build {__version__}")
     parser.add_argument("--cmake-dir", action="store_true", help="print the directory holding pyree_buildConfig.cmake and exit")
     parser.add_argument("--include-dir", action="store_true", help="print the directory holding iree/hal/local/executable_plugin.h and exit")
+    parser.add_argument("--native-client", metavar="DIR", help="build the native pyree-build client (what CMake runs) into DIR, print its path and exit")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for declared in _declared(verb, external):
         _add_verb(sub, declared, compile_options(external, dumping=declared.name == "dump") if declared.name in TAKE_COMPILE_OPTIONS else ())
@@ -168,7 +169,7 @@ def named_verb(args: Sequence[str]) -> str | None:
     for arg in args:
         if skip:
             skip = False
-        elif arg in ("-j", "--jobs"):
+        elif arg in ("-j", "--jobs", "--native-client"):
             skip = True
         elif arg in ("-h", "--help"):
             return None

@@ -500,5 +500,25 @@ REPLACE = Verb(
     ),
 )
 
+SERVER = Verb(
+    "server",
+    "the per-user server that runs every command warm: status or stop",
+    options=(
+        Option(
+            ("action",),
+            {"choices": ("status", "stop"), "help": "status: whether it runs, and its pid, socket, uptime, requests and idle timeout; stop: end it and wait"},
+        ),
+    ),
+    description=(
+        "Every pyree-build command (CMake's actions and ctests too) is handed to a per-user server that "
+        "has already imported what commands need, so a command costs about what its tools cost. It starts "
+        "on first use, serves commands in parallel, restarts when pyree_build changes, and exits after "
+        "$PYREE_BUILD_SERVER_IDLE seconds without work (default 900). status: whether it runs, its pid, "
+        "socket, uptime, requests served and idle timeout; stop: end it (commands running finish). "
+        "PYREE_BUILD_SERVER=off runs each command in its own process instead."
+    ),
+    examples="pyree-build server status\npyree-build server stop\nPYREE_BUILD_SERVER=off pyree-build doctor",
+)
+
 # In the order `pyree-build --help` lists them, after the backends' verbs.
-CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, TUNE, COMPILE, RUN, IMPORT, OPS, REPLACE, VERIFY, SAMPLES, NEW, CACHE, DOCTOR)}
+CORE_VERBS: dict[str, Verb] = {v.name: v for v in (DUMP, BENCH, TUNE, COMPILE, RUN, IMPORT, OPS, REPLACE, VERIFY, SAMPLES, NEW, CACHE, DOCTOR, SERVER)}

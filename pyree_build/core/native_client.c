@@ -1,0 +1,215 @@
+/* The native pyree-build client: what CMake's actions and ctests run instead of a Python
+ * start-up. It speaks core/server_protocol.py's protocol (read that module's docstring): passes
+ * argv, cwd, umask, the environment and fds 0-2 to the per-user server, forwards SIGINT,
+ * SIGTERM and SIGHUP, and exits with the command's code. With no server it starts one; when
+ * none can be had (or PYREE_BUILD_SERVER=off) it execs the Python CLI in process.
+ * core/native_client.py builds it with ziglang's clang, prefixed with PYREE_PYTHON and
+ * PYREE_IDENTITY (server_protocol.identity() of that Python). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+static const char *PATH_ENV[] = {"PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE"};
+static volatile sig_atomic_t g_sock = -1, g_last = 0;
+
+/* Run the command in process: the Python CLI with the server off. */
+static int in_process(int argc, char **argv, const char *why) {
+  if (why) fprintf(stderr, "pyree_build: %s; running in this process\n", why);
+  char **a = calloc((size_t)argc + 3, sizeof(char *));
+  a[0] = (char *)PYREE_PYTHON, a[1] = "-m", a[2] = "pyree_build";
+  for (int i = 1; i < argc; i++) a[i + 2] = argv[i];
+  setenv("PYREE_BUILD_SERVER", "off", 1);
+  execv(PYREE_PYTHON, a);
+  fprintf(stderr, "pyree_build: cannot run %s: %s\n", PYREE_PYTHON, strerror(errno));
+  return 127;
+}
+
+static uint64_t fnv(uint64_t h, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001B3ULL;
+  return h;
+}
+
+/* The socket path (server_protocol.socket_path), its directory checked as safe; 0 if unsafe. */
+static int socket_path(char *out, size_t size) {
+  char dir[256];
+  const char *rt = getenv("XDG_RUNTIME_DIR");
+  struct stat st;
+  if (rt && rt[0] == '/' && strlen(rt) < 64 && stat(rt, &st) == 0 && S_ISDIR(st.st_mode))
+    snprintf(dir, sizeof dir, "%s/pyree_build", rt);
+  else
+    snprintf(dir, sizeof dir, "/tmp/pyree_build-%u", (unsigned)getuid());
+  mkdir(dir, 0700);
+  if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) return 0;
+  uint64_t h = fnv(0xCBF29CE484222325ULL, PYREE_IDENTITY, strlen(PYREE_IDENTITY));
+  for (size_t i = 0; i < sizeof PATH_ENV / sizeof *PATH_ENV; i++) {
+    const char *v = getenv(PATH_ENV[i]);
+    h = fnv(h, "", 1);
+    if (v) h = fnv(h, v, strlen(v));
+  }
+  snprintf(out, size, "%s/s-%016llx.sock", dir, (unsigned long long)h);
+  return 1;
+}
+
+static int connect_to(const char *path) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  strncpy(addr.sun_path, path, sizeof addr.sun_path - 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) return fd;
+  int saved = errno;
+  if (fd >= 0) close(fd);
+  errno = saved;
+  return -1;
+}
+
+static void path_with(char *out, size_t size, const char *sock, const char *suffix) {
+  snprintf(out, size, "%.*s%s", (int)(strlen(sock) - 5), sock, suffix);
+}
+
+/* Start a server (its own session; fds 0-2 on /dev/null and its log) and wait until it listens. */
+static int start_server(const char *path) {
+  char log[PATH_MAX];
+  path_with(log, sizeof log, path, ".log");
+  unlink(path);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    dup2(in, 0), dup2(out, 1), dup2(out, 2);
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    execl(PYREE_PYTHON, PYREE_PYTHON, "-m", "pyree_build.server", "--socket", path, (char *)NULL);
+    _exit(127);
+  }
+  if (pid < 0) return -1;
+  for (int i = 0; i < 2000; i++) { /* 20 s */
+    int fd = connect_to(path);
+    if (fd >= 0) return fd;
+    if (errno != ENOENT && errno != ECONNREFUSED) return -1;
+    if (waitpid(pid, NULL, WNOHANG) == pid) return -1;
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+/* A connection to the server, started if none answers (one client starts it: the lock). */
+static int connect_or_start(const char *path) {
+  int fd = connect_to(path);
+  if (fd >= 0 || (errno != ENOENT && errno != ECONNREFUSED)) return fd;
+  char lockpath[PATH_MAX];
+  path_with(lockpath, sizeof lockpath, path, ".lock");
+  int lock = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0 || flock(lock, LOCK_EX) != 0) return -1;
+  fd = connect_to(path);
+  if (fd < 0 && (errno == ENOENT || errno == ECONNREFUSED)) fd = start_server(path);
+  close(lock);
+  return fd;
+}
+
+/* The request frame: a 4-byte length, then NUL-terminated fields. */
+static char *frame(int argc, char **argv, size_t *size) {
+  char cwd[PATH_MAX], umask_text[16], argc_text[16];
+  if (!getcwd(cwd, sizeof cwd)) return NULL;
+  mode_t m = umask(022);
+  umask(m);
+  snprintf(umask_text, sizeof umask_text, "%o", (unsigned)m);
+  snprintf(argc_text, sizeof argc_text, "%d", argc - 1);
+  const char *head[] = {"pyree_build-server-1", "run", PYREE_IDENTITY, cwd, umask_text, argc_text};
+  size_t n = 4;
+  for (int i = 0; i < 6; i++) n += strlen(head[i]) + 1;
+  for (int i = 1; i < argc; i++) n += strlen(argv[i]) + 1;
+  for (char **e = environ; *e; e++) n += strlen(*e) + 1;
+  char *buf = malloc(n), *p = buf + 4;
+  for (int i = 0; i < 6; i++) p = stpcpy(p, head[i]) + 1;
+  for (int i = 1; i < argc; i++) p = stpcpy(p, argv[i]) + 1;
+  for (char **e = environ; *e; e++) p = stpcpy(p, *e) + 1;
+  uint32_t body = (uint32_t)(n - 4);
+  unsigned char le[4] = {body & 255, (body >> 8) & 255, (body >> 16) & 255, body >> 24};
+  memcpy(buf, le, 4);
+  *size = n;
+  return buf;
+}
+
+static int send_frame(int fd, const char *buf, size_t n) {
+  int fds[3];
+  for (int i = 0; i < 3; i++) fds[i] = fcntl(i, F_GETFD) >= 0 ? i : open("/dev/null", O_RDWR | O_CLOEXEC);
+  char control[CMSG_SPACE(sizeof fds)] = {0};
+  struct iovec iov = {(void *)buf, 4};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof fds);
+  memcpy(CMSG_DATA(c), fds, sizeof fds);
+  if (sendmsg(fd, &msg, MSG_NOSIGNAL) != 4) return -1;
+  for (size_t off = 4; off < n;) {
+    ssize_t w = send(fd, buf + off, n - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    off += (size_t)w;
+  }
+  return 0;
+}
+
+/* One reply line; "" when the server closed first. A signal (EINTR) does not end the wait. */
+static void read_line(int fd, char *line, size_t size) {
+  size_t n = 0;
+  while (n + 1 < size) {
+    ssize_t r = read(fd, line + n, 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0 || line[n] == '\n') break;
+    n++;
+  }
+  line[n] = 0;
+}
+
+static void forward(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  g_last = sig;
+  if (g_sock >= 0) send(g_sock, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  errno = saved;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = getenv("PYREE_BUILD_SERVER");
+  if (mode && (!strcmp(mode, "off") || !strcmp(mode, "0") || !strcmp(mode, "no") || !strcmp(mode, "false"))) return in_process(argc, argv, NULL);
+  for (int i = 1; i < argc && i < 4; i++)
+    if (!strcmp(argv[i], "server")) return in_process(argc, argv, NULL);
+  char path[PATH_MAX], line[512];
+  if (!socket_path(path, sizeof path)) return in_process(argc, argv, "not using the server: its directory is not this user's alone (mode 0700)");
+  size_t n;
+  char *buf = frame(argc, argv, &n);
+  if (!buf) return in_process(argc, argv, NULL);
+  struct sigaction sa = {.sa_handler = forward};
+  for (int attempt = 0; attempt < 3; attempt++) {
+    int fd = connect_or_start(path);
+    if (fd < 0) return in_process(argc, argv, NULL);
+    g_sock = fd;
+    sigaction(SIGINT, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGHUP, &sa, NULL);
+    if (send_frame(fd, buf, n) != 0) line[0] = 0;
+    else read_line(fd, line, sizeof line);
+    if (!strncmp(line, "refused", 7)) return in_process(argc, argv, line);
+    if (!strncmp(line, "ok ", 3)) {
+      read_line(fd, line, sizeof line);
+      if (!strncmp(line, "exit ", 5)) return atoi(line + 5);
+      if (g_last) return 128 + g_last;
+      fprintf(stderr, "pyree_build: the server's worker ended without an exit code (its log is beside %s)\n", path);
+      return 1;
+    }
+    g_sock = -1;
+    close(fd); /* "stale" (that server exits; the next try starts a fresh one) or gone before it began */
+  }
+  return in_process(argc, argv, NULL);
+}

@@ -1,0 +1,412 @@
+"""The per-user server: a warm process that has imported what commands need and forks one
+worker per connection, so a command costs a fork instead of a Python start-up and its imports.
+
+The accept loop is single-threaded and starts no threads (BLAS pools are held to one thread
+before numpy loads), so fork is safe. A worker owns its connection: it receives the client's
+fds 0-2 and runs the CLI on them (output goes straight to the client's terminal or pipes, in
+order, isatty where it is), in the client's cwd, umask and environment; a signal number from
+the client is raised in the worker (processes.stop_on_signals stops the tools as in process),
+and the client vanishing is a SIGTERM. The server exits after an idle time, when its package
+files change (it answers "stale", so the client starts a fresh one), or on `server stop`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import ctypes
+import functools
+import gc
+import importlib
+import io
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyree_build.core import server_protocol as protocol
+
+# What most commands import: loaded once by the server, so a worker starts with them loaded.
+# Optional modules (a GPU backend's bindings, onnx, ray) stay lazy: a missing one costs nothing.
+PRELOAD = (
+    "pyree_build.cli",
+    "pyree_build.cli.commands",
+    "pyree_build.actions.compile",
+    "pyree_build.actions.run",
+    "pyree_build.actions.executables",
+    "pyree_build.actions.bench",
+    "pyree_build.actions.doctor",
+    "pyree_build.cache.local",
+    "pyree_build.backends.llvm_cpu",
+    "pyree_build.backends.cuda",
+    "pyree_build.backends.hip",
+    "pyree_build.backends.vulkan",
+    "numpy",
+)
+# Each thread pool a native library would start at import (numpy's BLAS) is held to one
+# thread: the server must have no thread when it forks.
+_ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+_REQUEST_TIMEOUT_S = 30.0
+_PR_SET_PDEATHSIG = 1  # for a client to send its request once connected
+
+
+@dataclass
+class State:
+    """The server's own facts, which a worker (forked with a copy) reports or checks."""
+
+    path: str
+    idle_s: float
+    watched: list[str]
+    fingerprint: tuple[tuple[int, int], ...]
+    started: float = field(default_factory=time.time)
+    requests: int = 0
+    inode: int = 0
+    start_dir: str = ""
+
+
+def watched_paths() -> list[str]:
+    """pyree_build's .py files and the directories holding them (a file added changes its
+    directory), and each site-packages directory (a pip install or uninstall changes it)."""
+    paths = []
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for root, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        paths += [root, *(os.path.join(root, f) for f in files if f.endswith(".py"))]
+    return paths + [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
+
+
+def fingerprint(paths: list[str]) -> tuple[tuple[int, int], ...]:
+    """(mtime, size) of each watched path, (0, 0) for one gone: a change means this server's
+    code is stale. Stats only (~0.3 ms), since every request checks it."""
+    found = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            found.append((0, 0))
+            continue
+        found.append((info.st_mtime_ns, info.st_size))
+    return tuple(found)
+
+
+def _preload() -> None:
+    for name in _ONE_THREAD:
+        os.environ.setdefault(name, "1")
+    for module in PRELOAD:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # noqa: BLE001 - a module that fails here fails again, visibly, in the worker that needs it
+            print(f"preload {module}: {err}", file=sys.stderr)
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
+    if threads != 1:
+        raise SystemExit(f"pyree_build server: {threads} threads after the imports; forking would be unsafe")
+
+
+def _listen(path: str) -> tuple[socket.socket, int]:
+    """Bind beside `path` and rename onto it: a client sees no socket or a listening one."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.getpid()}.tmp")  # no longer than `path`: sun_path is short
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(tmp)
+    os.chmod(tmp, 0o600)
+    sock.listen(128)
+    os.rename(tmp, path)
+    return sock, os.stat(path).st_ino
+
+
+def _ours(state: State) -> bool:
+    try:
+        return os.stat(state.path).st_ino == state.inode
+    except OSError:
+        return False
+
+
+def unlink_if_ours(state: State) -> None:
+    if _ours(state):
+        with contextlib.suppress(OSError):
+            os.unlink(state.path)
+
+
+def _on_term(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pyree_build.server", description="the per-user pyree_build server (started by the client)")
+    parser.add_argument("--socket", required=True, help="the socket path (core/server_protocol.socket_path)")
+    parser.add_argument("--idle", type=float, default=None, help=f"seconds without work before exiting (default ${protocol.IDLE_ENV} or 900)")
+    a = parser.parse_args(argv)
+    os.closerange(3, 1 << 16)  # nothing the client's parent passed down (a jobserver's pipe) stays open here
+    idle = a.idle if a.idle is not None else float(os.environ.get(protocol.IDLE_ENV, protocol.DEFAULT_IDLE_S))
+    watched = watched_paths()
+    state = State(a.socket, idle, watched, fingerprint(watched), start_dir=os.getcwd())  # before the imports: an edit during them is seen
+    gc.disable()  # no collection in the server: it would leave freed holes in pages its workers share
+    _preload()
+    _prctl()
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    os.chdir("/")  # no client's directory is held busy
+    sock, state.inode = _listen(a.socket)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} listening on {a.socket}", file=sys.stderr, flush=True)
+    try:
+        serve(sock, state)
+    finally:
+        unlink_if_ours(state)
+    return 0
+
+
+def _reap(children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            children.discard(pid)
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """Linux's prctl, looked up once in the server so a forked spare only calls it."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """A spare dies with the server (SIGKILL, a crash): else it would hold the socket open and
+    take one more client, after which nobody accepts and clients would hang instead of starting
+    a new server. A worker (parent None) outlives it: `server stop` lets commands finish."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL) if parent else 0, 0, 0, 0)
+    if parent and os.getppid() != parent:  # it died before prctl
+        os._exit(0)
+
+
+def _spare(sock: socket.socket, state: State, accepted: int) -> int:
+    """Fork the next worker ahead of its request: it waits in accept(), says so on `accepted`
+    when it has a client, and serves it. The fork (~2 ms) is then off every request's path."""
+    gc.freeze()  # the worker's collections never touch (so never copy) the server's objects
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    gc.enable()
+    try:
+        _die_with_parent(parent)
+        conn, _ = sock.accept()
+        _die_with_parent(None)
+        os.write(accepted, b"a")
+    except BaseException:  # noqa: BLE001 - a spare killed while it waits (the server exiting)
+        os._exit(0)
+    sock.close()
+    worker(conn, state)  # never returns
+    raise AssertionError("unreachable")
+
+
+def _drain(fd: int) -> int:
+    """How many spares have said they took a client (the pipe is non-blocking)."""
+    try:
+        return len(os.read(fd, 4096))
+    except BlockingIOError:
+        return 0
+
+
+def serve(sock: socket.socket, state: State) -> None:
+    """Keep one spare worker waiting for a connection until idle (no request, no worker) for
+    state.idle_s, or until the socket is no longer ours (removed, or taken by a newer server)."""
+    accepted_r, accepted_w = os.pipe()
+    os.set_blocking(accepted_r, False)
+    children: set[int] = set()
+    spare = _spare(sock, state, accepted_w)
+    last = time.monotonic()
+    try:
+        while True:
+            _reap(children)
+            now = time.monotonic()
+            if children:
+                last = now
+            elif now - last >= state.idle_s or not _ours(state):
+                return
+            ready, _, _ = select.select([accepted_r], [], [], max(0.0, min(1.0, state.idle_s - (now - last))))
+            taken = _drain(accepted_r) if ready else 0
+            alive = taken == 0 and os.waitpid(spare, os.WNOHANG)[0] == 0
+            if not alive:
+                state.requests += taken
+                if taken:
+                    children.add(spare)
+                spare = _spare(sock, state, accepted_w)
+                last = time.monotonic()
+    finally:
+        if not _drain(accepted_r):  # still waiting in accept(): no client of its own to finish
+            os.kill(spare, signal.SIGKILL)
+
+
+def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
+    conn.settimeout(_REQUEST_TIMEOUT_S)
+    head, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * struct.calcsize("i")), socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
+    if len(head) != 4:
+        raise ValueError("short request")
+    (size,) = struct.unpack("<I", head)
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(min(1 << 16, size - len(body)))
+        if not chunk:
+            raise ValueError("truncated request")
+        body += chunk
+    conn.settimeout(None)
+    return protocol.decode(body), fds
+
+
+def worker(conn: socket.socket, state: State) -> None:
+    """Serve one connection, then _exit: a worker never returns into the accept loop."""
+    code = 1
+    try:
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        request, fds = _receive(conn)
+        code = _answer(conn, state, request, fds)
+    except BaseException:  # noqa: BLE001 - a worker reports in its log and exits; it must never return
+        traceback.print_exc()
+    os._exit(code)
+
+
+def _reply(conn: socket.socket, line: str) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(line.encode() + b"\n")
+
+
+def status(state: State) -> dict[str, object]:
+    return {
+        "pid": os.getppid(),
+        "socket": state.path,
+        "uptime_s": round(time.time() - state.started, 1),
+        "requests": state.requests,
+        "idle_timeout_s": state.idle_s,
+        "python": sys.executable,
+    }
+
+
+def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> int:
+    kind = request["kind"]
+    if request["identity"] != protocol.identity():
+        _reply(conn, f"refused: this server is {protocol.identity()}, not {request['identity']}")
+        return 1
+    if kind in ("status", "stop"):
+        if kind == "stop":
+            _retire(state)  # first: once the client has the answer, no new client reaches this server
+        _reply(conn, json.dumps(status(state)))
+        return 0
+    if fingerprint(state.watched) != state.fingerprint:
+        _retire(state)
+        _reply(conn, "stale")
+        return 0
+    if kind != "run" or len(fds) != 3:
+        _reply(conn, f"refused: a {kind} request with {len(fds)} fds")
+        return 1
+    return run(conn, state, request, fds)
+
+
+def _retire(state: State) -> None:
+    """Stop the server this worker was forked from: no new client reaches it (its socket is
+    removed now), and it exits at once (SIGTERM); workers already running finish their commands."""
+    unlink_if_ours(state)
+    with contextlib.suppress(OSError):
+        os.kill(os.getppid(), signal.SIGTERM)
+
+
+def _adopt(state: State, request: dict[str, object], fds: list[int]) -> None:
+    """Become the client's process: its fds 0-2, cwd, umask, environment and argv."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    env = request["env"]
+    assert isinstance(env, dict)
+    os.environ.clear()
+    os.environ.update(env)
+    os.umask(int(str(request["umask"])))
+    cwd = str(request["cwd"])
+    os.chdir(cwd)
+    if sys.path and sys.path[0] == state.start_dir:  # `python -m` puts the cwd first on sys.path
+        sys.path[0] = cwd
+    encoding, _, errors = env.get("PYTHONIOENCODING", "").partition(":")
+    encoding = encoding or sys.stdout.encoding or "utf-8"
+    streams = {
+        "stdin": io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding, errors or "strict"),
+        "stdout": io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding, errors or "strict", line_buffering=os.isatty(1)),
+        # As Python opens stderr: line-buffered, and no character can make writing an error fail.
+        "stderr": io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding, "backslashreplace", line_buffering=True),
+    }
+    for name, stream in streams.items():
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)  # what a library restores or writes to after a redirect
+    argv = request["argv"]
+    assert isinstance(argv, list)
+    sys.argv = ["pyree-build", *argv]
+
+
+def _watch(conn: socket.socket, done: threading.Event, main: int) -> None:
+    """The client's signals, raised here; its end closing (it was killed) is a SIGTERM."""
+    while True:
+        try:
+            data = conn.recv(64)
+        except OSError:
+            data = b""
+        for signum in data or bytes([signal.SIGTERM]):
+            if not done.is_set():
+                # At the main thread, as a signal from a terminal would be: a wait it is
+                # blocked in returns at once and the handler runs.
+                signal.pthread_kill(main, signum)
+        if not data:
+            return
+
+
+def _exit_code(err: SystemExit) -> int:
+    if err.code is None:
+        return 0
+    if isinstance(err.code, int):
+        return err.code
+    print(err.code, file=sys.stderr)
+    return 1
+
+
+def run(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> int:
+    """Run the CLI as `python -m pyree_build ARGV` would in the client's process."""
+    _adopt(state, request, fds)
+    done = threading.Event()
+    threading.Thread(target=_watch, args=(conn, done, threading.get_ident()), daemon=True, name="client-watch").start()
+    _reply(conn, f"ok {os.getpid()}")
+    cli_main = importlib.import_module("pyree_build.cli").main
+    try:
+        code = int(cli_main(sys.argv[1:]))
+    except SystemExit as err:
+        code = _exit_code(err)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: BLE001 - as Python reports an uncaught error: traceback, exit 1
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    done.set()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    _reply(conn, f"exit {code}")
+    return code

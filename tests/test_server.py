@@ -1,0 +1,296 @@
+"""The per-user server (issue 23, items 1-3): every command gives the same output and exit code
+with it and without it; signals reach the work; the socket is safe; a dead or stale server is
+replaced; clients are served in parallel; the native client speaks the same protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import PLUGIN_SAMPLE, REPO, install_backend
+from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _slow_c_source
+
+from pyree_build.core import server_protocol
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
+
+TOY = """
+import sys
+
+from pyree_build.backends.base import Backend, Option, Verb
+
+
+class EchoBackend(Backend):
+    name = "echo"
+    description = "a backend whose verb reads stdin"
+    verbs = (
+        Verb("echo-lines", "print stdin's lines to stdout and stderr in turn", "toy_backend:echo_lines", (),
+             description="Print each line of stdin, alternately to stdout and stderr.", examples="pyree-build echo-lines < FILE"),
+    )
+
+    def target_flags(self, options):
+        return []
+
+
+def echo_lines():
+    for i, line in enumerate(sys.stdin):
+        print(f"{i} {line.rstrip()}", file=sys.stdout if i % 2 == 0 else sys.stderr, flush=True)
+    print(f"tty={sys.stdout.isatty()}", flush=True)
+
+
+BACKEND = EchoBackend()
+"""
+
+
+def _env(mode: str, **extra: str) -> dict[str, str]:
+    """The test's environment (so the session's server, whose key includes PYTHONPATH) in `mode`."""
+    return {**os.environ, "PYREE_BUILD_SERVER": mode, **extra}
+
+
+def _cli(*args: str | os.PathLike[str], env: dict[str, str], cwd: Path | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pyree_build", *map(os.fspath, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload, no-any-return]
+
+
+@pytest.fixture
+def runtime() -> Iterator[Path]:
+    """A socket directory of the test's own ($XDG_RUNTIME_DIR, short: sun_path holds 107 bytes),
+    its server stopped at the end."""
+    path = Path(tempfile.mkdtemp(prefix="rt.", dir="/tmp"))
+    yield path
+    subprocess.run([sys.executable, "-m", "pyree_build", "server", "stop"], env=_env("on", XDG_RUNTIME_DIR=str(path)), capture_output=True, timeout=60)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _status(env: dict[str, str] | None = None) -> dict[str, object] | None:
+    return server_protocol.control("status", env if env is not None else os.environ)
+
+
+def _ensure_server() -> dict[str, object]:
+    assert _cli("--version", env=_env("on")).returncode == 0
+    report = _status()
+    assert report is not None, "no server after a command with PYREE_BUILD_SERVER=on"
+    return report
+
+
+# One representative command of every verb: errors, help, a build, its cache hit, run passing
+# and failing its check, doctor. Paths are relative to each mode's own directory.
+_SRC = PLUGIN_SAMPLE / "system_plugin.c"
+_MLIR = PLUGIN_SAMPLE / "example.mlir"
+_RUN = ["run", "e.vmfb", *RUN_ARGS, "--plugin", "p.so"]
+COMMANDS: list[list[str]] = [
+    ["--version"],
+    ["--help"],
+    [],
+    ["nosuchverb"],
+    ["plugin", "--kind", "system", str(_SRC), "-o", "p.so"],
+    ["plugin", "--kind", "system", str(_SRC), "-o", "p.so"],
+    ["compile", str(_MLIR), "-o", "e.vmfb", "--target", "llvm-cpu"],
+    ["compile", "missing.mlir", "-o", "x.vmfb"],
+    [*_RUN, "--expect", "8xf32=12 12 12 12 12 12 12 12"],
+    [*_RUN, "--expect", "8xf32=1 1 1 1 1 1 1 1"],
+    ["run", "e.vmfb"],
+    ["bench", "--help"],
+    ["dump", "missing.mlir", "-o", "d"],
+    *[[verb] for verb in ("objects", "fatelf", "imports", "ptx", "bitcode", "cuda-target", "spirv", "hsaco", "code-objects", "tune")],
+    *[[verb] for verb in ("import", "ops", "replace", "verify", "new")],
+    ["samples", "--help"],
+    ["cache", "info"],
+    ["cache", "nosuchaction"],
+    ["server", "--help"],
+    ["doctor"],
+]
+_TIMES = re.compile(r"\d+(\.\d+)? ?(s|ms|us)\b")
+
+
+def _normal(text: str, root: Path) -> str:
+    return _TIMES.sub("<time>", text.replace(str(root), "<dir>"))
+
+
+def test_every_verb_gives_the_same_output_and_exit_code_with_and_without_the_server(tmp_path):
+    results: dict[str, list[tuple[int, str, str]]] = {}
+    for mode in ("on", "off"):
+        root = tmp_path / mode
+        root.mkdir()
+        env = _env(mode, PYREE_BUILD_CACHE=str(root / "cache"))
+        results[mode] = []
+        for args in COMMANDS:
+            r = _cli(*args, env=env, cwd=root)
+            results[mode].append((r.returncode, _normal(r.stdout, root), _normal(r.stderr, root)))
+    for args, on, off in zip(COMMANDS, results["on"], results["off"]):
+        assert on == off, f"pyree-build {' '.join(args)}: differs with the server (left) and without (right)"
+    codes = dict(zip(map(tuple, COMMANDS), (r[0] for r in results["on"])))
+    assert codes[tuple(COMMANDS[8])] == 0 and codes[tuple(COMMANDS[9])] == 1 and codes[("nosuchverb",)] == 2
+
+
+def test_stdin_is_passed_and_interleaved_output_keeps_its_order(tmp_path):
+    (tmp_path / "toy").mkdir()
+    toy = install_backend(tmp_path / "toy", "echo", TOY)
+    lines = "".join(f"line {i}\n" for i in range(40))
+    expected = "".join(f"{i} line {i}\n" for i in range(40)) + "tty=False\n"
+    for mode in ("on", "off"):
+        env = _env(mode, PYTHONPATH=os.pathsep.join([str(REPO), str(toy)]))
+        proc = subprocess.run(
+            [sys.executable, "-m", "pyree_build", "echo-lines"], input=lines, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120
+        )
+        assert (proc.returncode, proc.stdout) == (0, expected), mode
+
+
+def test_a_killed_client_stops_its_work(tmp_path):
+    """SIGKILL of the client (nothing can forward it): its worker sees the connection close and
+    stops as on SIGTERM, so the compiler ends and its temporaries are removed."""
+    src = _slow_c_source(tmp_path / "slow.c")
+    out = tmp_path / "out"
+    watched = Watched([sys.executable, "-m", "pyree_build", "plugin", "--kind", "standalone", src, "-o", out / "p.sos"], _env("on", PYREE_BUILD_CACHE="off"))
+    watched.wait_for("zig")
+    os.kill(watched.proc.pid, signal.SIGKILL)
+    watched.proc.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while watched.survivors() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert watched.survivors() == []
+    time.sleep(0.5)
+    assert _leftovers(tmp_path) == [] and not (out / "p.sos").exists()
+
+
+def test_a_killed_server_is_replaced():
+    before = _ensure_server()
+    os.kill(int(str(before["pid"])), signal.SIGKILL)
+    result = _cli("cache", "info", env=_env("on"))
+    assert result.returncode == 0, result.stderr
+    after = _status()
+    assert after is not None and after["pid"] != before["pid"]
+
+
+def test_a_stale_server_is_replaced_when_pyree_build_changes():
+    before = _ensure_server()
+    edited = REPO / "pyree_build" / "server" / "__init__.py"
+    info = edited.stat()
+    os.utime(edited, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+    try:
+        result = _cli("--version", env=_env("on"))
+    finally:
+        os.utime(edited, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert result.returncode == 0 and result.stdout.startswith("pyree_build "), result.stderr
+    after = _status()
+    assert after is not None and after["pid"] != before["pid"]
+
+
+def test_concurrent_clients_are_served_in_parallel(tmp_path, system_module):
+    """Eight runs whose plugin sleeps 1.5 s each: served one after another they would take 12 s."""
+    sleeping = _plugin_variant(tmp_path, "sleep", "  { extern int usleep(unsigned int); usleep(1500000); }")
+    before = _ensure_server()
+    argv = [sys.executable, "-m", "pyree_build", "run", system_module, *RUN_ARGS, "--plugin", sleeping]
+    start = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: subprocess.run(argv, env=_env("on"), capture_output=True, text=True, timeout=120), range(8)))
+    elapsed = time.monotonic() - start
+    assert [r.returncode for r in results] == [0] * 8, [r.stderr for r in results if r.returncode]
+    after = _status()
+    assert after is not None and after["pid"] == before["pid"]
+    assert int(str(after["requests"])) >= int(str(before["requests"])) + 8
+    assert elapsed < 10, f"8 clients took {elapsed:.1f} s: not served in parallel"
+
+
+def test_a_socket_directory_others_can_open_is_refused(runtime):
+    for how in ("group-writable", "another user's"):
+        (runtime / "pyree_build").mkdir()
+        os.chmod(runtime / "pyree_build", 0o770 if how == "group-writable" else 0o700)
+        if how != "group-writable":
+            if os.getuid() != 0:
+                continue  # only root can give a directory away
+            os.chown(runtime / "pyree_build", 65534, 65534)
+        result = _cli("--version", env=_env("on", XDG_RUNTIME_DIR=str(runtime)))
+        assert result.returncode == 0 and result.stdout.startswith("pyree_build "), result
+        assert "not using the server" in result.stderr and "mode 0700" in result.stderr, result.stderr
+        assert list((runtime / "pyree_build").iterdir()) == []
+        (runtime / "pyree_build").rmdir()
+
+
+def test_a_request_of_another_identity_is_refused():
+    _ensure_server()
+    frame = server_protocol.encode("run", ["--version"], {}, "/").replace(server_protocol.identity().encode(), b"/other/python|/other/env|/other/pyree_build")
+    frame = len(frame[4:]).to_bytes(4, "little") + frame[4:]
+    with server_protocol.connect(server_protocol.socket_path()) as sock:
+        server_protocol.send_request(sock, frame, [0, 1, 2])
+        assert server_protocol.read_line(sock).startswith("refused")
+
+
+def test_the_server_exits_when_idle_and_removes_its_socket(runtime):
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime), PYREE_BUILD_SERVER_IDLE="1")
+    assert _cli("--version", env=env).returncode == 0
+    report = _status(env)
+    assert report is not None and report["idle_timeout_s"] == 1
+    deadline = time.monotonic() + 20
+    while server_protocol.alive(int(str(report["pid"]))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not server_protocol.alive(int(str(report["pid"])))
+    assert not Path(str(report["socket"])).exists()
+
+
+def test_server_status_and_stop(runtime):
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime))
+    assert "server: not running" in _cli("server", "status", env=env).stdout
+    assert _cli("cache", "info", env=env).returncode == 0
+    status = _cli("server", "status", env=env).stdout
+    assert re.search(r"server: running\npid: \d+\nsocket: .*\nuptime: .* s\nrequests: 1\nidle timeout: 300 s\npython: ", status), status
+    pid = int(status.split("pid: ")[1].split()[0])
+    stopped = _cli("server", "stop", env=env)
+    assert stopped.returncode == 0 and f"server: stopped (pid {pid}, " in stopped.stdout
+    assert not server_protocol.alive(pid)
+    assert "server: not running" in _cli("server", "status", env=env).stdout
+
+
+@pytest.fixture(scope="module")
+def native_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    result = _cli("--native-client", tmp_path_factory.mktemp("client"), env=_env("on"))
+    assert result.returncode == 0, result.stderr
+    return Path(result.stdout.strip())
+
+
+def test_the_native_client_gives_the_python_clients_results(native_client, system_module, system_plugin, tmp_path):
+    for args in (["--version"], ["nosuchverb"], ["run", system_module, *RUN_ARGS, "--plugin", system_plugin, "--expect", "8xf32=12 12 12 12 12 12 12 12"]):
+        expected = _cli(*args, env=_env("off"))
+        for mode in ("on", "off"):
+            got = subprocess.run([native_client, *map(os.fspath, args)], env=_env(mode), capture_output=True, text=True, timeout=300)
+            assert (got.returncode, _normal(got.stdout, tmp_path), _normal(got.stderr, tmp_path)) == (
+                expected.returncode,
+                _normal(expected.stdout, tmp_path),
+                _normal(expected.stderr, tmp_path),
+            ), (args, mode)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_native_client_forwards_signals(native_client, tmp_path, sig):
+    out = tmp_path / "out"
+    watched = Watched([str(native_client), "compile", str(_MLIR), "-o", str(out / "e.vmfb")], _env("on", PYREE_BUILD_CACHE="off"))
+    watched.wait_for("iree-compile")
+    code, err = watched.stop(sig)
+    assert code == 128 + sig, err
+    assert f"stopped by {signal.Signals(sig).name}" in err
+    assert watched.survivors() == []
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_dead_servers_socket_is_replaced(runtime):
+    """A socket file nobody listens on (its server was killed before it could remove it)."""
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime))
+    path = server_protocol.socket_path(env)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(path)
+    dead.close()  # the file stays; connecting is refused
+    result = _cli("--version", env=env)
+    assert result.returncode == 0 and result.stdout.startswith("pyree_build "), result
+    assert _status(env) is not None
+    _cli("server", "stop", env=env)
