@@ -105,19 +105,30 @@ def test_python_equals_cli(kernel, system_module, tmp_path):
     cli_out, py_out = tmp_path / "cli" / "best.json", tmp_path / "py" / "best.json"
     result = run_cli(*tune_args(kernel, system_module, cli_out, values))
     assert result.returncode == 0, result
-    tuned = pb.tune(kernel, py_out, params={"UNROLL": values.split(",")}, module=system_module, function="mixed_invocation", inputs=INPUTS,
-                    expect_output=[EXPECTED], timeout=3, budget=1.5, repetitions=2)  # fmt: skip
+    # The Python API in a process of its own, as a user's script runs it (not in this test
+    # process, whose earlier tests may have left state a user's process never has).
+    script = (
+        "import json, sys, pyree_build as pb\n"
+        "t = pb.tune(sys.argv[1], sys.argv[2], params={'UNROLL': sys.argv[3].split(',')}, module=sys.argv[4], function='mixed_invocation',\n"
+        f"           inputs={INPUTS!r}, expect_output=[{EXPECTED!r}], timeout=3, budget=1.5, repetitions=2)\n"
+        "print(json.dumps(t.best.params if t.best else None))\n"
+        "print(t.render())\n"
+    )
+    python = subprocess.run([sys.executable, "-c", script, kernel, py_out, values, system_module], capture_output=True, text=True)
+    assert python.returncode == 0, python.stderr
+    best_params, rendered = python.stdout.split("\n", 1)
     cli_best, py_best = json.loads(cli_out.read_text()), json.loads(py_out.read_text())
-    assert tuned.best is not None and tuned.best.params == py_best["winner"]["params"] == cli_best["winner"]["params"] == {"UNROLL": "1"}
+    assert json.loads(best_params) == py_best["winner"]["params"] == cli_best["winner"]["params"] == {"UNROLL": "1"}
     assert {v["params"]["UNROLL"]: v["status"] for v in cli_best["variants"]} == {v["params"]["UNROLL"]: v["status"] for v in py_best["variants"]}
     assert cli_best["flags"] == py_best["flags"] and cli_best["build"] == py_best["build"]
     for value in values.split(","):  # the same cached builds: byte-identical plugins
         name = f"UNROLL={value}/kernel.so"
-        assert (cli_out.parent / "best.variants" / name).read_bytes() == (py_out.parent / "best.variants" / name).read_bytes()
+        same = (cli_out.parent / "best.variants" / name).read_bytes() == (py_out.parent / "best.variants" / name).read_bytes()
+        assert same, f"{name} differs between the CLI's and pb.tune's sweeps"
     assert pb.tune.tuned_defines(py_out) == ["UNROLL=1"]
     built = pb.tune.build_tuned([kernel], tmp_path / "k.so", tuned=py_out)
     assert built.read_bytes() == (py_out.parent / "best.variants" / "UNROLL=1" / "kernel.so").read_bytes()
-    assert "UNROLL=1" in tuned.render() and f"UNROLL={WRONG}" in tuned.render()
+    assert "UNROLL=1" in rendered and f"UNROLL={WRONG}" in rendered
 
 
 def test_a_sweep_where_every_variant_is_wrong_fails_and_writes_nothing(kernel, system_module, tmp_path):
