@@ -89,6 +89,13 @@ def _pdeathsig_wrapper() -> tuple[str, ...]:
     return (found, "--pdeathsig", "KILL", "--") if probe.returncode == 0 else ()
 
 
+def warm_up() -> None:
+    """Find now what the first spawn of a process would (the setpriv probe is a spawn, ~3 ms):
+    the pyree_build server does it once, before it forks, for all its workers."""
+    _pdeathsig_wrapper()
+    _set_pdeathsig()
+
+
 def _register(pgid: int, name: str) -> None:
     with _LIVE_LOCK:
         _LIVE[pgid] = name

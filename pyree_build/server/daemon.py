@@ -22,6 +22,7 @@ import importlib
 import io
 import json
 import os
+import pkgutil
 import select
 import signal
 import socket
@@ -33,25 +34,14 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyree_build.core import processes
 from pyree_build.core import server_protocol as protocol
 
-# What most commands import: loaded once by the server, so a worker starts with them loaded.
-# Optional modules (a GPU backend's bindings, onnx, ray) stay lazy: a missing one costs nothing.
-PRELOAD = (
-    "pyree_build.cli",
-    "pyree_build.cli.commands",
-    "pyree_build.actions.compile",
-    "pyree_build.actions.run",
-    "pyree_build.actions.executables",
-    "pyree_build.actions.bench",
-    "pyree_build.actions.doctor",
-    "pyree_build.cache.local",
-    "pyree_build.backends.llvm_cpu",
-    "pyree_build.backends.cuda",
-    "pyree_build.backends.hip",
-    "pyree_build.backends.vulkan",
-    "numpy",
-)
+# Every module of pyree_build is imported by the server, so a worker starts with what any
+# verb needs loaded (~0.3 s, once), except these: a Ray client (tune --ray) starts threads.
+NOT_PRELOADED = ("pyree_build.actions.tune_ray",)
+# And these third-party modules, which most runs and checks use.
+PRELOAD = ("numpy",)
 # Each thread pool a native library would start at import (numpy's BLAS) is held to one
 # thread: the server must have no thread when it forks.
 _ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
@@ -101,11 +91,16 @@ def fingerprint(paths: list[str]) -> tuple[tuple[int, int], ...]:
 def _preload() -> None:
     for name in _ONE_THREAD:
         os.environ.setdefault(name, "1")
-    for module in PRELOAD:
+    package = importlib.import_module("pyree_build")
+    names = [m.name for m in pkgutil.walk_packages(package.__path__, "pyree_build.") if not m.name.endswith("__main__")]
+    for module in [n for n in names if n not in NOT_PRELOADED] + list(PRELOAD):
         try:
             importlib.import_module(module)
         except Exception as err:  # noqa: BLE001 - a module that fails here fails again, visibly, in the worker that needs it
             print(f"preload {module}: {err}", file=sys.stderr)
+    # Facts of this machine that each process otherwise finds on its first tool (a probe of
+    # setpriv is a spawn, ~3 ms): found once here, for every worker.
+    processes.warm_up()
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
     if threads != 1:
         raise SystemExit(f"pyree_build server: {threads} threads after the imports; forking would be unsafe")
