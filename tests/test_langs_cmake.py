@@ -78,8 +78,8 @@ def test_gpu_language_functions_build_test_and_rebuild(tmp_path):
     again = cmake("--build", build, "--target", "iree-sample-deps", "-v")
     assert again.returncode == 0, again.stdout
     ran = again.stdout
-    assert "-m pyree_build spirv" in ran and "-m pyree_build compile" in ran and "vk.vmfb" in ran, ran
-    assert "-m pyree_build hsaco" not in ran and "-m pyree_build bitcode" not in ran and "uk.vmfb" not in ran, ran
+    assert "pyree_build spirv" in ran and "pyree_build compile" in ran and "vk.vmfb" in ran, ran
+    assert "pyree_build hsaco" not in ran and "pyree_build bitcode" not in ran and "uk.vmfb" not in ran, ran
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from pyree_build.core import processes, server_protocol, toolchain
 from pyree_build.core.errors import PyreeError
 
 SOURCE = Path(__file__).with_name("native_client.c")
-NAME = "pyree-build-client"
+NAME = "pyree_build"  # so a build log reads `.../pyree_build_client/pyree_build plugin ...`, as `-m pyree_build plugin` did
 
 
 def _c_string(text: str) -> str:
