@@ -25,10 +25,12 @@ RUN_ARGS = ["--function", "mixed_invocation", "--input", "8xf32=2", "--input", "
 
 
 def _imported(*args: object) -> set[str]:
-    """The modules `python -m pyree_build ARGS` imported (-X importtime), after it succeeded."""
+    """The modules `python -m pyree_build ARGS` imported (-X importtime), after it succeeded, in
+    process (PYREE_BUILD_SERVER=off: with the server, the client imports none of the CLI and
+    the server has imported everything before it forks; tests/test_server.py checks the client)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "pyree_build", *map(os.fspath, args)],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO), PYREE_BUILD_SERVER="off"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {line.split("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:") and line.count("|") == 2}

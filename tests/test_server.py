@@ -134,6 +134,16 @@ def test_every_verb_gives_the_same_output_and_exit_code_with_and_without_the_ser
     assert codes[tuple(COMMANDS[8])] == 0 and codes[tuple(COMMANDS[9])] == 1 and codes[("nosuchverb",)] == 2
 
 
+def test_the_python_client_imports_none_of_the_cli():
+    """Its imports are its whole start-up: the socket and the protocol, not argparse or a verb."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pyree_build", "--version"], env=_env("on"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("pyree_build "), proc.stderr[-2000:]
+    names = {line.split("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:") and line.count("|") == 2}
+    assert "pyree_build.server.client" in names and "pyree_build.core.server_protocol" in names
+    loaded = sorted(n for n in names if n.startswith(("pyree_build.cli", "pyree_build.actions", "pyree_build.backends", "argparse", "subprocess")))
+    assert loaded == [], loaded
+
+
 def test_stdin_is_passed_and_interleaved_output_keeps_its_order(tmp_path):
     (tmp_path / "toy").mkdir()
     toy = install_backend(tmp_path / "toy", "echo", TOY)
