@@ -44,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--server",
         choices=("on", "off"),
-        default="on",
-        help="run every pyree-build command through the per-user server (on, the default) or in its own process (off)",
+        default="off",
+        help="run every pyree-build command through the per-user server (on) or in its own process (off, the default, as users get it for now)",
     )
 
 

@@ -184,7 +184,7 @@ static void forward(int sig) {
 
 int main(int argc, char **argv) {
   const char *mode = getenv("PYREE_BUILD_SERVER");
-  if (mode && (!strcmp(mode, "off") || !strcmp(mode, "0") || !strcmp(mode, "no") || !strcmp(mode, "false"))) return in_process(argc, argv, NULL);
+  if (!mode || !(!strcmp(mode, "on") || !strcmp(mode, "1") || !strcmp(mode, "yes") || !strcmp(mode, "true"))) return in_process(argc, argv, NULL);
   for (int i = 1; i < argc && i < 4; i++)
     if (!strcmp(argv[i], "server")) return in_process(argc, argv, NULL);
   char path[PATH_MAX], line[512];
