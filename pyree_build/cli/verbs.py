@@ -518,7 +518,7 @@ SERVER = Verb(
         "socket, uptime, requests served and idle timeout; stop: end it (commands running finish). "
         "PYREE_BUILD_SERVER=off (the default) runs each command in its own process."
     ),
-    examples="PYREE_BUILD_SERVER=on pyree-build cache info\npyree-build server status\npyree-build server stop",
+    examples="pyree-build server status\npyree-build server stop\nPYREE_BUILD_SERVER=on pyree-build cache info   # a command through the server",
 )
 
 # In the order `pyree-build --help` lists them, after the backends' verbs.
