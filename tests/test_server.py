@@ -5,6 +5,7 @@ replaced; clients are served in parallel; the native client speaks the same prot
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -74,7 +75,13 @@ def runtime() -> Iterator[Path]:
 
 
 def _status(env: dict[str, str] | None = None) -> dict[str, object] | None:
-    return server_protocol.control("status", env if env is not None else os.environ)
+    """The server's status, asked from a process that imports pyree_build as the commands do
+    (`python -m` from this directory takes a checkout's copy before an installed one, and the
+    server's identity names the package directory)."""
+    code = "import json, os; from pyree_build.core import server_protocol as p; print(json.dumps(p.control('status', dict(os.environ))))"
+    asked = subprocess.run([sys.executable, "-c", code], env=env if env is not None else os.environ, capture_output=True, text=True, timeout=60)
+    assert asked.returncode == 0, asked.stderr
+    return json.loads(asked.stdout)  # type: ignore[no-any-return]
 
 
 def _ensure_server() -> dict[str, object]:
