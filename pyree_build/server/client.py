@@ -130,25 +130,30 @@ def _log_path(path: str) -> str:
     return path.removesuffix(".sock") + ".log"
 
 
-def connect_or_start(path: str) -> socket.socket | None:
-    """A connection to the server at `path`, started if none answers; one client starts it while
-    the others wait on the lock (ninja -j). None: the server could not be started."""
+_NOBODY = object()  # no server listens: start one
+
+
+def _connect(path: str) -> socket.socket | None | object:
+    """A connection; _NOBODY when no server listens there; None when the socket cannot be used."""
     try:
         return protocol.connect(path)
     except (FileNotFoundError, ConnectionRefusedError):
-        pass
+        return _NOBODY
     except OSError:
         return None
+
+
+def connect_or_start(path: str) -> socket.socket | None:
+    """A connection to the server at `path`, started if none answers; one client starts it while
+    the others wait on the lock (ninja -j). None: the server could not be started."""
+    first = _connect(path)
+    if first is not _NOBODY:
+        return first  # type: ignore[return-value]
     lock = os.open(path.removesuffix(".sock") + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return protocol.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            pass
-        except OSError:
-            return None
-        return _start(path)
+        again = _connect(path)  # another client may have started it while this one waited
+        return _start(path) if again is _NOBODY else again  # type: ignore[return-value]
     finally:
         os.close(lock)
 
