@@ -205,6 +205,29 @@ def stop_on_signals() -> Iterator[None]:
         _STOP_SIGNAL = None
 
 
+class _Tool(subprocess.Popen):  # type: ignore[type-arg]
+    """A Popen whose timed wait returns the moment the tool exits.
+
+    communicate(timeout=...) ends in wait(timeout), which polls waitpid with sleeps from 0.5 ms
+    up: a tool that closed its pipes but has not quite exited costs 0.5-2 ms more (~0.4 ms a run
+    on average). A pidfd (Linux >= 5.3) is readable exactly when the process exits.
+    """
+
+    def _wait(self, timeout: float | None) -> int | None:
+        if timeout is not None and timeout > 0 and self.returncode is None and hasattr(os, "pidfd_open"):
+            try:
+                pidfd = os.pidfd_open(self.pid)
+            except OSError:  # already reaped, or a kernel without pidfds: the polling wait
+                pass
+            else:
+                try:
+                    select.select([pidfd], [], [], timeout)
+                finally:
+                    os.close(pidfd)
+                timeout = 0.0  # exited (reaped now, without a sleep) or out of time (TimeoutExpired)
+        return super()._wait(timeout)  # type: ignore[misc,no-any-return]
+
+
 class _Popen:
     """Adapts a Popen to end_group()'s wait_leader."""
 
@@ -324,7 +347,7 @@ def _start(args: list[str], *, cwd: str | os.PathLike[str] | None, piped_stdin: 
     try:
         if wrapper and not shutil.which(args[0], path=(env or os.environ).get("PATH")):
             raise FileNotFoundError(2, "No such file or directory")
-        return subprocess.Popen(
+        return _Tool(
             [*wrapper, *args], cwd=cwd, stdin=subprocess.PIPE if piped_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
             start_new_session=True,
@@ -376,7 +399,7 @@ def stream(
         if wrapper and not shutil.which(args[0]):
             raise FileNotFoundError(2, "No such file or directory")
         # Its own session, like every tool `spawn` starts: a stop ends it and all its jobs.
-        proc = subprocess.Popen(
+        proc = _Tool(
             [*wrapper, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             errors="replace", bufsize=1, start_new_session=True,
         )  # fmt: skip
