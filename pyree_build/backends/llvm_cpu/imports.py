@@ -14,12 +14,13 @@ first, so the parent walks them in that order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders, host_arch
@@ -246,7 +247,7 @@ class Resolution:
     provider: dict[str, str]  # import -> the plugin (path) that resolves it
 
 
-def _loadable_copy(plugin: Path, scratch: Path) -> tuple[Path | None, str | None]:
+def _loadable_copy(plugin: Path, scratch: Callable[[], Path]) -> tuple[Path | None, str | None]:
     """A file dlopen can load for `plugin`: itself, or the host's ELF out of a FatELF."""
     with plugin.open("rb") as f:
         head = f.read(4)
@@ -255,7 +256,7 @@ def _loadable_copy(plugin: Path, scratch: Path) -> tuple[Path | None, str | None
             data = fatelf.select(plugin)
         except PyreeError as exc:
             return None, exc.what
-        out = scratch / f"{plugin.stem}_host.so"
+        out = scratch() / f"{plugin.stem}_host.so"
         out.write_bytes(data)
         return out, None
     return plugin, None
@@ -268,8 +269,10 @@ def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
     """
     paths = [require_file(os.fspath(p).removeprefix("embedded:"), "plugin").resolve() for p in plugins]
     order = list(reversed(paths))
-    with tempfile.TemporaryDirectory(prefix="pyree-resolve.") as tmp:
-        scratch = Path(tmp)
+    with contextlib.ExitStack() as cleanup:
+        # A directory only for a FatELF's host slice (most plugins load as they are): made on
+        # first use, removed on the way out.
+        scratch = functools.cache(lambda: Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="pyree-resolve."))))
         requests = []
         answers: list[PluginAnswer] = []
         for path in order:
