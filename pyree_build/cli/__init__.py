@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from pyree_build.cli.commands import dispatch
-from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, verb_parser
+from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, parser_for, verb_parser
 from pyree_build.core import echo, native_client, processes, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import cmake_dir
@@ -32,9 +32,9 @@ def _parse(args: list[str], extra: list[str]) -> tuple[argparse.ArgumentParser, 
     """Only the named verb's parser is built (the full one for help, or a word that is no verb,
     so the error lists every verb)."""
     named = named_verb(args)
-    parser = build_parser(named, external=named is None or needs_installed_backends(args))
+    parser = parser_for(named, named is None or needs_installed_backends(args))
     if named and not any(isinstance(a, argparse._SubParsersAction) and a.choices for a in parser._actions):
-        parser = build_parser()
+        parser = parser_for(None, True)
     ns, unknown = parser.parse_known_args(args)
     if unknown:
         verb_parser(parser, ns).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -4,6 +4,7 @@ backends' (the registry), by one code path, with the help of cli/help_text.py at
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 
 from pyree_build import backends
@@ -150,6 +151,19 @@ def build_parser(verb: str | None = None, *, external: bool | None = None) -> ar
         _add_verb(sub, declared, compile_options(external, dumping=declared.name == "dump") if declared.name in TAKE_COMPILE_OPTIONS else ())
     _finish(parser)
     return parser
+
+
+@functools.cache
+def parser_for(verb: str | None, external: bool) -> argparse.ArgumentParser:
+    """build_parser's parser, built once a process: parsing a command line leaves it unchanged,
+    and a server's worker then finds it built (warm_up)."""
+    return build_parser(verb, external=external)
+
+
+def warm_up() -> None:
+    """The server builds each verb's parser (and --version's) before it forks its workers."""
+    for verb in ("", *CORE_VERBS, *(v.name for b in backends.builtin() for v in b.verbs)):
+        parser_for(verb, False)
 
 
 def verb_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:

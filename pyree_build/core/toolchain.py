@@ -105,6 +105,12 @@ def _package_dir(module: str) -> Path | None:
     Importing `iree.compiler` loads the MLIR bindings and numpy (~0.1 s), which would
     dominate a cached build; only the top-level package's location is looked up.
     """
+    return _package_dir_on(module, tuple(sys.path))
+
+
+@functools.cache
+def _package_dir_on(module: str, path: tuple[str, ...]) -> Path | None:
+    # Remembered per search path, as _dist_version_on is (~0.5 ms a lookup).
     top, _, rest = module.partition(".")
     try:
         spec = importlib.util.find_spec(top)
@@ -143,6 +149,13 @@ def _iree_binary(name: str, module: str, dist: str) -> Tool | Missing:
         version = _probe_version((on_path, "--version"), r"version\s+(\S+)")
         return Tool(name, (on_path,), Path(on_path), version, note="from PATH")
     return Missing(name, f"{dist} is not installed in this Python ({sys.executable})", INSTALL_IREE, required=True)
+
+
+def warm_up() -> None:
+    """The server finds the IREE wheels once, before it forks its workers."""
+    for module, dist in (("iree.compiler._mlir_libs", "iree-base-compiler"), ("iree._runtime_libs", "iree-base-runtime")):
+        _package_dir(module)
+        _dist_version(dist)
 
 
 def iree_compile() -> Tool:

@@ -34,8 +34,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyree_build.core import processes
 from pyree_build.core import server_protocol as protocol
+from pyree_build.server import prefault
 
 # Every module of pyree_build is imported by the server, so a worker starts with what any
 # verb needs loaded (~0.3 s, once), except these: a Ray client (tune --ray) starts threads.
@@ -61,6 +61,10 @@ class State:
     requests: int = 0
     inode: int = 0
     start_dir: str = ""
+    # The pages workers wrote (server/prefault.py), which the next spares copy ahead; workers
+    # report them on `report`, a datagram socket the server reads.
+    learned: set[int] = field(default_factory=set)
+    report: socket.socket | None = None
 
 
 def watched_paths() -> list[str]:
@@ -98,12 +102,23 @@ def _preload() -> None:
             importlib.import_module(module)
         except Exception as err:  # noqa: BLE001 - a module that fails here fails again, visibly, in the worker that needs it
             print(f"preload {module}: {err}", file=sys.stderr)
-    # Facts of this machine that each process otherwise finds on its first tool (a probe of
-    # setpriv is a spawn, ~3 ms): found once here, for every worker.
-    processes.warm_up()
+    _warm_up(names)
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
     if threads != 1:
         raise SystemExit(f"pyree_build server: {threads} threads after the imports; forking would be unsafe")
+
+
+def _warm_up(names: list[str]) -> None:
+    """What each process would otherwise find out on its first command (a probe of setpriv is a
+    spawn, ~3 ms; a verb's parser ~2 ms): a module that keeps such facts offers `warm_up()`,
+    called once here, so every worker starts with them."""
+    for loaded in [sys.modules[n] for n in names if n in sys.modules]:
+        warm_up = loaded.__dict__.get("warm_up")
+        if callable(warm_up):
+            try:
+                warm_up()
+            except Exception as err:  # noqa: BLE001 - a fact not found now is found, or fails visibly, in a worker
+                print(f"warm-up of {loaded.__name__}: {err}", file=sys.stderr)
 
 
 def _listen(path: str) -> tuple[socket.socket, int]:
@@ -190,8 +205,10 @@ def _die_with_parent(parent: int | None) -> None:
 
 
 def _spare(sock: socket.socket, state: State, accepted: int) -> int:
-    """Fork the next worker ahead of its request: it waits in accept(), says so on `accepted`
-    when it has a client, and serves it. The fork (~2 ms) is then off every request's path."""
+    """Fork the next worker ahead of its request: it copies the memory it shares with the
+    server until a client is waiting (server/prefault.py), waits in accept(), says so on
+    `accepted` when it has a client, and serves it. The fork (~2 ms) and most page copies
+    (~4 ms) are then off every request's path."""
     gc.freeze()  # the worker's collections never touch (so never copy) the server's objects
     parent = os.getpid()
     pid = os.fork()
@@ -200,13 +217,14 @@ def _spare(sock: socket.socket, state: State, accepted: int) -> int:
     gc.enable()
     try:
         _die_with_parent(parent)
+        copied = prefault.copy_ahead(frozenset(state.learned), lambda: bool(select.select([sock], [], [], 0)[0]))
         conn, _ = sock.accept()
         _die_with_parent(None)
         os.write(accepted, b"a")
     except BaseException:  # noqa: BLE001 - a spare killed while it waits (the server exiting)
         os._exit(0)
     sock.close()
-    worker(conn, state)  # never returns
+    worker(conn, state, copied)  # never returns
     raise AssertionError("unreachable")
 
 
@@ -223,6 +241,8 @@ def serve(sock: socket.socket, state: State) -> None:
     state.idle_s, or until the socket is no longer ours (removed, or taken by a newer server)."""
     accepted_r, accepted_w = os.pipe()
     os.set_blocking(accepted_r, False)
+    reports, state.report = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    reports.setblocking(False)
     children: set[int] = set()
     spare = _spare(sock, state, accepted_w)
     last = time.monotonic()
@@ -234,8 +254,9 @@ def serve(sock: socket.socket, state: State) -> None:
                 last = now
             elif now - last >= state.idle_s or not _ours(state):
                 return
-            ready, _, _ = select.select([accepted_r], [], [], max(0.0, min(1.0, state.idle_s - (now - last))))
-            taken = _drain(accepted_r) if ready else 0
+            ready, _, _ = select.select([accepted_r, reports.fileno()], [], [], max(0.0, min(1.0, state.idle_s - (now - last))))
+            _learn(reports, state.learned)
+            taken = _drain(accepted_r) if accepted_r in ready else 0
             alive = taken == 0 and os.waitpid(spare, os.WNOHANG)[0] == 0
             if not alive:
                 state.requests += taken
@@ -246,6 +267,25 @@ def serve(sock: socket.socket, state: State) -> None:
     finally:
         if not _drain(accepted_r):  # still waiting in accept(): no client of its own to finish
             os.kill(spare, signal.SIGKILL)
+
+
+def _learn(reports: socket.socket, learned: set[int]) -> None:
+    """Add the pages workers reported to those the next spares copy ahead."""
+    while True:
+        try:
+            data = reports.recv(8 * prefault.MAX_LEARNED)
+        except BlockingIOError:
+            return
+        learned.update(prefault.decode(data)[: prefault.MAX_LEARNED - len(learned)])
+
+
+def _report(state: State, copied: set[int]) -> None:
+    """Tell the server which pages this worker wrote that its spare had not copied ahead."""
+    if state.report is None or len(state.learned) >= prefault.MAX_LEARNED:
+        return
+    new = [page for page in prefault.written_since_fork() if page not in copied and page not in state.learned]
+    with contextlib.suppress(OSError):
+        state.report.send(prefault.encode(new[: prefault.MAX_LEARNED]))
 
 
 def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
@@ -268,7 +308,7 @@ def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
     return protocol.decode(body), fds
 
 
-def worker(conn: socket.socket, state: State) -> None:
+def worker(conn: socket.socket, state: State, copied: set[int]) -> None:
     """Serve one connection, then _exit: a worker never returns into the accept loop."""
     code = 1
     try:
@@ -277,6 +317,8 @@ def worker(conn: socket.socket, state: State) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         request, fds = _receive(conn)
         code = _answer(conn, state, request, fds)
+        conn.close()  # the client has its answer: what follows is off its path
+        _report(state, copied)
     except BaseException:  # noqa: BLE001 - a worker reports in its log and exits; it must never return
         traceback.print_exc()
     os._exit(code)
