@@ -28,19 +28,27 @@ ARCH_ARGS = ["--arch", "x86_64", "--arch", "aarch64", "--arch", "riscv64"]
 ENV_NO_CACHE = dict(os.environ, PYREE_BUILD_CACHE="off", PYTHONPATH=str(REPO))
 
 
+# task->flags bit (the 9th field of /proc/PID/stat) of a process inside exit(): it runs no more
+# code and its command line already reads empty, but it stays "R" or "D" until it is a zombie.
+_PF_EXITING = 0x4
+
+
 def _process_table() -> dict[int, tuple[int, int, int, str, str]]:
-    """pid -> (ppid, pgrp, session, state, command line) of every process."""
+    """pid -> (ppid, pgrp, session, state, command line) of every process; the state of one
+    already inside exit() is "X" (dead): a server's worker that has answered its client is still
+    there for a moment, and its empty command line no longer says it is the server's."""
     table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+        try:  # the command line first: read empty because the process began to exit, its stat then says so
             cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
         except OSError:
             continue
         fields = stat.rsplit(b")", 1)[1].split()
-        table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), fields[0].decode(), cmdline)
+        state = "X" if int(fields[6]) & _PF_EXITING else fields[0].decode()
+        table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), state, cmdline)
     return table
 
 
