@@ -6,6 +6,7 @@
  * core/native_client.py builds it with ziglang's clang, prefixed with PYREE_PYTHON and
  * PYREE_IDENTITY (server_protocol.identity() of that Python). */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -182,9 +184,21 @@ static void forward(int sig) {
   errno = saved;
 }
 
-int main(int argc, char **argv) {
+/* PYREE_BUILD_SERVER off, 0, no or false (any case, spaces around): server_protocol.enabled. */
+static int server_off(void) {
   const char *mode = getenv("PYREE_BUILD_SERVER");
-  if (!mode || !(!strcmp(mode, "on") || !strcmp(mode, "1") || !strcmp(mode, "yes") || !strcmp(mode, "true"))) return in_process(argc, argv, NULL);
+  if (!mode) return 0;
+  while (isspace((unsigned char)*mode)) mode++;
+  size_t n = strlen(mode);
+  while (n && isspace((unsigned char)mode[n - 1])) n--;
+  static const char *off[] = {"off", "0", "no", "false"};
+  for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+    if (strlen(off[i]) == n && !strncasecmp(mode, off[i], n)) return 1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (server_off()) return in_process(argc, argv, NULL);
   for (int i = 1; i < argc && i < 4; i++)
     if (!strcmp(argv[i], "server")) return in_process(argc, argv, NULL);
   char path[PATH_MAX], line[512];
@@ -204,9 +218,8 @@ int main(int argc, char **argv) {
     if (!strncmp(line, "ok ", 3)) {
       read_line(fd, line, sizeof line);
       if (!strncmp(line, "exit ", 5)) return atoi(line + 5);
-      if (g_last) return 128 + g_last;
       fprintf(stderr, "pyree_build: the server's worker ended without an exit code (its log is beside %s)\n", path);
-      return 1;
+      return g_last ? 128 + g_last : 1;
     }
     g_sock = -1;
     close(fd); /* "stale" (that server exits; the next try starts a fresh one) or gone before it began */

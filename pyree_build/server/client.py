@@ -120,10 +120,8 @@ def _exchange(sock: socket.socket, frame: bytes, path: str) -> int | None:
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
-    if forward.last is not None:
-        return 128 + forward.last
     print(f"pyree_build: the server's worker ended without an exit code (its log: {_log_path(path)})", file=sys.stderr)
-    return 1
+    return 1 if forward.last is None else 128 + forward.last
 
 
 def _log_path(path: str) -> str:

@@ -59,6 +59,7 @@ class State:
     fingerprint: tuple[tuple[int, int], ...]
     started: float = field(default_factory=time.time)
     requests: int = 0
+    pid: int = field(default_factory=os.getpid)
     inode: int = 0
     start_dir: str = ""
     # The pages workers wrote (server/prefault.py), which the next spares copy ahead; workers
@@ -175,13 +176,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _reap(children: set[int]) -> None:
+    """Forget the workers that ended; the log names any a signal killed (its client then saw
+    the connection close without an exit code)."""
     for pid in list(children):
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            done = pid
+            done, status = pid, 0
         if done:
             children.discard(pid)
+            if os.WIFSIGNALED(status):
+                print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} worker {pid} was killed by {signal.Signals(os.WTERMSIG(status)).name}", file=sys.stderr, flush=True)
 
 
 @functools.cache
@@ -331,12 +336,13 @@ def _reply(conn: socket.socket, line: str) -> None:
 
 def status(state: State) -> dict[str, object]:
     return {
-        "pid": os.getppid(),
+        "pid": state.pid,
         "socket": state.path,
         "uptime_s": round(time.time() - state.started, 1),
         "requests": state.requests,
         "idle_timeout_s": state.idle_s,
         "python": sys.executable,
+        "learned_pages": len(state.learned),
     }
 
 
@@ -364,8 +370,9 @@ def _retire(state: State) -> None:
     """Stop the server this worker was forked from: no new client reaches it (its socket is
     removed now), and it exits at once (SIGTERM); workers already running finish their commands."""
     unlink_if_ours(state)
-    with contextlib.suppress(OSError):
-        os.kill(os.getppid(), signal.SIGTERM)
+    if os.getppid() == state.pid:  # else that server is gone already (and the parent is now another process)
+        with contextlib.suppress(OSError):
+            os.kill(state.pid, signal.SIGTERM)
 
 
 def _adopt(state: State, request: dict[str, object], fds: list[int]) -> None:
