@@ -5,9 +5,12 @@ replaced; clients are served in parallel; the native client speaks the same prot
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -24,6 +27,7 @@ from conftest import PLUGIN_SAMPLE, REPO, install_backend
 from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _slow_c_source
 
 from pyree_build.core import server_protocol
+from pyree_build.server import prefault
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
 
@@ -261,12 +265,65 @@ def test_server_status_and_stop(runtime):
     assert "server: not running" in _cli("server", "status", env=env).stdout
     assert _cli("cache", "info", env=env).returncode == 0
     status = _cli("server", "status", env=env).stdout
-    assert re.search(r"server: running\npid: \d+\nsocket: .*\nuptime: .* s\nrequests: 1\nidle timeout: 300 s\npython: ", status), status
+    assert re.search(r"server: running\npid: \d+\nsocket: .*\nuptime: .* s\nrequests: 1\nidle timeout: 300 s\npython: .*\npages copied ahead: \d+", status), (
+        status
+    )
     pid = int(status.split("pid: ")[1].split()[0])
     stopped = _cli("server", "stop", env=env)
     assert stopped.returncode == 0 and f"server: stopped (pid {pid}, " in stopped.stdout
     assert not server_protocol.alive(pid)
     assert "server: not running" in _cli("server", "status", env=env).stdout
+
+
+def test_workers_report_the_pages_they_wrote_for_the_next_spares(runtime):
+    if not os.access("/proc/self/pagemap", os.R_OK):
+        pytest.skip("/proc/self/pagemap cannot be read here: workers copy on write, as without the server's prefault")
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime))
+    for _ in range(3):
+        assert _cli("--version", env=env).returncode == 0
+    deadline = time.monotonic() + 30
+    while (report := _status(env)) and not report["learned_pages"] and time.monotonic() < deadline:
+        time.sleep(0.05)  # a worker reports after its client has the answer
+    assert report and int(str(report["learned_pages"])) > 0, report
+    assert re.search(r"pages copied ahead: [1-9]\d*", _cli("server", "status", env=env).stdout)
+    _cli("server", "stop", env=env)
+
+
+def _private_pages(pages: int) -> tuple[mmap.mmap, frozenset[int]]:
+    """A private anonymous mapping, written (so present), and its page numbers."""
+    buffer = mmap.mmap(-1, pages * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # copied on write after a fork
+    buffer.write(b"x" * len(buffer))
+    first = ctypes.addressof(ctypes.c_char.from_buffer(buffer)) // mmap.PAGESIZE
+    return buffer, frozenset(range(first, first + pages))
+
+
+def _faults_writing(buffer: mmap.mmap) -> int:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for offset in range(0, len(buffer), mmap.PAGESIZE):
+        buffer[offset] = ord("y")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def test_copy_ahead_copies_the_pages_so_that_writing_them_faults_no_more():
+    """In a forked child: learned pages copied ahead are written without faults, where pages
+    not learned fault once each; pagemap names both as written since the fork."""
+    pages = 64
+    (learned, wanted), (other, _) = _private_pages(pages), _private_pages(pages)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        copied = prefault.copy_ahead(wanted, lambda: False)
+        faults = [_faults_writing(learned), _faults_writing(other)]
+        os.write(write, json.dumps([len(wanted & copied), faults, wanted <= set(prefault.written_since_fork())]).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    copied, (faults_learned, faults_other), written = json.loads(os.read(read, 1000))
+    if copied == 0:
+        pytest.skip("MADV_POPULATE_WRITE is not supported here (Linux < 5.14)")
+    assert copied == pages and written
+    assert faults_other >= pages and faults_learned < faults_other - pages // 2, (faults_learned, faults_other)
+    assert learned[:1] == b"x"  # the parent's pages are its own still
 
 
 @pytest.fixture(scope="module")
