@@ -14,7 +14,7 @@ endif()
 # (~1 ms to start, where a Python client costs a Python start-up): it hands the command to the
 # per-user pyree_build server. Built once a configure, into this build tree (a stat when it is
 # up to date); PYREE_BUILD_NATIVE_CLIENT=OFF, or a failed build, keeps the Python client.
-option(PYREE_BUILD_NATIVE_CLIENT "run pyree-build through the native client (Linux; with PYREE_BUILD_SERVER=on in the build's environment)" OFF)
+option(PYREE_BUILD_NATIVE_CLIENT "run pyree-build through the native client (Linux; it hands each command to the per-user server unless PYREE_BUILD_SERVER=off)" ON)
 set(PYREE_BUILD_COMMAND "${PYREE_BUILD_PYTHON}" -m pyree_build)
 if(PYREE_BUILD_NATIVE_CLIENT AND CMAKE_HOST_SYSTEM_NAME STREQUAL "Linux")
   execute_process(

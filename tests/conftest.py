@@ -44,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--server",
         choices=("on", "off"),
-        default="off",
-        help="run every pyree-build command through the per-user server (on) or in its own process (off, the default, as users get it for now)",
+        default="on",
+        help="run every pyree-build command through the per-user server (on, the default, as users get it) or in its own process (off)",
     )
 
 

@@ -510,15 +510,14 @@ SERVER = Verb(
         ),
     ),
     description=(
-        "With PYREE_BUILD_SERVER=on, every pyree-build command (CMake's actions and ctests too) is handed to a "
-        "per-user server that has already imported what commands need, so a command costs about what its tools "
-        "cost (opt-in for now; the default runs each command in its own process). It starts "
+        "Every pyree-build command (CMake's actions and ctests too) is handed to a per-user server that has "
+        "already imported what commands need, so a command costs about what its tools cost. It starts "
         "on first use, serves commands in parallel, restarts when pyree_build changes, and exits after "
         "$PYREE_BUILD_SERVER_IDLE seconds without work (default 900). status: whether it runs, its pid, "
         "socket, uptime, requests served and idle timeout; stop: end it (commands running finish). "
-        "PYREE_BUILD_SERVER=off (the default) runs each command in its own process."
+        "PYREE_BUILD_SERVER=off runs each command in its own process instead."
     ),
-    examples="pyree-build server status\npyree-build server stop\nPYREE_BUILD_SERVER=on pyree-build cache info   # a command through the server",
+    examples="pyree-build server status\npyree-build server stop\nPYREE_BUILD_SERVER=off pyree-build cache info   # a command in its own process",
 )
 
 # In the order `pyree-build --help` lists them, after the backends' verbs.

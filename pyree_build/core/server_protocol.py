@@ -23,7 +23,7 @@ import struct
 import sys
 
 PROTOCOL = "pyree_build-server-1"
-SERVER_ENV = "PYREE_BUILD_SERVER"  # "on": commands are served by the per-user server (opt-in for now)
+SERVER_ENV = "PYREE_BUILD_SERVER"  # "off": each command runs in its own process, without the server
 IDLE_ENV = "PYREE_BUILD_SERVER_IDLE"  # seconds without a request before the server exits
 DEFAULT_IDLE_S = 900.0
 # The environment variables that change what Python imports (sys.path): a server serves only
@@ -39,10 +39,12 @@ class Unsafe(Exception):
     """The socket directory may be read or replaced by another user: never used."""
 
 
+OFF_VALUES = ("off", "0", "no", "false")  # native_client.c has the same list
+
+
 def enabled(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    # Opt-in until the full suite passes in server mode in every fresh-clone CI run: one run
-    # saw servers fail to start late in the session and a stray server counted as a survivor.
-    return env.get(SERVER_ENV, "off").strip().lower() in ("on", "1", "yes", "true")
+    """Whether commands go to the server: unless PYREE_BUILD_SERVER says off."""
+    return env.get(SERVER_ENV, "on").strip().lower() not in OFF_VALUES
 
 
 def identity() -> str:
