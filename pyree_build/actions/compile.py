@@ -25,7 +25,7 @@ from pyree_build.backends.llvm_cpu.imports import require_imports
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import remove_stale, scratch_dir, write_depfile
+from pyree_build.core.files import remove_stale, scratch_dir, text_or_empty, write_depfile
 from pyree_build.core.inputs import Inputs, compile_inputs, referenced_objects, resolve_object
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import field, record
@@ -211,20 +211,13 @@ def post_checks(state: CompileState, deps: list[str]) -> Path:
 def explain_failure(state: CompileState, compiler_output: str) -> str | None:
     """The backend's explanation of an iree-compile failure, else a file written for another
     IREE release, else which objects were missing."""
-    texts = {state.job.source.name: state.job.text} | {f.name: _text_of(f) for f in state.job.spec_files}
+    texts = {state.job.source.name: state.job.text} | {f.name: text_or_empty(f) for f in state.job.spec_files}
     hint = state.backend.explain(state.job, compiler_output) or releases.explain(texts, toolchain.iree_compile().version, compiler_output)
     if hint:
         return hint
     if "failed to serialize executable" in compiler_output or "object file not found" in compiler_output:
         return _missing_objects_message(state, compiler_output)
     return None
-
-
-def _text_of(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def _missing_objects_message(state: CompileState, compiler_output: str) -> str | None:

@@ -127,6 +127,15 @@ def settle(written: Sequence[Path], limit_s: float = 2.0) -> None:
         time.sleep(0.002)
 
 
+def text_or_empty(path: Path) -> str:
+    """A file's text for an error message or a check that explains one: "" when it cannot be
+    read (the error being explained may be just that), undecodable bytes replaced."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def write_text_if_changed(path: Path, text: str) -> bool:
     """Write `text` to `path` atomically, unless the file already holds exactly it (its time
     then stays, so what was built from it is still up to date); True if it wrote."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from pyree_build.backends.llvm_cpu.elf import ARCH_ALIASES, host_arch, is_standalone_elf
 from pyree_build.backends.llvm_cpu.imports import c_parameter_count, memref_imports_without_bareptr
 from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.core.files import text_or_empty
 from pyree_build.core.inputs import resolve_object
 
 PathLike = str | os.PathLike[str]
@@ -43,7 +44,7 @@ def warn_without_bareptr(source: Path, text: str, specs: Sequence[Path]) -> None
     (`text`, read from `source`) and its specs, unless C beside them defines it with one
     parameter per descriptor field: then it takes the descriptors on purpose (IREE's own
     embedded transform sample does)."""
-    files = [(source, text), *((f, _read(f)) for f in specs)]
+    files = [(source, text), *((f, text_or_empty(f)) for f in specs)]
     c_texts = _c_beside([path for path, _ in files])
     for path, body in files:
         for found in memref_imports_without_bareptr(body):
@@ -65,14 +66,7 @@ def _c_beside(paths: Sequence[Path]) -> list[str]:
     """The C files in the directories of `paths` (where an IREE sample keeps its functions.c)."""
     directories = dict.fromkeys(p.resolve().parent for p in paths)
     found = [c for d in directories for c in sorted(d.glob("*.c"))[:_MOST_C_FILES]]
-    return [_read(c) for c in found]
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+    return [text_or_empty(c) for c in found]
 
 
 def explain_loader(text: str) -> str | None:
