@@ -46,6 +46,10 @@ PRELOAD = ("numpy",)
 # thread: the server must have no thread when it forks.
 _ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 _REQUEST_TIMEOUT_S = 30.0
+# Learning which pages workers write (server/prefault.py): a report adding fewer pages than
+# _SETTLED_BELOW is "settled"; after _SETTLED_AFTER of those in a row, one worker in
+# _REPORT_EVERY reports.
+_SETTLED_BELOW, _SETTLED_AFTER, _REPORT_EVERY = 16, 8, 64
 _PR_SET_PDEATHSIG = 1  # for a client to send its request once connected
 
 
@@ -66,6 +70,7 @@ class State:
     # report them on `report`, a datagram socket the server reads.
     learned: set[int] = field(default_factory=set)
     report: socket.socket | None = None
+    settled: int = 0  # reports in a row that added almost nothing: then workers report rarely
 
 
 def watched_paths() -> list[str]:
@@ -186,7 +191,9 @@ def _reap(children: set[int]) -> None:
         if done:
             children.discard(pid)
             if os.WIFSIGNALED(status):
-                print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} worker {pid} was killed by {signal.Signals(os.WTERMSIG(status)).name}", file=sys.stderr, flush=True)
+                print(
+                    f"{time.strftime('%Y-%m-%d %H:%M:%S')} worker {pid} was killed by {signal.Signals(os.WTERMSIG(status)).name}", file=sys.stderr, flush=True
+                )
 
 
 @functools.cache
@@ -260,7 +267,7 @@ def serve(sock: socket.socket, state: State) -> None:
             elif now - last >= state.idle_s or not _ours(state):
                 return
             ready, _, _ = select.select([accepted_r, reports.fileno()], [], [], max(0.0, min(1.0, state.idle_s - (now - last))))
-            _learn(reports, state.learned)
+            _learn(reports, state)
             taken = _drain(accepted_r) if accepted_r in ready else 0
             alive = taken == 0 and os.waitpid(spare, os.WNOHANG)[0] == 0
             if not alive:
@@ -274,23 +281,29 @@ def serve(sock: socket.socket, state: State) -> None:
             os.kill(spare, signal.SIGKILL)
 
 
-def _learn(reports: socket.socket, learned: set[int]) -> None:
+def _learn(reports: socket.socket, state: State) -> None:
     """Add the pages workers reported to those the next spares copy ahead."""
     while True:
         try:
             data = reports.recv(8 * prefault.MAX_LEARNED)
         except BlockingIOError:
             return
-        learned.update(prefault.decode(data)[: prefault.MAX_LEARNED - len(learned)])
+        new = set(prefault.decode(data)) - state.learned
+        state.settled = state.settled + 1 if len(new) < _SETTLED_BELOW else 0
+        state.learned.update(list(new)[: prefault.MAX_LEARNED - len(state.learned)])
 
 
 def _report(state: State, copied: set[int]) -> None:
-    """Tell the server which pages this worker wrote that its spare had not copied ahead."""
+    """Tell the server which pages this worker wrote that its spare had not copied ahead. A
+    scan of pagemap costs a few ms of CPU: once reports add almost nothing, one worker in
+    _REPORT_EVERY still reports (a verb not seen yet)."""
+    if state.settled >= _SETTLED_AFTER and state.requests % _REPORT_EVERY:
+        return
     if state.report is None or len(state.learned) >= prefault.MAX_LEARNED:
         return
     new = [page for page in prefault.written_since_fork() if page not in copied and page not in state.learned]
-    with contextlib.suppress(OSError):
-        state.report.send(prefault.encode(new[: prefault.MAX_LEARNED]))
+    with contextlib.suppress(OSError):  # never waits: a server gone or busy misses this report
+        state.report.send(prefault.encode(new[: prefault.MAX_LEARNED]), socket.MSG_DONTWAIT)
 
 
 def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
