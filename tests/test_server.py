@@ -14,6 +14,7 @@ import resource
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from conftest import PLUGIN_SAMPLE, REPO, install_backend
 from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _slow_c_source
 
 from pyree_build.core import server_protocol
-from pyree_build.server import prefault
+from pyree_build.server import prefault, watch
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
 
@@ -273,6 +274,20 @@ def test_server_status_and_stop(runtime):
     assert stopped.returncode == 0 and f"server: stopped (pid {pid}, " in stopped.stdout
     assert not server_protocol.alive(pid)
     assert "server: not running" in _cli("server", "status", env=env).stdout
+
+
+def _event(mask: int, name: bytes) -> bytes:
+    padded = name + b"\0" * (-len(name) % 16 or (16 if name else 0))
+    return struct.pack("iIII", 1, mask, 0, len(padded)) + padded
+
+
+def test_a_change_is_an_event_on_a_source_or_an_install_and_never_on_pycache():
+    created, modified, overflow = 0x100, 0x2, 0x4000
+    assert not watch._relevant(_event(created, b"__pycache__"))
+    assert watch._relevant(_event(created, b"__pycache__") + _event(modified, b"plugins.py"))
+    assert watch._relevant(_event(created, b"numpy-2.0.dist-info"))
+    assert watch._relevant(_event(overflow, b""))  # events were lost: assume a change
+    assert watch._relevant(_event(0x400, b""))  # the watched directory itself was removed
 
 
 def test_workers_report_the_pages_they_wrote_for_the_next_spares(runtime):

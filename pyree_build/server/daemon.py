@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from pyree_build.core import server_protocol as protocol
 from pyree_build.server import prefault
+from pyree_build.server.watch import Watch
 
 # Every module of pyree_build is imported by the server, so a worker starts with what any
 # verb needs loaded (~0.3 s, once), except these: a Ray client (tune --ray) starts threads.
@@ -59,8 +60,7 @@ class State:
 
     path: str
     idle_s: float
-    watched: list[str]
-    fingerprint: tuple[tuple[int, int], ...]
+    watch: Watch
     started: float = field(default_factory=time.time)
     requests: int = 0
     pid: int = field(default_factory=os.getpid)
@@ -71,31 +71,6 @@ class State:
     learned: set[int] = field(default_factory=set)
     report: socket.socket | None = None
     settled: int = 0  # reports in a row that added almost nothing: then workers report rarely
-
-
-def watched_paths() -> list[str]:
-    """pyree_build's .py files and the directories holding them (a file added changes its
-    directory), and each site-packages directory (a pip install or uninstall changes it)."""
-    paths = []
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for root, dirs, files in os.walk(package):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        paths += [root, *(os.path.join(root, f) for f in files if f.endswith(".py"))]
-    return paths + [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
-
-
-def fingerprint(paths: list[str]) -> tuple[tuple[int, int], ...]:
-    """(mtime, size) of each watched path, (0, 0) for one gone: a change means this server's
-    code is stale. Stats only (~0.3 ms), since every request checks it."""
-    found = []
-    for path in paths:
-        try:
-            info = os.stat(path)
-        except OSError:
-            found.append((0, 0))
-            continue
-        found.append((info.st_mtime_ns, info.st_size))
-    return tuple(found)
 
 
 def _preload() -> None:
@@ -162,8 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     os.closerange(3, 1 << 16)  # nothing the client's parent passed down (a jobserver's pipe) stays open here
     idle = a.idle if a.idle is not None else float(os.environ.get(protocol.IDLE_ENV, protocol.DEFAULT_IDLE_S))
-    watched = watched_paths()
-    state = State(a.socket, idle, watched, fingerprint(watched), start_dir=os.getcwd())  # before the imports: an edit during them is seen
+    state = State(a.socket, idle, Watch(), start_dir=os.getcwd())  # before the imports: an edit during them is seen
     gc.disable()  # no collection in the server: it would leave freed holes in pages its workers share
     _preload()
     _prctl()
@@ -369,7 +343,7 @@ def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: 
             _retire(state)  # first: once the client has the answer, no new client reaches this server
         _reply(conn, json.dumps(status(state)))
         return 0
-    if fingerprint(state.watched) != state.fingerprint:
+    if state.watch.changed() or not _ours(state):  # its code changed, or it is retiring: a fresh server serves this
         _retire(state)
         _reply(conn, "stale")
         return 0
