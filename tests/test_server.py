@@ -195,6 +195,24 @@ def test_a_killed_server_is_replaced():
     assert after is not None and after["pid"] != before["pid"]
 
 
+def test_a_worker_that_cannot_print_its_error_leaves_the_server_alone(tmp_path):
+    """A command that fails while its stderr is a pipe nobody reads any more (a ninja job once
+    ninja was stopped) cannot print its error; its worker must still just exit, not unwind into
+    the server's code it was forked from: that SIGKILLed the worker forked before it (another
+    client's command, which then ended without an exit code) and removed the server's socket."""
+    before = _ensure_server()
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        argv = [sys.executable, "-m", "pyree_build", "compile", tmp_path / "missing.mlir", "-o", tmp_path / "m.vmfb"]
+        failed = subprocess.run(argv, env=_env("on"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=write, timeout=300)
+    finally:
+        os.close(write)
+    assert failed.returncode == 1
+    after = _status()
+    assert after is not None and after["pid"] == before["pid"], "the server's socket was removed"
+
+
 def test_a_stale_server_is_replaced_when_pyree_build_changes():
     before = _ensure_server()
     edited = REPO / "pyree_build" / "server" / "__init__.py"

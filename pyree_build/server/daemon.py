@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve(sock, state)
     finally:
-        unlink_if_ours(state)
+        if os.getpid() == state.pid:  # never in a forked spare or worker (see _spare)
+            unlink_if_ours(state)
     return 0
 
 
@@ -210,8 +211,13 @@ def _spare(sock: socket.socket, state: State, accepted: int) -> int:
     except BaseException:  # noqa: BLE001 - a spare killed while it waits (the server exiting)
         os._exit(0)
     sock.close()
-    worker(conn, state, copied)  # never returns
-    raise AssertionError("unreachable")
+    try:
+        worker(conn, state, copied)  # never returns
+    finally:
+        # Nor may an exception: unwinding here would run serve()'s and main()'s cleanup in this
+        # worker, which SIGKILLs the server's previous spare (by then another command's worker)
+        # and removes the server's socket.
+        os._exit(1)
 
 
 def _drain(fd: int) -> int:
@@ -251,7 +257,9 @@ def serve(sock: socket.socket, state: State) -> None:
                 spare = _spare(sock, state, accepted_w)
                 last = time.monotonic()
     finally:
-        if not _drain(accepted_r):  # still waiting in accept(): no client of its own to finish
+        # Only the server: a forked worker must never get here (_spare), as its copy of `spare` is
+        # the worker forked before it, and its _drain would take the server's notices.
+        if os.getpid() == state.pid and not _drain(accepted_r):  # still waiting in accept(): no client of its own to finish
             os.kill(spare, signal.SIGKILL)
 
 
@@ -300,8 +308,16 @@ def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
     return protocol.decode(body), fds
 
 
+def _print_exc() -> None:
+    """traceback.print_exc() to the client's stderr, which may be gone (a ninja job's pipe once
+    ninja was stopped): a failure to print is not an error of the command's."""
+    with contextlib.suppress(BaseException):
+        traceback.print_exc()
+
+
 def worker(conn: socket.socket, state: State, copied: set[int]) -> None:
-    """Serve one connection, then _exit: a worker never returns into the accept loop."""
+    """Serve one connection, then _exit: a worker never returns into the accept loop, not even
+    when printing its error fails (BrokenPipeError) or a signal's exception comes meanwhile."""
     code = 1
     try:
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
@@ -311,9 +327,10 @@ def worker(conn: socket.socket, state: State, copied: set[int]) -> None:
         code = _answer(conn, state, request, fds)
         conn.close()  # the client has its answer: what follows is off its path
         _report(state, copied)
-    except BaseException:  # noqa: BLE001 - a worker reports in its log and exits; it must never return
-        traceback.print_exc()
-    os._exit(code)
+    except BaseException:  # noqa: BLE001 - a worker reports on its client's stderr and exits; it must never return
+        _print_exc()
+    finally:
+        os._exit(code)
 
 
 def _reply(conn: socket.socket, line: str) -> None:
@@ -429,10 +446,10 @@ def run(conn: socket.socket, state: State, request: dict[str, object], fds: list
     except SystemExit as err:
         code = _exit_code(err)
     except KeyboardInterrupt:
-        traceback.print_exc()
+        _print_exc()
         code = 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - as Python reports an uncaught error: traceback, exit 1
-        traceback.print_exc()
+        _print_exc()  # the exit line below is sent also when the client's stderr is gone
         code = 1
     atexit._run_exitfuncs()
     done.set()
