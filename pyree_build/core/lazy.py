@@ -16,11 +16,16 @@ import importlib.util
 import sys
 import types
 
+# Every module named here, in order: the per-user server imports them before it forks its
+# workers (except the heaviest), so that a command finds them loaded.
+NAMED: dict[str, None] = {}
+
 
 def module(name: str) -> types.ModuleType:
     """`name`, imported when one of its attributes is first read (the real module if it is
     already imported). A missing module raises ImportError at that first read, where the
     caller's try/except around the use sees it."""
+    NAMED[name] = None
     if name in sys.modules:
         return sys.modules[name]
     return _LazyModule(name)

@@ -34,15 +34,18 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyree_build.core import lazy
 from pyree_build.core import server_protocol as protocol
 from pyree_build.server import prefault
 from pyree_build.server.watch import Watch
 
-# Every module of pyree_build is imported by the server, so a worker starts with what any
-# verb needs loaded (~0.3 s, once), except these: a Ray client (tune --ray) starts threads.
-NOT_PRELOADED = ("pyree_build.actions.tune_ray",)
-# And these third-party modules, which most runs and checks use.
-PRELOAD = ("numpy",)
+# Every module of pyree_build is imported by the server, and every module they name lazily
+# (core/lazy.py: numpy, pyelftools, cuda.bindings, concurrent.futures...), so a worker starts
+# with what a verb needs loaded (~0.5 s, once; a worker importing pyelftools and a thread pool
+# itself cost ~60 ms a plugin build). Except these, by name or package: a Ray client and
+# onnxruntime start threads; IREE's Python bindings and onnx hold 25-80 MB that every fork would
+# map, for the few verbs that use them.
+NOT_PRELOADED = ("pyree_build.actions.tune_ray", "onnxruntime", "onnx", "iree.runtime", "iree.compiler")
 # Each thread pool a native library would start at import (numpy's BLAS) is held to one
 # thread: the server must have no thread when it forks.
 _ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
@@ -78,15 +81,24 @@ def _preload() -> None:
         os.environ.setdefault(name, "1")
     package = importlib.import_module("pyree_build")
     names = [m.name for m in pkgutil.walk_packages(package.__path__, "pyree_build.") if not m.name.endswith("__main__")]
-    for module in [n for n in names if n not in NOT_PRELOADED] + list(PRELOAD):
-        try:
-            importlib.import_module(module)
-        except Exception as err:  # noqa: BLE001 - a module that fails here fails again, visibly, in the worker that needs it
-            print(f"preload {module}: {err}", file=sys.stderr)
+    for module in names:
+        _import(module, quiet=False)
+    for module in list(lazy.NAMED):
+        _import(module, quiet=True)  # an optional dependency (an extra) may be missing
     _warm_up(names)
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
     if threads != 1:
         raise SystemExit(f"pyree_build server: {threads} threads after the imports; forking would be unsafe")
+
+
+def _import(module: str, *, quiet: bool) -> None:
+    if any(module == n or module.startswith(n + ".") for n in NOT_PRELOADED):
+        return
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 - a module that fails here fails again, visibly, in the worker that needs it
+        if not quiet:
+            print(f"preload {module}: {err}", file=sys.stderr)
 
 
 def _warm_up(names: list[str]) -> None:
