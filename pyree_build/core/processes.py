@@ -90,10 +90,12 @@ def _pdeathsig_wrapper() -> tuple[str, ...]:
 
 
 def warm_up() -> None:
-    """Find now what the first spawn of a process would (the setpriv probe is a spawn, ~3 ms):
-    the pyree_build server does it once, before it forks, for all its workers."""
+    """Find now what the first spawn of a process would (the setpriv probe is a spawn, ~3 ms)
+    and load the thread pool's module (concurrent.futures loads it on first use, ~3 ms): the
+    pyree_build server does it once, before it forks, for all its workers. No thread starts."""
     _pdeathsig_wrapper()
     _set_pdeathsig()
+    _ = futures.ThreadPoolExecutor  # its first read imports concurrent.futures.thread
 
 
 def _register(pgid: int, name: str) -> None:
