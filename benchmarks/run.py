@@ -17,6 +17,7 @@ no-op rebuild < 0.3 s.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -46,8 +47,14 @@ def timed_call(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+# --rows: only the rows whose label contains one of these (all when empty).
+ROWS: list[str] = []
+
+
 def compare(label: str, a_label: str, a: Callable[[], float], b_label: str, b: Callable[[], float], repeat: int) -> float:
     """Alternate a and b `repeat` times; print median(b)/median(a) and the per-round spread."""
+    if ROWS and not any(row in label for row in ROWS):
+        return float("nan")
     a_times, b_times = [], []
     a()  # warm file caches and lazily built state (zig's libc stubs) on both sides
     b()
@@ -256,7 +263,8 @@ def section_cache(work: Path, repeat: int) -> None:
             return timed(argv, env)
 
         ratio = compare(f"standalone, {label}", "cold", cold, "warm", warm, repeat)
-        print(f"{'':44} warm is {1 / ratio:.1f}x faster than cold (target >= 20x)")
+        if not math.isnan(ratio):  # a row --rows left out
+            print(f"{'':44} warm is {1 / ratio:.1f}x faster than cold (target >= 20x)")
 
 
 def _samples_build(work: Path) -> Path:
@@ -325,7 +333,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--rows", default="", help="only rows whose label contains one of these, comma-separated (e.g. objects,standalone)")
     args = parser.parse_args()
+    ROWS[:] = [r.strip() for r in args.rows.split(",") if r.strip()]
     with tempfile.TemporaryDirectory(prefix="pyree-bench.") as tmp:
         for name in args.only.split(","):
             SECTIONS[name.strip()](Path(tmp), args.repeat)

@@ -114,7 +114,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--rows", default="", help="verbs/cache: only rows whose label contains one of these (benchmarks/run.py --rows)")
     a = parser.parse_args()
+    run_bench.ROWS[:] = [r.strip() for r in a.rows.split(",") if r.strip()]
     print(f"machine: {os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)")
     with tempfile.TemporaryDirectory(prefix="pyree-server.", dir="/tmp") as tmp:
         work = Path(tmp)
