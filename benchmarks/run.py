@@ -137,9 +137,13 @@ def section_verbs(work: Path, repeat: int) -> None:
         return time.perf_counter() - start
 
     arch_args = [x for a in ARCHS for x in ("--arch", a)]
+    # The hand side runs one compiler per arch at once; the verb gets the same parallelism
+    # (its default, -j = cores, would run 2 then 1 on a 2-core machine: a scheduling choice,
+    # not pyree_build's overhead).
+    same_jobs = ["-j", str(len(ARCHS))]
     compare(
         "plugin --kind standalone (3 arches, FatELF)", "by hand", hand_standalone, "verb",
-        lambda: timed(pyree("plugin", "-q", "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / "v.sos"), env()),
+        lambda: timed(pyree("plugin", "-q", *same_jobs, "--kind", "standalone", *arch_args, PLUGIN / "standalone_plugin.c", "-o", work / "v.sos"), env()),
         repeat,
     )  # fmt: skip
 
@@ -161,7 +165,7 @@ def section_verbs(work: Path, repeat: int) -> None:
         "by hand",
         hand_objects,
         "verb",
-        lambda: timed(pyree("objects", "-q", *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env()),
+        lambda: timed(pyree("objects", "-q", *same_jobs, *arch_args, EMBEDDED / "functions.c", "-o", work / "obj"), env()),
         repeat,
     )
 
