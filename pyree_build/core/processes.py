@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # Loaded when first used, not by every verb: a cache hit needs no pool (~5 ms), and only a
 # plugin query in a child needs pickle (~2 ms) or the prctl call (ctypes).
-ctypes = lazy.module("ctypes")
+libc = lazy.module("pyree_build.core.libc")
 futures = lazy.module("concurrent.futures")
 pickle = lazy.module("pickle")
 
@@ -64,11 +64,8 @@ def _set_pdeathsig() -> Callable[[], None] | None:
     it instead of writing into the output directory later. Linux only; looked up in the
     parent, once, so that the forked child runs no lookup.
     """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
+    prctl = libc.function("prctl") if sys.platform.startswith("linux") else None
+    if prctl is None:
         return None
     pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
     return functools.partial(prctl, pr_set_pdeathsig, sigkill, 0, 0, 0)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import ctypes
-import functools
 import gc
 import importlib
 import io
@@ -31,10 +29,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyree_build.core import lazy
+from pyree_build.core import lazy, libc
 from pyree_build.core import server_protocol as protocol
 from pyree_build.server import prefault
 from pyree_build.server.watch import Watch
@@ -152,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     state = State(a.socket, idle, Watch(), start_dir=os.getcwd())  # before the imports: an edit during them is seen
     gc.disable()  # no collection in the server: it would leave freed holes in pages its workers share
     _preload()
-    _prctl()
+    libc.function("prctl")  # looked up before the forks
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -183,20 +180,11 @@ def _reap(children: set[int]) -> None:
                 )
 
 
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    """Linux's prctl, looked up once in the server so a forked spare only calls it."""
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
 def _die_with_parent(parent: int | None) -> None:
     """A spare dies with the server (SIGKILL, a crash): else it would hold the socket open and
     take one more client, after which nobody accepts and clients would hang instead of starting
     a new server. A worker (parent None) outlives it: `server stop` lets commands finish."""
-    prctl = _prctl()
+    prctl = libc.function("prctl")
     if prctl is not None:
         prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL) if parent else 0, 0, 0, 0)
     if parent and os.getppid() != parent:  # it died before prctl

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import array
 import ctypes
-import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 
-from pyree_build.core import lazy
+from pyree_build.core import lazy, libc
 
 # Loaded by the server before it forks (daemon._preload; not at this module's import, which comes
 # before the server holds BLAS to one thread): a scan costs ~0.1 ms, where a Python loop took ~2.
@@ -38,16 +37,11 @@ _EXCLUSIVE = 1 << 56  # mapped by this process alone: for a forked worker, copie
 MAX_LEARNED = 1 << 14  # pages (64 MiB): what a spare copies ahead at most
 
 
-@functools.cache
 def _madvise() -> Callable[..., int] | None:
-    """libc's madvise, looked up once in the server so a forked spare only calls it."""
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise  # type: ignore[no-any-return]
+    madvise = libc.function("madvise")
+    if madvise is not None:
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]  # type: ignore[attr-defined]  # addresses above 2**31
+    return madvise
 
 
 def _pages(flags: int) -> list[int]:

@@ -14,10 +14,11 @@ event retires the server (daemon._retire), so no other reader needs to see it.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 import sys
+
+from pyree_build.core import libc
 
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, 0o2000000
 _CHANGES = (
@@ -65,17 +66,14 @@ def fingerprint(paths: list[str]) -> tuple[tuple[int, int], ...]:
 
 def _inotify(dirs: list[str]) -> int | None:
     """An inotify descriptor watching `dirs`, or None where there is none to be had."""
-    if not sys.platform.startswith("linux"):
+    init, add_watch = libc.function("inotify_init1"), libc.function("inotify_add_watch")
+    if init is None or add_watch is None or not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = int(libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
-    except (OSError, AttributeError):
-        return None
+    fd = int(init(_IN_NONBLOCK | _IN_CLOEXEC))
     if fd < 0:
         return None
     for path in dirs:
-        if libc.inotify_add_watch(fd, os.fsencode(path), _CHANGES) < 0:  # too many watches, or gone
+        if add_watch(fd, os.fsencode(path), _CHANGES) < 0:  # too many watches, or gone
             os.close(fd)
             return None
     return fd
