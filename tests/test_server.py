@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PLUGIN_SAMPLE, REPO, install_backend
-from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _slow_c_source
+from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source
 
 from pyree_build.core import server_protocol
 from pyree_build.server import prefault, watch
@@ -184,6 +184,38 @@ def test_a_killed_client_stops_its_work(tmp_path):
     assert watched.survivors() == []
     time.sleep(0.5)
     assert _leftovers(tmp_path) == [] and not (out / "p.sos").exists()
+
+
+def test_a_killed_worker_is_reported_by_its_client_and_in_the_log(tmp_path):
+    """SIGKILL of the worker serving a command (the OOM killer, a crash): its client says so,
+    naming the server's log, and exits 1; the log names the signal; the worker's tools die
+    with it (setpriv's pdeathsig); the server goes on serving."""
+    before = _ensure_server()
+    src = _slow_c_source(tmp_path / "slow.c")
+    watched = Watched(
+        [sys.executable, "-m", "pyree_build", "plugin", "--kind", "standalone", src, "-o", tmp_path / "p.sos"], _env("on", PYREE_BUILD_CACHE="off")
+    )
+    watched.wait_for("zig")
+    table = _process_table()
+    workers = {table[pid][0] for pid in watched.pids if pid in table and "zig" in table[pid][4]}  # the tools' parent
+    workers = {pid for pid in workers if "-m pyree_build.server " in table.get(pid, (0, 0, 0, "", ""))[4]}
+    assert len(workers) == 1, workers
+    worker = workers.pop()
+    os.kill(worker, signal.SIGKILL)
+    out, err = watched.proc.communicate(timeout=60)
+    assert watched.proc.returncode == 1, err
+    assert "the server's worker ended without an exit code (its log: " in err and ".log)" in err, err
+    log = Path(err.split("(its log: ")[1].split(")")[0])
+    deadline = time.monotonic() + 10
+    while f"worker {worker} was killed by SIGKILL" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server reaps it within its next second
+    assert f"worker {worker} was killed by SIGKILL" in log.read_text()
+    deadline = time.monotonic() + 30
+    while watched.survivors() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert watched.survivors() == []
+    after = _status()
+    assert after is not None and after["pid"] == before["pid"]
 
 
 def test_a_killed_server_is_replaced():
