@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PLUGIN_SAMPLE, REPO, install_backend
-from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source
+from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source, is_server_process
 
 from pyree_build.core import server_protocol
 from pyree_build.server import prefault, watch
@@ -198,7 +198,7 @@ def test_a_killed_worker_is_reported_by_its_client_and_in_the_log(tmp_path):
     watched.wait_for("zig")
     table = _process_table()
     workers = {table[pid][0] for pid in watched.pids if pid in table and "zig" in table[pid][4]}  # the tools' parent
-    workers = {pid for pid in workers if "-m pyree_build.server " in table.get(pid, (0, 0, 0, "", ""))[4]}
+    workers = {pid for pid in workers if is_server_process(table.get(pid, (0, 0, 0, "", ""))[4])}
     assert len(workers) == 1, workers
     worker = workers.pop()
     os.kill(worker, signal.SIGKILL)

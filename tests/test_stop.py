@@ -118,11 +118,14 @@ class Watched:
         return [
             f"{pid} {row[4]}"
             for pid, row in table.items()
-            if row[3] not in "ZX"
-            and pid not in own
-            and "-m pyree_build.server " not in row[4]
-            and (pid in self.pids or row[1] in self.groups or row[2] in self.groups)
+            if row[3] not in "ZX" and pid not in own and not is_server_process(row[4]) and (pid in self.pids or row[1] in self.groups or row[2] in self.groups)
         ]
+
+
+def is_server_process(cmdline: str) -> bool:
+    """The per-user server or one of its workers: started as `python -c BOOT PACKAGE_DIR server
+    --socket PATH` (server_protocol.boot_argv)."""
+    return " server --socket " in cmdline
 
 
 def _assert_all_gone(watched: Watched) -> None:

@@ -31,9 +31,10 @@ static volatile sig_atomic_t g_sock = -1, g_last = 0;
 /* Run the command in process: the Python CLI with the server off. */
 static int in_process(int argc, char **argv, const char *why) {
   if (why) fprintf(stderr, "pyree_build: %s; running in this process\n", why);
-  char **a = calloc((size_t)argc + 3, sizeof(char *));
-  a[0] = (char *)PYREE_PYTHON, a[1] = "-m", a[2] = "pyree_build";
-  for (int i = 1; i < argc; i++) a[i + 2] = argv[i];
+  /* server_protocol.boot_argv("cli", ...): never `-m`, which imports from the caller's directory. */
+  char **a = calloc((size_t)argc + 5, sizeof(char *));
+  a[0] = (char *)PYREE_PYTHON, a[1] = "-c", a[2] = (char *)PYREE_BOOT, a[3] = (char *)PYREE_PACKAGE, a[4] = "cli";
+  for (int i = 1; i < argc; i++) a[i + 4] = argv[i];
   setenv("PYREE_BUILD_SERVER", "off", 1);
   execv(PYREE_PYTHON, a);
   fprintf(stderr, "pyree_build: cannot run %s: %s\n", PYREE_PYTHON, strerror(errno));
@@ -92,7 +93,7 @@ static int start_server(const char *path) {
     int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     dup2(in, 0), dup2(out, 1), dup2(out, 2);
     for (int fd = 3; fd < 1024; fd++) close(fd);
-    execl(PYREE_PYTHON, PYREE_PYTHON, "-m", "pyree_build.server", "--socket", path, (char *)NULL);
+    execl(PYREE_PYTHON, PYREE_PYTHON, "-c", PYREE_BOOT, PYREE_PACKAGE, "server", "--socket", path, (char *)NULL);
     _exit(127);
   }
   if (pid < 0) return -1;

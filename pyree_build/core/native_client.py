@@ -32,7 +32,11 @@ def _c_string(text: str) -> str:
 
 
 def _source() -> str:
-    config = f"#define PYREE_PYTHON {_c_string(sys.executable)}\n#define PYREE_IDENTITY {_c_string(server_protocol.identity())}\n"
+    python, _, boot, package = server_protocol.boot_argv("", [])[:4]
+    config = "".join(
+        f"#define {name} {_c_string(value)}\n"
+        for name, value in (("PYREE_PYTHON", python), ("PYREE_IDENTITY", server_protocol.identity()), ("PYREE_BOOT", boot), ("PYREE_PACKAGE", package))
+    )
     return config + SOURCE.read_text()
 
 

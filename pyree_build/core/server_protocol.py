@@ -52,6 +52,33 @@ def identity() -> str:
     return "|".join((PROTOCOL, os.path.realpath(sys.executable), sys.prefix, _PACKAGE_DIR))
 
 
+# How a client starts a server, or the CLI in a process of its own (the native client's
+# fallback): `python -c BOOT PACKAGE_DIR server|cli ARGS...`. Not `python -m`, which puts the
+# caller's directory first on sys.path: from a checkout's root (or any directory holding a
+# `pyree_build/` or a module named like a dependency) that process would import the caller's
+# files instead of the environment's. BOOT drops that entry, then loads exactly the package the
+# client runs (PACKAGE_DIR, from its identity) where plain import would find another one.
+BOOT = """import importlib.util as u, os, sys
+if sys.path and sys.path[0] == "": del sys.path[0]
+d = sys.argv[1]
+init = os.path.join(d, "__init__.py")
+s = u.find_spec("pyree_build")
+if s is None or s.origin is None or os.path.realpath(s.origin) != os.path.realpath(init):
+    s = u.spec_from_file_location("pyree_build", init, submodule_search_locations=[d])
+    m = u.module_from_spec(s); sys.modules["pyree_build"] = m; s.loader.exec_module(m)
+what, sys.argv = sys.argv[2], ["pyree-build", *sys.argv[3:]]
+if what == "server": from pyree_build.server.daemon import main
+else: from pyree_build.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def boot_argv(what: str, args: list[str]) -> list[str]:
+    """The command that runs this pyree_build's server (`what` "server") or CLI ("cli") in a new
+    process, importing nothing from the caller's directory."""
+    return [sys.executable, "-c", BOOT, _PACKAGE_DIR, what, *args]
+
+
 def fnv1a64(data: bytes) -> int:
     """The hash naming the socket (also in native_client.c, which has no other hash at hand)."""
     h = 0xCBF29CE484222325

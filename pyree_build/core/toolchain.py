@@ -215,8 +215,17 @@ def _find_onnx_importer() -> Tool | Missing:
         return Tool(name, (found,), Path(found), version, note="from the iree-base-compiler wheel")
     where = _package_dir(module)
     if where is not None and (where / "__main__.py").is_file():
-        return Tool(name, (sys.executable, "-m", module), where / "__main__.py", version, note="python -m " + module)
+        return Tool(name, python_module(module), where / "__main__.py", version, note="python -m " + module)
     return Missing(name, f"iree-base-compiler {version} has no ONNX importer", INSTALL_ONNX, required=True)
+
+
+def python_module(module: str) -> tuple[str, ...]:
+    """This Python running `module` as `python -m` does, but without the current directory on
+    sys.path: a tool runs in the user's directory, where a file named like one of its imports
+    (onnx.py, numpy.py) must not replace it."""
+    if sys.version_info >= (3, 11):
+        return (sys.executable, "-P", "-m", module)
+    return (sys.executable, "-c", f"import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
 
 
 C_COMPILERS = ("zig", "clang", "gcc")
@@ -394,7 +403,7 @@ def filecheck() -> Tool:
     if version is None:
         raise PyreeError("the filecheck package is not installed", fix="pip install filecheck")
     where = _package_dir("filecheck")
-    return Tool("filecheck", (sys.executable, "-m", "filecheck"), Path(where or "."), version)
+    return Tool("filecheck", python_module("filecheck"), Path(where or "."), version)
 
 
 def _build_tool(name: str, module: str, attr: str) -> Tool | Missing:

@@ -168,7 +168,7 @@ def _start(path: str) -> socket.socket | None:
         (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
-    argv = [sys.executable, "-m", "pyree_build.server", "--socket", path]
+    argv = protocol.boot_argv("server", ["--socket", path])
     try:
         pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions, setsid=True)
     except OSError:

@@ -65,7 +65,6 @@ class State:
     requests: int = 0
     pid: int = field(default_factory=os.getpid)
     inode: int = 0
-    start_dir: str = ""
     # The pages workers wrote (server/prefault.py), which the next spares copy ahead; workers
     # report them on `report`, a datagram socket the server reads.
     learned: set[int] = field(default_factory=set)
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     os.closerange(3, 1 << 16)  # nothing the client's parent passed down (a jobserver's pipe) stays open here
     idle = a.idle if a.idle is not None else float(os.environ.get(protocol.IDLE_ENV, protocol.DEFAULT_IDLE_S))
-    state = State(a.socket, idle, Watch(), start_dir=os.getcwd())  # before the imports: an edit during them is seen
+    state = State(a.socket, idle, Watch())  # before the imports: an edit during them is seen
     gc.disable()  # no collection in the server: it would leave freed holes in pages its workers share
     _preload()
     libc.function("prctl")  # looked up before the forks
@@ -346,20 +345,23 @@ def status(state: State) -> dict[str, object]:
         "requests": state.requests,
         "idle_timeout_s": state.idle_s,
         "python": sys.executable,
+        "identity": protocol.identity(),
         "learned_pages": len(state.learned),
     }
 
 
 def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> int:
     kind = request["kind"]
-    if request["identity"] != protocol.identity():
-        _reply(conn, f"refused: this server is {protocol.identity()}, not {request['identity']}")
-        return 1
+    # Status and stop run nothing of the client's: whoever can reach this socket (this user, its
+    # directory is 0700) may ask, whatever pyree_build it runs, so `server stop` always works.
     if kind in ("status", "stop"):
         if kind == "stop":
             _retire(state)  # first: once the client has the answer, no new client reaches this server
         _reply(conn, json.dumps(status(state)))
         return 0
+    if request["identity"] != protocol.identity():
+        _reply(conn, f"refused: this server is {protocol.identity()}, not {request['identity']}")
+        return 1
     if state.watch.changed() or not _ours(state):  # its code changed, or it is retiring: a fresh server serves this
         _retire(state)
         _reply(conn, "stale")
@@ -390,9 +392,7 @@ def _adopt(state: State, request: dict[str, object], fds: list[int]) -> None:
     os.environ.update(env)
     os.umask(int(str(request["umask"])))
     cwd = str(request["cwd"])
-    os.chdir(cwd)
-    if sys.path and sys.path[0] == state.start_dir:  # `python -m` puts the cwd first on sys.path
-        sys.path[0] = cwd
+    os.chdir(cwd)  # never on sys.path: the server was started without it (server_protocol.BOOT)
     encoding, _, errors = env.get("PYTHONIOENCODING", "").partition(":")
     encoding = encoding or sys.stdout.encoding or "utf-8"
     streams = {
