@@ -2,8 +2,9 @@
 
     python benchmarks/server.py [--repeat 15] [--only run,hit,verbs,cache]
 
-Every command runs through each client in turn: `native` (the client CMake runs,
-`--native-client`), `python` (`python -m pyree_build`, the console script's path), both served
+Every command runs through each client in turn: `typed` (the `pyree-build` pip installed beside
+this Python: the native client, CMakeLists.txt), `native` (the client CMake runs,
+`--native-client`), `python` (`python -m pyree_build`, the Python client's path), all served
 by a warm server, and `off` (PYREE_BUILD_SERVER=off: the whole CLI in a fresh process, as before
 the server). Rows alternate their commands `--repeat` times and print medians:
 
@@ -63,9 +64,14 @@ def row(label: str, commands: dict[str, tuple[list[str], dict[str, str]]], repea
     return medians
 
 
+TYPED = Path(sys.executable).with_name("pyree-build")
+
+
 def clients(work: Path, env: dict[str, str]) -> dict[str, tuple[list[str], dict[str, str]]]:
     native = native_client.build(work / "client")
+    typed = {"typed": ([str(TYPED)], dict(env, PYREE_BUILD_SERVER="on"))} if TYPED.is_file() else {}
     return {
+        **typed,
         "native": ([str(native)], dict(env, PYREE_BUILD_SERVER="on")),
         "python": ([sys.executable, "-m", "pyree_build"], dict(env, PYREE_BUILD_SERVER="on")),
         "off": ([sys.executable, "-m", "pyree_build"], dict(env, PYREE_BUILD_SERVER="off")),
@@ -131,6 +137,8 @@ def main() -> int:
             report = server_protocol.control("stop", env)
             if report:
                 print(f"\n(server pid {report['pid']} served {report['requests']} requests)")
+            else:
+                print("\nWARNING: no server ran: every served column measured the in-process path")
     return 0
 
 

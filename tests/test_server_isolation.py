@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,3 +132,66 @@ def test_server_stop_answers_a_client_of_another_identity(runtime):
         time.sleep(0.05)
     assert not server_protocol.alive(int(replies[1]["pid"]))
     assert server_protocol.control("status", env) is None
+
+
+SCRIPT = Path(sys.executable).with_name("pyree-build-py")
+_TIMES = re.compile(r"\d+(\.\d+)? ?(s|ms|us)\b")
+
+
+def _native(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:4] == b"\x7fELF"
+
+
+@pytest.mark.skipif(not _native(TYPED), reason=f"{TYPED} is not the native client (pyree_build was installed where no C compiler or no Linux was at hand)")
+def test_the_typed_pyree_build_is_the_native_client_and_answers_as_the_python_client(tmp_path, runtime, system_module, system_plugin):
+    from test_stop import RUN_ARGS
+
+    runs = [
+        ["--version"],
+        ["nosuchverb"],
+        ["run", str(system_module), *RUN_ARGS, "--plugin", str(system_plugin), "--expect", "8xf32=12 12 12 12 12 12 12 12"],
+        ["run", str(system_module), *RUN_ARGS, "--plugin", str(system_plugin), "--expect", "8xf32=1 1 1 1 1 1 1 1"],
+    ]
+    for mode in ("on", "off"):
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYREE_BUILD_SERVER": mode}
+        for args in runs:
+            typed = subprocess.run([str(TYPED), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            python = subprocess.run([str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            seen = [(r.returncode, _TIMES.sub("<time>", r.stdout), _TIMES.sub("<time>", r.stderr)) for r in (typed, python)]
+            assert seen[0] == seen[1], (mode, args)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    before = server_protocol.control("status", env)
+    assert before is not None, "the typed client started no server"
+    assert subprocess.run([str(TYPED), "--version"], env=env, capture_output=True, timeout=60).returncode == 0
+    after = server_protocol.control("status", env)
+    assert after is not None and after["pid"] == before["pid"] and after["requests"] == int(str(before["requests"])) + 2, (
+        "the typed client used another server"
+    )  # + its command and this status
+
+
+@pytest.mark.skipif(not _native(TYPED), reason=f"{TYPED} is not the native client")
+@pytest.mark.parametrize("form", ["plain", "sh", "none"])
+def test_the_typed_client_takes_its_python_from_the_console_script_beside_it(tmp_path, runtime, form):
+    """pip writes the interpreter as `#!PYTHON`, or for a path with spaces as `#!/bin/sh` and an
+    `'''exec' "PYTHON"` line; a script the client cannot read it from is run as it is."""
+    bin_dir = tmp_path / "my bin"
+    bin_dir.mkdir()
+    shutil.copy2(TYPED, bin_dir / "pyree-build")
+    body = "import sys\nfrom pyree_build.server.client import main\nsys.exit(main())\n"
+    head = {
+        "plain": f"#!{sys.executable}\n",
+        "sh": f"#!/bin/sh\n'''exec' \"{sys.executable}\" \"$0\" \"$@\"\n' '''\n",
+        "none": f"#!/usr/bin/env -S {sys.executable}\n",
+    }[form]
+    script = bin_dir / "pyree-build-py"
+    script.write_text(head + body)
+    script.chmod(0o755)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYREE_BUILD_SERVER": "on"}
+    result = subprocess.run([str(bin_dir / "pyree-build"), "--version"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("pyree_build "), result
+    configs = list((runtime / "pyree_build").glob("c-*.conf"))
+    assert len(configs) == (0 if form == "none" else 1), configs
+    if configs:
+        identity, package, boot, _ = configs[0].read_bytes().split(b"\0")
+        assert identity.decode() == server_protocol.identity() and package.decode() == os.path.dirname(pyree_build.__file__)
+        assert boot.decode() == server_protocol.BOOT

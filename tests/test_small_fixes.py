@@ -90,7 +90,7 @@ def test_samples_with_a_regex_that_matches_nothing_says_so_before_building(cli, 
 
 
 @pytest.mark.slow
-def test_the_wheel_is_pure_python_because_nothing_in_it_is_compiled(tmp_path):
+def test_the_wheel_needs_no_python_abi_and_its_one_compiled_file_is_the_typed_client(tmp_path):
     import shutil
     import subprocess
     import sys
@@ -107,7 +107,14 @@ def test_the_wheel_is_pure_python_because_nothing_in_it_is_compiled(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("*.whl")
-    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
     names = zipfile.ZipFile(wheel).namelist()
+    typed = [n for n in names if n.endswith(".data/scripts/pyree-build")]
+    assert len(typed) == 1, names
+    if sys.platform.startswith("linux") and zipfile.ZipFile(wheel).read(typed[0])[:4] == b"\x7fELF":
+        assert wheel.name.startswith("pyree_build-") and "-py3-none-linux_" in wheel.name, wheel.name
+    else:  # no C compiler or not Linux: the typed command is the Python client
+        assert zipfile.ZipFile(wheel).read(typed[0]).startswith(b"#!python\n")
+    entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "pyree-build-py = pyree_build.server.client:main" in entry_points
     assert "pyree_build/share/cmake/pyree_build/pyree_buildConfig.cmake" in names
     assert "pyree_build/include/iree/hal/local/executable_plugin.h" in names

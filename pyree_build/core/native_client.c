@@ -3,8 +3,11 @@
  * argv, cwd, umask, the environment and fds 0-2 to the per-user server, forwards SIGINT,
  * SIGTERM and SIGHUP, and exits with the command's code. With no server it starts one; when
  * none can be had (or PYREE_BUILD_SERVER=off) it execs the Python CLI in process.
- * core/native_client.py builds it with ziglang's clang, prefixed with PYREE_PYTHON and
- * PYREE_IDENTITY (server_protocol.identity() of that Python). */
+ * Two builds of it: core/native_client.py's (CMake's build tree), with PYREE_PYTHON,
+ * PYREE_IDENTITY, PYREE_BOOT and PYREE_PACKAGE (server_protocol's, of that Python) compiled in;
+ * and the wheel's typed `pyree-build` (CMakeLists.txt, PYREE_TYPED_CLIENT), which learns them
+ * at run time: the Python is the one pip wrote into the `pyree-build-py` console script beside
+ * it, and the rest is asked of that Python once and kept in the socket directory. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
@@ -27,17 +30,30 @@
 extern char **environ;
 static const char *PATH_ENV[] = {"PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE"};
 static volatile sig_atomic_t g_sock = -1, g_last = 0;
+/* server_protocol.boot_argv's Python, BOOT and package directory, and identity(). */
+static const char *g_python, *g_identity, *g_boot, *g_package;
+#ifdef PYREE_TYPED_CLIENT
+static char g_script[PATH_MAX]; /* the Python console script beside this executable */
+#endif
 
 /* Run the command in process: the Python CLI with the server off. */
 static int in_process(int argc, char **argv, const char *why) {
   if (why) fprintf(stderr, "pyree_build: %s; running in this process\n", why);
+  setenv("PYREE_BUILD_SERVER", "off", 1);
+#ifdef PYREE_TYPED_CLIENT
+  /* The Python client pip installed beside this one: it runs the CLI itself, the server off. */
+  (void)argc;
+  argv[0] = g_script;
+  execv(g_script, argv);
+  fprintf(stderr, "pyree_build: cannot run %s: %s\n", g_script, strerror(errno));
+#else
   /* server_protocol.boot_argv("cli", ...): never `-m`, which imports from the caller's directory. */
   char **a = calloc((size_t)argc + 5, sizeof(char *));
-  a[0] = (char *)PYREE_PYTHON, a[1] = "-c", a[2] = (char *)PYREE_BOOT, a[3] = (char *)PYREE_PACKAGE, a[4] = "cli";
+  a[0] = (char *)g_python, a[1] = "-c", a[2] = (char *)g_boot, a[3] = (char *)g_package, a[4] = "cli";
   for (int i = 1; i < argc; i++) a[i + 4] = argv[i];
-  setenv("PYREE_BUILD_SERVER", "off", 1);
-  execv(PYREE_PYTHON, a);
-  fprintf(stderr, "pyree_build: cannot run %s: %s\n", PYREE_PYTHON, strerror(errno));
+  execv(g_python, a);
+  fprintf(stderr, "pyree_build: cannot run %s: %s\n", g_python, strerror(errno));
+#endif
   return 127;
 }
 
@@ -46,26 +62,133 @@ static uint64_t fnv(uint64_t h, const char *s, size_t n) {
   return h;
 }
 
-/* The socket path (server_protocol.socket_path), its directory checked as safe; 0 if unsafe. */
-static int socket_path(char *out, size_t size) {
-  char dir[256];
+/* The socket directory (server_protocol.socket_dir), made 0700 if absent; 0 unless it is this
+ * user's alone (server_protocol.check_dir). */
+static int socket_dir(char *dir, size_t size) {
   const char *rt = getenv("XDG_RUNTIME_DIR");
   struct stat st;
   if (rt && rt[0] == '/' && strlen(rt) < 64 && stat(rt, &st) == 0 && S_ISDIR(st.st_mode))
-    snprintf(dir, sizeof dir, "%s/pyree_build", rt);
+    snprintf(dir, size, "%s/pyree_build", rt);
   else
-    snprintf(dir, sizeof dir, "/tmp/pyree_build-%u", (unsigned)getuid());
+    snprintf(dir, size, "/tmp/pyree_build-%u", (unsigned)getuid());
   mkdir(dir, 0700);
-  if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) return 0;
-  uint64_t h = fnv(0xCBF29CE484222325ULL, PYREE_IDENTITY, strlen(PYREE_IDENTITY));
+  return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && !(st.st_mode & 077);
+}
+
+/* fnv over `h` and the PATH_ENV values, each after a NUL (server_protocol.socket_key). */
+static uint64_t fnv_path_env(uint64_t h) {
   for (size_t i = 0; i < sizeof PATH_ENV / sizeof *PATH_ENV; i++) {
     const char *v = getenv(PATH_ENV[i]);
     h = fnv(h, "", 1);
     if (v) h = fnv(h, v, strlen(v));
   }
+  return h;
+}
+
+/* The socket path (server_protocol.socket_path) in the checked directory `dir`. */
+static void socket_path(const char *dir, char *out, size_t size) {
+  uint64_t h = fnv_path_env(fnv(0xCBF29CE484222325ULL, g_identity, strlen(g_identity)));
   snprintf(out, size, "%s/s-%016llx.sock", dir, (unsigned long long)h);
+}
+
+#ifdef PYREE_TYPED_CLIENT
+/* The console script pip wrote beside this executable, and the Python in its first lines:
+ * "#!PYTHON", or pip's form for paths with spaces: "#!/bin/sh", then a line "'''exec' "PYTHON" ...". */
+static int script_python(char *python, size_t size) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 0;
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (!slash) return 0;
+  *slash = 0;
+  snprintf(g_script, sizeof g_script, "%s/pyree-build-py", self);
+  FILE *f = fopen(g_script, "re");
+  if (!f) return 0;
+  char line[PATH_MAX + 32];
+  int ok = 0;
+  if (fgets(line, sizeof line, f) && !strncmp(line, "#!", 2)) {
+    line[strcspn(line, "\r\n")] = 0;
+    if (strcmp(line, "#!/bin/sh") != 0) {
+      ok = line[2] == '/' && !strchr(line, ' ') && snprintf(python, size, "%s", line + 2) < (int)size;
+    } else if (fgets(line, sizeof line, f) && !strncmp(line, "'''exec' \"", 10)) {
+      char *end = strchr(line + 10, '"');
+      ok = end && line[10] == '/' && (*end = 0, snprintf(python, size, "%s", line + 10) < (int)size);
+    }
+  }
+  fclose(f);
+  return ok;
+}
+
+/* What the console script's Python says of itself: identity, package directory, BOOT. */
+static const char PROBE[] =
+    "import sys\n"
+    "if sys.path and sys.path[0] == '': del sys.path[0]\n"
+    "from pyree_build.core import server_protocol as p\n"
+    "sys.stdout.write('\\0'.join((p.identity(), p.boot_argv('', [])[3], p.BOOT, '')))\n";
+
+/* Split "identity\0package\0boot\0" into the globals; 0 if malformed. */
+static int take_config(char *text, size_t n) {
+  char *field[3], *p = text, *end = text + n;
+  for (int i = 0; i < 3; i++) {
+    char *nul = memchr(p, 0, (size_t)(end - p));
+    if (!nul || nul == p) return 0;
+    field[i] = p, p = nul + 1;
+  }
+  g_identity = field[0], g_package = field[1], g_boot = field[2];
   return 1;
 }
+
+/* The typed client's configuration, kept in the socket directory under a name that changes
+ * when the Python, the console script (a reinstall) or the import path variables change; asked
+ * of that Python (~50 ms) only when absent. 0: run the Python client instead. */
+static int typed_config(const char *dir, const char *python) {
+  static char text[4 * PATH_MAX + 8192];
+  struct stat st;
+  if (stat(g_script, &st) != 0) return 0;
+  g_python = python;
+  uint64_t h = fnv(0xCBF29CE484222325ULL, python, strlen(python) + 1);
+  h = fnv(h, g_script, strlen(g_script) + 1);
+  long long stamp[3] = {(long long)st.st_ino, (long long)st.st_mtim.tv_sec, (long long)st.st_mtim.tv_nsec};
+  h = fnv_path_env(fnv(h, (const char *)stamp, sizeof stamp));
+  char conf[PATH_MAX], tmp[PATH_MAX + 32];
+  snprintf(conf, sizeof conf, "%s/c-%016llx.conf", dir, (unsigned long long)h);
+  int fd = open(conf, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    ssize_t n = read(fd, text, sizeof text);
+    close(fd);
+    if (n > 0 && take_config(text, (size_t)n)) return 1;
+  }
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return 0;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0), dup2(out[1], 1);
+    execl(python, python, "-c", PROBE, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  size_t n = 0;
+  while (pid > 0 && n < sizeof text) {
+    ssize_t r = read(out[0], text + n, sizeof text - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  close(out[0]);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || n == sizeof text) return 0;
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", conf, (int)getpid());
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    int whole = write(fd, text, n) == (ssize_t)n;
+    close(fd);
+    if (!whole || rename(tmp, conf) != 0) unlink(tmp);
+  }
+  return take_config(text, n);
+}
+#endif
 
 static int connect_to(const char *path) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -93,7 +216,7 @@ static int start_server(const char *path) {
     int in = open("/dev/null", O_RDONLY), out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     dup2(in, 0), dup2(out, 1), dup2(out, 2);
     for (int fd = 3; fd < 1024; fd++) close(fd);
-    execl(PYREE_PYTHON, PYREE_PYTHON, "-c", PYREE_BOOT, PYREE_PACKAGE, "server", "--socket", path, (char *)NULL);
+    execl(g_python, g_python, "-c", g_boot, g_package, "server", "--socket", path, (char *)NULL);
     _exit(127);
   }
   if (pid < 0) return -1;
@@ -130,7 +253,7 @@ static char *frame(int argc, char **argv, size_t *size) {
   umask(m);
   snprintf(umask_text, sizeof umask_text, "%o", (unsigned)m);
   snprintf(argc_text, sizeof argc_text, "%d", argc - 1);
-  const char *head[] = {"pyree_build-server-1", "run", PYREE_IDENTITY, cwd, umask_text, argc_text};
+  const char *head[] = {"pyree_build-server-1", "run", g_identity, cwd, umask_text, argc_text};
   size_t n = 4;
   for (int i = 0; i < 6; i++) n += strlen(head[i]) + 1;
   for (int i = 1; i < argc; i++) n += strlen(argv[i]) + 1;
@@ -199,11 +322,25 @@ static int server_off(void) {
 }
 
 int main(int argc, char **argv) {
+  char dir[256], path[PATH_MAX], line[512];
+#ifdef PYREE_TYPED_CLIENT
+  static char python[PATH_MAX];
+  int have_python = script_python(python, sizeof python);
+  if (!g_script[0] || access(g_script, X_OK) != 0) {
+    fprintf(stderr, "pyree_build: no pyree-build-py beside this pyree-build (%s); reinstall pyree_build\n", g_script);
+    return 127;
+  }
+#else
+  g_python = PYREE_PYTHON, g_identity = PYREE_IDENTITY, g_boot = PYREE_BOOT, g_package = PYREE_PACKAGE;
+#endif
   if (server_off()) return in_process(argc, argv, NULL);
   for (int i = 1; i < argc && i < 4; i++)
     if (!strcmp(argv[i], "server")) return in_process(argc, argv, NULL);
-  char path[PATH_MAX], line[512];
-  if (!socket_path(path, sizeof path)) return in_process(argc, argv, "not using the server: its directory is not this user's alone (mode 0700)");
+  if (!socket_dir(dir, sizeof dir)) return in_process(argc, argv, "not using the server: its directory is not this user's alone (mode 0700)");
+#ifdef PYREE_TYPED_CLIENT
+  if (!have_python || !typed_config(dir, python)) return in_process(argc, argv, NULL);
+#endif
+  socket_path(dir, path, sizeof path);
   size_t n;
   char *buf = frame(argc, argv, &n);
   if (!buf) return in_process(argc, argv, NULL);
