@@ -6,7 +6,7 @@
 // squaring after it is ordinary generated code.
 //
 // Run (on an NVIDIA GPU): --device=cuda --function=scaled_add_squared
-//   --input=32xf32=1 --input=32xf32=3  prints 32xf32=25 ...: (2*1 + 3)^2 = 25.
+//   --input=32xf32=1 --input=32xf32=3  prints 32xf32=25 25 ... 25 (all 32): (2*1 + 3)^2 = 25.
 // Compiled without the bitcode, the PTX would call an undefined scaled_add_workgroup
 // that only the driver notices; pyree-build compile checks the PTX and refuses it.
 
