@@ -23,7 +23,7 @@ from pyree_build import backends
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import remove_stale, write_depfile
+from pyree_build.core.files import write_depfile
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import record
 
@@ -278,8 +278,6 @@ def import_onnx(
     out = Path(output)
     finals = [out, out.with_name(out.stem + "_params.irpa")] if externalize_params else [out]
     outs = check_outputs(finals, [src, *data], depfile=depfile)
-    for o in outs:
-        remove_stale(o)
     flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
     job = ImportJob(src, proto, flags, externalize_params)
     onnx_version = toolchain._dist_version("onnx") or "unknown"
