@@ -1,0 +1,28 @@
+"""Issue 35, clear errors: what a user is told is true and names the problem, never a traceback,
+a secret or an escaped byte."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from pyree_build.actions.models import verify
+
+FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=32)
+
+
+@given(hnp.arrays(np.float32, hnp.array_shapes(max_dims=3, max_side=4), elements=FLOATS))
+@settings(max_examples=200, deadline=None)
+def test_an_output_equal_to_the_reference_passes_with_zero_error(values):
+    result = verify.compare(0, "y", values.copy(), values, rtol=1e-5, atol=1e-6)
+    assert result.passed and result.mismatched == 0
+    assert result.max_abs_error == 0.0 and result.max_rel_error == 0.0
+    assert "abs error 0, rel error 0 (max abs 0, max rel 0)" in result.render(), result.render()
+
+
+def test_a_real_difference_beside_an_infinity_is_still_reported():
+    result = verify.compare(0, "y", np.array([np.inf, 1.0]), np.array([np.inf, 2.0]), rtol=1e-5, atol=1e-6)
+    assert not result.passed and result.max_abs_error == 1.0 and result.worst_index == (1,)
+    assert not verify.compare(0, "y", np.array([np.inf]), np.array([-np.inf]), rtol=1e-5, atol=1e-6).passed
