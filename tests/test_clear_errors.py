@@ -26,3 +26,32 @@ def test_a_real_difference_beside_an_infinity_is_still_reported():
     result = verify.compare(0, "y", np.array([np.inf, 1.0]), np.array([np.inf, 2.0]), rtol=1e-5, atol=1e-6)
     assert not result.passed and result.max_abs_error == 1.0 and result.worst_index == (1,)
     assert not verify.compare(0, "y", np.array([np.inf]), np.array([-np.inf]), rtol=1e-5, atol=1e-6).passed
+
+
+@given(
+    scheme=st.sampled_from(["ftp:", "http:", "https:", "file:", "", "http:/", "ht tp:"]),
+    password=st.text(alphabet="abc:/@?#[]% ", max_size=8),
+    rest=st.sampled_from(["h/x", "h:99999/x", "[::1/x", "h:port/x", ""]),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_malformed_remote_url_is_noted_without_its_password(scheme, password, rest):
+    import contextlib
+    import io
+    import os
+
+    from pyree_build.cache import remote
+
+    secret = f"S3cr{password}"
+    url = f"{scheme}//alice:{secret}@{rest}"
+    remote._CONFIGURED.pop(url, None)
+    stderr = io.StringIO()
+    old = os.environ.get(remote.URL_ENV)
+    os.environ[remote.URL_ENV] = url
+    try:
+        with contextlib.redirect_stderr(stderr):
+            configured = remote.from_env()
+    finally:
+        os.environ.pop(remote.URL_ENV) if old is None else os.environ.__setitem__(remote.URL_ENV, old)
+        remote._CONFIGURED.pop(url, None)
+    shown = stderr.getvalue() + (configured.display if configured is not None else "")
+    assert "S3cr" not in shown, shown
