@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from pyree_build.core import echo, files, lazy, toolchain
+from pyree_build.core import echo, files, lazy, readers, toolchain
 from pyree_build.core import outputs as outputs_mod
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.inputs import Inputs, watched_directories
@@ -63,11 +63,13 @@ def _note(message: str) -> None:
 
 
 def hash_file(path: Path) -> str | None:
-    """The sha256 of a regular file's bytes (always all of them), or None."""
+    """The sha256 of a regular file's bytes (always all of them), or None. The path may come
+    from a remote server's record: a FIFO or device there is None, never a hang."""
+    fd = readers.open_fd(path)
+    if fd is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
+        with os.fdopen(fd, "rb") as f:
             return _sha256(f)
     except OSError:
         return None

@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pyree_build.core import args
+from pyree_build.core import args, readers
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -248,12 +248,14 @@ MANIFEST = ".pyree_build-written.json"
 
 def file_hash(p: Path) -> str | None:
     """sha256 of a regular file's bytes; None for anything else (absent, a directory, a FIFO)."""
+    if os.path.islink(p):
+        return None
+    fd = readers.open_fd(p)  # a FIFO swapped in after a check would block a plain open
+    if fd is None:
+        return None
     try:
-        st = os.stat(p, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode):
-            return None
         h = hashlib.sha256()
-        with open(p, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
         return h.hexdigest()

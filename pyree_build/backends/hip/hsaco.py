@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, lazy, processes, toolchain
+from pyree_build.core import echo, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import scratch_dir, write_depfile
 from pyree_build.core.inputs import c_includes
@@ -97,7 +97,7 @@ def check_code_object(path: PathLike, gfx: str) -> CodeObject:
 
 def embedded_code_objects(module: PathLike) -> list[CodeObject]:
     """Every AMDGPU code object inside a .vmfb (IREE stores them uncompressed)."""
-    data = require_file(module, "module").read_bytes()
+    data = readers.read_module(module)
     found, at = [], data.find(b"\x7fELF")
     while at >= 0:
         if len(data) >= at + 64 and struct.unpack_from("<H", data, at + 18)[0] == EM_AMDGPU:
