@@ -3,7 +3,10 @@ a secret or an escaped byte."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -55,3 +58,35 @@ def test_a_malformed_remote_url_is_noted_without_its_password(scheme, password, 
         remote._CONFIGURED.pop(url, None)
     shown = stderr.getvalue() + (configured.display if configured is not None else "")
     assert "S3cr" not in shown, shown
+
+
+@functools.cache
+def _mlir_context():  # one for every example: creating one costs ~0.1 s
+    from pyree_build.actions.models import program
+
+    return program.ir.Context()
+
+
+@given(st.text(max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_a_node_name_reads_back_from_the_location_mlir_printed(name):
+    from pyree_build.actions.models import program
+
+    with _mlir_context():
+        printed = str(program.ir.Location.name(name))  # MLIR's own printer: bytes outside printable ASCII as \HH
+    if name:
+        assert program.location_names(printed) == [name], printed
+
+
+def test_ops_prints_unicode_node_names_as_text(cli, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    import onnx_models as models
+
+    model = models.mlp()
+    for i, node in enumerate(model.graph.node):
+        node.name = f"câble_{i}_😀"
+    onnx.save(model, tmp_path / "m.onnx")
+    assert cli("import", tmp_path / "m.onnx", "-o", tmp_path / "m.mlir").returncode == 0
+    result = cli("ops", tmp_path / "m.mlir")
+    assert result.returncode == 0, result
+    assert "câble_0_😀" in result.stdout and "\\C3" not in result.stdout, result.stdout

@@ -70,7 +70,7 @@ def test_a_fifo_in_a_pass_through_flag_is_refused_before_iree_compile_runs(cli, 
 
 
 def test_a_fifo_as_onnx_external_data_is_named_as_a_fifo(cli, tmp_path):
-    import onnx
+    onnx = pytest.importorskip("onnx")
     import onnx_models as models
 
     path = tmp_path / "mlp.onnx"
