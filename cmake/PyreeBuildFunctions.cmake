@@ -186,6 +186,18 @@ set(PYREE_BUILD_REMOTE_CACHE_MODE "" CACHE STRING "read: use the remote cache's 
 # beside the first output so Ninja also tracks the headers, tools and pyree_build itself.
 function(_pyree_action outputs depends comment verb)
   list(GET outputs 0 _first)
+  # An output that is also an input is a Ninja dependency cycle at build time (and the build
+  # would destroy the input): refused here, where the call is, for every pyree_* function.
+  foreach(_written IN LISTS outputs ITEMS "${_first}.d")
+    get_filename_component(_written_real "${_written}" REALPATH)
+    foreach(_read IN LISTS depends)
+      get_filename_component(_read_real "${_read}" REALPATH)
+      if(_written_real STREQUAL _read_real)
+        message(FATAL_ERROR "pyree_build: ${comment}: the output ${_written} is also an input (${_read}): building "
+                            "it would be a dependency cycle and would destroy the input. Choose another OUTPUT or OUTPUT_DIR.")
+      endif()
+    endforeach()
+  endforeach()
   set(_env "")
   foreach(_var IN ITEMS PYREE_BUILD_REMOTE_CACHE PYREE_BUILD_REMOTE_CACHE_MODE)
     if(${_var})

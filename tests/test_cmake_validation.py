@@ -119,6 +119,11 @@ CASES = {
         MODULE + "pyree_add_run_test(NAME t MODULE m FUNCTION f EXPECT_CLOSE 8xf32=12 RTOL tight)\n",
         ["pyree_add_run_test: RTOL 'tight' is not a non-negative number"],
     ),
+    # issue 35 item 21: a cycle at build time before
+    "OUTPUT that is its own SRC": (
+        "pyree_iree_module(NAME m SRC program.mlir TARGET llvm-cpu OUTPUT ${CMAKE_CURRENT_SOURCE_DIR}/program.mlir)\n",
+        ["iree-compile m (llvm-cpu): the output", "program.mlir is also an input", "Choose another OUTPUT"],
+    ),
     "ptx sm": (
         "pyree_cuda_ptx(NAME k SRCS plugin.c SMS ampere)\n",
         ["SMS value 'ampere' is not an sm number"],

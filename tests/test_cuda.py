@@ -65,7 +65,9 @@ def test_broken_cu_names_file_and_line_and_leaves_no_ptx(cli, tmp_path, compiler
     (out / "broken_sm_80.ptx").write_text("stale output of an earlier build")
     result = cli("ptx", bad, "--compiler", compiler, "--sm", "75", "--sm", "80", "-o", out)
     assert_clean_error(result, f"{bad}(2)", "not_declared")
-    assert list(out.iterdir()) == []  # neither new PTX, nor the stale one, nor scratch files
+    # No new PTX, no scratch files; the earlier output stays as it was (a failed build touches nothing).
+    assert [p.name for p in out.iterdir()] == ["broken_sm_80.ptx"]
+    assert (out / "broken_sm_80.ptx").read_text() == "stale output of an earlier build"
 
 
 def test_cpp_kernel_without_extern_c_is_found_by_its_missing_entries(cli, tmp_path):

@@ -3,6 +3,7 @@ function. Real builds and runs: zig, iree-compile, the IREE runtime, NVRTC, glsl
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,10 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import SAMPLES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pyree_build as pb
+from pyree_build.actions import inline as inline_action
 from pyree_build.backends.cuda import target as cuda_target
 from pyree_build.backends.vulkan import devices as vulkan
+from pyree_build.core import args as pb_args
 from pyree_build.core import echo, toolchain
 
 # A dispatch that calls the import `scale_workgroup` on each 64-element tile, then adds b.
@@ -113,6 +118,7 @@ def test_an_edited_kernel_in_the_same_process_gives_the_new_numbers():
         import sys
         import numpy as np
         import pyree_build as pb
+from pyree_build.actions import inline as inline_action
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_load_inline import PROGRAM, kernel_c
         a, b = np.full(8, 2, np.float32), np.full(8, 4, np.float32)
@@ -191,12 +197,37 @@ def test_a_new_cache_directory_is_marked_before_inline_builds_go_into_it(tmp_pat
         ({"c_source": 3}, "c_source must be a non-empty string"),
         ({"kind": "shared"}, "unknown plugin kind 'shared'"),
         ({"files": {"kernel.c": "int x;"}}, "c_source and files\\['kernel.c'\\] would be the same file"),
+        ({"files": {"a\0b.c": ""}, "c_source": None}, "files must map file names"),
+        ({"name": "../../../x/victim"}, "name must be a plain file name"),
+        ({"name": ".."}, "name must be a plain file name"),
+        ({"name": "a\0b"}, "name must be a plain file name"),
     ],
 )
 def test_bad_arguments_are_named(arguments, message):
     keywords = {"mlir": PROGRAM, "function": "f", "c_source": kernel_c(1), **arguments}
     with pytest.raises(pb.PyreeError, match=message):
         pb.load_inline(**keywords)
+
+
+def test_a_name_with_a_directory_part_writes_nothing_outside_the_build_dir(tmp_path):
+    build = tmp_path / "a" / "b" / "build"
+    victim = tmp_path / "victim.c"
+    victim.write_text("mine")
+    for call in (pb.load_inline, inline_action.load_inline):  # the action checks too: it joins the names
+        with pytest.raises(pb.PyreeError, match="plain file name"):
+            call(mlir=PROGRAM, function="f", c_source=kernel_c(1), name="../../../victim", build_dir=build)
+    assert victim.read_text() == "mine" and not build.exists()
+
+
+@given(st.text(min_size=1, max_size=12, alphabet=st.sampled_from("ab./\\\0 $:#\n")))
+@settings(max_examples=300, deadline=None)
+def test_a_file_name_is_accepted_only_when_joining_it_stays_in_the_directory(name):
+    base = Path("/some/dir")
+    if pb_args.is_file_name(name):
+        assert (base / name).parent == base and os.path.normpath(base / name) == str(base / name)
+    else:
+        with pytest.raises(pb.PyreeError, match="plain file name"):
+            pb_args.file_name(name, "name")
 
 
 needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=vulkan.status()[1])

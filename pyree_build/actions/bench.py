@@ -151,8 +151,21 @@ def bench(
     mod = require_file(module, "module")
     if repetitions < 1:
         raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
-    check_timeout(timeout)
-    require_device(device, skip_unavailable=skip_unavailable, module=mod)
+    with processes.time_limit(check_timeout(timeout)):  # one bound for the whole command: the device probe too
+        require_device(device, skip_unavailable=skip_unavailable, module=mod)
+        return _bench_bounded(mod, function, inputs, plugins, device, repetitions, min_time, timeout)
+
+
+def _bench_bounded(
+    mod: Path,
+    function: str | None,
+    inputs: Sequence[str],
+    plugins: Sequence[PathLike],
+    device: str,
+    repetitions: int,
+    min_time: float,
+    timeout: float | None,
+) -> BenchResult:
     argv = _argv(mod, function, inputs, plugins, device, repetitions, min_time)
     # The JSON goes to a file of its own: a plugin that prints to stdout would split it.
     with tempfile.TemporaryDirectory(prefix="pyree-bench.") as tmp:

@@ -23,9 +23,9 @@ from pyree_build.actions.specs import preprocess as run_preprocess
 from pyree_build.backends.base import Backend, CompileJob
 from pyree_build.backends.llvm_cpu.imports import require_imports
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, lazy, processes, toolchain
+from pyree_build.core import echo, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import remove_stale, scratch_dir, text_or_empty, write_depfile
+from pyree_build.core.files import scratch_dir, text_or_empty, write_depfile
 from pyree_build.core.inputs import Inputs, compile_inputs, referenced_objects, resolve_object
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import field, record
@@ -89,7 +89,6 @@ def resolve_inputs(source: PathLike, output: PathLike, request: CompileRequest, 
     src = require_file(source, "MLIR source")
     search = [Path(p).resolve() for p in request.object_search_paths]
     (out,) = check_outputs([output], _outputs_inputs(src, search, request.substitutions, request.substitute_from), depfile=request.depfile)
-    remove_stale(out)
     toolchain.iree_compile()  # a missing compiler is named before anything else is checked
     for s in search:
         if not s.is_dir():
@@ -144,6 +143,12 @@ def check_before(state: CompileState) -> None:
     (objects it references, files named by flags) and where each name resolved: keyed by
     content, listed in the depfile."""
     state.backend.before_compile(state.job)
+    for flag, path, what in readers.special_files_named(state.argv_tail):
+        raise PyreeError(
+            f"{flag} names {what}, not a regular file: iree-compile would wait on it for ever (a FIFO) or never finish reading it",
+            file=path,
+            fix="name a regular file",
+        )
     state.reads = compile_inputs(state.job.source, state.argv_tail)
 
 

@@ -28,7 +28,7 @@ from pyree_build.actions import run as run_action
 from pyree_build.actions.compile import compile as compile_module
 from pyree_build.backends.base import Backend, InlineKernelSource
 from pyree_build.cache.local import work_dir
-from pyree_build.core import files
+from pyree_build.core import args, files
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -134,7 +134,10 @@ def load_inline(
     build_dir: PathLike | None = None,
 ) -> InlineKernel:
     """Build `mlir` and its kernels (`c_source`, and `files` by name), cached; return `function` as a callable."""
-    stem = name or "kernel"
+    # Each name is joined to the build directory: a directory part or `..` would write outside it.
+    stem = "kernel" if name is None else args.file_name(name, "name")
+    for file_name in files or {}:
+        args.file_name(file_name, f"the files key {file_name!r}")
     if c_source is not None and f"{stem}.c" in (files or {}):
         raise PyreeError(f"c_source and files[{stem + '.c'!r}] would be the same file", fix="pass that C once, or give load_inline another name=")
     sources = {**({f"{stem}.c": c_source} if c_source is not None else {}), **(files or {})}

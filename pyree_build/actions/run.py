@@ -254,6 +254,16 @@ def run(
     mod = require_file(module, "module")
     inputs = _untyped_scalars(mod, function, inputs)
     plugin_flags = [plugin_flag(p) for p in plugins]
+    with processes.time_limit(check_timeout(timeout)):  # one bound for the whole command: the import check too
+        return _run_bounded(mod, function, inputs, plugins, plugin_flags, device, expect, check_file, flags, skip_unavailable,
+                            check_prefixes, timeout, expect_close, rtol, atol)  # fmt: skip
+
+
+def _run_bounded(
+    mod: Path, function: str, inputs: Sequence[str], plugins: Sequence[PathLike], plugin_flags: Sequence[str], device: str,
+    expect: Sequence[str], check_file: PathLike | None, flags: Sequence[str], skip_unavailable: bool,
+    check_prefixes: Sequence[str], timeout: float | None, expect_close: Sequence[str], rtol: float, atol: float,
+) -> RunResult:  # fmt: skip
     _check_run_inputs(mod, inputs, plugins, device, timeout, skip_unavailable)
     toolchain.iree_run_module()  # a missing runner is named before the module is inspected
     signature = function_results(mod, function)

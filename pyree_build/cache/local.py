@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from pyree_build.core import echo, files, lazy, toolchain
+from pyree_build.core import echo, files, lazy, readers, toolchain
+from pyree_build.core import outputs as outputs_mod
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.inputs import Inputs, watched_directories
 
@@ -62,11 +63,13 @@ def _note(message: str) -> None:
 
 
 def hash_file(path: Path) -> str | None:
-    """The sha256 of a regular file's bytes (always all of them), or None."""
+    """The sha256 of a regular file's bytes (always all of them), or None. The path may come
+    from a remote server's record: a FIFO or device there is None, never a hang."""
+    fd = readers.open_fd(path)
+    if fd is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
+        with os.fdopen(fd, "rb") as f:
             return _sha256(f)
     except OSError:
         return None
@@ -302,6 +305,7 @@ def _lookup(root: Path, base: str, outputs: Sequence[Path]) -> tuple[list[str] |
             continue
         if any(_hash_once(seen, dep) != digest for dep, digest in entry["deps"].items()):
             continue
+        outputs_mod.check_not_read(outputs, entry["deps"])
         entry_dir = root / "entries" / entry["entry"]
         if _publish(entry_dir, entry["outputs"], outputs):
             return list(entry["deps"]), seen
@@ -545,7 +549,7 @@ def _cached_outputs(action: str, slot: _Slot, outputs: Sequence[Path], before: d
     slot.remote = _remote_tier(slot.root)
     if slot.remote is None:
         return None
-    fetched = slot.remote.fetch(slot.base, outputs, functools.partial(_deps_unchanged, known=slot.before))
+    fetched = slot.remote.fetch(slot.base, outputs, functools.partial(_deps_unchanged, known=slot.before, outputs=outputs))
     if fetched is not None:
         echo.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
         with contextlib.suppress(OSError):
@@ -565,6 +569,7 @@ def _build_and_store(action: str, slot: _Slot, outputs: Sequence[Path], build: C
         _pause_point("built")
         excluded = set(tool_paths)
         deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, toolchain.package_files())]) if d not in excluded]
+        outputs_mod.check_not_read(outputs, deps)  # the tool's own list: a scan before the build can miss one
         if root is not None:
             stored = _store_built(action, slot, private, deps, started)
     if stored and root is not None:
@@ -598,8 +603,11 @@ def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
     return remote_cache.from_env(state_dir=root)
 
 
-def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None]) -> bool:
-    """Whether every dependency of a remote entry hashes here as it did there."""
+def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None], outputs: Sequence[Path] = ()) -> bool:
+    """Whether every dependency of a remote entry hashes here as it did there (and none is an
+    output: the local build then says so)."""
+    if outputs_mod.outputs_read(outputs, deps):
+        return False
     for dep, digest in deps.items():
         if dep not in known:
             known[dep] = hash_file(Path(dep))

@@ -52,6 +52,15 @@ _BACKOFF_S = 60.0
 _BACKOFF_FILE = "remote-unavailable"
 
 
+def shown_url(url: str) -> str:
+    """`url` as a message may show it: everything from `//` to the last `@` (a user and a
+    password, even one holding `@`, `/` or `?`) replaced by `***`, however malformed the rest
+    is. A path or query holding `@` is cut too: a message loses a little, never a secret."""
+    scheme, sep, rest = url.partition("//")
+    at = rest.rfind("@")
+    return url if not sep or at < 0 else f"{scheme}//***@{rest[at + 1 :]}"
+
+
 def _hex64(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
@@ -62,12 +71,17 @@ class RemoteCache:
 
     def __init__(self, url: str, *, token: str | None = None, auth: str | None = None, read_only: bool = False,
                  timeout: float = DEFAULT_TIMEOUT, state_dir: Path | None = None) -> None:  # fmt: skip
-        parts = urlsplit(url)
+        malformed = ValueError(f"{URL_ENV} must be http(s)://host[:port]/path, not {shown_url(url)!r}")
+        try:  # urlsplit's own messages may quote a piece of the password (as a port, say): never shown
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise malformed from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{URL_ENV} must be http(s)://host[:port]/path, not {url!r}")
+            raise malformed
         self.scheme = parts.scheme
         self.host = parts.hostname
-        self.port = parts.port
+        self.port = port
         self.prefix = parts.path.rstrip("/")
         # Shown in notes: never the credentials.
         self.display = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{self.prefix}"

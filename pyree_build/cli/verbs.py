@@ -58,7 +58,7 @@ _TIMEOUT = Option(
         "type": float,
         "default": None,
         "metavar": "SECONDS",
-        "help": "stop the run after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
+        "help": "stop the whole command (its import check too) after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
     },  # fmt: skip
 )
 _SKIP = Option(("--skip-unavailable",), {"action": "store_true", "help": "exit 77 (ctest: skipped) when the device is not present"})

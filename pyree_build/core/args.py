@@ -121,13 +121,36 @@ def _tolerance(value: object, role: str) -> float:
     return float(value)
 
 
+def is_file_name(value: object) -> bool:
+    """`value` names one file inside a directory: a non-empty string with no directory part, no
+    NUL, not `.` or `..`, that the file system can encode. Joined to a directory it stays there."""
+    if not isinstance(value, str) or value in ("", ".", "..") or any(c in value for c in "/\\\0"):
+        return False
+    try:
+        os.fsencode(value)
+    except UnicodeError:
+        return False
+    return True
+
+
+def file_name(value: object, role: str) -> str:
+    """A plain file name (see is_file_name), or the PyreeError that says why not."""
+    if not is_file_name(value):
+        raise PyreeError(
+            f"{role} must be a plain file name (no directory part, no NUL, not '.' or '..'), got {type(value).__name__} {_shown(value)}",
+            fix=f"pass {role} as one file name, e.g. 'kernel'",
+        )
+    assert isinstance(value, str)
+    return value
+
+
 def _source_texts(value: object, role: str) -> dict[str, str]:
     """Kernel sources by file name (`{"kernels.cu": "..."}`): plain names, text values."""
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k and "/" not in k and "\\" not in k and isinstance(v, str) for k, v in value.items()):
+    if not isinstance(value, Mapping) or not all(is_file_name(k) and isinstance(v, str) for k, v in value.items()):
         raise PyreeError(
-            f"{role} must map file names (no directories) to source text, got {type(value).__name__} {_shown(value)}",
+            f"{role} must map file names (no directories, no NUL) to source text, got {type(value).__name__} {_shown(value)}",
             fix=f"pass {role}={{'kernels.cu': cuda_text}}, for example",
         )
     return dict(value)

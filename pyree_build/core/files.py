@@ -6,7 +6,6 @@ import contextlib
 import os
 import re
 import shutil
-import stat
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -151,17 +150,6 @@ def write_text_if_changed(path: Path, text: str) -> bool:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return True
-
-
-def remove_stale(path: str | os.PathLike[str]) -> None:
-    """Delete an earlier output before rebuilding it, so a failed rebuild leaves nothing to trust.
-
-    Only a regular file or a link is ever removed (outputs.check_outputs refuses the rest first).
-    """
-
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        if stat.S_ISREG(os.lstat(path).st_mode) or os.path.islink(path):
-            Path(path).unlink()
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pyree_build.core import args
+from pyree_build.core import args, readers
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -176,6 +176,41 @@ def check_outputs(
     return outs
 
 
+def outputs_read(outputs: Sequence[Path], read: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
+    """Each existing output that is also a file a build read (the same file by inode, so a
+    link or another spelling of it counts), with the name it was read under.
+
+    The check that holds whatever a scan before the build missed (`#include CONFIG`, a
+    flag naming a search path): the tool's own list of what it read, checked before any
+    output replaces anything."""
+    ids: dict[tuple[int, int], Path] = {}
+    for o in outputs:
+        st = _stat(Path(o))
+        if st is not None:
+            ids[(st.st_dev, st.st_ino)] = Path(o)
+    if not ids:
+        return []
+    found = []
+    for dep in read:
+        st = _stat(Path(dep))
+        if st is not None and (st.st_dev, st.st_ino) in ids:
+            found.append((ids.pop((st.st_dev, st.st_ino)), os.fspath(dep)))
+    return found
+
+
+def check_not_read(outputs: Sequence[Path], read: Iterable[str | os.PathLike[str]]) -> None:
+    """Refuse to replace an output that the build read (see outputs_read): the new bytes are
+    complete, but putting them there would destroy an input."""
+    clash = outputs_read(outputs, read)
+    if clash:
+        out, dep = clash[0]
+        raise PyreeError(
+            f"the output is a file the build read ({dep}): replacing it would destroy that input; nothing was written",
+            file=out,
+            fix="choose another output path; pyree_build never writes over its inputs",
+        )
+
+
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
 _MAX_SCANNED = 500
 
@@ -213,12 +248,14 @@ MANIFEST = ".pyree_build-written.json"
 
 def file_hash(p: Path) -> str | None:
     """sha256 of a regular file's bytes; None for anything else (absent, a directory, a FIFO)."""
+    if os.path.islink(p):
+        return None
+    fd = readers.open_fd(p)  # a FIFO swapped in after a check would block a plain open
+    if fd is None:
+        return None
     try:
-        st = os.stat(p, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode):
-            return None
         h = hashlib.sha256()
-        with open(p, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
         return h.hexdigest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import re
@@ -47,6 +48,47 @@ _STOP_SIGNAL: int | None = None
 # pyree_build its tools and temporaries, which may mean finishing an in-process NVRTC
 # compile) before everything left in its session gets SIGKILL.
 STOP_GRACE_S = 10.0
+
+
+class _Deadline:
+    """When the whole command must be done (time.monotonic()), and the limit it was given."""
+
+    def __init__(self, at: float, total: float) -> None:
+        self.at = at
+        self.total = total
+
+
+# The bound of the command under way in this thread (None: unbounded). Every tool and child it
+# starts gets what is left of it, so that a command has one bound, however many steps it takes.
+_DEADLINE: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar("pyree_build_deadline", default=None)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """While in this block, every tool and child started here ends within `seconds` from now
+    in all (an outer, earlier limit still holds). None: no limit of its own."""
+    if seconds is None:
+        yield
+        return
+    outer = _DEADLINE.get()
+    limit = _Deadline(time.monotonic() + seconds, seconds)
+    token = _DEADLINE.set(outer if outer is not None and outer.at <= limit.at else limit)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _bounded(timeout: float | None) -> tuple[float | None, str | None]:
+    """The seconds a tool may run: its own `timeout` or what is left of the command's limit,
+    whichever ends first; and the limit to name when it runs out ("5 s, the command's limit")."""
+    limit = _DEADLINE.get()
+    if limit is None:
+        return timeout, None if timeout is None else f"{timeout:g} s"
+    left = max(0.0, limit.at - time.monotonic())
+    if timeout is None or left < timeout:
+        return left, f"{limit.total:g} s, the command's time limit (--timeout)"
+    return timeout, f"{timeout:g} s"
 
 
 def signal_name(signum: int) -> str:
@@ -272,6 +314,7 @@ def spawn(
     _echo_spawn(args, cwd, env, fed=stdin is not None)
     full_env = {**os.environ, **env} if env else None
     check_stopped()
+    timeout, command_limit = _bounded(timeout)
     proc = _start(args, cwd=cwd, piped_stdin=stdin is not None, env=full_env)
     _register(proc.pid, args[0])
     try:
@@ -286,7 +329,7 @@ def spawn(
     output = (stderr or "") + (stdout or "")
     if timed_out:
         raise PyreeError(
-            f"{what} timed out after {timeout:g} s and was stopped",
+            f"{what} timed out after {command_limit} and was stopped",
             file=file,
             details=(crash_hint + "\n" if crash_hint else "") + (trim(output, 20) or "(the tool printed nothing)"),
             command=args,
@@ -434,6 +477,8 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     raised here as it was.
     """
     check_stopped()
+    bound, command_limit = _bounded(timeout)
+    timeout = timeout if bound is None else bound
     die_with_parent = _set_pdeathsig()
     # Loaded here, in the parent: the forked child must not import (another thread may have
     # held the import lock at the fork).
@@ -461,7 +506,7 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     finally:
         _unregister(pid)
     if timed_out:
-        raise PyreeError(f"{what} did not return within {timeout:g} s (it was stopped)", file=file,
+        raise PyreeError(f"{what} did not return within {command_limit} (it was stopped)", file=file,
                          fix="look for an endless loop or a blocking call in that code")  # fmt: skip
     return _child_result(child.status or 0, chunks, what=what, file=file)
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from pyree_build import backends
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, lazy, processes, toolchain
+from pyree_build.core import echo, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import remove_stale, write_depfile
+from pyree_build.core.files import write_depfile
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import record
 
@@ -86,9 +86,12 @@ def external_data_files(model: onnx_types.ModelProto, source: Path, data_dir: Pa
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             files.setdefault(data_dir / location, tensor.name)
     for path, tensor in files.items():
-        if not path.is_file():
+        what = readers.problem(path)
+        if what is not None:
             raise PyreeError(
-                f"external data file of tensor '{tensor}' not found (looked for {path})",
+                f"external data file of tensor '{tensor}' not found (looked for {path})"
+                if what == "not found"
+                else f"external data file of tensor '{tensor}' is {what}, not a regular file ({path})",
                 file=source,
                 fix="put the data file beside the model (onnx.save(..., save_as_external_data=True) writes it there), or pass --data-dir DIR",
             )
@@ -278,8 +281,6 @@ def import_onnx(
     out = Path(output)
     finals = [out, out.with_name(out.stem + "_params.irpa")] if externalize_params else [out]
     outs = check_outputs(finals, [src, *data], depfile=depfile)
-    for o in outs:
-        remove_stale(o)
     flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
     job = ImportJob(src, proto, flags, externalize_params)
     onnx_version = toolchain._dist_version("onnx") or "unknown"

@@ -83,14 +83,29 @@ _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(:\d+:\d+)?')
 _FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):\d+')
 
 
+_ESCAPE = re.compile(rb"\\([0-9A-Fa-f]{2}|.)", re.DOTALL)
+_NAMED_ESCAPES = {b"n": b"\n", b"t": b"\t"}
+
+
+def string_value(body: str) -> str:
+    """The text an MLIR string literal's body stands for. MLIR prints every byte outside
+    printable ASCII as `\\HH` (`é` is `\\C3\\A9`): the bytes are collected, then read as UTF-8."""
+
+    def byte(m: re.Match[bytes]) -> bytes:
+        escaped = m.group(1)
+        return bytes([int(escaped, 16)]) if len(escaped) == 2 else _NAMED_ESCAPES.get(escaped, escaped)
+
+    return _ESCAPE.sub(byte, body.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+
+
 def location_names(location: Any) -> list[str]:
-    """The names in an op's location (ONNX node names where the importer put them)."""
-    return [m.group(1) for m in _STRING.finditer(str(location)) if m.group(1) and not m.group(2)]
+    """The names in an op's location (ONNX node names where the importer put them), as text."""
+    return [string_value(m.group(1)) for m in _STRING.finditer(str(location)) if m.group(1) and not m.group(2)]
 
 
 def location_lines(location: Any) -> list[tuple[str, int]]:
     """(file, line) pairs of an op's location."""
-    return [(f, int(line)) for f, line in _FILE_LINE.findall(str(location))]
+    return [(string_value(f), int(line)) for f, line in _FILE_LINE.findall(str(location))]
 
 
 def element_type(type_: Any) -> str:

@@ -184,13 +184,16 @@ def reference_outputs(model_path: Path, model: onnx_types.ModelProto, inputs: Se
 def compare(index: int, name: str, actual: numpy.ndarray, expected: numpy.ndarray, rtol: float, atol: float) -> OutputComparison:
     """One output: how far each element is from onnxruntime's, and the worst of them."""
     got, want = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    diff = np.abs(got - want)
-    both_nan = np.isnan(got) & np.isnan(want)
-    diff = np.where(both_nan, 0.0, np.where(np.isnan(diff), np.inf, diff))
+    with np.errstate(invalid="ignore"):  # inf - inf is nan: equal infinities are handled as equal just below
+        diff = np.abs(got - want)
+    # Equal values (equal infinities too: their difference is nan) and NaN against NaN are no error.
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    diff = np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(diff == 0, 0.0, diff / np.abs(want))
     close = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
-    excess = diff - (atol + rtol * np.abs(np.where(np.isnan(want), 0.0, want)))
+    with np.errstate(invalid="ignore"):  # an infinite error against an infinite tolerance: the worst kind
+        excess = np.nan_to_num(diff - (atol + rtol * np.abs(np.where(np.isnan(want), 0.0, want))), nan=np.inf)
     flat = int(np.argmax(excess)) if excess.size else 0
     worst = tuple(int(i) for i in np.unravel_index(flat, want.shape)) if want.size else ()
     return OutputComparison(

@@ -27,7 +27,6 @@ from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
-    remove_stale,
     scratch_dir,
     write_depfile,
 )
@@ -64,8 +63,6 @@ def bitcode(
     out_dir = Path(output_dir)
     outputs = {sm: out_dir / f"{src.stem}_sm_{sm}.bc" for sm in sm_list}
     check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
-    for out in outputs.values():
-        remove_stale(out)
     clang = toolchain.zig_clang()
     incs = [Path(d).resolve() for d in include_dirs]
     options = [

@@ -20,7 +20,6 @@ from pyree_build.core import args, echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
-    remove_stale,
     scratch_dir,
     write_depfile,
 )
@@ -278,8 +277,6 @@ def ptx(
     out_dir = args.path(output_dir, "output directory")
     outputs = {sm: out_dir / f"{src.stem}_sm_{sm}.ptx" for sm in sm_list}
     check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
-    for out in outputs.values():
-        remove_stale(out)
     job = _plan(src, sm_list, out_dir, compiler=compiler, verify=verify, ptx_isa=ptx_isa, include_dirs=include_dirs, defines=defines, jobs=jobs)
     headers, ptxas_tool = job.headers, job.ptxas
     key = [compiler, *map(str, sm_list), *job.options, f"isa={job.isa_limit}", f"verify={bool(ptxas_tool)}"]

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, lazy, processes, toolchain
+from pyree_build.core import echo, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import remove_stale, scratch_dir, write_depfile
+from pyree_build.core.files import scratch_dir, write_depfile
 from pyree_build.core.inputs import c_includes
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
@@ -97,7 +97,7 @@ def check_code_object(path: PathLike, gfx: str) -> CodeObject:
 
 def embedded_code_objects(module: PathLike) -> list[CodeObject]:
     """Every AMDGPU code object inside a .vmfb (IREE stores them uncompressed)."""
-    data = require_file(module, "module").read_bytes()
+    data = readers.read_module(module)
     found, at = [], data.find(b"\x7fELF")
     while at >= 0:
         if len(data) >= at + 64 and struct.unpack_from("<H", data, at + 18)[0] == EM_AMDGPU:
@@ -139,8 +139,6 @@ def hsaco(
     out_dir = Path(output_dir)
     outputs = {g: out_dir / g / f"{src.stem}.co" if layout == "dirs" else out_dir / f"{src.stem}_{g}.co" for g in gfx_list}
     check_outputs(outputs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
-    for out in outputs.values():
-        remove_stale(out)
     clang, lld = toolchain.zig_clang(), toolchain.iree_lld()
     incs = [Path(d).resolve() for d in include_dirs]
     options = [

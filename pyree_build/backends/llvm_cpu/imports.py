@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders, host_arch
 from pyree_build.cache import facts
-from pyree_build.core import echo, lazy, processes
+from pyree_build.core import echo, lazy, processes, readers
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import field, record
 
@@ -167,31 +167,9 @@ def _elf_images(data: bytes) -> list[bytes]:
     return images
 
 
-def _marked_iree(flatbuffer: bytes) -> bool:
-    # The file identifier follows the root offset, after a size prefix where there is one.
-    return b"IREE" in (flatbuffer[4:8], flatbuffer[8:12])
-
-
-def is_iree_module(data: bytes) -> bool:
-    """A .vmfb: a FlatBuffer whose file identifier is IREE, either bare or as the first entry,
-    module.fb, of the zip iree-compile wraps it in by default."""
-    if not data.startswith(b"PK\x03\x04"):
-        return _marked_iree(data)
-    name_length, extra_length = struct.unpack_from("<HH", data, 26) if len(data) >= 30 else (0, 0)
-    start = 30 + name_length + extra_length
-    return data[30 : 30 + name_length] == b"module.fb" and _marked_iree(data[start : start + 12])
-
-
 def module_imports(module: PathLike) -> list[ExecutableImports]:
     """The imports each embedded (llvm-cpu) executable of `module` calls."""
-    mod = require_file(module, "module")
-    data = mod.read_bytes()
-    if not is_iree_module(data):
-        raise PyreeError(
-            "not an IREE module: a .vmfb is a FlatBuffer marked IREE (bare, or as module.fb in a zip), and this file is neither",
-            file=mod,
-            fix="pass a module that iree-compile (or `pyree-build compile`) wrote",
-        )
+    data = readers.read_module(module)
     found: list[ExecutableImports] = []
     for image in _elf_images(data):
         try:

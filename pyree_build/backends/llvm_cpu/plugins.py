@@ -26,7 +26,6 @@ from pyree_build.core import args, echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
-    remove_stale,
     scratch_dir,
     write_depfile,
 )
@@ -177,7 +176,6 @@ def system_plugin(
     `cpu` is baseline (any CPU of this arch) or host (this CPU's features)."""
     srcs = _check_sources(sources)
     (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
-    remove_stale(out)
     compiler = toolchain.c_compiler(cc)
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines))
     cflags = [*SYSTEM_CFLAGS, *system_cpu_flags(compiler, cpu), *opts.flags()]
@@ -268,7 +266,6 @@ def standalone_plugin(
     srcs = _check_sources(sources)
     arch_list = list(dict.fromkeys(normalize_arch(a) for a in archs)) or [host_arch()]
     (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
-    remove_stale(out)
     compiler = toolchain.c_compiler(cc)
     lld = toolchain.iree_lld()
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines), freestanding=True)
@@ -389,8 +386,6 @@ def objects(
     opts = CompileOptions(cc, tuple(include_dirs), tuple(defines), freestanding=True)
     outs = {arch: out_dir / f"{src.stem}_{arch}.o" for arch in arch_list}
     check_outputs(outs.values(), [src, *included_files([src], include_dirs)], depfile=depfile, output_dirs=[out_dir])
-    for o in outs.values():
-        remove_stale(o)
     lld = toolchain.iree_lld()
     job = _ObjectsBuild(src, compiler, lld, opts, outs, allow_undefined, arch_list, jobs)
     headers = opts.lookups([src])

@@ -17,7 +17,6 @@ from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
-    remove_stale,
     scratch_dir,
     write_depfile,
 )
@@ -67,8 +66,6 @@ def spirv(
     out_dir = Path(output_dir)
     outputs = [out_dir / f"{s}.spv" for s in stems]
     check_outputs(outputs, [*srcs, *included_files(srcs, include_dirs)], depfile=depfile, output_dirs=[out_dir])
-    for out in outputs:
-        remove_stale(out)
     tool = toolchain.glsl_compiler(compiler)
     validator = toolchain.spirv_val()
     incs = [Path(d).resolve() for d in include_dirs]

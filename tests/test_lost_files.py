@@ -1,0 +1,57 @@
+"""Issue 35: user files are never lost or overwritten. An output is replaced only once its new
+bytes are complete and checked against what the tool reported reading, whatever a scan before
+the build missed; a failed build leaves every file as it was. Real tools throughout."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error
+
+EMBEDDED = SAMPLES / "custom_dispatch" / "cpu" / "embedded"
+HEADER = "#define PYREE_TEST_CONFIG 1\n"
+
+
+# Each names cfg.h in a way a textual scan does not see, and the compiler does.
+@pytest.mark.parametrize(
+    ("include", "defines"),
+    [
+        ("#include CONFIG_HEADER\n", ["-D", 'CONFIG_HEADER="cfg.h"']),
+        ('/* c */ #include "cfg.h"\n', []),
+        ('#inc\\\nlude "cfg.h"\n', []),
+    ],
+    ids=["macro", "comment-before", "line-continuation"],
+)
+def test_an_output_the_compiler_read_is_refused_after_the_build_and_left_as_it_was(cli, tmp_path, include, defines):
+    src = tmp_path / "src.c"
+    src.write_text(include + (PLUGIN_SAMPLE / "system_plugin.c").read_text())
+    cfg = tmp_path / "cfg.h"
+    cfg.write_text(HEADER)
+    result = cli("plugin", "--kind", "system", src, "-I", PLUGIN_SAMPLE, *defines, "-o", cfg)
+    assert_clean_error(result, "cfg.h")
+    assert cfg.read_text() == HEADER
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.h", "src.c"]  # no temporaries left
+
+
+def test_a_compile_output_that_is_an_object_it_links_is_refused_and_kept(cli, tmp_path):
+    objs = tmp_path / "objs"
+    assert cli("objects", EMBEDDED / "functions.c", "--arch", "x86_64", "-o", objs).returncode == 0
+    obj = objs / "functions_x86_64.o"
+    before = obj.read_bytes()
+    result = cli("compile", EMBEDDED / "example.mlir", "-o", obj, "--", f"--iree-hal-executable-object-search-path={objs}")
+    assert_clean_error(result, "functions_x86_64.o", "read")
+    assert obj.read_bytes() == before
+    assert sorted(p.name for p in objs.iterdir()) == ["functions_x86_64.o"]
+
+
+def test_a_failed_rebuild_leaves_the_earlier_output_as_it_was(cli, tmp_path):
+    src = tmp_path / "plugin.c"
+    shutil.copy(PLUGIN_SAMPLE / "system_plugin.c", src)
+    out = tmp_path / "p.so"
+    assert cli("plugin", "--kind", "system", src, "-I", PLUGIN_SAMPLE, "-o", out).returncode == 0
+    built = out.read_bytes()
+    src.write_text("this is not C\n")
+    assert_clean_error(cli("plugin", "--kind", "system", src, "-o", out), "plugin.c:1:")
+    # Untouched, so older than its source: a build system runs the step again next time.
+    assert out.read_bytes() == built and out.stat().st_mtime_ns <= src.stat().st_mtime_ns
