@@ -48,7 +48,11 @@ def test_each_model_imports_compiles_and_verifies(tmp_path, name):
         assert f'loc("{node.name}")' in text, node.name
     result = run_cli("verify", vmfb, "--onnx", onnx_file)
     assert result.returncode == 0, result
-    assert len([line for line in result.stdout.splitlines() if line.startswith("output ")]) == len(model.graph.output)
+    # Three sets of inputs by default (uniform, wide, ties), each output compared on each.
+    assert [line for line in result.stdout.splitlines() if line.startswith("inputs ")] == [
+        line for line in result.stdout.splitlines() if line.startswith("inputs ") and " of 3 (seed " in line
+    ]
+    assert len([line for line in result.stdout.splitlines() if line.startswith("  output ")]) == 3 * len(model.graph.output)
     assert ": ok; worst at [" in result.stdout and "onnxruntime" in result.stdout
 
 
