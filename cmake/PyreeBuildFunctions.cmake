@@ -749,13 +749,17 @@ function(pyree_onnx_import)
 endfunction()
 
 # pyree_add_verify_test(NAME <test> MODULE <target-or-vmfb> ONNX <model.onnx> [FUNCTION <f>]
-#                       [PLUGINS <target-or-file>...] [INPUTS <spec>...] [SEED <s>] [RTOL <r>]
+#                       [PLUGINS <target-or-file>...] [INPUTS <spec>...] [INPUT_FILES <dir-or-file>...]
+#                       [BASELINE <target-or-vmfb>] [SEED <s>] [TRIALS <n>] [RTOL <r>]
 #                       [ATOL <a>] [DEVICE <device>] [LABELS <label>...])
 # A ctest that runs `pyree-build verify`: the module and the ONNX model (onnxruntime) on the
-# same inputs (random with SEED, or INPUTS), every output within RTOL/ATOL, else it fails
-# and prints the worst element of each output. Labelled like pyree_add_run_test, plus onnx.
+# same inputs (TRIALS seeded draws from SEED, or INPUTS specs, or INPUT_FILES: an ONNX test
+# directory whose stored outputs are the reference, or .pb/.npy files), every output within
+# RTOL/ATOL, else it fails and prints the worst element of each output. BASELINE: the model
+# compiled without the replacement, so an output IREE itself gets wrong is reported as IREE's.
+# Labelled like pyree_add_run_test, plus onnx.
 function(pyree_add_verify_test)
-  _pyree_parse(pyree_add_verify_test "" "NAME;MODULE;ONNX;FUNCTION;SEED;RTOL;ATOL;DEVICE" "PLUGINS;INPUTS;LABELS" ${ARGN})
+  _pyree_parse(pyree_add_verify_test "" "NAME;MODULE;ONNX;FUNCTION;SEED;TRIALS;RTOL;ATOL;DEVICE;BASELINE" "PLUGINS;INPUTS;INPUT_FILES;LABELS" ${ARGN})
   _pyree_require(pyree_add_verify_test NAME MODULE ONNX)
   if(NOT ARG_DEVICE)
     set(ARG_DEVICE local-sync)
@@ -774,6 +778,12 @@ function(pyree_add_verify_test)
     endif()
     list(APPEND _args --seed "${ARG_SEED}")
   endif()
+  if(DEFINED ARG_TRIALS)
+    if(NOT ARG_TRIALS MATCHES "^[1-9][0-9]*$")
+      message(FATAL_ERROR "pyree_add_verify_test: TRIALS '${ARG_TRIALS}' is not a positive whole number")
+    endif()
+    list(APPEND _args --trials "${ARG_TRIALS}")
+  endif()
   foreach(_tolerance IN ITEMS RTOL ATOL)
     if(DEFINED ARG_${_tolerance})
       if(NOT ARG_${_tolerance} MATCHES "^[0-9]*\\.?[0-9]+([eE][-+]?[0-9]+)?$")
@@ -783,6 +793,20 @@ function(pyree_add_verify_test)
       list(APPEND _args --${_flag} "${ARG_${_tolerance}}")
     endif()
   endforeach()
+  if(ARG_BASELINE)
+    _pyree_artifact("${ARG_BASELINE}" _baseline)
+    list(APPEND _args --baseline "${_baseline}")
+  endif()
+  if(ARG_INPUT_FILES)
+    foreach(_stored IN LISTS ARG_INPUT_FILES)
+      _pyree_absolute(_stored_path "${_stored}")
+      if(NOT EXISTS "${_stored_path}")
+        message(FATAL_ERROR "pyree_add_verify_test: INPUT_FILES '${_stored}' not found (looked for ${_stored_path})")
+      endif()
+      list(APPEND _stored_paths "${_stored_path}")
+    endforeach()
+    list(APPEND _args --inputs ${_stored_paths})
+  endif()
   _pyree_inputs_and_plugins(_args)
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} verify "${_module}" ${_args}
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")

@@ -359,17 +359,20 @@ def import_onnx(
     raise NotImplementedError
 
 
-@_verb(".actions.models.verify", "verify", optional=("function",))
+@_verb(".actions.models.verify", "verify", optional=("function", "baseline", "atol"))
 def verify(
     module: PathLike,
     onnx_model: PathLike,
     *,
     function: str | None = None,
     inputs: str | Sequence[str] = (),
+    input_files: PathLike | Sequence[PathLike] = (),
     plugins: PathLike | Sequence[PathLike] = (),
+    baseline: PathLike | None = None,
     seed: int = 0,
+    trials: int = 3,
     rtol: float = 1e-4,
-    atol: float = 1e-5,
+    atol: float | None = None,
     device: str = "local-sync",
 ) -> VerifyResult:
     """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx]).

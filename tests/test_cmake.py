@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,8 @@ def write_project(root: Path, name: str, body: str, files: dict[str, Path]) -> N
     )
 
 
-def configure(src: Path, build: Path, *, pass_python: bool = True) -> None:
-    args = ["-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}"]
+def configure(src: Path, build: Path, *, pass_python: bool = True, extra: Sequence[str] = ()) -> None:
+    args = ["-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}", *extra]
     if pass_python:
         args.append(f"-DPYREE_BUILD_PYTHON={sys.executable}")
     result = cmake_run(*args)

@@ -48,7 +48,11 @@ def test_each_model_imports_compiles_and_verifies(tmp_path, name):
         assert f'loc("{node.name}")' in text, node.name
     result = run_cli("verify", vmfb, "--onnx", onnx_file)
     assert result.returncode == 0, result
-    assert len([line for line in result.stdout.splitlines() if line.startswith("output ")]) == len(model.graph.output)
+    # Three sets of inputs by default (uniform, wide, ties), each output compared on each.
+    assert [line for line in result.stdout.splitlines() if line.startswith("inputs ")] == [
+        line for line in result.stdout.splitlines() if line.startswith("inputs ") and " of 3 (seed " in line
+    ]
+    assert len([line for line in result.stdout.splitlines() if line.startswith("  output ")]) == 3 * len(model.graph.output)
     assert ": ok; worst at [" in result.stdout and "onnxruntime" in result.stdout
 
 
@@ -255,6 +259,9 @@ set_tests_properties(wrong_module PROPERTIES WILL_FAIL TRUE)
          "pyree_add_verify_test(NAME t MODULE v ONNX mlp.onnx RTOL loose)\n", ["pyree_add_verify_test: RTOL 'loose' is not a non-negative number"]),
         ("pyree_add_verify_test(NAME t MODULE nothing ONNX mlp.onnx)\n", ["'nothing' is neither a pyree_* target defined before this call nor an existing file"]),
         ("pyree_add_verify_test(NAME t MODULE m.vmfb ONNX mlp.onnx SEEDS 3)\n", ["unknown argument(s) 'SEEDS 3'"]),
+        ("pyree_add_verify_test(NAME t MODULE m.vmfb ONNX mlp.onnx TRIALS 0)\n", ["TRIALS '0' is not a positive whole number"]),
+        ("pyree_add_verify_test(NAME t MODULE m.vmfb ONNX mlp.onnx INPUT_FILES nowhere)\n", ["INPUT_FILES 'nowhere' not found"]),
+        ("pyree_add_verify_test(NAME t MODULE m.vmfb ONNX mlp.onnx BASELINE none.vmfb)\n", ["'none.vmfb' is neither a pyree_* target"]),
     ],
 )  # fmt: skip
 def test_cmake_functions_check_their_arguments_at_configure_time(tmp_path, body, fragments):

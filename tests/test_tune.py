@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import PLUGIN_SAMPLE, assert_clean_error, run_cli
 from test_cmake import build, cmake_run, write_project
@@ -206,3 +207,29 @@ def test_the_mlp_samples_tiles_all_reproduce_the_reference_module(tmp_path):
     tuned = pb.tune(mlp / "matmul_relu_plugin.c", tmp_path / "best.json", params=["MATMUL_RELU_TILE=1,4,5"], module=with_plugin, function="mlp",
                     inputs=inputs, reference=reference, budget=1, repetitions=2)  # fmt: skip
     assert [v.status for v in tuned.variants] == ["ok"] * 3, tuned.render()
+
+
+def test_onnx_without_inputs_draws_them_as_verify_does(kernel, system_module, tmp_path):
+    # Issue 33: `tune --onnx` with no --input draws verify's wide inputs (saved beside the
+    # variants) and takes onnxruntime's outputs on them as the results to reproduce.
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Mul", ["a", "b"], ["p"], name="mul"), helper.make_node("Add", ["p", "b"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes,
+        "mixed_invocation",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [64]) for n in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "mul_add.onnx")
+    out = tmp_path / "best.json"
+    result = run_cli("tune", kernel, "--param", f"UNROLL=1,{WRONG}", "--module", system_module, "--function", "mixed_invocation",
+                     "--onnx", tmp_path / "mul_add.onnx", *QUICK, "-o", out)  # fmt: skip
+    assert result.returncode == 0, result
+    best = json.loads(out.read_text())
+    assert best["winner"]["params"] == {"UNROLL": "1"}
+    drawn = sorted((tmp_path / "best.variants" / "inputs").glob("input_*.npy"))
+    assert [p.name for p in drawn] == ["input_0.npy", "input_1.npy"]
+    assert np.abs(np.load(drawn[0])).max() > 1.0  # the wide draw, not floats in [-1, 1]

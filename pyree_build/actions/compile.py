@@ -194,9 +194,26 @@ def _compile_into(state: CompileState, compile_src: Path, tmp: Path) -> None:
             what=f"iree-compile ({target})",
             file=job.source,
             explain=functools.partial(explain_failure, state),
-            fix="fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path",
+            fix=compile_fix(job.source),
         )
         state.backend.after_compile(job, dump)
+
+
+# The importer's mark on the function of an imported ONNX model (torch.onnx_meta.opset_version = ...).
+_ONNX_META = b"torch.onnx_meta."
+
+
+def compile_fix(source: Path) -> str:
+    """What to do when iree-compile fails on `source`: a program written by hand is fixed at the
+    location shown; one imported from ONNX was written by the importer, not by the user."""
+    with contextlib.suppress(OSError), open(source, "rb") as f:
+        if _ONNX_META in f.read(1 << 16):
+            return (
+                "the program was imported from an ONNX model (no MLIR of yours): the location shown names the ONNX node the failing op "
+                "came from; this IREE release cannot compile that op for this target. Re-import at another opset "
+                "(pyree-build import --opset-version N), replace the node with ops IREE supports, or report the model to IREE"
+            )
+    return "fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path"
 
 
 def post_checks(state: CompileState, deps: list[str]) -> Path:

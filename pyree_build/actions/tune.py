@@ -41,6 +41,7 @@ np = lazy.module("numpy")
 _tune_ray = lazy.module("pyree_build.actions.tune_ray")
 _verify = lazy.module("pyree_build.actions.models.verify")
 _importer = lazy.module("pyree_build.actions.models.importer")
+_draws = lazy.module("pyree_build.actions.models.draws")
 
 PathLike = str | os.PathLike[str]
 
@@ -179,6 +180,28 @@ def expected_outputs(
         arrays = _verify.given_inputs(model, plan.inputs, model_path)
         return list(_verify.reference_outputs(model_path, model, arrays)[1])
     return [checks.spec_array(e if not str(e).endswith(".npy") or str(e).startswith("@") else f"@{e}") for e in expect_output]
+
+
+def drawn_inputs(onnx: PathLike, directory: Path) -> list[str]:
+    """Inputs for a tune against an ONNX model given none: verify's wide draw (floats past and at
+    the model's constants, integers across their type; small integers where onnxruntime refuses
+    those), saved as input_N.npy in `directory`, as `@` specs every variant's run reads."""
+    model_path = require_file(onnx, "ONNX model")
+    model = _importer.load_model(model_path)
+    drawn = _draws.draw(model, model_path, seed=0, style="wide")
+    try:
+        _verify.reference_outputs(model_path, model, drawn.arrays)
+    except PyreeError:
+        drawn = _draws.draw(model, model_path, seed=0, style="wide", narrow_integers=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    specs = []
+    for i, array in enumerate(drawn.arrays):
+        path = directory / f"input_{i}.npy"
+        with files.atomic_output(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+        specs.append(f"@{path.resolve()}")
+    echo.log_step(f"inputs for {model_path.name}: {drawn.label}, in {directory}")
+    return specs
 
 
 def build_variant(plan: Plan, variant: Variant, directory: Path) -> Path:
@@ -386,10 +409,12 @@ def tune(
 ) -> TuneResult:
     """Sweep every combination of `params` (-D values), check, benchmark; write `output` (best.json)."""
     parsed = parse_params(params)
-    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, rtol, atol, timeout, spread, budget,
-                 max_rounds, repetitions)  # fmt: skip
     out = Path(output)
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
+    if onnx is not None and not inputs and not expect_output and reference is None:
+        inputs = drawn_inputs(onnx, directory / "inputs")
+    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, rtol, atol, timeout, spread, budget,
+                 max_rounds, repetitions)  # fmt: skip
     if ray is not None:
         _require_ray()
     expected = expected_outputs(plan, reference=reference, onnx=onnx, expect_output=expect_output)

@@ -154,19 +154,39 @@ def import_command(a: argparse.Namespace) -> None:
 
 def verify_command(a: argparse.Namespace) -> None:
     result = _verify.verify(
-        a.module, a.onnx_model, function=a.function, inputs=a.inputs, plugins=a.plugins, seed=a.seed, rtol=a.rtol, atol=a.atol, device=a.device
-    )
+        a.module, a.onnx_model, function=a.function, inputs=a.inputs, input_files=a.input_files, plugins=a.plugins, baseline=a.baseline,
+        seed=a.seed, trials=a.trials, rtol=a.rtol, atol=a.atol, device=a.device,
+    )  # fmt: skip
     if not a.quiet:
         print(result.render())
-    if not result.passed:
-        failed = [o for o in result.outputs if not o.passed]
+    atol = f"atol {result.atol:g}" if result.atol is not None else "atol 1e-05 x each output's largest magnitude"
+    failed = [o for t in result.trials for o in t.outputs if not o.passed]
+    indices = sorted({o.index for o in failed})
+    failing_sets = [t for t in result.trials if not t.passed]
+    sets = f" on {len(failing_sets)} of {len(result.trials)} sets of inputs" if len(result.trials) > 1 else ""
+    reference = "the stored outputs" if any(o.reference == "stored" for o in failed) else "onnxruntime's"
+    if result.iree_differs:
         raise PyreeError(
-            f"{len(failed)} of {len(result.outputs)} outputs of {result.function} differ from onnxruntime's (rtol {result.rtol:g}, atol {result.atol:g})",
+            f"IREE's own module differs from the reference: {len(indices)} output(s) of {result.function} differ from {reference}{sets} "
+            f"(rtol {result.rtol:g}, {atol}), and the baseline {result.baseline} gives the same values",
             file=result.module,
             details="\n".join(o.render() for o in failed) if a.quiet else None,
-            fix="fix the kernel (a plugin or substituted executable) that computes them; loosen --rtol / --atol only for rounding",
+            fix="not your kernel: the module without it computes the same; report the op to IREE, or check the model's opset and types",
         )
-    echo.log_step(f"verified {result.function} against onnxruntime: {len(result.outputs)} output(s) within rtol {result.rtol:g}, atol {result.atol:g}")
+    if failed:
+        blame = "fix the kernel (a plugin or substituted executable) that computes them; loosen --rtol / --atol only for rounding"
+        if result.baseline is None:
+            blame += "; pass --baseline UNREPLACED.vmfb (the model compiled without your kernel) to tell IREE's own differences from the kernel's"
+        raise PyreeError(
+            f"{len(indices)} of {len(result.outputs)} outputs of {result.function} differ from {reference}{sets} (rtol {result.rtol:g}, {atol})",
+            file=result.module,
+            details="\n".join(o.render() for o in failed) if a.quiet else None,
+            fix=blame,
+        )
+    sets = f" on {len(result.trials)} sets of inputs" if len(result.trials) > 1 else ""
+    echo.log_step(
+        f"verified {result.function} against {'onnxruntime' if result.outputs[0].reference == 'onnxruntime' else 'the stored outputs'}: {len(result.outputs)} output(s){sets} within rtol {result.rtol:g}, {atol}"
+    )
 
 
 def _split(values: list[str]) -> list[str]:

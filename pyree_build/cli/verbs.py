@@ -415,8 +415,30 @@ VERIFY = Verb(
                 "help": 'one per graph input, in order: "4x16xf32=1" or @x.npy (default: random, seeded)',
             },
         ),  # fmt: skip
+        Option(
+            ("--inputs",),
+            {
+                "dest": "input_files",
+                "nargs": "+",
+                "default": [],
+                "metavar": "PATH",
+                "help": "stored inputs: an ONNX test directory (input_N.pb; its output_N.pb are then the reference) or .pb/.npy files, one per graph input",
+            },
+        ),  # fmt: skip
         Option(("--plugin",), {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH", "help": "--executable_plugin (repeatable)"}),
-        Option(("--seed",), {"type": int, "default": 0, "help": "seed of the random inputs (default 0)"}),
+        Option(
+            ("--baseline",),
+            {
+                "default": None,
+                "metavar": "UNREPLACED.vmfb",
+                "help": "the model compiled without your kernel: an output it also gets wrong is reported as IREE's difference, not the kernel's",
+            },
+        ),  # fmt: skip
+        Option(("--seed",), {"type": int, "default": 0, "help": "seed of the first drawn inputs; the next draws take the next seeds (default 0)"}),
+        Option(
+            ("--trials",),
+            {"type": int, "default": 3, "metavar": "N", "help": "how many sets of inputs to draw: uniform, wide, ties, then again (default 3)"},
+        ),  # fmt: skip
         Option(
             ("--rtol",),
             {
@@ -425,17 +447,30 @@ VERIFY = Verb(
                 "help": "relative tolerance (default 1e-4: float32 kernels sum in another order than onnxruntime, a few ulps apart)",
             },
         ),  # fmt: skip
-        Option(("--atol",), {"type": float, "default": 1e-5, "help": "absolute tolerance (default 1e-5: rounding noise on values near zero)"}),
+        Option(
+            ("--atol",),
+            {
+                "type": float,
+                "default": None,
+                "help": "absolute tolerance (default: 1e-5 times each output's largest magnitude; integer outputs are exact)",
+            },
+        ),  # fmt: skip
         Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "the HAL device the module runs on (default local-sync)"}),
     ),
     description=(
         "Run the module (iree-run-module, with its plugins) and the ONNX model (onnxruntime, "
-        "CPUExecutionProvider) on the same inputs: seeded random arrays shaped as the graph's "
-        "inputs (floats in [-1, 1], integers in [0, 4)), or the given --input values. Prints the "
-        "worst element of each output and exits 1 when any element is outside "
-        "atol + rtol * |onnxruntime's value|."
+        "CPUExecutionProvider) on the same inputs: --trials seeded draws that reach each input's "
+        "range (floats in [-1, 1]; floats past and at the model's own constants, integers across "
+        "their type; a few values only, so elements tie), or --input values, or --inputs (an ONNX "
+        "test directory, whose stored outputs are the reference). Prints the worst element of each "
+        "output and exits 1 when any element is outside atol + rtol * |reference|. With --baseline, "
+        "an output IREE's own module gets wrong too is reported as IREE's difference."
     ),
-    examples="pyree-build verify build/model.vmfb --onnx model.onnx\npyree-build verify build/model.vmfb --onnx model.onnx --plugin build/plugin.so --seed 3",
+    examples=(
+        "pyree-build verify build/model.vmfb --onnx model.onnx\n"
+        "pyree-build verify build/model.vmfb --onnx model.onnx --plugin build/plugin.so --baseline build/model_unreplaced.vmfb\n"
+        "pyree-build verify build/test_abs.vmfb --onnx test_abs/model.onnx --inputs test_abs/test_data_set_0"
+    ),
 )
 
 OPS = Verb(

@@ -50,6 +50,11 @@ _ONNX_OP = re.compile(r'name = "onnx\.(?P<op>[^"]+)"')
 
 INSTALL_ONNX = toolchain.INSTALL_ONNX
 
+# The oldest default-domain opset imported as it is. IREE 3.13's ONNX lowering is written for
+# the current ops (e.g. an opset-9 MaxPool cannot be lowered, its opset-17 form can), so an
+# older model is raised to this opset with onnx's version converter first.
+MIN_OPSET = 17
+
 
 @record(frozen=True)
 class NodeOp:
@@ -169,6 +174,32 @@ def name_locations(text: str, graph: onnx_types.GraphProto) -> tuple[str, list[N
     return "\n".join(lines), aligned
 
 
+def default_opset(model: onnx_types.ModelProto) -> int | None:
+    """The model's opset of the default ONNX domain (None when it imports none)."""
+    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def upgrade_opset(model: onnx_types.ModelProto, source: Path) -> tuple[onnx_types.ModelProto | None, str]:
+    """(the model raised to MIN_OPSET, a note for the user) for an older model that onnx's
+    version converter can raise; (None, the converter's reason) when it cannot; (None, "")
+    for a model recent enough."""
+    current = default_opset(model)
+    if current is None or current >= MIN_OPSET:
+        return None, ""
+    try:
+        converted = onnx.version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:  # the converter raises its own (C++) error types for ops it cannot convert
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, (
+            f"note: {source}: opset {current} is older than {MIN_OPSET} and onnx's version converter cannot raise it ({reason}); "
+            f"importing it as it is (if IREE cannot lower an op, re-export the model at opset {MIN_OPSET} or newer)"
+        )
+    return converted, (
+        f"note: {source}: opset {current} is older than {MIN_OPSET}, whose ops IREE lowers: converted to opset {MIN_OPSET} with "
+        f"onnx's version converter before the import (pass --opset-version N to choose another)"
+    )
+
+
 def _import_failure(output: str) -> str | None:
     """The importer's own message (the last lines of its traceback), without the traceback."""
     lines = [line for line in output.strip().splitlines() if line.strip()]
@@ -272,7 +303,8 @@ def import_onnx(
     gets its ONNX node name as its location (`loc("fc1")`), which iree-compile keeps on the
     ops it lowers from it (`--mlir-print-debuginfo`); then IREE's input conversion runs once,
     so an op it cannot lower is a PyreeError naming the node. `opset_version` upgrades the
-    model first; `data_dir` is where external data lives (default: the model's directory);
+    model first; without it a model older than opset MIN_OPSET (17) is raised to it with onnx's
+    version converter, and a note says so; `data_dir` is where external data lives (default: the model's directory);
     `externalize_params` keeps large weights out of the MLIR, in `<output stem>_params.irpa`.
     """
     src = require_file(model, "ONNX model")
@@ -281,6 +313,12 @@ def import_onnx(
     out = Path(output)
     finals = [out, out.with_name(out.stem + "_params.irpa")] if externalize_params else [out]
     outs = check_outputs(finals, [src, *data], depfile=depfile)
+    if opset_version is None:
+        converted, note = upgrade_opset(proto, src)
+        if note:
+            echo.log_step(note)
+        if converted is not None:  # the importer converts the same way; its ops are the converted model's nodes
+            proto, opset_version = converted, MIN_OPSET
     flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
     job = ImportJob(src, proto, flags, externalize_params)
     onnx_version = toolchain._dist_version("onnx") or "unknown"

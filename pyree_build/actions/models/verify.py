@@ -2,8 +2,11 @@
 plugins included) and the ONNX model (onnxruntime, CPUExecutionProvider) on the same
 inputs, and compare every output element by element.
 
-Inputs are random from a seeded generator, shaped and typed as the graph's inputs (floats
-in [-1, 1], integers in [0, 4)), or given as `--input` specs or `.npy` files.
+Inputs are several seeded draws that reach each input's meaningful range (draws.py), or the
+stored inputs of an ONNX test directory or .pb/.npy files (whose stored outputs are then the
+reference), or given as `--input` specs. With a baseline (the same model compiled without
+the replacement), an output that IREE's own module also gets wrong is reported as IREE's
+difference, not the kernel's.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyree_build.actions import checks
+from pyree_build.actions.models import draws
 from pyree_build.actions.models.importer import INSTALL_ONNX, load_model
 from pyree_build.actions.results import NPY_TENSOR, exported_functions, function_parameters
 from pyree_build.actions.run import run_to_arrays
@@ -32,15 +36,23 @@ ort = lazy.module("onnxruntime")
 PathLike = str | os.PathLike[str]
 
 # float32 kernels reorder sums (tiling, vector lanes, fused exp/div): a few ulps of a value
-# near 1 (1e-4 relative) are rounding; atol keeps values near zero from failing on 1e-7 noise.
+# near 1 (1e-4 relative) are rounding. The absolute tolerance is relative to each output's
+# largest magnitude, so rounding noise near zero passes while a 1000-class softmax (every
+# value ~1e-3) is still compared to its own scale. Integer and bool outputs are exact.
 DEFAULT_RTOL = 1e-4
-DEFAULT_ATOL = 1e-5
+DEFAULT_ATOL_SCALE = 1e-5
+DEFAULT_ATOL = DEFAULT_ATOL_SCALE  # the absolute tolerance of an output whose largest magnitude is 1
+
+# What an output's comparison concluded.
+OK, MISMATCH, IREE_DIFFERS = "ok", "mismatch", "iree-differs"
 
 
 @record(frozen=True)
 class OutputComparison:
-    """One output of the module against onnxruntime's: the worst element (the one furthest
-    beyond the tolerance, or closest to it when all pass) and the largest errors."""
+    """One output of the module against the reference: the worst element (the one furthest
+    beyond the tolerance, or closest to it when all pass) and the largest errors. `verdict`:
+    ok, mismatch, or iree-differs (the baseline, IREE's own module, differs from the reference
+    too; `baseline_mismatched` elements of the module differ from the baseline)."""
 
     index: int
     name: str
@@ -54,35 +66,74 @@ class OutputComparison:
     max_rel_error: float
     mismatched: int
     passed: bool
+    atol: float = 0.0
+    reference: str = "onnxruntime"
+    verdict: str = OK
+    baseline_mismatched: int = 0
+    note: str = ""
 
     def render(self) -> str:
         where = "[" + ", ".join(map(str, self.worst_index)) + "]"
         verdict = "ok" if self.passed else f"MISMATCH in {self.mismatched} of {_size(self.shape)} elements"
-        return (
+        line = (
             f"output {self.index} ({self.name}, {'x'.join(map(str, self.shape)) or 'scalar'}): {verdict}; worst at {where}: "
-            f"module {self.module_value:.9g}, onnxruntime {self.reference_value:.9g}, abs error {self.abs_error:.3g}, rel error {self.rel_error:.3g} "
-            f"(max abs {self.max_abs_error:.3g}, max rel {self.max_rel_error:.3g})"
+            f"module {self.module_value:.9g}, {self.reference} {self.reference_value:.9g}, abs error {self.abs_error:.3g}, rel error {self.rel_error:.3g} "
+            f"(max abs {self.max_abs_error:.3g}, max rel {self.max_rel_error:.3g}; atol {self.atol:.3g})"
         )
+        if self.verdict == IREE_DIFFERS:
+            agrees = "the module agrees with it" if not self.baseline_mismatched else f"the module differs from it in {self.baseline_mismatched} elements"
+            line += f"\n  IREE's own module (the baseline) differs from the reference here too: {agrees}"
+        return line + (f"\n  note: {self.note}" if self.note else "")
 
 
 @record(frozen=True)
-class VerifyResult:
-    """Every output of one verify run; `passed` when each is within rtol/atol (numpy's isclose)."""
+class TrialResult:
+    """The outputs of one set of inputs (`label`: how they were drawn, or where they were read)."""
 
-    module: Path
-    model: Path
-    function: str
+    label: str
     outputs: tuple[OutputComparison, ...]
-    rtol: float
-    atol: float
-    seed: int
 
     @property
     def passed(self) -> bool:
         return all(o.passed for o in self.outputs)
 
+
+@record(frozen=True)
+class VerifyResult:
+    """Every output of every trial of one verify run; `passed` when each is within tolerance.
+    `outputs` are the first failing trial's (the first trial's when all pass)."""
+
+    module: Path
+    model: Path
+    function: str
+    trials: tuple[TrialResult, ...]
+    rtol: float
+    atol: float | None
+    seed: int
+    baseline: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.trials)
+
+    @property
+    def outputs(self) -> tuple[OutputComparison, ...]:
+        return next((t.outputs for t in self.trials if not t.passed), self.trials[0].outputs)
+
+    @property
+    def iree_differs(self) -> bool:
+        """Every failing output is one IREE's own module (the baseline) gets wrong the same way."""
+        failed = [o for t in self.trials for o in t.outputs if not o.passed]
+        return bool(failed) and all(o.verdict == IREE_DIFFERS and not o.baseline_mismatched for o in failed)
+
     def render(self) -> str:
-        return "\n".join(o.render() for o in self.outputs)
+        if len(self.trials) == 1:
+            return "\n".join(o.render() for o in self.trials[0].outputs)
+        blocks = []
+        for i, trial in enumerate(self.trials, 1):
+            blocks.append(f"inputs {i} of {len(self.trials)} ({trial.label}):")
+            blocks.extend("  " + o.render().replace("\n", "\n  ") for o in trial.outputs)
+        return "\n".join(blocks)
 
 
 def _size(shape: Sequence[int]) -> int:
@@ -92,59 +143,35 @@ def _size(shape: Sequence[int]) -> int:
     return n
 
 
-def graph_inputs(model: onnx_types.ModelProto) -> list[tuple[str, list[int | str], numpy.dtype]]:
+def graph_inputs(model: onnx_types.ModelProto, source: Path | None = None) -> list[tuple[str, list[int | str], numpy.dtype]]:
     """(name, dims, dtype) of each real input of the graph (initializers are not inputs); a
     dynamic dimension is its name (or '?')."""
-    initializers = {t.name for t in model.graph.initializer}
-    found = []
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        tensor = value.type.tensor_type
-        dims: list[int | str] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
-        found.append((value.name, dims, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))))
-    return found
+    return [(g.name, list(g.dims), g.dtype) for g in draws.graph_inputs(model, source or Path("model.onnx"))]
 
 
-def random_inputs(model: onnx_types.ModelProto, seed: int, source: Path) -> list[numpy.ndarray]:
-    """One seeded random array per graph input: floats in [-1, 1], integers in [0, 4), bools."""
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for name, dims, dtype in graph_inputs(model):
-        dynamic = [d for d in dims if isinstance(d, str)]
-        if dynamic:
-            raise PyreeError(
-                f"graph input '{name}' has dynamic dimensions ({', '.join(dynamic)}), so no random input can be made for it",
-                file=source,
-                fix="pass every input: --input SHAPExTYPE=VALUES or --input @x.npy, once per graph input, in order",
-            )
-        shape = tuple(int(d) for d in dims)
-        if dtype.kind == "f":
-            arrays.append(rng.uniform(-1.0, 1.0, shape).astype(dtype))
-        elif dtype.kind == "b":
-            arrays.append(rng.integers(0, 2, shape).astype(dtype))
-        else:
-            arrays.append(rng.integers(0, 4, shape).astype(dtype))
-    return arrays
+def random_inputs(model: onnx_types.ModelProto, seed: int, source: Path, style: str = "uniform") -> list[numpy.ndarray]:
+    """One seeded draw of every graph input in `style` (draws.STYLES)."""
+    return list(draws.draw(model, source, seed=seed, style=style).arrays)
 
 
 def given_inputs(model: onnx_types.ModelProto, specs: Sequence[str], source: Path) -> list[numpy.ndarray]:
     """The `--input` values, one per graph input, as arrays of the graph's element types."""
-    declared = graph_inputs(model)
+    declared = draws.graph_inputs(model, source)
     if len(specs) != len(declared):
         raise PyreeError(
-            f"{len(specs)} inputs given, the model has {len(declared)} ({', '.join(n for n, _, _ in declared)})",
+            f"{len(specs)} inputs given, the model has {len(declared)} ({', '.join(d.name for d in declared)})",
             file=source,
-            fix="give one --input per graph input, in order, or none (random inputs)",
+            fix="give one --input per graph input, in order, or none (drawn inputs)",
         )
     arrays = []
-    for spec, (name, dims, dtype) in zip(specs, declared):
+    for spec, graph_input in zip(specs, declared):
         array = checks.spec_array(spec)
+        dims = list(graph_input.dims)
         if len(array.shape) != len(dims) or any(isinstance(d, int) and d != a for d, a in zip(dims, array.shape)):
             raise PyreeError(
-                f"input '{spec}' has shape {list(array.shape)}, graph input '{name}' is {dims}", file=source, fix="give the input the graph's shape"
+                f"input '{spec}' has shape {list(array.shape)}, graph input '{graph_input.name}' is {dims}", file=source, fix="give the input the graph's shape"
             )
-        arrays.append(array.astype(dtype, copy=False))
+        arrays.append(array.astype(graph_input.dtype, copy=False))
     return arrays
 
 
@@ -181,19 +208,40 @@ def reference_outputs(model_path: Path, model: onnx_types.ModelProto, inputs: Se
     return [o.name for o in session.get_outputs()], [np.asarray(r) for r in results]
 
 
-def compare(index: int, name: str, actual: numpy.ndarray, expected: numpy.ndarray, rtol: float, atol: float) -> OutputComparison:
-    """One output: how far each element is from onnxruntime's, and the worst of them."""
-    got, want = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    with np.errstate(invalid="ignore"):  # inf - inf is nan: equal infinities are handled as equal just below
-        diff = np.abs(got - want)
-    # Equal values (equal infinities too: their difference is nan) and NaN against NaN are no error.
-    same = (got == want) | (np.isnan(got) & np.isnan(want))
-    diff = np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
+def _as_reference_type(actual: numpy.ndarray, expected: numpy.ndarray) -> tuple[numpy.ndarray, str]:
+    """The module's result in the reference's integer type where only the sign differs: IREE's
+    integers are signless, so a uint8 result comes back as i8 with the same bits."""
+    got = np.asarray(actual)
+    if got.dtype.kind in "iu" and expected.dtype.kind in "iu" and got.dtype != expected.dtype and got.dtype.itemsize == expected.dtype.itemsize:
+        return got.view(expected.dtype), f"the module returns {got.dtype} (IREE's integers are signless), compared bit for bit as {expected.dtype}"
+    return got, ""
+
+
+def compare(
+    index: int, name: str, actual: numpy.ndarray, expected: numpy.ndarray, rtol: float, atol: float | None, reference: str = "onnxruntime"
+) -> OutputComparison:
+    """One output: how far each element is from the reference's, and the worst of them.
+    Integer and bool outputs are exact unless `atol` is given; a float output's absolute
+    tolerance is `atol`, or DEFAULT_ATOL_SCALE times its largest finite magnitude."""
+    want_raw = np.asarray(expected)
+    got_raw, note = _as_reference_type(actual, want_raw)
+    exact = want_raw.dtype.kind in "biu"
+    got, want = got_raw.astype(np.float64), want_raw.astype(np.float64)
+    finite = np.abs(want[np.isfinite(want)])
+    scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    if exact and atol is None:
+        rtol, tolerance = 0.0, 0.0
+    else:
+        tolerance = atol if atol is not None else DEFAULT_ATOL_SCALE * scale
+    same = (got_raw == want_raw) if exact else ((got == want) | (np.isnan(got) & np.isnan(want)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(got - want))
+    diff = np.where(np.isnan(diff), np.inf, diff)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(diff == 0, 0.0, diff / np.abs(want))
-    close = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
-    with np.errstate(invalid="ignore"):  # an infinite error against an infinite tolerance: the worst kind
-        excess = np.nan_to_num(diff - (atol + rtol * np.abs(np.where(np.isnan(want), 0.0, want))), nan=np.inf)
+    bound = tolerance + rtol * np.abs(np.where(np.isfinite(want), want, 0.0))
+    close = same | (diff <= bound)
+    excess = diff - bound
     flat = int(np.argmax(excess)) if excess.size else 0
     worst = tuple(int(i) for i in np.unravel_index(flat, want.shape)) if want.size else ()
     return OutputComparison(
@@ -201,7 +249,7 @@ def compare(index: int, name: str, actual: numpy.ndarray, expected: numpy.ndarra
         float(got[worst]) if want.size else 0.0, float(want[worst]) if want.size else 0.0,
         float(diff[worst]) if want.size else 0.0, float(rel[worst]) if want.size else 0.0,
         float(diff.max()) if want.size else 0.0, float(rel.max()) if want.size else 0.0,
-        int((~close).sum()), bool(close.all()),
+        int((~close).sum()), bool(close.all()), float(tolerance), reference, OK if bool(close.all()) else MISMATCH, 0, note,
     )  # fmt: skip
 
 
@@ -221,8 +269,12 @@ def _require_matching(module: Path, function: str, actual: Sequence[numpy.ndarra
             )
 
 
-def _require_parameters(module: Path, function: str, arrays: Sequence[numpy.ndarray], model_path: Path) -> None:
-    """The module's function takes the model's inputs: as many, of the same shapes (before it runs)."""
+_ELEMENT_BITS = {"f16": 16, "f32": 32, "f64": 64, "bf16": 16}
+
+
+def _require_parameters(module: Path, function: str, arrays: Sequence[numpy.ndarray], model_path: Path, names: Sequence[str] = ()) -> None:
+    """The module's function takes the model's inputs: as many, of the same shapes and float
+    widths (before it runs)."""
     declared = function_parameters(module, function)
     if declared is None:
         return
@@ -233,13 +285,26 @@ def _require_parameters(module: Path, function: str, arrays: Sequence[numpy.ndar
             fix="verify the module compiled from this model (pyree-build import, then compile), or name its function with --function",
         )
     for i, (text, array) in enumerate(zip(declared, arrays)):
-        shape = text.removeprefix("tensor<").split("x")[:-1] if NPY_TENSOR.match(text) else None
+        parts = text.removeprefix("tensor<").removesuffix(">").split("x") if NPY_TENSOR.match(text) else None
+        shape = parts[:-1] if parts is not None else None
         if shape is not None and (len(shape) != array.ndim or any(d not in ("?", str(a)) for d, a in zip(shape, array.shape))):
             raise PyreeError(
                 f"argument {i} of {function} is {text}, the ONNX model {model_path.name}'s input {i} has shape {list(array.shape)}",
                 file=module,
                 fix="verify the module compiled from this model (pyree-build import, then compile)",
             )
+        element = parts[-1] if parts else ""
+        if array.dtype == np.float64 and _ELEMENT_BITS.get(element, 64) < 64:
+            raise _demoted(module, function, f"graph input '{names[i] if i < len(names) else i}'", f"argument {i} of {function} is {text}")
+
+
+def _demoted(module: Path, function: str, which: str, seen: str) -> PyreeError:
+    return PyreeError(
+        f"{which} is float64 (f64) and {seen}: iree-compile demotes f64 to f32 by default (--iree-input-demote-f64-to-f32), "
+        f"so {function} cannot take the model's inputs",
+        file=module,
+        fix="compile with the demotion off to keep f64: pyree-build compile MODEL.mlir -o MODULE.vmfb -- --iree-input-demote-f64-to-f32=false",
+    )
 
 
 def _run_module(
@@ -248,6 +313,9 @@ def _run_module(
     try:
         return run_to_arrays(module, function, arrays, plugins=plugins, device=device)
     except PyreeError as err:
+        doubles = [i for i, a in enumerate(arrays) if a.dtype == np.float64]
+        if doubles and "exceeds backing buffer byte length" in (err.details or ""):
+            raise _demoted(module, function, f"input {doubles[0]}", "the module takes f32 where the model has f64") from None
         if "mismatch" not in (err.details or "") or "shape" not in (err.details or ""):
             raise
         raise PyreeError(
@@ -258,37 +326,122 @@ def _run_module(
         ) from None
 
 
+def _draws(
+    model: onnx_types.ModelProto, model_path: Path, *, inputs: Sequence[str], input_files: Sequence[PathLike], seed: int, trials: int
+) -> list[draws.Draw]:
+    """The sets of inputs to compare on: given specs, stored files, or `trials` seeded draws
+    (styles in turn: uniform, wide, ties, then again with the next seeds)."""
+    if inputs and input_files:
+        raise PyreeError("both --input and --inputs given", file=model_path, fix="give the inputs one way: --input SPEC per input, or --inputs FILES|DIR")
+    declared = draws.graph_inputs(model, model_path)
+    if inputs:
+        return [draws.Draw("given --input values", tuple(given_inputs(model, inputs, model_path)))]
+    if input_files:
+        return [draws.conform(draws.stored(input_files), declared, model_path)]
+    if trials < 1:
+        raise PyreeError(f"--trials must be at least 1, got {trials}", fix=f"pass e.g. --trials {draws.DEFAULT_TRIALS}")
+    return [draws.draw(model, model_path, seed=seed + i, style=draws.style_of(i)) for i in range(trials)]
+
+
+def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw, seed: int) -> tuple[draws.Draw, list[str], list[numpy.ndarray], str]:
+    """(the draw as used, output names, the reference outputs, the reference's name): the stored
+    outputs where the inputs came with them, else onnxruntime's. A drawn set whose integers
+    onnxruntime refuses across their type (indices, sizes) is drawn again with small integers."""
+    names = [o.name for o in model.graph.output]
+    if draw.expected is not None:
+        if len(draw.expected) != len(names):
+            raise PyreeError(f"{len(draw.expected)} stored outputs, the model has {len(names)}", file=model_path, fix="pass the test directory of this model")
+        return draw, names, list(draw.expected), "stored"
+    try:
+        found, expected = reference_outputs(model_path, model, draw.arrays)
+        return draw, found, expected, "onnxruntime"
+    except PyreeError:
+        style = next((s for s in draws.STYLES if draw.label.startswith(f"seed {seed}, {s}:")), None)
+        if style in (None, "uniform") or not any(a.dtype.kind in "iu" for a in draw.arrays):
+            raise
+    narrow = draws.draw(model, model_path, seed=seed, style=style, narrow_integers=True)
+    found, expected = reference_outputs(model_path, model, narrow.arrays)
+    return narrow, found, expected, "onnxruntime"
+
+
+def _judge(
+    comparison: OutputComparison, actual: numpy.ndarray, expected: numpy.ndarray, baseline: numpy.ndarray | None, rtol: float, atol: float | None
+) -> OutputComparison:
+    """A failing output against the baseline: when IREE's own module differs from the reference
+    too, the difference is IREE's; how far the module is from the baseline says whether the
+    kernel adds a difference of its own."""
+    if comparison.passed or baseline is None:
+        return comparison
+    own = compare(comparison.index, comparison.name, baseline, expected, rtol, atol, comparison.reference)
+    if own.passed:
+        return comparison
+    against = compare(comparison.index, comparison.name, actual, np.asarray(baseline).astype(np.asarray(expected).dtype, copy=False), rtol, atol)
+    return _with(comparison, verdict=IREE_DIFFERS, baseline_mismatched=against.mismatched)
+
+
+def _with(comparison: OutputComparison, **changes: object) -> OutputComparison:
+    fields: dict[str, object] = {n: getattr(comparison, n) for n in comparison.__match_args__}  # type: ignore[attr-defined]
+    return OutputComparison(**{**fields, **changes})  # type: ignore[arg-type]
+
+
 def verify(
     module: PathLike,
     onnx_model: PathLike,
     *,
     function: str | None = None,
     inputs: Sequence[str] = (),
+    input_files: Sequence[PathLike] = (),
     plugins: Sequence[PathLike] = (),
+    baseline: PathLike | None = None,
     seed: int = 0,
+    trials: int = draws.DEFAULT_TRIALS,
     rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    atol: float | None = None,
     device: str = "local-sync",
 ) -> VerifyResult:
     """Run `module` and the ONNX model on the same inputs and compare every output.
 
-    Inputs are seeded random arrays shaped as the graph's inputs, or the given `inputs`
-    (`--input` specs: `4x16xf32=1`, `@x.npy`), one per graph input. The module runs with
-    iree-run-module (`plugins` loaded, on `device`); `function` defaults to the graph's name
-    (the importer names the function after it) or the module's only function. An output
-    passes where every element is within `atol + rtol * |onnxruntime's value|`.
+    Inputs are `trials` seeded draws (seeds `seed`, `seed + 1`, ...; styles uniform, wide and
+    ties in turn: floats in [-1, 1]; floats past and at the model's own constants, integers
+    across their type; a few values only, so elements tie), or the given `inputs` (`--input`
+    specs: `4x16xf32=1`, `@x.npy`), or `input_files`: an ONNX test directory (input_N.pb,
+    with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
+    with iree-run-module (`plugins` loaded, on `device`); `function` defaults to the graph's
+    name or the module's only function. A float output passes where every element is within
+    `atol + rtol * |reference|`, `atol` defaulting to 1e-5 times the output's largest
+    magnitude; integer and bool outputs must be equal. `baseline`: the model compiled without
+    the replacement, run on the same inputs, so an output IREE itself computes differently
+    from the reference is reported as IREE's difference (verdict iree-differs).
     """
     mod = require_file(module, "module")
     model_path = require_file(onnx_model, "ONNX model")
+    base = require_file(baseline, "baseline module") if baseline is not None else None
     model = load_model(model_path)
+    if not (isinstance(seed, int) and seed >= 0):
+        raise PyreeError(f"seed must be a non-negative whole number, got {seed}", fix="pass e.g. --seed 0")
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if not value >= 0:
+        if value is not None and not value >= 0:
             raise PyreeError(f"{name} must be a non-negative number, got {value}", fix=f"pass e.g. --{name} 1e-5")
-    arrays = given_inputs(model, inputs, model_path) if inputs else random_inputs(model, seed, model_path)
+    sets = _draws(model, model_path, inputs=inputs, input_files=input_files, seed=seed, trials=trials)
+    for value in model.graph.output:
+        draws.numpy_dtype(value.type.tensor_type.elem_type, value.name, model_path)
     fn = choose_function(mod, model, function)
-    _require_parameters(mod, fn, arrays, model_path)
-    names, expected = reference_outputs(model_path, model, arrays)
-    actual = _run_module(mod, fn, arrays, plugins, device, model_path)
-    _require_matching(mod, fn, actual, names, expected)
-    outputs = tuple(compare(i, names[i], a, e, rtol, atol) for i, (a, e) in enumerate(zip(actual, expected)))
-    return VerifyResult(mod, model_path, fn, outputs, rtol, atol, seed)
+    input_names = [g.name for g in draws.graph_inputs(model, model_path)]
+    _require_parameters(mod, fn, sets[0].arrays, model_path, input_names)
+    if base is not None:
+        _require_parameters(base, choose_function(base, model, function), sets[0].arrays, model_path, input_names)
+    results = []
+    for i, drawn in enumerate(sets):
+        used, names, expected, reference = _reference(model_path, model, drawn, seed + i)
+        actual = _run_module(mod, fn, used.arrays, plugins, device, model_path)
+        _require_matching(mod, fn, actual, names, expected)
+        own: list[numpy.ndarray] | None = None
+        if base is not None:
+            own = _run_module(base, choose_function(base, model, function), used.arrays, (), device, model_path)
+            _require_matching(base, fn, own, names, expected)
+        outputs = tuple(
+            _judge(compare(j, names[j], a, e, rtol, atol, reference), a, e, own[j] if own is not None else None, rtol, atol)
+            for j, (a, e) in enumerate(zip(actual, expected))
+        )
+        results.append(TrialResult(used.label, outputs))
+    return VerifyResult(mod, model_path, fn, tuple(results), rtol, atol, seed, base)
