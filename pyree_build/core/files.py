@@ -171,8 +171,24 @@ def scratch_dir(near: Path, label: str) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+# A depfile is read by Ninja (and Make): `$$` is a `$`; a run of backslashes is literal
+# unless a space follows it, where 2N+1 backslashes mean N and an escaped space, or a `#`,
+# where one backslash escapes it (as clang writes it and Ninja reads it). Writer and reader
+# are each other's inverse, and the reader also takes what clang, gcc and nvcc write, so a
+# parsed path is the file's real name, never its escaped form. Some names have no escape:
+# a newline or tab, a trailing backslash or colon, `\\:` (Ninja releases read backslashes
+# before a colon differently) and `\\$` (Ninja 1.11 takes `\\$` as one character).
+_UNNAMEABLE = re.compile(r"[\n\r\0\t\v\f]|\\\Z|\\[:$]|:\Z")
+
+
 def _escape_dep(path: str) -> str:
-    return path.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+    if _UNNAMEABLE.search(path):
+        raise PyreeError(
+            "a depfile cannot name this path (a newline, a tab, a backslash before a colon or a dollar, or a trailing backslash or colon, has no escape Ninja and Make read)",
+            file=path,
+            fix="rename the file or directory, or build without --depfile",
+        )
+    return re.sub(r"(\\*) ", lambda m: "\\" * (2 * len(m[1]) + 1) + " ", path).replace("#", "\\#").replace("$", "$$")
 
 
 def write_depfile(depfile: str | os.PathLike[str], target: str | os.PathLike[str], deps: Iterable[str | os.PathLike[str]]) -> None:
@@ -185,30 +201,55 @@ def write_depfile(depfile: str | os.PathLike[str], target: str | os.PathLike[str
         tmp.write_text(text, encoding="utf-8")
 
 
-def parse_depfile(path: str | os.PathLike[str]) -> list[str]:
-    """Dependencies listed in a compiler-written depfile (`-MD -MF`), in order."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    text = text.replace("\\\n", " ")
-    _, _, rest = text.partition(": ")
-    deps: list[str] = []
-    current = ""
-    i = 0
-    while i < len(rest):
-        ch = rest[i]
-        if ch == "\\" and i + 1 < len(rest) and rest[i + 1] == " ":
-            current += " "
-            i += 2
-            continue
-        if ch.isspace():
+# One token of a depfile: backslashes before a space or `#`, `$$`, a line continuation, a
+# separator, or any other character.
+_DEP_TOKEN = re.compile(r"(\\*)\\#|(\\+)( )|\$\$|\\\r?\n|([ \t\r\n]+)|(.)", re.DOTALL)
+
+
+def parse_depfile(path: str | os.PathLike[str], *, named: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
+    """Dependencies listed in a depfile (a compiler's `-MD -MF`, or write_depfile's), in order,
+    unescaped: each is a file's real name. zig's clang writes each `\\` of a path as `/`:
+    a listed file that does not exist under a directory in `named` (the paths the compiler
+    was given) spelled that way is that directory's file."""
+    text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    names: list[str] = []
+    current: list[str] = []
+    in_target = True
+    for m in _DEP_TOKEN.finditer(text):
+        token = m.group(0)
+        if m[1] is not None:  # `\\#` is a `#`, the backslashes before it themselves
+            current.append(m[1] + "#")
+        elif m[3] is not None and len(m[2]) % 2:  # 2N+1 backslashes and a space: N of them and a space
+            current.append("\\" * (len(m[2]) // 2) + " ")
+        elif m[3] is not None:  # 2N backslashes are themselves, and the space after them separates
+            names.append("".join(current) + m[2])
+            current = []
+        elif token == "$$":
+            current.append("$")
+        elif m[4] is not None or m[5] is None:  # a separator (or a line continuation) ends the name
             if current:
-                deps.append(current)
-                current = ""
+                names.append("".join(current))
+                current = []
         else:
-            current += ch
-        i += 1
+            current.append(token)
+        if in_target and names and names[-1].endswith(":"):  # `target:` ends the rule's head
+            names.clear()
+            in_target = False
     if current:
-        deps.append(current)
-    return deps
+        names.append("".join(current))
+    return [_as_named(n, named) for n in names]
+
+
+def _as_named(dep: str, named: Sequence[str | os.PathLike[str]]) -> str:
+    if os.path.lexists(dep):
+        return dep
+    for given in (os.fspath(n) for n in named):
+        slashed = given.replace("\\", "/")
+        if "\\" in given and (dep == slashed or dep.startswith(slashed.rstrip("/") + "/")):
+            candidate = given + dep[len(slashed) :]
+            if os.path.lexists(candidate):
+                return candidate
+    return dep
 
 
 # --- Content-addressed action cache -------------------------------------------------

@@ -230,9 +230,61 @@ def compile_inputs(source: Path, argv: Sequence[str], *, cwd: PathLike | None = 
     return found
 
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include(?P<next>_next)?[ \t]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))', re.MULTILINE)
+# One scanner of `#include` lines for every C-family compiler (C, CUDA, HIP, GLSL), read as
+# the preprocessor reads them: lines spliced at backslash-newlines (trailing blanks allowed,
+# as clang allows them), comments as one space, `%:` (digraph) and `??=` (trigraph) as `#`,
+# `#import` as an include. The text is scanned as read with and without its comments removed,
+# and the names of both scans are taken: an extra dependency costs a rebuild, a missed one a
+# wrong output (a comment-removal slip, `<a//b.h>`, cannot hide a name).
+_SPLICE = re.compile(r"\\[ \t\v\f]*\r?\n")
+_COMMENT_OR_LITERAL = re.compile(
+    r"(?:#|%:)[ \t]*(?:include_next|include|import)[ \t]*<[^>\n]*>"  # a header name: `<a//b.h>` holds no comment
+    r'|(?P<raw>\bR"(?P<delim>[^()\\\s"]{0,16})\(.*?\)(?P=delim)")'
+    r'|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\''
+    r"|(?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))",
+    re.DOTALL,
+)
+_DIRECTIVE = r"^[ \t\v\f]*(?:#|%:)[ \t\v\f]*"
+_INCLUDE = re.compile(
+    _DIRECTIVE + r'(?:include(?P<next>_next)?|import)\b[ \t\v\f]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))', re.MULTILINE
+)
 # `#if __has_include("x.h")`: a header whose mere existence changes the code.
 _HAS_INCLUDE = re.compile(r'__has_include(?P<next>_next)?\s*\(\s*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>[^)\s][^)\n]*))\s*\)')
+
+
+def _without_comments(text: str) -> str:
+    """`text` with each comment replaced by a space; string, character and raw string
+    literals kept as they are (a `/*` in a string starts no comment)."""
+    return _COMMENT_OR_LITERAL.sub(lambda m: " " if m["comment"] else m.group(0), text)
+
+
+@record(frozen=True)
+class IncludeDirective:
+    """One `#include`-like name in a source: `kind` is include or has_include."""
+
+    kind: str
+    following: bool  # #include_next / __has_include_next
+    name: str | None  # None: named through a macro (`other` holds the text)
+    quoted: bool
+    other: str = ""
+
+
+def include_directives(text: str) -> list[IncludeDirective]:
+    """Every header name `text` may include or test for, each once, in order found."""
+    spliced = _SPLICE.sub("", text.replace("??=", "#").replace("??/", "\\"))
+    stripped = _without_comments(spliced)
+    found: dict[IncludeDirective, None] = {}
+    for scanned, trusted in ((stripped, True), (spliced, False)):
+        for kind, pattern in (("has_include", _HAS_INCLUDE), ("include", _INCLUDE)):
+            for m in pattern.finditer(scanned):
+                if m["other"] is not None:
+                    # Only the comment-free text says a name is a macro: `#include /* c */ "h"` is not.
+                    if trusted:
+                        found.setdefault(IncludeDirective(kind, bool(m["next"]), None, False, m.group(0).strip()), None)
+                    continue
+                quoted = m["quoted"] is not None
+                found.setdefault(IncludeDirective(kind, bool(m["next"]), m["quoted"] or m["angled"], quoted), None)
+    return list(found)
 
 
 def _candidates(quoted: bool, following: bool, current: Path, include_dirs: Sequence[Path]) -> list[Path]:
@@ -288,16 +340,14 @@ def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
             text = current.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        directives = [*(("has_include", m) for m in _HAS_INCLUDE.finditer(text)), *(("include", m) for m in _INCLUDE.finditer(text))]
-        for kind, m in directives:
-            if m["other"] is not None:
-                found.refuse(f"{current}: `{m.group(0).strip()}` names its header through a macro")
+        for d in include_directives(text):
+            if d.name is None:
+                found.refuse(f"{current}: `{d.other}` names its header through a macro")
                 continue
-            name = m["quoted"] or m["angled"]
-            hit = _look_up(name, m["quoted"] is not None, current, include_dirs, found, following=bool(m["next"]))
+            hit = _look_up(d.name, d.quoted, current, include_dirs, found, following=d.following)
             # An #include not found on the search path is the compiler's own header (stdint.h), part of the tool.
-            found.resolution.append(f"{kind}:{current}:{name}->{hit or ('tool' if kind == 'include' else 'none')}")
-            if kind == "include" and hit is not None and hit not in seen:
+            found.resolution.append(f"{d.kind}:{current}:{d.name}->{hit or ('tool' if d.kind == 'include' else 'none')}")
+            if d.kind == "include" and hit is not None and hit not in seen:
                 seen.add(hit)
                 found.add(hit)
                 pending.append(hit)

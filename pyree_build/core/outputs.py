@@ -13,12 +13,11 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pyree_build.core import args, readers
+from pyree_build.core import args, inputs, readers
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -211,7 +210,6 @@ def check_not_read(outputs: Sequence[Path], read: Iterable[str | os.PathLike[str
         )
 
 
-_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
 _MAX_SCANNED = 500
 
 
@@ -225,11 +223,10 @@ def included_files(sources: Iterable[Path], include_dirs: Iterable[PathLike] = (
     while todo and len(found) < _MAX_SCANNED:
         current = todo.pop()
         try:
-            text = current.read_bytes()
+            text = current.read_text(encoding="utf-8", errors="surrogateescape")
         except OSError:
             continue
-        for raw in _INCLUDE.findall(text):
-            name = os.fsdecode(raw.strip())
+        for name in (d.name for d in inputs.include_directives(text) if d.kind == "include" and d.name):
             for base in (current.parent, *dirs):
                 candidate = base / name
                 if candidate.is_file():

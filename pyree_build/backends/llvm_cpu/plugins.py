@@ -123,7 +123,8 @@ def _compile(cc: toolchain.Tool, source: Path, obj: Path, flags: Sequence[str]) 
         fix="fix the error at the file:line shown above",
         explain=_explain_freestanding if "-ffreestanding" in flags else None,
     )
-    return parse_depfile(dep)
+    include_dirs = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "-I"]
+    return parse_depfile(dep, named=[source.resolve(), *include_dirs])
 
 
 # <math.h> is not here: pyree_build ships one for freestanding code, with a library behind it (libm.py).
