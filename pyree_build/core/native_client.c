@@ -62,6 +62,98 @@ static uint64_t fnv(uint64_t h, const char *s, size_t n) {
   return h;
 }
 
+static uint32_t crc32(const char *s, size_t n) { /* zlib's CRC-32 */
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= (unsigned char)s[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+struct buf {
+  char *p;
+  size_t n, cap;
+};
+
+static void put(struct buf *b, const char *s, size_t n) {
+  if (b->n + n > b->cap) {
+    b->cap = (b->n + n) * 2 + 4096;
+    b->p = realloc(b->p, b->cap);
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+}
+
+static void puts_(struct buf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* A /proc file whole into `out` (NUL-terminated); its length, or -1 if it cannot be read. */
+static ssize_t slurp(const char *path, char *out, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < size && (r = read(fd, out + n, size - 1 - n)) > 0) n += (size_t)r;
+  close(fd);
+  if (r < 0) return -1;
+  out[n] = 0;
+  return (ssize_t)n;
+}
+
+/* server_protocol.context(): this process's ids, groups, limits, capabilities, namespaces,
+ * root... byte for byte as the Python function builds them; 0 when /proc cannot tell. */
+static int context(struct buf *b) {
+  static const char *status_fields[] = {"Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Cpus_allowed_list", "Mems_allowed_list"};
+  static const char *files[] = {"limits", "cgroup", "oom_score_adj", "personality", "attr/current"};
+  static const char *namespaces[] = {"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"};
+  static char data[65536];
+  char stat_text[4096], line[256];
+  struct stat root;
+  if (slurp("/proc/self/stat", stat_text, sizeof stat_text) < 0 || stat("/proc/self/root", &root) != 0) return 0;
+  ssize_t n = slurp("/proc/self/status", data, sizeof data);
+  if (n < 0) return 0;
+  /* nice, rt_priority, policy: fields 16, 37, 38 after the ")" ending the command's name */
+  char *fields[40], *p = strrchr(stat_text, ')');
+  p = p ? p + 1 : stat_text;
+  int count = 0;
+  for (char *tok = strtok(p, " \t\n\r\f\v"); tok && count < 40; tok = strtok(NULL, " \t\n\r\f\v")) fields[count++] = tok;
+  if (count <= 38) return 0;
+  for (char *start = data, *end; start <= data + n; start = end + 1) {
+    end = memchr(start, '\n', (size_t)(data + n - start));
+    if (!end) end = data + n;
+    char *colon = memchr(start, ':', (size_t)(end - start));
+    size_t key = colon ? (size_t)(colon - start) : (size_t)(end - start);
+    for (size_t i = 0; i < sizeof status_fields / sizeof *status_fields; i++)
+      if (strlen(status_fields[i]) == key && !strncmp(start, status_fields[i], key)) {
+        put(b, start, (size_t)(end - start));
+        puts_(b, "\n");
+      }
+  }
+  snprintf(line, sizeof line, "sched %s %s %s\n", fields[16], fields[37], fields[38]);
+  puts_(b, line);
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/%s", files[i]);
+    n = slurp(path, data, sizeof data);
+    puts_(b, files[i]), puts_(b, "\n");
+    if (n < 0) puts_(b, "-");
+    else put(b, data, (size_t)n);
+    puts_(b, "\n");
+  }
+  for (size_t i = 0; i < sizeof namespaces / sizeof *namespaces; i++) {
+    char path[64], link[128];
+    snprintf(path, sizeof path, "/proc/self/ns/%s", namespaces[i]);
+    ssize_t k = readlink(path, link, sizeof link - 1);
+    if (k < 0) strcpy(link, "-");
+    else link[k] = 0;
+    snprintf(line, sizeof line, "ns %s %s\n", namespaces[i], link);
+    puts_(b, line);
+  }
+  snprintf(line, sizeof line, "root %llu:%llu\n", (unsigned long long)root.st_dev, (unsigned long long)root.st_ino);
+  puts_(b, line);
+  return 1;
+}
+
 /* The socket directory (server_protocol.socket_dir), made 0700 if absent; 0 unless it is this
  * user's alone (server_protocol.check_dir). */
 static int socket_dir(char *dir, size_t size) {
@@ -85,10 +177,18 @@ static uint64_t fnv_path_env(uint64_t h) {
   return h;
 }
 
-/* The socket path (server_protocol.socket_path) in the checked directory `dir`. */
-static void socket_path(const char *dir, char *out, size_t size) {
+/* The socket path (server_protocol.socket_path) in the checked directory `dir`; 0 if this
+ * process's context cannot be read (no server can be shown to match it). */
+static int socket_path(const char *dir, char *out, size_t size) {
+  struct buf ctx = {0};
+  if (!context(&ctx)) return 0;
   uint64_t h = fnv_path_env(fnv(0xCBF29CE484222325ULL, g_identity, strlen(g_identity)));
+  uint32_t c = crc32(ctx.p, ctx.n);
+  unsigned char le[5] = {0, c & 255, (c >> 8) & 255, (c >> 16) & 255, c >> 24};
+  h = fnv(h, (const char *)le, sizeof le);
+  free(ctx.p);
   snprintf(out, size, "%s/s-%016llx.sock", dir, (unsigned long long)h);
+  return 1;
 }
 
 #ifdef PYREE_TYPED_CLIENT
@@ -190,11 +290,23 @@ static int typed_config(const char *dir, const char *python) {
 }
 #endif
 
+static uid_t g_peer_uid = (uid_t)-1;
+
+/* A connection, once its peer credentials say this user's uid listens there (else -1 with
+ * errno EPERM and g_peer_uid set): nothing is sent to anyone else. */
 static int connect_to(const char *path) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   strncpy(addr.sun_path, path, sizeof addr.sun_path - 1);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) return fd;
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid()) return fd;
+    g_peer_uid = cred.uid;
+    close(fd);
+    errno = EPERM;
+    return -1;
+  }
   int saved = errno;
   if (fd >= 0) close(fd);
   errno = saved;
@@ -270,8 +382,7 @@ static char *frame(int argc, char **argv, size_t *size) {
 }
 
 static int send_frame(int fd, const char *buf, size_t n) {
-  int fds[3];
-  for (int i = 0; i < 3; i++) fds[i] = fcntl(i, F_GETFD) >= 0 ? i : open("/dev/null", O_RDWR | O_CLOEXEC);
+  int fds[3] = {0, 1, 2}; /* open, and none of them this socket: main() */
   char control[CMSG_SPACE(sizeof fds)] = {0};
   struct iovec iov = {(void *)buf, 4};
   struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
@@ -321,8 +432,36 @@ static int server_off(void) {
   return 0;
 }
 
+/* $PYREE_BUILD_SERVER_IDLE: 1 if unset, empty, or seconds in (0, 604800] written with
+ * [0-9.eE+-] only (server_protocol.idle_seconds: float() and strtod agree on such text). */
+static int idle_ok(void) {
+  const char *text = getenv("PYREE_BUILD_SERVER_IDLE");
+  if (!text) return 1;
+  while (isspace((unsigned char)*text)) text++;
+  size_t n = strlen(text);
+  while (n && isspace((unsigned char)text[n - 1])) n--;
+  if (!n) return 1;
+  char number[64];
+  if (n >= sizeof number || strspn(text, "0123456789.eE+-") < n) return 0;
+  memcpy(number, text, n), number[n] = 0;
+  char *end;
+  double v = strtod(number, &end);
+  return end == number + n && v > 0 && v <= 604800.0;
+}
+
+/* Closed fds 0-2 become /dev/null before any socket is made: a socket there would be passed
+ * as the command's stdin or stdout (server_protocol.std_fds_open). */
+static void std_fds_open(void) {
+  for (int fd = 0; fd < 3; fd++)
+    if (fcntl(fd, F_GETFD) < 0) {
+      int null = open("/dev/null", O_RDWR);
+      if (null >= 0 && null != fd) dup2(null, fd), close(null);
+    }
+}
+
 int main(int argc, char **argv) {
   char dir[256], path[PATH_MAX], line[512];
+  std_fds_open();
 #ifdef PYREE_TYPED_CLIENT
   static char python[PATH_MAX];
   int have_python = script_python(python, sizeof python);
@@ -336,17 +475,26 @@ int main(int argc, char **argv) {
   if (server_off()) return in_process(argc, argv, NULL);
   for (int i = 1; i < argc && i < 4; i++)
     if (!strcmp(argv[i], "server")) return in_process(argc, argv, NULL);
+  if (!idle_ok()) {
+    fprintf(stderr, "error: PYREE_BUILD_SERVER_IDLE=%s is not a number of seconds in (0, 604800]\n"
+                    "  fix: unset it (the default is 900) or set a number of seconds in that range\n", getenv("PYREE_BUILD_SERVER_IDLE"));
+    return 1;
+  }
   if (!socket_dir(dir, sizeof dir)) return in_process(argc, argv, "not using the server: its directory is not this user's alone (mode 0700)");
 #ifdef PYREE_TYPED_CLIENT
   if (!have_python || !typed_config(dir, python)) return in_process(argc, argv, NULL);
 #endif
-  socket_path(dir, path, sizeof path);
+  if (!socket_path(dir, path, sizeof path)) return in_process(argc, argv, NULL);
   size_t n;
   char *buf = frame(argc, argv, &n);
   if (!buf) return in_process(argc, argv, NULL);
   struct sigaction sa = {.sa_handler = forward};
   for (int attempt = 0; attempt < 3; attempt++) {
     int fd = connect_or_start(path);
+    if (fd < 0 && g_peer_uid != (uid_t)-1) {
+      snprintf(line, sizeof line, "not using the server: %s is served by uid %u, not this user's (%u)", path, (unsigned)g_peer_uid, (unsigned)geteuid());
+      return in_process(argc, argv, line);
+    }
     if (fd < 0) return in_process(argc, argv, NULL);
     g_sock = fd;
     sigaction(SIGINT, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGHUP, &sa, NULL);

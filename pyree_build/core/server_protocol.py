@@ -11,6 +11,14 @@ with the client's fds 0, 1, 2 attached to the length (SCM_RIGHTS) for "run". The
 worker answers lines: "ok PID", "stale", "refused WHY", then "exit CODE" (run) or one JSON line
 (status, stop). During a run the client sends one byte per signal it got (the signal number);
 its end of the connection closing means it is gone.
+
+Trust, both ways. The client sends nothing before the socket's peer credentials (SO_PEERCRED)
+say this user's uid listens there. The server runs a command only for a client whose process
+context (context(): ids and groups, limits, capabilities, namespaces, root, cgroup...) equals
+its own, as read from /proc/PEER_PID by the worker; the socket's name hashes that context, so
+a client of another context starts a server of its own instead of meeting a refusal.
+A client never has its control socket on fds 0-2 (std_fds_open() first): it would pass its
+own end of the connection as the command's stdin or stdout.
 """
 
 from __future__ import annotations
@@ -21,11 +29,13 @@ import socket
 import stat
 import struct
 import sys
+import zlib
 
 PROTOCOL = "pyree_build-server-1"
 SERVER_ENV = "PYREE_BUILD_SERVER"  # "off": each command runs in its own process, without the server
 IDLE_ENV = "PYREE_BUILD_SERVER_IDLE"  # seconds without a request before the server exits
 DEFAULT_IDLE_S = 900.0
+MAX_IDLE_S = 604800.0  # a week: a finite bound, so that an idle server always ends
 # The environment variables that change what Python imports (sys.path): a server serves only
 # clients that agree on them, so a PYTHONPATH'd backend or package is never missed.
 PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE")
@@ -37,6 +47,41 @@ _MAX_DIR = 64
 
 class Unsafe(Exception):
     """The socket directory may be read or replaced by another user: never used."""
+
+
+class BadSetting(ValueError):
+    """A PYREE_BUILD_SERVER_* variable holds a value the server cannot use (the message says
+    which values it can)."""
+
+
+# The characters of a plain decimal number: float() and C's strtod agree on such text (neither
+# "inf", "nan", "0x10" nor "1_000"), so native_client.c refuses exactly what this module does.
+_NUMBER_CHARS = frozenset("0123456789.eE+-")
+
+
+def idle_seconds(env: dict[str, str] | os._Environ[str] = os.environ) -> float:
+    """$PYREE_BUILD_SERVER_IDLE (unset or empty: the default), refused (BadSetting) unless a
+    number of seconds in (0, MAX_IDLE_S]: NaN compared false everywhere and made a server that
+    never exits, and so did inf."""
+    text = env.get(IDLE_ENV, "").strip(" \t\n\r\f\v")  # C's isspace(), as native_client.c strips
+    if not text:
+        return DEFAULT_IDLE_S
+    try:
+        value = float(text) if set(text) <= _NUMBER_CHARS else -1.0
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= MAX_IDLE_S:
+        raise BadSetting(idle_error(env.get(IDLE_ENV, "")))
+    return value
+
+
+def idle_error(text: str) -> str:
+    """The refusal of an idle value, rendered as PyreeError renders (native_client.c prints the
+    same words)."""
+    return (
+        f"error: {IDLE_ENV}={text} is not a number of seconds in (0, {MAX_IDLE_S:.0f}]\n"
+        f"  fix: unset it (the default is {DEFAULT_IDLE_S:.0f}) or set a number of seconds in that range"
+    )
 
 
 OFF_VALUES = ("off", "0", "no", "false")  # native_client.c has the same list
@@ -87,9 +132,91 @@ def fnv1a64(data: bytes) -> int:
     return h
 
 
-def socket_key(ident: str, env: dict[str, str] | os._Environ[str] = os.environ) -> str:
+# What a command inherits from the process that runs it, beyond what a request carries (argv,
+# cwd, umask, environment, fds 0-2): a forked worker has the server's, so a server serves only
+# a client whose context is byte for byte its own. From /proc/PID/status, these lines: ids and
+# groups (real, effective, saved, fs), capabilities, no_new_privs, seccomp, CPU and memory node
+# affinity. Then whole files: resource limits, cgroup (its memory and CPU limits), OOM score,
+# personality (linux32 changes uname), LSM label; nice, real-time priority and policy from
+# /proc/PID/stat; every namespace; the root directory (chroot). native_client.c builds the same
+# bytes: a change here is a change there.
+_STATUS_FIELDS = (
+    b"Uid",
+    b"Gid",
+    b"Groups",
+    b"CapInh",
+    b"CapPrm",
+    b"CapEff",
+    b"CapBnd",
+    b"CapAmb",
+    b"NoNewPrivs",
+    b"Seccomp",
+    b"Cpus_allowed_list",
+    b"Mems_allowed_list",
+)
+_CONTEXT_FILES = ("limits", "cgroup", "oom_score_adj", "personality", "attr/current")
+_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
+_STAT_FIELDS = (16, 37, 38)  # after the ")" that ends the command name: nice, rt_priority, policy
+
+
+def _read(path: str) -> bytes:
+    """A /proc file whole (os.read: a buffered open() costs more than the read itself here)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def context(pid: int | str = "self") -> bytes | None:
+    """Process `pid`'s context (see _STATUS_FIELDS), as this process can read it; None when
+    /proc cannot tell (not mounted, or the process is gone): then nothing can be compared, and
+    no server is used."""
+    proc = f"/proc/{pid}"
+    try:
+        status = _read(f"{proc}/status")
+        stat_fields = _read(f"{proc}/stat").rsplit(b")", 1)[-1].split()
+        root = os.stat(f"{proc}/root")
+    except OSError:
+        return None
+    if len(stat_fields) <= max(_STAT_FIELDS):
+        return None
+    parts = [line + b"\n" for line in status.split(b"\n") if line.split(b":", 1)[0] in _STATUS_FIELDS]
+    parts.append(b"sched " + b" ".join(stat_fields[i] for i in _STAT_FIELDS) + b"\n")
+    for name in _CONTEXT_FILES:
+        try:
+            data = _read(f"{proc}/{name}")
+        except OSError:  # an LSM's label where none is loaded (EINVAL), a kernel without the file
+            data = b"-"
+        parts.append(name.encode() + b"\n" + data + b"\n")
+    for name in _NAMESPACES:
+        try:
+            link = os.readlink(f"{proc}/ns/{name}")
+        except OSError:  # a kernel without that namespace
+            link = "-"
+        parts.append(f"ns {name} {link}\n".encode())
+    parts.append(f"root {root.st_dev}:{root.st_ino}\n".encode())
+    return b"".join(parts)
+
+
+def context_differences(mine: bytes, theirs: bytes | None) -> str:
+    """The client's context lines the server's lacks, in words short enough for a refusal."""
+    if theirs is None:
+        return "the client's context cannot be read from /proc"
+    ours = set(mine.split(b"\n"))
+    lines = [" ".join(line.decode(errors="replace").split())[:60] for line in theirs.split(b"\n") if line not in ours]
+    return "; ".join(lines[:3]) or "the order of its lines"
+
+
+def socket_key(ident: str, env: dict[str, str] | os._Environ[str] = os.environ, ctx: bytes = b"") -> str:
+    """FNV-1a of the identity, PYTHONPATH & co and the context's CRC-32 (FNV over the ~2 KB
+    context costs ~2.5 ms in Python; zlib's CRC-32 ~0.3 ms, its import). Two contexts sharing a
+    CRC share a socket name: the server then refuses one (it compares whole contexts)."""
     text = ident + "".join("\0" + env.get(name, "") for name in PATH_ENV)
-    return f"{fnv1a64(text.encode()):016x}"
+    return f"{fnv1a64(os.fsencode(text) + bytes(1) + zlib.crc32(ctx).to_bytes(4, 'little')):016x}"
 
 
 def socket_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
@@ -115,8 +242,16 @@ def check_dir(path: str, create: bool = True) -> str:
     return path
 
 
+class NoContext(OSError):
+    """This process's context cannot be read (no /proc): no server can be shown to match it."""
+
+
 def socket_path(env: dict[str, str] | os._Environ[str] = os.environ, create: bool = True) -> str:
-    return os.path.join(check_dir(socket_dir(env), create), f"s-{socket_key(identity(), env)}.sock")
+    """The socket of the server for this identity, PYTHONPATH and process context."""
+    ctx = context()
+    if ctx is None:
+        raise NoContext("/proc/self cannot be read")
+    return os.path.join(check_dir(socket_dir(env), create), f"s-{socket_key(identity(), env, ctx)}.sock")
 
 
 def encode(kind: str, argv: list[str], env: dict[str, str] | os._Environ[str], cwd: str) -> bytes:
@@ -136,15 +271,46 @@ def decode(body: bytes) -> dict[str, object]:
     return {"kind": fields[1], "identity": fields[2], "cwd": fields[3], "umask": int(fields[4], 8), "argv": fields[6 : 6 + argc], "env": env}
 
 
+class NotOurs(OSError):
+    """Another user's process listens on the socket: nothing is sent to it."""
+
+
+def peer(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected AF_UNIX socket."""
+    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid, gid
+
+
 def connect(path: str, timeout: float | None = None) -> socket.socket:
+    """A connection to the server at `path`, once the socket's peer credentials say it runs as
+    this user (NotOurs otherwise): a request carries the environment and the fds."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
+        uid = peer(sock)[1]
+        if uid != os.geteuid():
+            raise NotOurs(f"{path} is served by uid {uid}, not this user's ({os.geteuid()})")
     except OSError:
         sock.close()
         raise
     return sock
+
+
+def std_fds_open() -> None:
+    """Open /dev/null on each of fds 0-2 that is closed, before any socket is made: a socket
+    landing there would be passed to the worker as the command's stdin or stdout (the tool's
+    output read back as control bytes, and a killed client's connection held open by its own
+    worker). A closed stdio fd reads as /dev/null, as for a tool started with it closed."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one, as those below are open
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            os.set_inheritable(fd, True)  # as stdio is: the tools the command starts get it too
 
 
 def send_request(sock: socket.socket, frame: bytes, fds: list[int]) -> None:

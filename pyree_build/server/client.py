@@ -28,11 +28,28 @@ REFUSED = -1  # _exchange: the server will not serve this client (another identi
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    protocol.std_fds_open()  # before any socket exists: one must never land on fds 0-2
+    _std_streams()
     if protocol.enabled() and not any(a in IN_PROCESS_VERBS for a in args[:3]):
+        try:
+            protocol.idle_seconds()
+        except protocol.BadSetting as err:
+            print(err, file=sys.stderr)
+            return 1
         code = served(args)
         if code is not None:
             return code
     return in_process(args)
+
+
+def _std_streams() -> None:
+    """Python leaves sys.stdout (stdin, stderr) None when its fd was closed at start-up, and a
+    command's first print or flush failed; std_fds_open() has put /dev/null on that fd since."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is None:
+            stream = open(fd, "r" if fd == 0 else "w", closefd=False, errors="backslashreplace" if fd == 2 else None)  # noqa: SIM115 - it lives as long as the process
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
 
 
 def in_process(args: list[str]) -> int:
@@ -68,18 +85,6 @@ def served(args: list[str]) -> int | None:
     return None
 
 
-def _std_fds() -> list[int]:
-    """fds 0-2 to pass; a closed one is passed as /dev/null (as a tool started with it closed would see)."""
-    fds = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-            fds.append(fd)
-        except OSError:
-            fds.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
-    return fds
-
-
 class _Forward:
     """Signal handler: each signal the client gets goes to the worker, which stops as the CLI
     does in process (its tools ended, temporaries removed, exit 128 + the signal)."""
@@ -102,7 +107,7 @@ def _exchange(sock: socket.socket, frame: bytes, path: str) -> int | None:
     previous = {s: signal.signal(s, forward) for s in _FORWARDED}
     try:
         try:
-            protocol.send_request(sock, frame, _std_fds())
+            protocol.send_request(sock, frame, [0, 1, 2])  # open, and none of them a socket of ours (main)
             reply = protocol.read_line(sock)
         except OSError:
             return None
@@ -137,6 +142,9 @@ def _connect(path: str) -> socket.socket | None | object:
         return protocol.connect(path)
     except (FileNotFoundError, ConnectionRefusedError):
         return _NOBODY
+    except protocol.NotOurs as err:
+        _note(f"not using the server: {err}")
+        return None
     except OSError:
         return None
 

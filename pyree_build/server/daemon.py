@@ -24,6 +24,7 @@ import pkgutil
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -70,6 +71,19 @@ class State:
     learned: set[int] = field(default_factory=set)
     report: socket.socket | None = None
     settled: int = 0  # reports in a row that added almost nothing: then workers report rarely
+    # server_protocol.context() of the server, after its imports: what every worker runs with,
+    # so the only context it may serve.
+    context: bytes = b""
+    bound: str = ""  # the name the listening socket was bound to: a client's end reports it as its peer
+
+
+def _log(text: str) -> None:
+    """One line to the server's log (its stderr), timestamped. A write that fails (a full
+    disk, the log on /dev/full) loses the line, never the server: a failing print() raised
+    in the accept loop and took it down, and every new server died at its first line."""
+    line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n".encode(errors="backslashreplace")
+    with contextlib.suppress(OSError):
+        os.write(2, line)
 
 
 def _preload() -> None:
@@ -94,7 +108,7 @@ def _import(module: str, *, quiet: bool) -> None:
         importlib.import_module(module)
     except Exception as err:  # noqa: BLE001 - a module that fails here fails again, visibly, in the worker that needs it
         if not quiet:
-            print(f"preload {module}: {err}", file=sys.stderr)
+            _log(f"preload {module}: {err}")
 
 
 def _warm_up(names: list[str]) -> None:
@@ -107,10 +121,10 @@ def _warm_up(names: list[str]) -> None:
             try:
                 warm_up()
             except Exception as err:  # noqa: BLE001 - a fact not found now is found, or fails visibly, in a worker
-                print(f"warm-up of {loaded.__name__}: {err}", file=sys.stderr)
+                _log(f"warm-up of {loaded.__name__}: {err}")
 
 
-def _listen(path: str) -> tuple[socket.socket, int]:
+def _listen(path: str) -> tuple[socket.socket, int, str]:
     """Bind beside `path` and rename onto it: a client sees no socket or a listening one."""
     tmp = os.path.join(os.path.dirname(path), f".{os.getpid()}.tmp")  # no longer than `path`: sun_path is short
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -118,7 +132,7 @@ def _listen(path: str) -> tuple[socket.socket, int]:
     os.chmod(tmp, 0o600)
     sock.listen(128)
     os.rename(tmp, path)
-    return sock, os.stat(path).st_ino
+    return sock, os.stat(path).st_ino, tmp
 
 
 def _ours(state: State) -> bool:
@@ -144,17 +158,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=None, help=f"seconds without work before exiting (default ${protocol.IDLE_ENV} or 900)")
     a = parser.parse_args(argv)
     os.closerange(3, 1 << 16)  # nothing the client's parent passed down (a jobserver's pipe) stays open here
-    idle = a.idle if a.idle is not None else float(os.environ.get(protocol.IDLE_ENV, protocol.DEFAULT_IDLE_S))
+    try:
+        idle = protocol.idle_seconds({protocol.IDLE_ENV: str(a.idle)} if a.idle is not None else os.environ)
+    except protocol.BadSetting as err:
+        raise SystemExit(str(err)) from None
     state = State(a.socket, idle, Watch())  # before the imports: an edit during them is seen
     gc.disable()  # no collection in the server: it would leave freed holes in pages its workers share
     _preload()
     libc.function("prctl")  # looked up before the forks
+    context = protocol.context()
+    if context is None:
+        raise SystemExit("pyree_build server: /proc/self cannot be read, so no client's context can be compared with this server's")
+    state.context = context
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     os.chdir("/")  # no client's directory is held busy
-    sock, state.inode = _listen(a.socket)
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} listening on {a.socket}", file=sys.stderr, flush=True)
+    sock, state.inode, state.bound = _listen(a.socket)
+    _log(f"pid {os.getpid()} listening on {a.socket}")
     try:
         serve(sock, state)
     finally:
@@ -174,9 +195,7 @@ def _reap(children: set[int]) -> None:
         if done:
             children.discard(pid)
             if os.WIFSIGNALED(status):
-                print(
-                    f"{time.strftime('%Y-%m-%d %H:%M:%S')} worker {pid} was killed by {signal.Signals(os.WTERMSIG(status)).name}", file=sys.stderr, flush=True
-                )
+                _log(f"worker {pid} was killed by {signal.Signals(os.WTERMSIG(status)).name}")
 
 
 def _die_with_parent(parent: int | None) -> None:
@@ -352,6 +371,10 @@ def status(state: State) -> dict[str, object]:
 
 def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> int:
     kind = request["kind"]
+    client, uid, _gid = protocol.peer(conn)
+    if uid != os.geteuid():  # its directory is 0700, but the socket file alone says nothing of who connects
+        _reply(conn, f"refused: uid {uid} is not this server's")
+        return 1
     # Status and stop run nothing of the client's: whoever can reach this socket (this user, its
     # directory is 0700) may ask, whatever pyree_build it runs, so `server stop` always works.
     if kind in ("status", "stop"):
@@ -369,7 +392,33 @@ def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: 
     if kind != "run" or len(fds) != 3:
         _reply(conn, f"refused: a {kind} request with {len(fds)} fds")
         return 1
-    return run(conn, state, request, fds)
+    # The client's own context, read from /proc (never taken from the request): a worker runs
+    # with the server's limits, groups, namespaces and root, so only a client equal in all of
+    # them is served; another one has a socket of its own (its key hashes its context), so this
+    # happens only on a CRC collision or a context changed meanwhile.
+    theirs = protocol.context(client)
+    if theirs != state.context:
+        _reply(conn, f"refused: the client's process context differs from this server's ({protocol.context_differences(state.context, theirs)})")
+        return 1
+    return run(conn, state, request, [_not_a_connection_here(fd, state) for fd in fds])
+
+
+def _not_a_connection_here(fd: int, state: State) -> int:
+    """`fd`, or /dev/null if it is a connection to this server (a client whose fd 0-2 was
+    closed when it made its socket passes its own end as the command's stdin or stdout: the
+    tools' output then came back as control bytes, and its worker held the client's connection
+    open so that a killed client's command ran on)."""
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return fd
+        with socket.socket(fileno=os.dup(fd)) as other:
+            if other.family != socket.AF_UNIX or other.getpeername() != state.bound:
+                return fd
+    except OSError:
+        return fd
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    os.close(fd)
+    return null
 
 
 def _retire(state: State) -> None:
