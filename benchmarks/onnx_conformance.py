@@ -1,0 +1,308 @@
+"""ONNX's node conformance suite as a property test of import / ops / replace / compile --expect-import.
+
+    python benchmarks/onnx_conformance.py [--data DIR] [--only REGEX] [--jobs N] [--timeout S] [--json FILE] [-v]
+
+For each node test (DIR/<test>/model.onnx, test_data_set_0/input_*.pb, output_*.pb): import the
+model, compile it unreplaced (IREE's own module, the control), list its op groups, and for each
+group `ops` marks replaceable: replace that group alone, build the generated C as a system
+plugin, compile with --expect-import, run on the stored inputs and compare with the stored
+outputs. When a test has several replaceable groups they are also replaced all at once (every
+import expected, one module). Each group is classified:
+
+    right          the replaced module gives the stored outputs
+    wrong          it runs and gives other numbers (a generator bug: the goal is 0)
+    error          a step failed with pyree_build's error (its message is kept: it must say what to do)
+    crash          a step raised anything else, or a tool died (a bug: the goal is 0)
+    iree-differs   IREE's own module already misses the stored outputs (or cannot run them): not
+                   the kernel's fault, counted apart
+
+Without --data the suite's data is generated first with onnx's own tool (into --data's
+place, a temporary directory). Each test runs in its own process, bounded by --timeout, so
+a kernel that crashes or hangs costs one test. The table is per op family (the model's
+node types) and in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+OUTCOMES = ("right", "wrong", "error", "crash", "iree-differs")
+
+
+def generate_data(directory: Path, only: str | None = None) -> Path:
+    """Write the node tests' data with onnx's own tool; returns the folder holding the tests."""
+    import onnx.backend.test.case.node as node
+    import onnx.backend.test.cmd_tools as cmd_tools
+
+    def cases() -> list[Any]:
+        found = node.collect_testcases(None)
+        return [c for c in found if only is None or re.search(only, c.name)]
+
+    cmd_tools.model_test.collect_testcases = lambda: []  # type: ignore[attr-defined]
+    cmd_tools.node_test.collect_testcases = cases  # type: ignore[attr-defined]
+    cmd_tools.generate_data(argparse.Namespace(output=str(directory), op_type=None))
+    return directory / "node"
+
+
+def _tolerance(dtype: Any) -> tuple[float, float]:
+    import numpy as np
+
+    if dtype == np.float64:
+        return 1e-7, 1e-9
+    if dtype in (np.float16,):
+        return 1e-2, 1e-3
+    return 1e-4, 1e-5
+
+
+def compare(actual: list[Any], expected: list[Any]) -> str | None:
+    """None when every output matches, else what differs (first output that does)."""
+    import numpy as np
+
+    if len(actual) != len(expected):
+        return f"{len(actual)} results, {len(expected)} expected"
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        a = np.asarray(a)
+        if a.shape != e.shape:
+            return f"output {i}: shape {list(a.shape)}, expected {list(e.shape)}"
+        if e.dtype.kind in "fc":
+            rtol, atol = _tolerance(e.dtype)
+            close = np.isclose(a.astype(e.dtype), e, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            close = a.astype(e.dtype) == e
+        if not np.all(close):
+            where = tuple(int(x) for x in np.argwhere(~close)[0])
+            return f"output {i}: {int((~close).sum())} of {e.size} differ; at {list(where)}: {a[where]!r} vs {e[where]!r}"
+    return None
+
+
+def _load_tensors(folder: Path, prefix: str) -> list[Any]:
+    import onnx
+    from onnx import numpy_helper
+
+    arrays = []
+    files = sorted(folder.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.split("_")[-1]))
+    for path in files:
+        tensor = onnx.TensorProto()
+        tensor.ParseFromString(path.read_bytes())
+        arrays.append(numpy_helper.to_array(tensor))
+    return arrays
+
+
+def _message(e: BaseException) -> str:
+    return " ".join(str(e).split())[:600]
+
+
+def _classify_exception(e: BaseException) -> tuple[str, str]:
+    from pyree_build import PyreeError
+
+    if isinstance(e, PyreeError):
+        text = _message(e)
+        # A tool that died by a signal is a crash whatever wraps it.
+        if re.search(r"signal|Segmentation|core dumped|stack dump|Aborted|LLVM ERROR|Assertion", text):
+            return "crash", text
+        return "error", text
+    return "crash", f"{type(e).__name__}: {_message(e)} | {traceback.format_exc(limit=-3).strip().splitlines()[-3:]}"
+
+
+def check_test(test_dir: Path, work: Path, *, together: bool = True) -> dict[str, Any]:
+    """Everything for one node test, as a JSON-able record."""
+    import onnx
+
+    import pyree_build as pb
+
+    record: dict[str, Any] = {"test": test_dir.name, "family": "?", "status": "ok", "groups": []}
+    model = onnx.load(str(test_dir / "model.onnx"))
+    record["family"] = "+".join(dict.fromkeys(n.op_type for n in model.graph.node)) or "(none)"
+    if any(not i.type.HasField("tensor_type") for i in model.graph.input) or any(not o.type.HasField("tensor_type") for o in model.graph.output):
+        record["status"] = "skipped: a sequence, map or optional input or output (not a tensor)"
+        return record
+    data = test_dir / "test_data_set_0"
+    inputs, expected = _load_tensors(data, "input"), _load_tensors(data, "output")
+    mlir = work / "model.mlir"
+    try:
+        pb.import_onnx(test_dir / "model.onnx", mlir)
+    except Exception as e:
+        record["status"] = f"import failed: {_message(e)}"
+        return record
+    function = model.graph.name
+
+    def run(module: Path, plugins: list[Path]) -> list[Any]:
+        from pyree_build.actions.run import run_to_arrays
+
+        return run_to_arrays(module, function, inputs, plugins=plugins)
+
+    baseline: list[Any] | None = None
+    try:
+        pb.compile(mlir, work / "base.vmfb")
+        baseline = run(work / "base.vmfb", [])
+        differs = compare(baseline, expected)
+        record["iree"] = "right" if differs is None else f"differs: {differs}"
+    except Exception as e:
+        record["iree"] = f"fails: {_message(e)}"
+    iree_right = record["iree"] == "right"
+    try:
+        listed = pb.ops(mlir)
+    except Exception as e:
+        outcome, message = _classify_exception(e)
+        record["status"] = f"ops {outcome}: {message}"
+        return record
+    replaceable = []
+    for g in listed:
+        entry: dict[str, Any] = {"index": g.index, "root": g.root, "replaceable": g.replaceable, "reason": g.reason}
+        record["groups"].append(entry)
+        if g.replaceable:
+            replaceable.append(g.index)
+            entry["outcome"], entry["message"] = _replaced(mlir, work / f"g{g.index}", [g.index], run, expected, iree_right)
+    if together and len(replaceable) > 1:
+        record["together"] = _replaced(mlir, work / "all", replaceable, run, expected, iree_right)
+    return record
+
+
+def _replaced(mlir: Path, out: Path, indices: list[int], run: Any, expected: list[Any], iree_right: bool) -> tuple[str, str]:
+    import pyree_build as pb
+
+    names = [f"k{i}" for i in indices]
+    step = "replace"
+    try:
+        pb.replace(mlir, out, ops=indices, imports=names)
+        step = "plugin"
+        plugins = [pb.plugin(out / f"{n}.c", out / f"{n}.so", cc="zig") for n in names]
+        step = "compile"
+        pb.compile(mlir, out / "replaced.vmfb", transform_spec=out / "spec.mlir", expect_imports=names)
+        step = "run"
+        actual = run(out / "replaced.vmfb", plugins)
+    except Exception as e:
+        outcome, message = _classify_exception(e)
+        return outcome, f"{step}: {message}"
+    differs = compare(actual, expected)
+    if not iree_right:
+        return "iree-differs", differs or "matches the stored outputs although IREE's own module does not"
+    return ("right", "") if differs is None else ("wrong", differs)
+
+
+def _worker(test_dir: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="pyree-conformance.") as work:
+        try:
+            record = check_test(test_dir, Path(work))
+        except Exception as e:
+            outcome, message = _classify_exception(e)
+            record = {"test": test_dir.name, "family": "?", "status": f"harness {outcome}: {message}", "groups": []}
+    print("RECORD " + json.dumps(record), flush=True)
+
+
+def run_one(test_dir: Path, timeout: float) -> dict[str, Any]:
+    """One test in its own process (a crashing kernel or tool takes only that test down)."""
+    argv = [sys.executable, __file__, "--worker", str(test_dir)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"test": test_dir.name, "family": "?", "status": f"timed out after {timeout:.0f} s", "groups": []}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("RECORD "):
+            record: dict[str, Any] = json.loads(line[len("RECORD ") :])
+            return record
+    tail = " ".join(done.stderr.split()[-40:])
+    return {"test": test_dir.name, "family": "?", "status": f"worker crash (exit {done.returncode}): {tail}", "groups": []}
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """Counts per op family and in total."""
+    columns = ("tests", "listed", "replaceable", *OUTCOMES, "together ok/all")
+    rows: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for record in records:
+        for key in (record["family"], "TOTAL"):
+            row = rows[key]
+            row["tests"] += 1
+            row["listed"] += len(record["groups"])
+            for g in record["groups"]:
+                row["replaceable"] += g["replaceable"]
+                if g.get("outcome"):
+                    row[g["outcome"]] += 1
+            if "together" in record:
+                row["together all"] += 1
+                row["together ok"] += record["together"][0] in ("right", "iree-differs")
+    width = max(len(k) for k in rows) if rows else 5
+    lines = [f"{'family':<{width}} " + " ".join(f"{c:>12}" for c in columns)]
+    for key in sorted(rows, key=lambda k: (k == "TOTAL", k)):
+        row = rows[key]
+        cells = [row[c] for c in columns[:-1]]
+        lines.append(f"{key:<{width}} " + " ".join(f"{c:>12}" for c in cells) + f" {row['together ok']:>6}/{row['together all']}")
+    return "\n".join(lines)
+
+
+def problems(records: list[dict[str, Any]]) -> list[str]:
+    """Every wrong, crash and error group, every test that did not finish: one line each."""
+    out = []
+    for r in records:
+        if r["status"] != "ok" and not r["status"].startswith(("skipped", "import failed")):
+            out.append(f"{r['test']}: {r['status']}")
+        for g in r["groups"]:
+            if g.get("outcome") in ("wrong", "crash", "error"):
+                out.append(f"{r['test']} #{g['index']} {g['root']}: {g['outcome']}: {g['message']}")
+        if "together" in r and r["together"][0] not in ("right", "iree-differs"):
+            out.append(f"{r['test']} (all groups at once): {r['together'][0]}: {r['together'][1]}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, help="folder of node tests (<test>/model.onnx ...); generated when absent")
+    parser.add_argument("--only", help="regular expression: only the tests whose names it matches (re.search)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="tests at once (default: cores)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per test (default 600)")
+    parser.add_argument("--json", type=Path, help="write every record to this file")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each test's line as it finishes")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.worker)
+        return
+    with contextlib.ExitStack() as stack:
+        data = args.data
+        if data is None or not data.exists():
+            target = data or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pyree-onnx-node.")))
+            print(f"generating the node tests' data into {target} ...", file=sys.stderr)
+            data = generate_data(target, args.only)
+        if (data / "node").is_dir():
+            data = data / "node"
+        tests = sorted(p for p in data.iterdir() if (p / "model.onnx").exists() and (not args.only or re.search(args.only, p.name)))
+        start = time.monotonic()
+        records: list[dict[str, Any]] = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {pool.submit(run_one, t, args.timeout): t for t in tests}
+            for future in concurrent.futures.as_completed(futures):
+                record = future.result()
+                records.append(record)
+                if args.verbose:
+                    outcomes = ",".join(g.get("outcome") or "-" for g in record["groups"])
+                    print(
+                        f"[{len(records)}/{len(tests)}] {record['test']}: {record['status']} iree={record.get('iree', '-')[:40]} [{outcomes}]",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        records.sort(key=lambda r: r["test"])
+        if args.json:
+            args.json.write_text(json.dumps(records, indent=1), encoding="utf-8")
+        print(f"{len(tests)} tests in {time.monotonic() - start:.0f} s\n")
+        print(table(records))
+        found = problems(records)
+        if found:
+            print("\nwrong, crashes, errors:")
+            print("\n".join(found))
+
+
+if __name__ == "__main__":
+    main()
