@@ -10,6 +10,8 @@ the server). Rows alternate their commands `--repeat` times and print medians:
 
   run    `run` of the cpu/plugin sample with its system plugin  vs  the raw iree-run-module
          binary with the same flags (target <= 1.5x)
+  split  where that run's milliseconds go: the tool, its spawn wrapper, the worker's own
+         work (the CLI in this warm process), the client and hand-off (minimums)
   hit    a cache hit of the sample's system plugin  vs  `python -S -c pass` (target <= +15 ms)
   verbs  benchmarks/run.py's verbs section (3-arch standalone plugin and objects against the
          raw tools, zig's cache cold on both sides; target <= 1.3x), each verb through the native client
@@ -22,12 +24,16 @@ Children run with PYTHONDONTWRITEBYTECODE unset, as an installed wheel runs (wit
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import io
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -36,7 +42,7 @@ sys.path[:0] = [str(REPO), str(BENCH)]
 
 import run as run_bench  # noqa: E402  benchmarks/run.py: its sections, through the native client
 
-from pyree_build.core import native_client, server_protocol, toolchain  # noqa: E402
+from pyree_build.core import native_client, processes, server_protocol, toolchain  # noqa: E402
 
 PLUGIN = REPO / "samples" / "custom_dispatch" / "cpu" / "plugin"
 INPUTS = ("8xf32=2", "8xf32=4")
@@ -90,6 +96,55 @@ def section_run(work: Path, env: dict[str, str], repeat: int) -> None:
     row("run the cpu/plugin sample with its system plugin  vs  the iree-run-module binary (target <= 1.5x)", commands, repeat, "raw")
 
 
+def section_split(work: Path, env: dict[str, str], repeat: int) -> None:
+    """Where a served `run`'s milliseconds go, each step measured side by side (minimums, the
+    least disturbed by load): the tool alone; under the setpriv wrapper every spawn uses; the
+    CLI called in this warm process (what a worker does: checks, scratch directory, spawn,
+    .npy results); the typed client (that plus the client and the server's hand-off)."""
+    module, plugin = work / "example.vmfb", work / "plugin.so"
+    if not module.is_file():
+        section_run(work, env, 1)
+    raw = toolchain.iree_run_module().command(
+        f"--module={module}", "--function=mixed_invocation", *(f"--input={i}" for i in INPUTS), f"--executable_plugin={plugin}"
+    )
+    args = ["run", str(module), "--function", "mixed_invocation", *(a for i in INPUTS for a in ("--input", i)), "--plugin", str(plugin)]
+    wrapper = list(processes._pdeathsig_wrapper())
+    typed = [str(TYPED)] if TYPED.is_file() else [*clients(work, env)["native"][0]]
+    cli_main = importlib.import_module("pyree_build.cli").main
+
+    def in_process() -> float:
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert cli_main(["-q", *args]) == 0
+        return time.perf_counter() - start
+
+    steps: dict[str, Callable[[], float]] = {
+        "tool": lambda: timed(raw, env),
+        "wrapped": lambda: timed([*wrapper, *raw], env),
+        "worker": in_process,
+        "typed": lambda: timed([*typed, *args], dict(env, PYREE_BUILD_SERVER="on")),
+    }
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for step in steps.values():
+        step()
+    for _ in range(repeat):
+        for name, step in steps.items():
+            times[name].append(step())
+    best = {name: 1000 * min(t) for name, t in times.items()}
+    print("\nwhere a served run's time goes (minimum of each)")
+    labels = {
+        "tool": "iree-run-module itself",
+        "wrapped": "+ the setpriv --pdeathsig wrapper of every spawn",
+        "worker": "+ pyree_build's own work in a warm process (checks, scratch dir, .npy results)",
+        "typed": "+ the typed client and the server's hand-off (connect, fds, the waiting worker)",
+    }
+    previous = 0.0
+    for name, label in labels.items():
+        print(f"  {name:<8} {best[name]:7.1f} ms  ({best[name] - previous:+6.1f} ms  {label})")
+        previous = best[name]
+    print(f"  typed / tool: {best['typed'] / best['tool']:.2f}x")
+
+
 def section_hit(work: Path, env: dict[str, str], repeat: int) -> None:
     args = ["plugin", "-q", str(PLUGIN / "system_plugin.c"), "-o", str(work / "hit.so")]
     subprocess.run([sys.executable, "-m", "pyree_build", *args], check=True, env=env)
@@ -113,7 +168,7 @@ def section_cache(work: Path, env: dict[str, str], repeat: int) -> None:
     run_bench.section_cache(work, repeat)
 
 
-SECTIONS = {"run": section_run, "hit": section_hit, "verbs": section_verbs, "cache": section_cache}
+SECTIONS = {"run": section_run, "split": section_split, "hit": section_hit, "verbs": section_verbs, "cache": section_cache}
 
 
 def main() -> int:
