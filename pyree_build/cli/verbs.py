@@ -254,7 +254,10 @@ TUNE = Verb(
         Option(("--function",), {"help": "the function of --module to run and time"}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" or @x.npy (repeatable)'}),
         Option(("--reference",), {"metavar": "REF.vmfb", "help": "the results to reproduce: this module's (e.g. the program without the spec)"}),
-        Option(("--onnx",), {"metavar": "MODEL.onnx", "help": "the results to reproduce: onnxruntime's (needs pyree_build[onnx])"}),
+        Option(
+            ("--onnx",),
+            {"metavar": "MODEL.onnx", "help": "the results to reproduce: onnxruntime's (needs pyree_build[onnx]); without --input, verify's wide draw"},
+        ),
         Option(
             ("--expect-output",),
             {
