@@ -247,3 +247,16 @@ def test_integer_outputs_are_exact_and_signless_results_compare_by_their_bits():
     assert same.passed and "compared bit for bit as uint8" in same.note
     big = np.array([10**9, 7], np.int64)
     assert not verify.compare(0, "y", big + np.array([1, 0]), big, verify.DEFAULT_RTOL, None).passed  # within rtol, not equal
+
+
+def test_integers_onnxruntime_refuses_across_their_type_are_drawn_small(tmp_path):
+    # Gather's indices: integers across int64 are out of range for onnxruntime, so the wide
+    # and ties draws fall back to small integers (and say so) rather than failing.
+    node = helper.make_node("Gather", ["data", "idx"], ["y"], name="gather", axis=0)
+    model = _model("gather", [node], {"data": (TensorProto.FLOAT, [10, 4]), "idx": (TensorProto.INT64, [3])}, {"y": (TensorProto.FLOAT, [3, 4])})
+    onnx.save(model, tmp_path / "gather.onnx")
+    assert run_cli("import", tmp_path / "gather.onnx", "-o", tmp_path / "gather.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "gather.mlir", "-o", tmp_path / "gather.vmfb").returncode == 0
+    result = run_cli("verify", tmp_path / "gather.vmfb", "--onnx", tmp_path / "gather.onnx")
+    assert result.returncode == 0, result
+    assert "onnxruntime refused them across their type" in result.stdout

@@ -254,7 +254,10 @@ TUNE = Verb(
         Option(("--function",), {"help": "the function of --module to run and time"}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" or @x.npy (repeatable)'}),
         Option(("--reference",), {"metavar": "REF.vmfb", "help": "the results to reproduce: this module's (e.g. the program without the spec)"}),
-        Option(("--onnx",), {"metavar": "MODEL.onnx", "help": "the results to reproduce: onnxruntime's (needs pyree_build[onnx])"}),
+        Option(
+            ("--onnx",),
+            {"metavar": "MODEL.onnx", "help": "the results to reproduce: onnxruntime's (needs pyree_build[onnx]); without --input, verify's wide draw"},
+        ),
         Option(
             ("--expect-output",),
             {
@@ -377,7 +380,12 @@ IMPORT = Verb(
         Option(("-o", "--output"), {"required": True, "metavar": "OUT.mlir"}),
         Option(
             ("--opset-version",),
-            {"type": int, "default": None, "metavar": "N", "help": "upgrade the model to this opset first (iree-import-onnx --opset-version)"},
+            {
+                "type": int,
+                "default": None,
+                "metavar": "N",
+                "help": "upgrade the model to this opset first (default: a model older than opset 17 is raised to 17, with a note)",
+            },
         ),
         Option(("--data-dir",), {"default": None, "metavar": "DIR", "help": "where the model's external data files are (default: the model's directory)"}),
         Option(
@@ -393,7 +401,8 @@ IMPORT = Verb(
         'Import an ONNX model with iree-import-onnx (pip install "pyree_build[onnx]"), give every '
         'top-level op its ONNX node name as its location (loc("fc1"), kept by iree-compile on the ops '
         "lowered from it), and check the result with IREE's input conversion: an op IREE cannot "
-        "lower is an error naming its node."
+        "lower is an error naming its node. A model older than opset 17 is raised to opset 17 with onnx's "
+        "version converter first."
     ),
     examples="pyree-build import model.onnx -o build/model.mlir\npyree-build compile build/model.mlir -o build/model.vmfb",
 )

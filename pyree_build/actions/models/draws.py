@@ -68,6 +68,8 @@ class Draw:
     label: str
     arrays: tuple[numpy.ndarray, ...]
     expected: tuple[numpy.ndarray, ...] | None = None  # stored outputs, when the files had them
+    style: str | None = None  # drawn: its style and seed; None for given or stored inputs
+    seed: int = 0
 
 
 def numpy_dtype(elem_type: int, name: str, source: Path) -> numpy.dtype:
@@ -184,7 +186,7 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, n
             values = _integers(rng, "uniform" if narrow_integers else style, shape, graph_input.dtype, graph_input.name in bounded)
         arrays.append(np.asarray(values).astype(graph_input.dtype))
     what = STYLE_TEXT[style] + (" (integers in [0, 4): onnxruntime refused them across their type)" if narrow_integers and style != "uniform" else "")
-    return Draw(f"seed {seed}, {style}: {what}", tuple(arrays))
+    return Draw(f"seed {seed}, {style}: {what}", tuple(arrays), None, style, seed)
 
 
 def style_of(trial: int) -> str:
@@ -248,4 +250,4 @@ def conform(draw_: Draw, declared: Sequence[GraphInput], source: Path) -> Draw:
                 fix="give the input the graph's shape",
             )
         arrays.append(array.astype(graph_input.dtype, copy=False))
-    return Draw(draw_.label, tuple(arrays), draw_.expected)
+    return Draw(draw_.label, tuple(arrays), draw_.expected, draw_.style, draw_.seed)

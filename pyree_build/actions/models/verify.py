@@ -343,23 +343,26 @@ def _draws(
     return [draws.draw(model, model_path, seed=seed + i, style=draws.style_of(i)) for i in range(trials)]
 
 
-def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw, seed: int) -> tuple[draws.Draw, list[str], list[numpy.ndarray], str]:
+def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw) -> tuple[draws.Draw, list[str], list[numpy.ndarray], str]:
     """(the draw as used, output names, the reference outputs, the reference's name): the stored
     outputs where the inputs came with them, else onnxruntime's. A drawn set whose integers
     onnxruntime refuses across their type (indices, sizes) is drawn again with small integers."""
     names = [o.name for o in model.graph.output]
     if draw.expected is not None:
         if len(draw.expected) != len(names):
-            raise PyreeError(f"{len(draw.expected)} stored outputs, the model has {len(names)}", file=model_path, fix="pass the test directory of this model")
+            raise PyreeError(
+                f"{len(draw.expected)} stored outputs, the model has {len(names)} ({', '.join(names)})",
+                file=model_path,
+                fix="pass a test directory of this model",
+            )
         return draw, names, list(draw.expected), "stored"
     try:
         found, expected = reference_outputs(model_path, model, draw.arrays)
         return draw, found, expected, "onnxruntime"
     except PyreeError:
-        style = next((s for s in draws.STYLES if draw.label.startswith(f"seed {seed}, {s}:")), None)
-        if style in (None, "uniform") or not any(a.dtype.kind in "iu" for a in draw.arrays):
+        if draw.style in (None, "uniform") or not any(a.dtype.kind in "iu" for a in draw.arrays):
             raise
-    narrow = draws.draw(model, model_path, seed=seed, style=style, narrow_integers=True)
+    narrow = draws.draw(model, model_path, seed=draw.seed, style=draw.style, narrow_integers=True)
     found, expected = reference_outputs(model_path, model, narrow.arrays)
     return narrow, found, expected, "onnxruntime"
 
@@ -426,19 +429,20 @@ def verify(
     for value in model.graph.output:
         draws.numpy_dtype(value.type.tensor_type.elem_type, value.name, model_path)
     fn = choose_function(mod, model, function)
+    base_fn = choose_function(base, model, function) if base is not None else fn
     input_names = [g.name for g in draws.graph_inputs(model, model_path)]
     _require_parameters(mod, fn, sets[0].arrays, model_path, input_names)
     if base is not None:
-        _require_parameters(base, choose_function(base, model, function), sets[0].arrays, model_path, input_names)
+        _require_parameters(base, base_fn, sets[0].arrays, model_path, input_names)
     results = []
-    for i, drawn in enumerate(sets):
-        used, names, expected, reference = _reference(model_path, model, drawn, seed + i)
+    for drawn in sets:
+        used, names, expected, reference = _reference(model_path, model, drawn)
         actual = _run_module(mod, fn, used.arrays, plugins, device, model_path)
         _require_matching(mod, fn, actual, names, expected)
         own: list[numpy.ndarray] | None = None
         if base is not None:
-            own = _run_module(base, choose_function(base, model, function), used.arrays, (), device, model_path)
-            _require_matching(base, fn, own, names, expected)
+            own = _run_module(base, base_fn, used.arrays, (), device, model_path)
+            _require_matching(base, base_fn, own, names, expected)
         outputs = tuple(
             _judge(compare(j, names[j], a, e, rtol, atol, reference), a, e, own[j] if own is not None else None, rtol, atol)
             for j, (a, e) in enumerate(zip(actual, expected))
