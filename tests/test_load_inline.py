@@ -177,6 +177,23 @@ def test_a_build_dir_holding_the_users_files_is_refused_and_left_as_it_was(tmp_p
     np.testing.assert_array_equal(again(A, B), A * B * 4 + B)
 
 
+def test_a_build_dir_shared_by_two_kernels_keeps_each_ones_code(tmp_path):
+    """issue 35 item 6: the second load_inline into one build_dir rewrote the first's module and
+    plugin, so the first kernel ran the second's code (10, not 12), in this process and another."""
+    first = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(2), function="f", build_dir=tmp_path / "bd")
+    second = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(5), function="f", build_dir=tmp_path / "bd")
+    np.testing.assert_array_equal(first(A, B), A * B * 2 + B)
+    np.testing.assert_array_equal(second(A, B), A * B * 5 + B)
+    code = (
+        "import sys, numpy as np, pyree_build as pb; sys.path.insert(0, sys.argv[1]); from test_load_inline import PROGRAM, kernel_c, A, B; "
+        "pb.load_inline(mlir=PROGRAM, c_source=kernel_c(7), function='f', build_dir=sys.argv[2])"
+    )
+    other = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path / "bd")], capture_output=True, text=True, timeout=600)
+    assert other.returncode == 0, other.stderr
+    np.testing.assert_array_equal(first(A, B), A * B * 2 + B)
+    assert first.module != second.module and first.module.read_bytes() != second.module.read_bytes()
+
+
 def test_a_new_cache_directory_is_marked_before_inline_builds_go_into_it(tmp_path, monkeypatch, capfd):
     # Writing inline/ into an unmarked cache made the cache refuse it as someone else's.
     monkeypatch.setenv("PYREE_BUILD_CACHE", str(tmp_path / "cache"))
@@ -253,8 +270,8 @@ def test_cuda_kernels_from_strings_build_a_ptx_per_sm_the_program_names(tmp_path
     if not usable:  # built, then refused at load with the reason: no GPU to run on
         with pytest.raises(pb.PyreeError, match="cuda"):
             pb.load_inline(**arguments, build_dir=tmp_path)
-        assert sorted(p.name for p in tmp_path.glob("*.ptx")) == ["kernels_sm_75.ptx", "kernels_sm_80.ptx"]
-        assert (tmp_path / "kernel.vmfb").is_file()
+        assert sorted(p.name for p in tmp_path.glob("*/*.ptx")) == ["kernels_sm_75.ptx", "kernels_sm_80.ptx"]
+        assert len(list(tmp_path.glob("*/kernel.vmfb"))) == 1
         pytest.skip(f"built; no CUDA GPU to run it on: {reason}")
     kernel = pb.load_inline(**arguments, build_dir=tmp_path)
     np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))
@@ -267,7 +284,7 @@ def test_hip_kernels_named_cu_build_a_code_object_for_the_gfx_asked(tmp_path):
         kernel = pb.load_inline(**arguments, target="hip", target_options={"gfx": 1100}, build_dir=tmp_path)
     except pb.PyreeError as exc:  # no AMD GPU here: built, then refused at load with the reason
         assert "device hip is not usable" in exc.what, exc.render()
-        assert (tmp_path / "gfx1100" / "kernels.co").is_file() and (tmp_path / "kernel.vmfb").is_file()
+        assert len(list(tmp_path.glob("*/gfx1100/kernels.co"))) == 1 and len(list(tmp_path.glob("*/kernel.vmfb"))) == 1
         pytest.skip(f"built; no AMD GPU to run it on: {exc.what}")
     np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))
 

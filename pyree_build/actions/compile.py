@@ -23,7 +23,7 @@ from pyree_build.actions.specs import preprocess as run_preprocess
 from pyree_build.backends.base import Backend, CompileJob
 from pyree_build.backends.llvm_cpu.imports import require_imports
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, lazy, processes, readers, toolchain
+from pyree_build.core import echo, formats, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import scratch_dir, text_or_empty, write_depfile
 from pyree_build.core.inputs import Inputs, compile_inputs, referenced_objects, resolve_object
@@ -167,6 +167,7 @@ def run_compiler(state: CompileState) -> list[str]:
     return cached_action(
         "compile", key=key, inputs=_inputs(state), outputs=[state.job.output],
         build=functools.partial(_build, state), tools_used=tools_used, uncacheable=state.reads.uncacheable,
+        check=lambda paths: formats.require_vmfb(paths[0]),
     )  # fmt: skip
 
 

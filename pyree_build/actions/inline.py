@@ -87,9 +87,14 @@ def _backend_for(name: str, target: str | None) -> Backend:
     return next(b for b in owners if target is None or b.name == target)
 
 
-def _build_dir(texts: Mapping[str, str], settings: Mapping[str, Any]) -> Path:
-    """A directory named by everything that decides what is built in it."""
+def _build_dir(texts: Mapping[str, str], settings: Mapping[str, Any], build_dir: PathLike | None) -> Path:
+    """A directory named by everything that decides what is built in it, under `build_dir`
+    when one is given (claimed as load_inline's first): other strings never rewrite the
+    module or plugin a kernel already returned runs, in this process or another."""
     key = hashlib.sha256(json.dumps({"texts": texts, "settings": settings}, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    if build_dir is not None:
+        _claim(Path(build_dir))
+        return Path(build_dir) / key
     # Without a cache, a directory of this user's in the temporary directory (never shared).
     root = work_dir("inline") or Path(tempfile.gettempdir()) / f"pyree_build-inline-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
     return root / key
@@ -149,7 +154,7 @@ def load_inline(
     run_device = device or backend.devices[0]
     settings: dict[str, Any] = {"kind": kind, "target": backend.name, "flags": list(flags), "name": stem}
     settings |= {"include_dirs": [os.path.abspath(d) for d in include_dirs], "defines": list(defines), "target_options": dict(target_options or {})}
-    directory = Path(build_dir) if build_dir is not None else _build_dir({_PROGRAM: mlir, **sources}, settings)
+    directory = _build_dir({_PROGRAM: mlir, **sources}, settings, build_dir)
     labels = {str(directory / _PROGRAM): "mlir"} | {
         str(directory / n): "c_source" if n == f"{stem}.c" and c_source is not None else f"files['{n}']" for n in sources
     }

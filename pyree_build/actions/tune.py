@@ -19,6 +19,7 @@ import os
 import platform
 import re
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -144,7 +145,13 @@ def parse_params(params: Mapping[str, object] | str | Iterable[str]) -> dict[str
             raise PyreeError(f"parameter name {name!r} is not a C macro name", fix="name a -D macro of the kernel: letters, digits, _")
         if name in parsed or not listed:
             raise PyreeError(f"parameter {name} is given twice or without values", fix=f"give each once: --param {name}=1,2,4")
-        parsed[name] = [str(v) for v in listed]
+        values = [str(v) for v in listed]
+        for value in values:
+            # A -D value is one line of the preprocessor's predefines: a line break would add lines of its own.
+            if not value or not value.isprintable():
+                raise PyreeError(f"parameter {name} has the value {value!r}, which is empty or holds a line break or control character",
+                                 fix=f"give printable values on one line: --param {name}=1,2,4")  # fmt: skip
+        parsed[name] = values
     if not parsed:
         raise PyreeError("nothing to tune: no --param given", fix="e.g. --param TILE=1,2,4,8")
     return parsed
@@ -219,20 +226,55 @@ def classify(error: PyreeError) -> str:
     return HUNG if "timed out" in error.what else CRASHED
 
 
-def check_variant(plan: Plan, plugin: Path, expected: Sequence[numpy.ndarray]) -> tuple[str, str]:
-    """Run the variant once and compare its results: ("ok", "") or (status, why)."""
+# Each check calls the function this many times in one process: a variant right on its first
+# call only (state kept between calls) is wrong, and must never be chosen.
+CHECK_CALLS = 3
+# What the child process of the repeated calls may take beyond the calls (Python, numpy and
+# iree.runtime starting on a loaded machine): a slow start must never read as a hang.
+_START_ALLOWANCE_S = 30.0
+
+
+def check_variant(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray]) -> tuple[str, str]:
+    """Run the variant and compare its results, then call it CHECK_CALLS times in one process
+    (the plugin kept loaded) and compare every call's: ("ok", "") or (status, why)."""
     try:
         with echo.muted_commands():
             outputs = run_action.run(plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device, timeout=plan.timeout).outputs
     except PyreeError as error:
         return classify(error), error.what
-    specs: list[Any] = list(expected)  # arrays are expected values as much as specs are
-    try:
-        checks.check_close(outputs, specs, rtol=plan.rtol, atol=plan.atol, source=str(plugin))
-    except PyreeError as error:
-        return WRONG, error.what + (f" ({error.details})" if error.details else "")
+    status, why = _compare(plan, plugin, outputs, expected)
+    return (status, why) if status != "ok" else _check_repeated_calls(plan, plugin, expected)
+
+
+def _check_repeated_calls(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray]) -> tuple[str, str]:
+    with tempfile.TemporaryDirectory(prefix="pyree-tune-check.") as tmp:
+        spec = {"module": plan.module, "function": plan.function, "device": plan.device, "plugin": os.fspath(plugin), "out": tmp,
+                "calls": [plan.inputs] * CHECK_CALLS}  # fmt: skip
+        try:
+            with echo.muted_commands():
+                processes.spawn(
+                    [sys.executable, "-m", "pyree_build.actions.tune_calls", json.dumps(spec)],
+                    what=f"calling {plan.function} {CHECK_CALLS} times in one process", file=plugin,
+                    timeout=plan.timeout * CHECK_CALLS + _START_ALLOWANCE_S, crash_hint=run_action.crash_hint([plugin]),
+                )  # fmt: skip
+        except PyreeError as error:
+            return classify(error), error.what
+        for call in range(CHECK_CALLS):
+            outputs = [np.load(f) for f in sorted(Path(tmp).glob(f"{call}_*.npy"), key=lambda f: int(f.stem.split("_")[1]))]
+            status, why = _compare(plan, plugin, outputs, expected)
+            if status != "ok":
+                return status, f"call {call + 1} of {CHECK_CALLS} in one process: {why}"
+    return "ok", ""
+
+
+def _compare(plan: Plan, plugin: PathLike, outputs: Sequence[numpy.ndarray], expected: Sequence[numpy.ndarray]) -> tuple[str, str]:
     if len(outputs) != len(expected):
         return WRONG, f"{len(outputs)} results, the reference has {len(expected)}"
+    specs: list[Any] = list(expected)  # arrays are expected values as much as specs are
+    try:
+        checks.check_close(outputs, specs, rtol=plan.rtol, atol=plan.atol, source=os.fspath(plugin))
+    except PyreeError as error:
+        return WRONG, error.what + (f" ({error.details})" if error.details else "")
     return "ok", ""
 
 
@@ -423,7 +465,7 @@ def tune(
         _tune_ray.sweep(plan, variants, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
     else:
         _sweep_locally(plan, variants, directory, expected, jobs)
-    result = _finish(plan, variants, out)
+    result = _finish(plan, variants, out, expected)
     if depfile is not None:  # CMake: a changed source, header, module or reference tunes again
         inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
         files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
@@ -447,9 +489,24 @@ def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: st
                 list(defines), device, rtol, atol, timeout, spread, budget, max_rounds, repetitions)  # fmt: skip
 
 
-def _finish(plan: Plan, variants: list[Variant], out: Path) -> TuneResult:
+def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[numpy.ndarray]) -> Variant | None:
+    """The fastest variant that is still right when checked again after its benchmark (a
+    kernel can go wrong after many calls); one that is not is marked wrong and the next tried."""
+    for best in ranked(variants):
+        if best.status != "ok" or not best.samples_ms:
+            return None
+        if best.plugin is None or not Path(best.plugin).is_file():  # built on another node (Ray): checked there
+            return best
+        status, why = check_variant(plan, best.plugin, expected)
+        if status == "ok":
+            return best
+        best.status, best.reason = status, f"after its benchmark: {why}"
+    return None
+
+
+def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[numpy.ndarray]) -> TuneResult:
+    best = _recheck_winner(plan, variants, expected)
     rows = ranked(variants)
-    best = rows[0] if rows and rows[0].status == "ok" and rows[0].samples_ms else None
     if best is None:
         raise PyreeError(
             f"no variant of {Path(plan.sources[0]).name} both computed the right result and was measured",
@@ -475,9 +532,17 @@ def read_best(tuned: PathLike) -> dict[str, Any]:
 
 
 def tuned_defines(tuned: PathLike) -> list[str]:
-    """The winner's parameter values as -D definitions (`TILE=4`), to add to a build's own."""
+    """The winner's parameter values as -D definitions (`TILE=4`), to add to a build's own,
+    checked as --param checks them: best.json is a file anyone may have edited, and a name
+    such as `f(p)` or one holding a line break would define a function or add lines."""
     params = read_best(tuned)["winner"]["params"]
-    return [f"{name}={value}" for name, value in params.items()]
+    try:
+        checked = parse_params({name: [value] for name, value in params.items()})
+    except PyreeError as error:
+        raise PyreeError(
+            f"not a tune result: {error.what}", file=tuned, fix="tune again (`pyree-build tune ... -o best.json`), or fix the winner's params"
+        ) from None
+    return [f"{name}={values[0]}" for name, values in checked.items()]
 
 
 def build_tuned(

@@ -474,6 +474,7 @@ def cached_action(
     tools_used: Sequence[toolchain.Tool] = (),
     uncacheable: str | None = None,
     headers: Inputs | None = None,
+    check: Callable[[Sequence[Path]], None] | None = None,
 ) -> list[str]:
     """Produce `outputs` from the cache, or by `build` and then store them.
 
@@ -485,13 +486,15 @@ def cached_action(
     read. `uncacheable`, when set, says why the inputs cannot be known: then the action
     always builds. `headers` (core.inputs: c_includes, header_lookups) says how a C-family
     step's header names resolved, found or not: that is keyed, its headers hashed, its
-    refusal honoured, and the directories searched returned too, for the depfile. Returns
-    every dependency, for a depfile.
+    refusal honoured, and the directories searched returned too, for the depfile. `check`
+    raises a PyreeError unless the files given are what the step makes (PTX for the sm, an
+    ELF of the arch): bytes from the remote tier pass it before they become outputs, and an
+    action without one never takes a remote hit. Returns every dependency, for a depfile.
     """
     if headers is not None:
         deps = cached_action(
             action, key=[*key, *headers.resolution], inputs=[*inputs, *headers.files], outputs=outputs, build=build,
-            tools_used=tools_used, uncacheable=uncacheable or headers.uncacheable,
+            tools_used=tools_used, uncacheable=uncacheable or headers.uncacheable, check=check,
         )  # fmt: skip
         return [*deps, *map(str, watched_directories(headers.directories, outputs))]
     key = list(key)
@@ -501,6 +504,7 @@ def cached_action(
     tool_paths = [str(t.path) for t in tools_used]
     root = _usable_root(action, uncacheable)
     slot = _Slot(root)
+    slot.inputs, slot.check = known, check
     if root is not None:
         before = {p: hash_file(Path(p)) for p in known}
         tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
@@ -520,6 +524,8 @@ class _Slot:
         self.base = ""
         self.before: dict[str, str | None] = {}
         self.remote = None
+        self.inputs: list[str] = []  # known before the build: every entry's dependencies name them
+        self.check: Callable[[Sequence[Path]], None] | None = None
 
 
 def _usable_root(action: str, uncacheable: str | None) -> Path | None:
@@ -547,14 +553,35 @@ def _cached_outputs(action: str, slot: _Slot, outputs: Sequence[Path], before: d
         return hit
     slot.before = {**seen, **before}
     slot.remote = _remote_tier(slot.root)
-    if slot.remote is None:
+    if slot.remote is None or slot.check is None:  # bytes no check can vouch for are never taken
         return None
-    fetched = slot.remote.fetch(slot.base, outputs, functools.partial(_deps_unchanged, known=slot.before, outputs=outputs))
-    if fetched is not None:
-        echo.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
+    fetched = slot.remote.fetch(slot.base, len(outputs), functools.partial(_deps_unchanged, known=slot.before, required=slot.inputs, outputs=outputs))
+    if fetched is None:
+        return None
+    try:
+        _take_remote(slot, outputs, fetched)
+    except PyreeError as exc:
+        slot.remote.note("check", f"a record's output is not what {action} makes ({exc.what}); not used")
+        return None
+    echo.log_step(f"  {action}: remote cache hit ({', '.join(o.name for o in outputs)})")
+    return list(fetched.deps)
+
+
+def _take_remote(slot: _Slot, outputs: Sequence[Path], fetched: remote_cache.Fetched) -> None:
+    """Write fetched bytes to private temporaries, check them, store them locally from there
+    (never from the final paths, which another process may rewrite), then rename them into
+    place, all or none."""
+    assert slot.root is not None and slot.check is not None
+    umask = os.umask(0)
+    os.umask(umask)
+    with files.atomic_outputs(outputs) as private:
+        for tmp, data, executable in zip(private, fetched.blobs, fetched.executable):
+            with open(tmp, "xb") as handle:
+                handle.write(data)
+            os.chmod(tmp, (0o777 if executable else 0o666) & ~umask)
+        slot.check(private)
         with contextlib.suppress(OSError):
-            _store(slot.root, slot.base, outputs, fetched)  # the local tier answers next time
-    return fetched
+            _store(slot.root, slot.base, private, fetched.deps)  # the local tier answers next time
 
 
 def _build_and_store(action: str, slot: _Slot, outputs: Sequence[Path], build: Callable[[list[Path]], Sequence[str]],
@@ -603,10 +630,11 @@ def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
     return remote_cache.from_env(state_dir=root)
 
 
-def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None], outputs: Sequence[Path] = ()) -> bool:
-    """Whether every dependency of a remote entry hashes here as it did there (and none is an
-    output: the local build then says so)."""
-    if outputs_mod.outputs_read(outputs, deps):
+def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None], required: Sequence[str] = (), outputs: Sequence[Path] = ()) -> bool:
+    """Whether every dependency of a remote entry hashes here as it did there, the entry names
+    every input known before the build (a build reads at least those), and none is an output
+    (the local build then says so)."""
+    if not deps or any(path not in deps for path in required) or outputs_mod.outputs_read(outputs, deps):
         return False
     for dep, digest in deps.items():
         if dep not in known:

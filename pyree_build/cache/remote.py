@@ -10,11 +10,19 @@ location all serve: `GET` and `PUT` of whole files under one base URL.
                          output in order
 
 Nothing fetched is trusted before it is checked: a record must parse into the expected
-shape, its dependency set must match this machine's files (the caller decides how), and
-every blob must hash to the name it was asked for before it becomes an output. A server
-that is down, slow, refuses, or answers with wrong bytes turns into a local build and one
-note on stderr per process; it never fails a build. Writers are trusted to put true
-records, which is why untrusted clients run read-only (PYREE_BUILD_REMOTE_CACHE_MODE=read).
+shape, each entry must name dependencies (every input known before the build among them),
+its dependency set must match this machine's files (the caller decides how), every blob
+must hash to the name it was asked for, and the caller checks each output is what the step
+makes (a PTX for the sm, an ELF of the arch, a module) before it is renamed into place or
+stored locally. A server that is down, slow, refuses, or answers with wrong bytes turns into
+a local build and one note on stderr per process; it never fails a build.
+
+What is left is trust in whoever can write to the server: a record that passes these checks
+can still name other, well-formed bytes than the inputs would make (another kernel for the
+same sm). With PYREE_BUILD_REMOTE_CACHE_KEY set, every record is signed (HMAC-SHA256 over
+the record's key and entries with that shared secret) and records without a valid signature
+are ignored, so only holders of the secret can make a hit; the server itself can then only
+withhold entries, never choose bytes.
 
 Only the standard library is used, and the module is imported only when a remote is set.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -34,12 +43,14 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from pyree_build.core import echo
+from pyree_build.core.records import record
 
 URL_ENV = "PYREE_BUILD_REMOTE_CACHE"
 TOKEN_ENV = "PYREE_BUILD_REMOTE_CACHE_TOKEN"  # sent as `Authorization: Bearer <token>`
 AUTH_ENV = "PYREE_BUILD_REMOTE_CACHE_AUTH"  # `user:password`, sent as basic auth
 MODE_ENV = "PYREE_BUILD_REMOTE_CACHE_MODE"  # `readwrite` (default) or `read`
 TIMEOUT_ENV = "PYREE_BUILD_REMOTE_CACHE_TIMEOUT"  # seconds per socket operation
+KEY_ENV = "PYREE_BUILD_REMOTE_CACHE_KEY"  # a shared secret: records are signed, unsigned ones ignored
 
 DEFAULT_TIMEOUT = 3.0
 RECORD_FORMAT = "pyree_build.remote.v1"
@@ -70,7 +81,7 @@ class RemoteCache:
     disables the remote for the rest of the process and prints one note."""
 
     def __init__(self, url: str, *, token: str | None = None, auth: str | None = None, read_only: bool = False,
-                 timeout: float = DEFAULT_TIMEOUT, state_dir: Path | None = None) -> None:  # fmt: skip
+                 timeout: float = DEFAULT_TIMEOUT, state_dir: Path | None = None, secret: bytes | None = None) -> None:  # fmt: skip
         malformed = ValueError(f"{URL_ENV} must be http(s)://host[:port]/path, not {shown_url(url)!r}")
         try:  # urlsplit's own messages may quote a piece of the password (as a port, say): never shown
             parts = urlsplit(url)
@@ -93,6 +104,7 @@ class RemoteCache:
         elif auth:
             self.headers["Authorization"] = "Basic " + base64.b64encode(auth.encode("utf-8")).decode("ascii")
         self.read_only = read_only
+        self.secret = secret  # records signed with it, and only signed records used
         self.timeout = timeout
         self.state_dir = state_dir
         self.disabled = False
@@ -215,10 +227,10 @@ class RemoteCache:
         data = self._get(_ac_path(key), _MAX_RECORD)
         entries: list[dict] = []
         if data is not None:
-            parsed = _parse_record(data)
-            if parsed is None:
-                self.note("record", f"record {_ac_path(key)[:19]}... is not a pyree_build record (ignored)")
-            entries = parsed or []
+            parsed = _parse_record(data, key, self.secret)
+            if isinstance(parsed, str):
+                self.note("record", f"record {_ac_path(key)[:19]}... {parsed} (ignored)")
+            entries = parsed if isinstance(parsed, list) else []
         self._records[key] = entries
         return entries
 
@@ -231,14 +243,15 @@ class RemoteCache:
             return None
         return data
 
-    def fetch(self, key: str, outputs: Sequence[Path], deps_match: Callable[[Mapping[str, str]], bool]) -> dict[str, str] | None:
-        """Write `outputs` from the newest entry of record `key` whose dependencies match
-        (as `deps_match` judges them) and whose every blob verifies; all or none of the
-        outputs are replaced. Returns that entry's dependencies and their hashes, or None."""
+    def fetch(self, key: str, count: int, deps_match: Callable[[Mapping[str, str]], bool]) -> Fetched | None:
+        """The newest entry of record `key` with `count` outputs whose dependencies match (as
+        `deps_match` judges them) and whose every blob verifies: its dependencies and their
+        hashes, and each output's bytes. Writes nothing: the caller checks the bytes are what
+        its step makes before any becomes a file."""
         if self.disabled:
             return None
         try:
-            return self._fetch(key, outputs, deps_match)
+            return self._fetch(key, count, deps_match)
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong here, the build goes on locally
             self._fail(f"{type(exc).__name__}: {exc}")
             return None
@@ -254,9 +267,9 @@ class RemoteCache:
             self._fail(f"{type(exc).__name__}: {exc}")
             return False
 
-    def _fetch(self, key: str, outputs: Sequence[Path], deps_match: Callable[[Mapping[str, str]], bool]) -> dict[str, str] | None:
+    def _fetch(self, key: str, count: int, deps_match: Callable[[Mapping[str, str]], bool]) -> Fetched | None:
         for entry in reversed(self._record(key)):
-            if len(entry["outputs"]) != len(outputs) or not deps_match(entry["deps"]):
+            if len(entry["outputs"]) != count or not deps_match(entry["deps"]):
                 continue
             blobs = []
             for out in entry["outputs"]:
@@ -265,9 +278,8 @@ class RemoteCache:
                     break
                 blobs.append(data)
             else:
-                _write_all(outputs, blobs, [bool(o.get("exec")) for o in entry["outputs"]])
                 self.hits += 1
-                return dict(entry["deps"])
+                return Fetched(dict(entry["deps"]), blobs, [bool(o.get("exec")) for o in entry["outputs"]])
             if self.disabled:
                 return None
         return None
@@ -288,7 +300,10 @@ class RemoteCache:
         known = [e for e in self._record(key) if e["deps"] != entry["deps"]]
         known.append(entry)
         known = known[-_MAX_ENTRIES:]
-        body = json.dumps({"format": RECORD_FORMAT, "entries": known}, sort_keys=True).encode("utf-8")
+        doc: dict[str, object] = {"format": RECORD_FORMAT, "entries": known}
+        if self.secret is not None:
+            doc["mac"] = _mac(self.secret, key, known)
+        body = json.dumps(doc, sort_keys=True).encode("utf-8")
         if not self._put(_ac_path(key), body):
             return False
         self._records[key] = known
@@ -299,55 +314,58 @@ def _ac_path(key: str) -> str:
     return "ac/" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def _parse_record(data: bytes) -> list[dict] | None:
-    """The entries of a record, or None when the bytes are not a record of ours."""
+@record(frozen=True)
+class Fetched:
+    """A remote entry that passed every check the remote tier can make, not yet written."""
+
+    deps: dict[str, str]
+    blobs: list[bytes]
+    executable: list[bool]
+
+
+def _mac(secret: bytes, key: str, entries: list[dict]) -> str:
+    """The record's signature: its key and entries, canonical JSON, under the shared secret."""
+    message = json.dumps({"key": key, "entries": entries}, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def _parse_record(data: bytes, key: str, secret: bytes | None) -> list[dict] | str:
+    """The entries of a record, or why they are not used: not a record of ours, an entry
+    that names no dependency (nothing ties its bytes to any input), or a signature missing
+    or wrong while a shared secret is set."""
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
-        return None
+        return "is not a pyree_build record"
     if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT or not isinstance(doc.get("entries"), list):
-        return None
+        return "is not a pyree_build record"
     entries = []
     for entry in doc["entries"]:
         if not isinstance(entry, dict):
-            return None
+            return "is not a pyree_build record"
         deps, outs = entry.get("deps"), entry.get("outputs")
-        if not isinstance(deps, dict) or not all(isinstance(k, str) and os.path.isabs(k) and isinstance(v, str) for k, v in deps.items()):
-            return None
+        if not isinstance(deps, dict) or not all(isinstance(k, str) and os.path.isabs(k) and _hex64(v) for k, v in deps.items()):
+            return "is not a pyree_build record"
+        if not deps:
+            return "has an entry that names no dependency"
         if not isinstance(outs, list) or not outs:
-            return None
+            return "is not a pyree_build record"
         for out in outs:
             if not isinstance(out, dict) or not _hex64(out.get("sha256")):
-                return None
+                return "is not a pyree_build record"
             size = out.get("size")
             if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= _MAX_BLOB:
-                return None
+                return "is not a pyree_build record"
         entries.append({"deps": deps, "outputs": outs})
+    if secret is not None:
+        mac = doc.get("mac")
+        if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(secret, key, doc["entries"])):
+            return f"is not signed with {KEY_ENV}"
     return entries
 
 
-def _write_all(outputs: Sequence[Path], blobs: Sequence[bytes], executable: Sequence[bool]) -> None:
-    """Write every output beside its final name, then rename them all: all or nothing."""
-    umask = os.umask(0)
-    os.umask(umask)
-    temps: list[tuple[Path, Path]] = []
-    try:
-        for final, data, exe in zip(map(Path, outputs), blobs, executable):
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = final.parent / f".{final.name}.{os.getpid()}-{os.urandom(4).hex()}.remote"
-            temps.append((tmp, final))
-            with open(tmp, "xb") as handle:
-                handle.write(data)
-            os.chmod(tmp, (0o777 if exe else 0o666) & ~umask)
-        for tmp, final in temps:
-            os.replace(tmp, final)
-    finally:
-        for tmp, _ in temps:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-
-
-_CONFIGURED: dict[str, RemoteCache | None] = {}
+# One remote per process and setting: another secret, token or mode is another client.
+_CONFIGURED: dict[tuple[str | None, ...], RemoteCache | None] = {}
 
 
 def from_env(state_dir: Path | None = None) -> RemoteCache | None:
@@ -356,8 +374,9 @@ def from_env(state_dir: Path | None = None) -> RemoteCache | None:
     url = os.environ.get(URL_ENV, "").strip()
     if not url or url.lower() in ("0", "off", "no", "false"):
         return None
-    if url in _CONFIGURED:
-        return _CONFIGURED[url]
+    setting = (url, *(os.environ.get(name) for name in (TOKEN_ENV, AUTH_ENV, MODE_ENV, TIMEOUT_ENV, KEY_ENV)))
+    if setting in _CONFIGURED:
+        return _CONFIGURED[setting]
     remote: RemoteCache | None
     try:
         timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
@@ -371,6 +390,7 @@ def from_env(state_dir: Path | None = None) -> RemoteCache | None:
             read_only=mode.startswith("read") and "write" not in mode,
             timeout=timeout if timeout > 0 else DEFAULT_TIMEOUT,
             state_dir=state_dir,
+            secret=os.environ[KEY_ENV].encode("utf-8") if os.environ.get(KEY_ENV) else None,
         )
     except ValueError as exc:
         print(f"pyree_build: note: remote cache not used: {exc}", file=sys.stderr, flush=True)
@@ -378,5 +398,5 @@ def from_env(state_dir: Path | None = None) -> RemoteCache | None:
     if remote is not None and remote.backed_off():
         remote.disabled = True
         echo.log_step(f"  remote cache {remote.display}: skipped, unavailable to another build step in the last {_BACKOFF_S:.0f} s")
-    _CONFIGURED[url] = remote
+    _CONFIGURED[setting] = remote
     return remote

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pyree_build.backends.cuda.ptx import normalize_sm
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, processes, toolchain
+from pyree_build.core import echo, formats, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
@@ -82,6 +82,7 @@ def bitcode(
         build=job.build,
         tools_used=[clang],
         headers=headers,
+        check=formats.magic_check(_BITCODE_MAGIC, "LLVM bitcode"),
     )
     if depfile:
         write_depfile(depfile, outputs[sm_list[0]], deps)

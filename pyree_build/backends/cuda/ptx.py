@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyree_build.cache.local import cached_action
-from pyree_build.core import args, echo, lazy, processes, toolchain
+from pyree_build.core import args, echo, formats, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
@@ -283,10 +283,20 @@ def ptx(
     deps = cached_action(
         "ptx", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list],
         build=job.build, tools_used=[job.tool, *([ptxas_tool] if ptxas_tool else [])], headers=headers,
+        check=functools.partial(_check_ptx, sm_list),
     )  # fmt: skip
     if depfile:
         write_depfile(depfile, outputs[sm_list[0]], deps)
     return [outputs[sm] for sm in sm_list]
+
+
+def _check_ptx(sm_list: Sequence[int], paths: Sequence[Path]) -> None:
+    """Each file is PTX text for its sm, with kernels (what a remote entry must hold)."""
+    for sm, path in zip(sm_list, paths):
+        formats.require_text(path, b".version", "PTX")
+        found = read_ptx(path)
+        if found.sm != sm or not found.entries:
+            raise PyreeError(f"PTX for sm_{found.sm} with {len(found.entries)} kernels, not sm_{sm} with kernels", file=path, fix="rebuild it")
 
 
 def _ptxas_here() -> toolchain.Tool | None:

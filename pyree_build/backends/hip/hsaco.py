@@ -150,7 +150,8 @@ def hsaco(
     headers = c_includes(src, [src.parent, toolchain.include_dir(), *incs])
     job = _HsacoJob(src, gfx_list, out_dir, clang, lld, options, [str(h) for h in headers.files], jobs)
     key = [*gfx_list, *options]
-    deps = cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=job.build, tools_used=[clang, lld], headers=headers)
+    deps = cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=job.build, tools_used=[clang, lld], headers=headers,
+                         check=functools.partial(_check_objects, gfx_list))  # fmt: skip
     if depfile:
         write_depfile(depfile, outputs[gfx_list[0]], deps)
     return [outputs[g] for g in gfx_list]
@@ -219,6 +220,11 @@ def _explain_link(text: str) -> str | None:
     if undefined:
         return f"the code object would call functions that nothing defines: {', '.join(dict.fromkeys(undefined))}\n" + text
     return None
+
+
+def _check_objects(gfx_list: Sequence[str], paths: Sequence[Path]) -> None:
+    for path, gfx in zip(paths, gfx_list):
+        check_code_object(path, gfx)
 
 
 def check_module_objects(objects: Sequence[Path], gfx: str) -> None:

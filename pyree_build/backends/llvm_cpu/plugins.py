@@ -5,6 +5,7 @@ Every compiler flag pyree_build uses for CPU code lives in this module.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -22,7 +23,7 @@ from pyree_build.backends.llvm_cpu.elf import (
     read_elf,
 )
 from pyree_build.cache.local import cached_action
-from pyree_build.core import args, echo, lazy, processes, toolchain
+from pyree_build.core import args, echo, formats, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
@@ -101,6 +102,21 @@ def _freestanding_target(cc: toolchain.Tool, arch: str) -> list[str]:
         f"{cc.name} cannot cross-compile freestanding code for {arch}",
         fix="use --cc zig (the default, from the ziglang wheel) or --cc clang",
     )
+
+
+def _check_plugin(path: Path, arch_list: Sequence[str], *, single: bool, standalone: bool) -> None:
+    """The plugin is what its build makes: one ELF of the arch, or a FatELF of exactly the arches."""
+    if single:
+        check_plugin_elf(path, arch=arch_list[0], standalone=standalone)
+        return
+    held = sorted(r.arch for r in fatelf.read(path))
+    if held != sorted(arch_list):
+        raise PyreeError(f"a FatELF of {', '.join(held)}, not of {', '.join(sorted(arch_list))}", file=path, fix="rebuild it")
+
+
+def _check_objects(arch_list: Sequence[str], paths: Sequence[Path]) -> None:
+    for path, arch in zip(paths, arch_list):
+        formats.require_elf(path, machine=fatelf.machine_for_arch(arch), elf_type="ET_REL")
 
 
 def _check_sources(sources: Sequence[PathLike] | PathLike) -> list[Path]:
@@ -190,6 +206,7 @@ def system_plugin(
         build=job.build,
         tools_used=[compiler],
         headers=headers,
+        check=lambda paths: _check_plugin(paths[0], [host_arch()], single=True, standalone=False),
     )
     if depfile:
         write_depfile(depfile, out, deps)
@@ -282,6 +299,7 @@ def standalone_plugin(
         build=job.build,
         tools_used=[compiler, lld],
         headers=headers,
+        check=lambda paths: _check_plugin(paths[0], [normalize_arch(a) for a in arch_list], single=single, standalone=True),
     )
     if depfile:
         write_depfile(depfile, out, deps)
@@ -392,7 +410,8 @@ def objects(
     headers = opts.lookups([src])
     key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), libm.key_part()]
     outputs = [outs[a] for a in arch_list]
-    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler, lld], headers=headers)
+    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler, lld], headers=headers,
+                         check=functools.partial(_check_objects, arch_list))  # fmt: skip
     if depfile:
         write_depfile(depfile, outs[arch_list[0]], deps)
     return [outs[a] for a in arch_list]

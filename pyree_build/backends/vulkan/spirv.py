@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, processes, toolchain
+from pyree_build.core import echo, formats, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
@@ -73,7 +73,8 @@ def spirv(
     job = _SpirvJob(srcs, out_dir, compiler, tool, validator, incs, defines)
     headers = header_lookups(srcs, incs)  # GLSL's #include: the including file's directory, then each -I
     key = [compiler, *map(str, incs), *defines, *stems]
-    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator], headers=headers)
+    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator], headers=headers,
+                         check=formats.magic_check(struct.pack("<I", 0x07230203), "a SPIR-V module"))  # fmt: skip
     if depfile:
         write_depfile(depfile, outputs[0], deps)
     return outputs

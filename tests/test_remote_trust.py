@@ -1,0 +1,200 @@
+"""Issue 35 items 4 and 5: what the remote cache tier takes from a server.
+
+A stand-in server (Python's http.server on 127.0.0.1, GET and PUT of whole files, as nginx
+WebDAV and bazel-remote serve them) is either honest or hostile: the hostile one answers every
+record with one it made up. A record without dependencies, one that leaves out the inputs, or
+bytes that are not what the step makes (an HTML page, an object for another machine) are never
+a hit, never written and never stored locally; with PYREE_BUILD_REMOTE_CACHE_KEY only records
+signed with that secret are used. A remote hit is stored locally from its private files, not
+from the final paths that another process may rewrite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from pyree_build.core import toolchain
+
+SOURCE = "int pyree_value(int x) { return x * VALUE; }\n"
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.files: dict[str, bytes] = {}
+        self.forged: bytes | None = None  # when set, the answer to every record GET
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/cache"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Server
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        name = self.path.removeprefix("/cache/")
+        with self.server.lock:
+            data = self.server.forged if name.startswith("ac/") and self.server.forged is not None else self.server.files.get(name)
+        self.send_response(200 if data is not None else 404)
+        self.send_header("Content-Length", str(len(data or b"")))
+        self.end_headers()
+        self.wfile.write(data or b"")
+
+    def do_PUT(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with self.server.lock:
+            self.server.files[self.path.removeprefix("/cache/")] = body
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    s = Server()
+    thread = threading.Thread(target=s.serve_forever, daemon=True)
+    thread.start()
+    yield s
+    s.shutdown()
+    s.server_close()
+
+
+def _env(cache: Path, remote: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYREE_BUILD_REMOTE_CACHE")}
+    env.update(PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_SERVER="off", PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
+    if remote:
+        env["PYREE_BUILD_REMOTE_CACHE"] = remote
+    env.update(extra)
+    return env
+
+
+def _objects(src: Path, out: Path, env: dict[str, str], arch: str = "x86_64") -> tuple[bytes, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "pyree_build", "objects", src, "--arch", arch, "-o", out],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return (out / f"{src.stem}_{arch}.o").read_bytes(), result.stderr
+
+
+def _source(directory: Path, value: int) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    src = directory / "k.c"
+    src.write_text(f"#define VALUE {value}\n" + SOURCE)
+    return src
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _forge(server: Server, deps: dict[str, str], blob: bytes, secret: bytes | None = None, key: str = "") -> None:
+    """Make the server answer every record with one entry: `deps`, and `blob` as the output."""
+    server.files[f"cas/{_sha(blob)}"] = blob
+    entries = [{"deps": deps, "outputs": [{"sha256": _sha(blob), "size": len(blob), "exec": False}]}]
+    doc: dict[str, object] = {"format": "pyree_build.remote.v1", "entries": entries}
+    if secret is not None:
+        message = json.dumps({"key": key, "entries": entries}, sort_keys=True, separators=(",", ":")).encode()
+        doc["mac"] = hmac.new(secret, message, hashlib.sha256).hexdigest()
+    server.forged = json.dumps(doc).encode()
+
+
+def test_an_honest_server_still_gives_hits(server, tmp_path):
+    src = _source(tmp_path / "src", 3)
+    built, _ = _objects(src, tmp_path / "a", _env(tmp_path / "cache-a", server.url))
+    fetched, log = _objects(src, tmp_path / "b", _env(tmp_path / "cache-b", server.url))
+    assert fetched == built and "remote cache hit" in log, log
+
+
+def _hostile_records(src: Path, other_arch_object: bytes) -> dict[str, tuple[dict[str, str], bytes]]:
+    real = {str(src.resolve()): _sha(src.read_bytes())}
+    package = {str(Path(toolchain.__file__).resolve()): _sha(Path(toolchain.__file__).read_bytes())}
+    return {
+        "no dependencies": ({}, other_arch_object),
+        "the inputs left out": (package, other_arch_object),
+        "an HTML page": (real, b"<html>please log in</html>"),
+        "an object for another machine": (real, other_arch_object),
+    }
+
+
+@pytest.mark.parametrize("kind", ["no dependencies", "the inputs left out", "an HTML page", "an object for another machine"])
+def test_a_hostile_record_is_never_a_hit_nor_stored(server, tmp_path, kind):
+    src = _source(tmp_path / "src", 5)
+    aarch64, _ = _objects(src, tmp_path / "arm", _env(tmp_path / "cache-arm", None), arch="aarch64")
+    deps, blob = _hostile_records(src, aarch64)[kind]
+    _forge(server, deps, blob)
+    out, log = _objects(src, tmp_path / "b", _env(tmp_path / "cache-b", server.url))
+    assert "remote cache hit" not in log, log
+    assert out == _objects(src, tmp_path / "c", _env(tmp_path / "off", None))[0]
+    # Nothing of it was stored: with the remote off, the local cache gives the right bytes.
+    again, log = _objects(src, tmp_path / "d", _env(tmp_path / "cache-b", None))
+    assert again == out, log
+
+
+def test_with_a_shared_key_an_unsigned_record_of_well_formed_bytes_is_refused(server, tmp_path):
+    """Without a key a writer can make a hit of other well-formed bytes for your inputs (the
+    README says so); with PYREE_BUILD_REMOTE_CACHE_KEY, only a holder of the key can."""
+    src = _source(tmp_path / "src", 7)
+    other, _ = _objects(_source(tmp_path / "other", 9), tmp_path / "o", _env(tmp_path / "cache-o", None))
+    _forge(server, {str(src.resolve()): _sha(src.read_bytes())}, other)
+    unsigned, log = _objects(src, tmp_path / "a", _env(tmp_path / "cache-a", server.url))
+    assert "remote cache hit" in log and unsigned == other, log  # the documented limit without a key
+    keyed, log = _objects(src, tmp_path / "b", _env(tmp_path / "cache-b", server.url, PYREE_BUILD_REMOTE_CACHE_KEY="team secret"))
+    assert "remote cache hit" not in log and "not signed" in log, log
+    assert keyed == _objects(src, tmp_path / "c", _env(tmp_path / "off", None))[0]
+
+
+def test_signed_records_are_hits_for_holders_of_the_key_only(server, tmp_path):
+    src = _source(tmp_path / "src", 11)
+    signed = {"PYREE_BUILD_REMOTE_CACHE_KEY": "team secret"}
+    built, _ = _objects(src, tmp_path / "a", _env(tmp_path / "cache-a", server.url, **signed))
+    fetched, log = _objects(src, tmp_path / "b", _env(tmp_path / "cache-b", server.url, **signed))
+    assert fetched == built and "remote cache hit" in log, log
+    _, log = _objects(src, tmp_path / "c", _env(tmp_path / "cache-c", server.url, PYREE_BUILD_REMOTE_CACHE_KEY="another"))
+    assert "remote cache hit" not in log, log
+
+
+def test_a_remote_hit_is_stored_from_its_own_files_not_the_shared_outputs(server, tmp_path, monkeypatch):
+    """Another process rewrites the output while the hit is being stored: the local entry
+    still holds the server's bytes (on main it held whatever the output path held then)."""
+    from pyree_build.backends.llvm_cpu import plugins
+    from pyree_build.cache import local, remote
+
+    src = _source(tmp_path / "src", 13)
+    built, _ = _objects(src, tmp_path / "a", _env(tmp_path / "cache-a", server.url))
+    out = tmp_path / "b"
+    real_store = local._store
+
+    def store_while_rewritten(root, base, paths, deps):  # type: ignore[no-untyped-def]
+        (out / "k_x86_64.o").write_bytes(b"written by another process")
+        return real_store(root, base, paths, deps)
+
+    for name, value in _env(tmp_path / "cache-b", server.url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(local, "_store", store_while_rewritten)
+    remote._CONFIGURED.clear()
+    plugins.objects(src, out, archs=["x86_64"])
+    assert (out / "k_x86_64.o").read_bytes() == built
+    monkeypatch.setattr(local, "_store", real_store)
+    monkeypatch.delenv("PYREE_BUILD_REMOTE_CACHE")
+    again, log = _objects(src, tmp_path / "c", _env(tmp_path / "cache-b", None))
+    assert again == built and "cache hit" in log, log
