@@ -84,7 +84,7 @@ def bitcode(
         headers=headers,
     )
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps)
+        write_depfile(depfile, outputs[sm_list[0]], deps, list(outputs.values()))
     return [outputs[sm] for sm in sm_list]
 
 

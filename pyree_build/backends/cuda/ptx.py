@@ -285,7 +285,7 @@ def ptx(
         build=job.build, tools_used=[job.tool, *([ptxas_tool] if ptxas_tool else [])], headers=headers,
     )  # fmt: skip
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps)
+        write_depfile(depfile, outputs[sm_list[0]], deps, list(outputs.values()))
     return [outputs[sm] for sm in sm_list]
 
 

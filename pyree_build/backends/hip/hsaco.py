@@ -152,7 +152,7 @@ def hsaco(
     key = [*gfx_list, *options]
     deps = cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=job.build, tools_used=[clang, lld], headers=headers)
     if depfile:
-        write_depfile(depfile, outputs[gfx_list[0]], deps)
+        write_depfile(depfile, outputs[gfx_list[0]], deps, list(outputs.values()))
     return [outputs[g] for g in gfx_list]
 
 

@@ -75,7 +75,7 @@ def spirv(
     key = [compiler, *map(str, incs), *defines, *stems]
     deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator], headers=headers)
     if depfile:
-        write_depfile(depfile, outputs[0], deps)
+        write_depfile(depfile, outputs[0], deps, outputs)
     return outputs
 
 
