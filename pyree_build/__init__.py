@@ -67,7 +67,9 @@ class _Verb(_Generic[_P, _R]):
         return implementation
 
     def __call__(self, *positional: _P.args, **keywords: _P.kwargs) -> _R:
-        result: _R = _args.checked_call(self._implementation(), positional, keywords, verb=self.__name__, optional=self._optional)
+        # A verb that fails removes the output directories it made (core.files.command_scope).
+        with _importlib.import_module(".core.files", __name__).command_scope():
+            result: _R = _args.checked_call(self._implementation(), positional, keywords, verb=self.__name__, optional=self._optional)
         return result
 
     def __get__(self, instance: object, owner: type | None = None) -> _Verb[_P, _R]:

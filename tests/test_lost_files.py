@@ -55,3 +55,16 @@ def test_a_failed_rebuild_leaves_the_earlier_output_as_it_was(cli, tmp_path):
     assert_clean_error(cli("plugin", "--kind", "system", src, "-o", out), "plugin.c:1:")
     # Untouched, so older than its source: a build system runs the step again next time.
     assert out.read_bytes() == built and out.stat().st_mtime_ns <= src.stat().st_mtime_ns
+
+
+def test_a_failed_verb_leaves_no_temporaries_and_no_directory_it_made(cli, tmp_path):
+    bad = tmp_path / "bad.c"
+    bad.write_text("int f(void) { return missing; }\n")
+    for _ in range(3):
+        result = cli("objects", bad, "--arch", "x86_64", "--arch", "aarch64", "-o", tmp_path / "made" / "objs")
+        assert_clean_error(result, "bad.c:1:")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.c"]  # no .bad_x86_64.o.PID-RAND.d, no made/objs/
+    (tmp_path / "keep").mkdir()
+    result = cli("compile", tmp_path / "bad.c", "-o", tmp_path / "keep" / "new" / "m.vmfb")
+    assert result.returncode != 0
+    assert list((tmp_path / "keep").iterdir()) == []  # keep/ was the user's: it stays; new/ was made for the output: gone

@@ -25,7 +25,8 @@ def test_new_project_builds_and_passes_its_test(cli, tmp_path):
     project = tmp_path / "my_kernels"
     result = cli("new", project)
     assert result.returncode == 0, result
-    assert sorted(p.name for p in project.iterdir()) == ["CMakeLists.txt", "README.md", "plugin.c", "program.mlir", "pyproject.toml", "src"]
+    names = sorted(p.name for p in project.iterdir())
+    assert names == [".pyree_build-written.json", "CMakeLists.txt", "README.md", "plugin.c", "program.mlir", "pyproject.toml", "src"]
     assert (project / "src" / "my_kernels" / "__init__.py").is_file()  # the wheel's loader
     configure(project, tmp_path / "build")
     build(tmp_path / "build")
@@ -38,6 +39,29 @@ def test_new_refuses_a_non_empty_directory(cli, tmp_path):
     (tmp_path / "taken" / "notes.txt").write_text("mine")
     assert_clean_error(cli("new", tmp_path / "taken"), "directory is not empty", "--force")
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+
+
+def test_new_force_replaces_only_the_files_new_wrote_and_the_user_left_unchanged(cli, tmp_path):
+    project = tmp_path / "proj"
+    assert cli("new", project).returncode == 0
+    assert cli("new", project, "--force").returncode == 0  # its own, unchanged files: replaced
+    (project / "README.md").write_text("my notes")
+    cmake = (project / "CMakeLists.txt").read_text() + "# my target\n"
+    (project / "CMakeLists.txt").write_text(cmake)
+    plugin = (project / "plugin.c").read_text()
+    result = cli("new", project, "--force")
+    assert_clean_error(result, "2 file(s) in the way", "edited since pyree_build wrote them: CMakeLists.txt, README.md", "nothing was changed")
+    assert "pass --force" not in result.stderr  # --force was given: the advice is to move the edits away
+    assert (project / "README.md").read_text() == "my notes" and (project / "CMakeLists.txt").read_text() == cmake
+    assert (project / "plugin.c").read_text() == plugin
+
+
+def test_new_force_never_replaces_a_file_it_did_not_write(cli, tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "README.md").write_text("mine")
+    assert_clean_error(cli("new", tmp_path / "taken", "--force"), "not written by pyree_build: README.md")
+    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["README.md"]
+    assert (tmp_path / "taken" / "README.md").read_text() == "mine"
 
 
 def _fresh_venv(where: Path) -> Path:

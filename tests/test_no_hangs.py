@@ -99,3 +99,39 @@ def test_code_objects_of_random_bytes_exits_non_zero(cli, tmp_path):
     path = tmp_path / "random.vmfb"
     path.write_bytes(np.random.default_rng(0).bytes(4096))
     assert_clean_error(cli("code-objects", path), "random.vmfb: not an IREE module")
+
+
+def test_a_server_that_answers_a_byte_at_a_time_meets_one_deadline_for_the_whole_request(tmp_path):
+    """Never idle for the socket timeout, so only a deadline for the whole request ends it."""
+    import socket
+    import threading
+    import time
+
+    from pyree_build.cache import remote
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            answer = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
+            for byte in answer:
+                if stop.is_set():
+                    return
+                with contextlib.suppress(OSError):
+                    conn.sendall(bytes([byte]))
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    cache = remote.RemoteCache(f"http://127.0.0.1:{listener.getsockname()[1]}/c", timeout=0.5)
+    try:
+        with within(20):  # the deadline is 0.5 s + 64 KiB at 256 KiB/s: under a second
+            assert cache._get("ac/" + "0" * 64, 1 << 16) is None
+        assert cache.disabled  # a note, and a local build from here on
+    finally:
+        stop.set()
+        listener.close()

@@ -14,14 +14,14 @@ import importlib.metadata
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from pyree_build.actions import import_stub
 from pyree_build.actions.sample_runner import samples_dir
 from pyree_build.core import args
 from pyree_build.core.errors import PyreeError
-from pyree_build.core.outputs import check_output_dir, check_outputs
+from pyree_build.core.files import DISK_ERRORS, disk_error, prepare_output_dir
+from pyree_build.core.outputs import check_output_dir, check_outputs, replace_directory_files
 from pyree_build.core.package import __version__
 
 PathLike = str | os.PathLike[str]
@@ -278,6 +278,12 @@ def new_project(directory: PathLike, *, name: str | None = None, force: bool = F
     return target
 
 
+_KEEPS_EDITS = (
+    "new --force replaces only files an earlier `new` wrote that are unchanged since: move your edited or own files "
+    "out of the way (or remove them), or choose another directory"
+)
+
+
 def _runtime_requirement() -> str:
     """pyree_build's own pin of IREE's runtime: the release the project's module is compiled with."""
     try:
@@ -333,25 +339,24 @@ def _sample_project_files(project: str) -> dict[str, str]:
 
 
 def _write_project(target: Path, files: dict[str, str]) -> None:
-    """Write `files` next to `target` and rename them in, so an interrupted `new` leaves no half project."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    """Write `files` into a staging directory inside `target`, then move them into place with
+    the manifest of what `new` wrote (outputs.replace_directory_files): a file in the way that
+    `new` did not write, or that was edited since, is refused by name, --force or not. A full
+    disk while staging is an error that replaced nothing."""
+    prepare_output_dir(target)  # made for this command: removed again if it fails while empty
+    staging = target / f".pyree-new.{os.getpid()}-{os.urandom(4).hex()}.build"
     try:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become the project's mode
+        staged: dict[str, Path] = {}
         for rel, text in files.items():
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / rel).write_text(text, encoding="utf-8")
-        if target.exists():
-            for rel in files:
-                (target / rel).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staging / rel, target / rel)
-        else:
-            # mkdtemp made it private (0700); a project directory gets the usual umask mode.
-            umask = os.umask(0)
-            os.umask(umask)
-            staging.chmod(0o777 & ~umask)
-            os.rename(staging, target)
+            path = staging / rel
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                if exc.errno in DISK_ERRORS:
+                    raise disk_error(exc, target / rel) from None
+                raise
+            staged[rel] = path
+        replace_directory_files(target, staged, verb="new", prune=False, fix=_KEEPS_EDITS)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -36,7 +36,9 @@ import hmac
 import http.client
 import json
 import os
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -49,7 +51,7 @@ URL_ENV = "PYREE_BUILD_REMOTE_CACHE"
 TOKEN_ENV = "PYREE_BUILD_REMOTE_CACHE_TOKEN"  # sent as `Authorization: Bearer <token>`
 AUTH_ENV = "PYREE_BUILD_REMOTE_CACHE_AUTH"  # `user:password`, sent as basic auth
 MODE_ENV = "PYREE_BUILD_REMOTE_CACHE_MODE"  # `readwrite` (default) or `read`
-TIMEOUT_ENV = "PYREE_BUILD_REMOTE_CACHE_TIMEOUT"  # seconds per socket operation
+TIMEOUT_ENV = "PYREE_BUILD_REMOTE_CACHE_TIMEOUT"  # seconds per socket operation (a whole request: see _deadline_s)
 KEY_ENV = "PYREE_BUILD_REMOTE_CACHE_KEY"  # a shared secret: records are signed, unsigned ones ignored
 
 DEFAULT_TIMEOUT = 3.0
@@ -57,6 +59,7 @@ RECORD_FORMAT = "pyree_build.remote.v1"
 _MAX_ENTRIES = 8  # dependency sets kept per record, newest last
 _MAX_RECORD = 1 << 20
 _MAX_BLOB = 1 << 30
+_SLOWEST_BYTES_PER_S = 256 * 1024
 # After a failure, other processes of the same build skip the server this long instead of
 # each paying a timeout (the marker lives in the local cache directory).
 _BACKOFF_S = 60.0
@@ -123,8 +126,51 @@ class RemoteCache:
         return self._conn
 
     def _request(self, method: str, path: str, body: bytes | None = None, limit: int = _MAX_BLOB) -> tuple[int, bytes]:
+        """One request, bounded as a whole: the socket timeout bounds each wait, and a server
+        that sends a byte now and then (never idle that long) still meets the request's
+        deadline, when its socket is shut (see _deadline_s). Raises OSError on any failure."""
+        budget = self._deadline_s(len(body) if body is not None else limit)
+        done, expired = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            if done.wait(budget):
+                return
+            expired.set()
+            while not done.is_set():  # again until the request ends: a socket may open after the first try
+                sock = self._conn.sock if self._conn is not None else None
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns: the request ends here
+                done.wait(0.05)
+
+        watchdog = threading.Thread(target=watch, name="pyree_build-remote-deadline", daemon=True)
+        watchdog.start()
+        try:
+            answer = self._request_once(method, path, body, limit)
+        except OSError:
+            if not expired.is_set():
+                raise
+        finally:
+            done.set()
+        if expired.is_set():  # a read cut short by the shut socket may look like a short answer
+            self._drop_connection()
+            raise OSError(f"{method} {path}: no whole answer within {budget:.3g} s")
+        return answer
+
+    def _deadline_s(self, size: int) -> float:
+        """The whole request's bound: the socket timeout plus the time its bytes take at the
+        slowest rate a cache is worth using at (slower, building locally is as quick)."""
+        return self.timeout + size / _SLOWEST_BYTES_PER_S
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            self._conn = None
+
+    def _request_once(self, method: str, path: str, body: bytes | None, limit: int) -> tuple[int, bytes]:
         """One request on the kept-alive connection; a connection the server closed is
-        reopened once. Raises OSError (http.client's errors included) on any failure."""
+        reopened once."""
         headers = dict(self.headers)
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pyree_build.cli.commands import dispatch
 from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, parser_for, verb_parser
-from pyree_build.core import echo, native_client, processes, toolchain
+from pyree_build.core import echo, files, native_client, processes, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import cmake_dir
 
@@ -60,7 +60,7 @@ def _run(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
     echo.set_verbosity(2 if ns.verbose else 0 if ns.quiet else 1)
     # SIGINT/SIGTERM end every tool started (its whole process group) and unwind, so
     # temporaries are removed; then the exit code says which signal stopped us.
-    with processes.stop_on_signals():
+    with processes.stop_on_signals(), files.command_scope():  # a failed verb leaves no directory it made
         code = dispatch(ns)
     sys.stdout.flush()  # here, so a reader that went away is seen while it can be handled
     return int(code or 0)

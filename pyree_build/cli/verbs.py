@@ -327,7 +327,10 @@ NEW = Verb(
     options=(
         Option(("directory",), {"metavar": "DIR"}),
         Option(("--name",), {"help": "CMake project name (default: the directory name)"}),
-        Option(("--force",), {"action": "store_true", "help": "write into a non-empty directory"}),
+        Option(
+            ("--force",),
+            {"action": "store_true", "help": "write into a non-empty directory, replacing only files an earlier new wrote that are unchanged since"},
+        ),
         Option(("--import",), {"dest": "import_name", "metavar": "NAME", "help": "generate the plugin and program for your own import NAME (with --args)"}),
         Option(
             ("--args",),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import os
 import re
 import shutil
@@ -13,11 +15,50 @@ from pathlib import Path
 from pyree_build.core import echo
 from pyree_build.core.errors import PyreeError
 
+# Directories made for outputs by the command under way (None: no command scope, nothing is
+# recorded): a command that fails removes those still empty, so it leaves no trace.
+_CREATED: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("pyree_build_created_dirs", default=None)
+# What a full or read-only file system raises while an output is written.
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+
+
+@contextlib.contextmanager
+def command_scope() -> Iterator[None]:
+    """One command: when it fails (any exception, a stop included), every directory it made
+    for its outputs that is still empty is removed, deepest first. The CLI and the Python
+    API run each verb in one."""
+    if _CREATED.get() is not None:  # nested (a verb calling another): the outer scope decides
+        yield
+        return
+    created: list[Path] = []
+    token = _CREATED.set(created)
+    try:
+        yield
+    except BaseException:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only an empty one: a file the command or the user put there keeps it
+        raise
+    finally:
+        _CREATED.reset(token)
+
+
+def disk_error(exc: OSError, what: Path) -> PyreeError:
+    """A write that a full (or read-only) file system refused, as the error a user reads."""
+    return PyreeError(
+        f"cannot write this output: {exc.strerror or exc}; nothing was replaced",
+        file=what,
+        fix="free space on that file system (or make it writable), or choose an output path on another one",
+    )
+
 
 def prepare_output_dir(path: Path) -> None:
-
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    created = _CREATED.get()
     try:
         echo.make_dir(path)
+        if created is not None:
+            created.extend(reversed(missing))  # outermost first
     except OSError as exc:
         raise PyreeError(
             f"cannot create output directory: {exc.strerror}",
@@ -88,6 +129,11 @@ def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Pa
         for tmp, final in pairs:
             echo.echo_command(echo.shell_line(["mv", tmp, final]))
             os.replace(tmp, final)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS:
+            raise
+        written = next((final for tmp, final in pairs if exc.filename in (str(tmp), str(final))), pairs[0][1])
+        raise disk_error(exc, written) from None
     finally:
         for tmp, _ in pairs:
             with contextlib.suppress(FileNotFoundError):
@@ -191,14 +237,29 @@ def _escape_dep(path: str) -> str:
     return re.sub(r"(\\*) ", lambda m: "\\" * (2 * len(m[1]) + 1) + " ", path).replace("#", "\\#").replace("$", "$$")
 
 
-def write_depfile(depfile: str | os.PathLike[str], target: str | os.PathLike[str], deps: Iterable[str | os.PathLike[str]]) -> None:
-    """Write a Make/Ninja depfile: `target: dep dep ...`, deduplicated, absolute paths."""
+def write_depfile(
+    depfile: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    deps: Iterable[str | os.PathLike[str]],
+    step_outputs: Sequence[str | os.PathLike[str]] | None = None,
+) -> None:
+    """Write a Make/Ninja depfile: `target: dep dep ...`, deduplicated, absolute paths.
+
+    The depfile is one of the step's outputs, written last (what it lists is known once the
+    others are in place): when it cannot be written, the step's other outputs (`step_outputs`,
+    default `target`) are removed too, so a step leaves all its outputs or none."""
     seen: dict[str, None] = {}
     for dep in deps:
         seen.setdefault(os.path.abspath(os.fspath(dep)), None)
     text = _escape_dep(os.path.abspath(os.fspath(target))) + ": " + " \\\n  ".join(_escape_dep(d) for d in seen) + "\n"
-    with atomic_output(depfile) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    try:
+        with atomic_output(depfile) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    except BaseException:
+        for output in [target] if step_outputs is None else step_outputs:
+            with contextlib.suppress(OSError):
+                os.unlink(output)
+        raise
 
 
 # One token of a depfile: backslashes before a space or `#`, `$$`, a line continuation, a

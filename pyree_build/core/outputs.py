@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from pyree_build.core import args, inputs, readers
+from pyree_build.core import files as files_mod
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -260,25 +261,44 @@ def file_hash(p: Path) -> str | None:
         return None
 
 
+def _relative_name(name: str) -> bool:
+    """A name below the directory (`src/pkg/__init__.py`): never absolute, `.` or `..`."""
+    return bool(name) and not name.startswith("/") and all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def read_manifest(directory: Path) -> dict[str, list[str]]:
     """name -> the hashes pyree_build wrote under that name (more than one only while a
     write is under way, so a killed write leaves every file recognisable)."""
     try:
         data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
         files = data["files"]
-        return {str(k): [str(h) for h in v] for k, v in files.items() if isinstance(v, list) and "/" not in str(k)}
+        return {str(k): [str(h) for h in v] for k, v in files.items() if isinstance(v, list) and _relative_name(str(k))}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
 
 
 def write_manifest(directory: Path, files: Mapping[str, Sequence[str]]) -> None:
     tmp = directory / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"files": {k: list(v) for k, v in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, directory / MANIFEST)
+    try:
+        tmp.write_text(json.dumps({"files": {k: list(v) for k, v in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, directory / MANIFEST)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if exc.errno in files_mod.DISK_ERRORS:
+            raise files_mod.disk_error(exc, directory / MANIFEST) from None
+        raise
 
 
 def replace_directory_files(
-    directory: Path, staged: Mapping[str, Path], *, inputs: Sequence[Path] = (), force: bool = False, verb: str = "dump", prune: bool = True
+    directory: Path,
+    staged: Mapping[str, Path],
+    *,
+    inputs: Sequence[Path] = (),
+    force: bool = False,
+    verb: str = "dump",
+    prune: bool = True,
+    fix: str | None = None,
 ) -> None:
     """Move the `staged` files (name -> a file on the same file system) into `directory`,
     and remove the files an earlier run wrote there that this one does not write.
@@ -287,7 +307,9 @@ def replace_directory_files(
     any other file in the way (edited since, or never written by pyree_build) is refused
     by name, before anything moves, unless `force` (which replaces edited or foreign
     regular files, and leaves edited files an earlier run wrote alone rather than removing them);
-    without `prune` the files of an earlier run that this one does not write stay, still known."""
+    without `prune` the files of an earlier run that this one does not write stay, still known.
+    Names may hold `/` (a file in a subdirectory, made as needed). `fix` replaces the advice
+    given when files are in the way."""
     old = read_manifest(directory)
     input_ids = [_identity(i) for i in inputs]
     new_hashes = {name: file_hash(src) for name, src in staged.items()}
@@ -323,7 +345,8 @@ def replace_directory_files(
             f"{len(in_the_way)} file(s) in the way would be overwritten; nothing was changed",
             file=directory,
             details="\n".join(lines),
-            fix=f"copy your edits elsewhere (e.g. a directory for --substitute-from) and remove them here, choose another directory, or pass --force to overwrite them ({verb} --force)",
+            fix=fix
+            or f"copy your edits elsewhere (e.g. a directory for --substitute-from) and remove them here, choose another directory, or pass --force to overwrite them ({verb} --force)",
         )
     # Record old and new hashes first: a write killed half-way leaves every file known.
     during = {name: list(dict.fromkeys([*old.get(name, []), h])) for name, h in new_hashes.items() if h is not None}
@@ -331,9 +354,14 @@ def replace_directory_files(
         during.setdefault(name, old[name])
     write_manifest(directory, during)
     for name, src in staged.items():
+        if "/" in name:
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
         os.replace(src, directory / name)
     for name in stale_ours:
         with contextlib.suppress(FileNotFoundError):
             (directory / name).unlink()
-    write_manifest(directory, {**kept_ours, **{name: [h] for name, h in new_hashes.items() if h is not None}})
+    # The manifest written before the moves already knows every file now here; this one only
+    # forgets the replaced bytes, so a full disk here is no failure (the step is complete).
+    with contextlib.suppress(PyreeError):
+        write_manifest(directory, {**kept_ours, **{name: [h] for name, h in new_hashes.items() if h is not None}})
     del kept_edited  # edited leftovers of an earlier run stay, unrecorded: they are the user's now

@@ -327,5 +327,5 @@ def import_onnx(
         build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
     )  # fmt: skip
     if depfile is not None:
-        write_depfile(depfile, outs[0], deps)
+        write_depfile(depfile, outs[0], deps, outs)
     return outs[0]

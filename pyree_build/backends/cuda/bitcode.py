@@ -85,7 +85,7 @@ def bitcode(
         check=formats.magic_check(_BITCODE_MAGIC, "LLVM bitcode"),
     )
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps)
+        write_depfile(depfile, outputs[sm_list[0]], deps, list(outputs.values()))
     return [outputs[sm] for sm in sm_list]
 
 

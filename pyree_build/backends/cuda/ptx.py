@@ -286,7 +286,7 @@ def ptx(
         check=functools.partial(_check_ptx, sm_list),
     )  # fmt: skip
     if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps)
+        write_depfile(depfile, outputs[sm_list[0]], deps, list(outputs.values()))
     return [outputs[sm] for sm in sm_list]
 
 

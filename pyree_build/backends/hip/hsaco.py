@@ -153,7 +153,7 @@ def hsaco(
     deps = cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=job.build, tools_used=[clang, lld], headers=headers,
                          check=functools.partial(_check_objects, gfx_list))  # fmt: skip
     if depfile:
-        write_depfile(depfile, outputs[gfx_list[0]], deps)
+        write_depfile(depfile, outputs[gfx_list[0]], deps, list(outputs.values()))
     return [outputs[g] for g in gfx_list]
 
 

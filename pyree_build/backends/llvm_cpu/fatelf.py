@@ -26,7 +26,7 @@ from typing import Union
 from pyree_build.backends.llvm_cpu.elf import host_arch, normalize_arch
 from pyree_build.core import args, lazy
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import atomic_output
+from pyree_build.core.files import atomic_output, atomic_outputs
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import record
 
@@ -345,8 +345,8 @@ def split(path: PathLike, output_dir: PathLike) -> list[Path]:
             name += f"_{i}"  # same arch twice (another word size or byte order): keep both
         outs.append(out_dir / f"{name}.so")
     check_outputs(outs, [p], output_dirs=[out_dir])  # every output, before the first is written
-    for rec, out in zip(records, outs):
-        with atomic_output(out) as tmp:
+    with atomic_outputs(outs) as tmps:  # every part or none: a full disk must not leave 2 of 3
+        for rec, tmp in zip(records, tmps):
             tmp.write_bytes(data[rec.offset : rec.end])
     return outs
 

@@ -131,16 +131,19 @@ def _compile(cc: toolchain.Tool, source: Path, obj: Path, flags: Sequence[str]) 
     dep = obj.with_suffix(".d")
     # Run from "/" with absolute paths: the working directory is recorded in the debug
     # info, and a fixed one keeps outputs byte-identical across build directories.
-    processes.spawn(
-        cc.command(*flags, "-MD", "-MF", dep.resolve(), "-c", source.resolve(), "-o", obj.resolve()),
-        cwd="/",
-        what=f"compiling {source.name} with {cc.name}",
-        file=source,
-        fix="fix the error at the file:line shown above",
-        explain=_explain_freestanding if "-ffreestanding" in flags else None,
-    )
-    include_dirs = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "-I"]
-    return parse_depfile(dep, named=[source.resolve(), *include_dirs])
+    try:
+        processes.spawn(
+            cc.command(*flags, "-MD", "-MF", dep.resolve(), "-c", source.resolve(), "-o", obj.resolve()),
+            cwd="/",
+            what=f"compiling {source.name} with {cc.name}",
+            file=source,
+            fix="fix the error at the file:line shown above",
+            explain=_explain_freestanding if "-ffreestanding" in flags else None,
+        )
+        include_dirs = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "-I"]
+        return parse_depfile(dep, named=[source.resolve(), *include_dirs])
+    finally:  # the compiler's depfile sits beside the object (in the output directory for `objects`): gone, however it ends
+        dep.unlink(missing_ok=True)
 
 
 # <math.h> is not here: pyree_build ships one for freestanding code, with a library behind it (libm.py).
@@ -413,7 +416,7 @@ def objects(
     deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler, lld], headers=headers,
                          check=functools.partial(_check_objects, arch_list))  # fmt: skip
     if depfile:
-        write_depfile(depfile, outs[arch_list[0]], deps)
+        write_depfile(depfile, outs[arch_list[0]], deps, list(outs.values()))
     return [outs[a] for a in arch_list]
 
 
@@ -441,7 +444,6 @@ class _ObjectsBuild:
         arch = normalize_arch(spelling)
         flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *self.opts.flags()]
         deps = _compile(compiler, src, obj, flags)
-        Path(obj.with_suffix(".d")).unlink(missing_ok=True)
         info = read_elf(obj)
         if info.machine != ELF_MACHINES[arch]:
             raise PyreeError(f"object is {info.machine}, expected {ELF_MACHINES[arch]}", file=self.outs[spelling])

@@ -76,7 +76,7 @@ def spirv(
     deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator], headers=headers,
                          check=formats.magic_check(struct.pack("<I", 0x07230203), "a SPIR-V module"))  # fmt: skip
     if depfile:
-        write_depfile(depfile, outputs[0], deps)
+        write_depfile(depfile, outputs[0], deps, outputs)
     return outputs
 
 
