@@ -88,7 +88,7 @@ static ssize_t slurp(const char *path, char *out, size_t size) {
  * root... byte for byte as the Python function builds them; 0 when /proc cannot tell. */
 static int context(struct buf *b) {
   static const char *status_fields[] = {"Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Cpus_allowed_list", "Mems_allowed_list"};
-  static const char *files[] = {"limits", "cgroup", "oom_score_adj", "personality", "attr/current"};
+  static const char *files[] = {"limits", "cgroup", "oom_score_adj", "attr/current"};
   static const char *namespaces[] = {"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"};
   static char data[65536];
   char stat_text[4096], line[256];

@@ -137,7 +137,7 @@ def fnv1a64(data: bytes) -> int:
 # a client whose context is byte for byte its own. From /proc/PID/status, these lines: ids and
 # groups (real, effective, saved, fs), capabilities, no_new_privs, seccomp, CPU and memory node
 # affinity. Then whole files: resource limits, cgroup (its memory and CPU limits), OOM score,
-# personality (linux32 changes uname), LSM label; nice, real-time priority and policy from
+# LSM label; nice, real-time priority and policy from
 # /proc/PID/stat; every namespace; the root directory (chroot). native_client.c builds the same
 # bytes: a change here is a change there.
 _STATUS_FIELDS = (
@@ -154,7 +154,9 @@ _STATUS_FIELDS = (
     b"Cpus_allowed_list",
     b"Mems_allowed_list",
 )
-_CONTEXT_FILES = ("limits", "cgroup", "oom_score_adj", "personality", "attr/current")
+# Not /proc/PID/personality (linux32): reading another process's takes ptrace-attach rights,
+# which Yama (ptrace_scope 1, Ubuntu's default) denies a server that is not its client's parent.
+_CONTEXT_FILES = ("limits", "cgroup", "oom_score_adj", "attr/current")
 _NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
 _STAT_FIELDS = (16, 37, 38)  # after the ")" that ends the command name: nice, rt_priority, policy
 
