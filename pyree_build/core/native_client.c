@@ -76,7 +76,7 @@ static ssize_t slurp(const char *path, char *out, size_t size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   size_t n = 0;
-  ssize_t r;
+  ssize_t r = 0;
   while (n + 1 < size && (r = read(fd, out + n, size - 1 - n)) > 0) n += (size_t)r;
   close(fd);
   if (r < 0) return -1;
@@ -177,8 +177,9 @@ static int connect_to(const char *path) {
   if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
     struct ucred cred;
     socklen_t len = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid()) return fd;
-    g_peer_uid = cred.uid;
+    int known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+    if (known && cred.uid == geteuid()) return fd;
+    if (known) g_peer_uid = cred.uid; /* else nothing is known of it: unusable, silently */
     close(fd);
     errno = EPERM;
     return -1;
