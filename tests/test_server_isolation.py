@@ -344,7 +344,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(built.stdout.strip())
 
 
-def test_the_native_client_keys_refuses_and_reads_fds_as_the_python_client(native, tmp_path, runtime):
+def test_the_native_client_keys_refuses_and_reads_fds_as_the_python_client(native, tmp_path, runtime, system_module, system_plugin):
     """native_client.c builds the context, the socket key and the refusals itself: a ulimit'd
     caller reaches the server the Python client keys for that context, bad settings read the
     same, and closed fds 0-2 do not crash it."""
@@ -359,8 +359,14 @@ def test_the_native_client_keys_refuses_and_reads_fds_as_the_python_client(nativ
         )
         c = subprocess.run([native, "--version"], env=_env(runtime, PYREE_BUILD_SERVER_IDLE=value), capture_output=True, text=True, timeout=60)
         assert (c.returncode, c.stdout, c.stderr) == (python.returncode, python.stdout, python.stderr), value
-    closed = _sh('exec "$1" --version <&- 2>&- >&-', native, env=env)
-    assert closed.returncode == 0, closed
+    args = ["run", system_module, *RUN_ARGS, "--plugin", system_plugin, "--expect", "8xf32=12 12 12 12 12 12 12 12"]
+    expected = subprocess.run([sys.executable, "-m", "pyree_build", *args], env=_env(runtime, "off"), capture_output=True, text=True, timeout=120)
+    assert expected.returncode == 0, expected
+    for mode in ("on", "off"):
+        closed = _sh('exec "$@" <&- >&-', native, *args, env=_env(runtime, mode))
+        assert (closed.returncode, _TIMES.sub("", closed.stderr)) == (0, _TIMES.sub("", expected.stderr)), (mode, closed)  # in process, sys.stdout was None
+        closed = _sh('exec "$1" --version <&- 2>&- >&-', native, env=_env(runtime, mode))
+        assert closed.returncode == 0, (mode, closed)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a socket of another uid is made by root (setuid in a child)")
