@@ -229,7 +229,8 @@ def test_a_private_mount_namespace_gets_its_own_server(tmp_path, runtime):
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="changing a process's gid takes root and setpriv(1)")
 def test_a_server_started_with_another_gid_serves_no_caller_of_this_gid(tmp_path, runtime):
-    """A server started under `sg other` gave every later command's files that group."""
+    """A server started under `sg other` gave every later command's files that group; one of
+    other supplementary groups had those groups' rights."""
     env = _env(runtime)
     other = subprocess.run(
         ["setpriv", "--regid", "4242", "--clear-groups", sys.executable, "-m", "pyree_build", "new", tmp_path / "other"],
@@ -244,6 +245,14 @@ def test_a_server_started_with_another_gid_serves_no_caller_of_this_gid(tmp_path
     assert {p.stat().st_gid for p in (tmp_path / "other").rglob("*")} == {4242}
     assert {p.stat().st_gid for p in (tmp_path / "mine").rglob("*")} == {os.getgid()}
     assert len(_sockets(runtime)) == 2
+    # Supplementary groups alone (setgroups, newgrp): a server of their own, holding them.
+    status = [sys.executable, "-c", "from pyree_build.core import server_protocol as p; print(p.control('status')['pid'])"]
+    extra = subprocess.run(["setpriv", "--groups", "4243", *status[:1], "-m", "pyree_build", "--version"], env=env, capture_output=True, text=True, timeout=120)
+    assert extra.returncode == 0, extra.stderr
+    assert len(_sockets(runtime)) == 3
+    pid = subprocess.run(["setpriv", "--groups", "4243", *status], env=env, capture_output=True, text=True, timeout=120).stdout.strip()
+    groups = [line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Groups:")][0]
+    assert "4243" in groups and str(_status_pid(env)) != pid
 
 
 _TIMES = re.compile(r"\d+(\.\d+)? ?(s|ms|us)\b")
