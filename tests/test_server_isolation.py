@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 from conftest import PLUGIN_SAMPLE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_stop import RUN_ARGS, Watched, _plugin_variant
 
 import pyree_build
@@ -429,3 +431,19 @@ def test_the_server_checks_each_requests_context_and_never_answers_into_its_own_
     assert same.returncode == 0 and re.fullmatch(r"ok \d+\nexit 0\n", same.stdout), same
     other = _sh('ulimit -f 8; exec "$0" -c "$1" "$2"', _RAW_CLIENT, path, env=env)
     assert other.stdout.startswith("refused: the client's process context differs from this server's (Max file size "), other
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.text(alphabet="0123456789.eE+- \tinfaINx_", max_size=10))
+def test_the_native_client_accepts_exactly_the_idle_values_python_accepts(native, runtime, value):
+    """native_client.c parses PYREE_BUILD_SERVER_IDLE itself (strtod on [0-9.eE+-]): the same
+    values pass, and a refused one reads the same."""
+    try:
+        server_protocol.idle_seconds({server_protocol.IDLE_ENV: value})
+        accepted = True
+    except server_protocol.BadSetting:
+        accepted = False
+    got = subprocess.run([native, "--version"], env=_env(runtime, PYREE_BUILD_SERVER_IDLE=value), capture_output=True, text=True, timeout=60)
+    assert (got.returncode == 0) == accepted, (value, got)
+    if not accepted:
+        assert got.stderr == server_protocol.idle_error(value) + "\n", (value, got.stderr)
