@@ -447,3 +447,27 @@ def test_the_native_client_accepts_exactly_the_idle_values_python_accepts(native
     assert (got.returncode == 0) == accepted, (value, got)
     if not accepted:
         assert got.stderr == server_protocol.idle_error(value) + "\n", (value, got.stderr)
+
+
+def _unshare_pid_works() -> str | None:
+    if shutil.which("unshare") is None:
+        return "no unshare(1)"
+    probe = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True, text=True, timeout=60)
+    return None if probe.returncode == 0 else f"unshare -p is not permitted here: {probe.stderr.strip()}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _unshare_pid_works() is not None, reason=str(_unshare_pid_works()))
+def test_a_pid_namespace_gets_its_own_server_or_runs_in_process(runtime):
+    """With its own /proc (`unshare -p -f --mount-proc`) a caller is served by a server in its
+    PID namespace; with the host's /proc, whose numbers are not its namespace's, a server would
+    look its clients up as other processes (and refused each command with a note): such a
+    caller runs its commands in process, quietly."""
+    env = _env(runtime)
+    assert subprocess.run([sys.executable, "-m", "pyree_build", "--version"], env=env, capture_output=True, timeout=120).returncode == 0
+    script = '"$0" -m pyree_build --version && "$0" -m pyree_build --version && "$0" -m pyree_build server status'
+    for flags in (["--mount-proc"], []):
+        got = subprocess.run(["unshare", "-p", "-f", *flags, "sh", "-c", script, sys.executable], env=env, capture_output=True, text=True, timeout=300)
+        assert got.returncode == 0 and got.stdout.startswith("pyree_build 0.1.0\npyree_build 0.1.0\n"), (flags, got)
+        assert "refused" not in got.stderr and "running in this process" not in got.stderr, (flags, got.stderr)
+        expected = "server: running\npid: " if flags else "server: none for this process (/proc cannot tell this process's context"
+        assert expected in got.stdout, (flags, got.stdout)

@@ -93,6 +93,12 @@ static int context(struct buf *b) {
   static char data[65536];
   char stat_text[4096], line[256];
   struct stat root;
+  /* A /proc of another PID namespace (`unshare -p` without --mount-proc) numbers processes
+   * otherwise: the server would look up another process by this one's SO_PEERCRED pid. */
+  ssize_t k = readlink("/proc/self", line, sizeof line - 1);
+  if (k < 0) return 0;
+  line[k] = 0;
+  if (strtol(line, NULL, 10) != (long)getpid()) return 0;
   if (slurp("/proc/self/stat", stat_text, sizeof stat_text) < 0 || stat("/proc/self/root", &root) != 0) return 0;
   ssize_t n = slurp("/proc/self/status", data, sizeof data);
   if (n < 0) return 0;
@@ -127,7 +133,7 @@ static int context(struct buf *b) {
   for (size_t i = 0; i < sizeof namespaces / sizeof *namespaces; i++) {
     char path[64], link[128];
     snprintf(path, sizeof path, "/proc/self/ns/%s", namespaces[i]);
-    ssize_t k = readlink(path, link, sizeof link - 1);
+    k = readlink(path, link, sizeof link - 1);
     if (k < 0) strcpy(link, "-");
     else link[k] = 0;
     snprintf(line, sizeof line, "ns %s %s\n", namespaces[i], link);

@@ -179,6 +179,11 @@ def context(pid: int | str = "self") -> bytes | None:
     no server is used."""
     proc = f"/proc/{pid}"
     try:
+        # A /proc of another PID namespace (`unshare -p` without --mount-proc) names processes by
+        # numbers this one does not use: the server, looking its client up by its SO_PEERCRED
+        # pid, would read another process's context.
+        if pid == "self" and os.readlink("/proc/self") != str(os.getpid()):
+            return None
         status = _read(f"{proc}/status")
         stat_fields = _read(f"{proc}/stat").rsplit(b")", 1)[-1].split()
         root = os.stat(f"{proc}/root")
@@ -245,14 +250,15 @@ def check_dir(path: str, create: bool = True) -> str:
 
 
 class NoContext(OSError):
-    """This process's context cannot be read (no /proc): no server can be shown to match it."""
+    """This process's context cannot be read (no /proc, or another PID namespace's): no server
+    can be shown to match it."""
 
 
 def socket_path(env: dict[str, str] | os._Environ[str] = os.environ, create: bool = True) -> str:
     """The socket of the server for this identity, PYTHONPATH and process context."""
     ctx = context()
     if ctx is None:
-        raise NoContext("/proc/self cannot be read")
+        raise NoContext("/proc cannot tell this process's context (not mounted, or another PID namespace's)")
     return os.path.join(check_dir(socket_dir(env), create), f"s-{socket_key(identity(), env, ctx)}.sock")
 
 
