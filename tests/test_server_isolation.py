@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 from conftest import PLUGIN_SAMPLE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_stop import RUN_ARGS, Watched, _plugin_variant
 
 import pyree_build
@@ -292,7 +294,8 @@ def test_a_private_mount_namespace_gets_its_own_server(tmp_path, runtime):
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="changing a process's gid takes root and setpriv(1)")
 def test_a_server_started_with_another_gid_serves_no_caller_of_this_gid(tmp_path, runtime):
-    """A server started under `sg other` gave every later command's files that group."""
+    """A server started under `sg other` gave every later command's files that group; one of
+    other supplementary groups had those groups' rights."""
     env = _env(runtime)
     other = subprocess.run(
         ["setpriv", "--regid", "4242", "--clear-groups", sys.executable, "-m", "pyree_build", "new", tmp_path / "other"],
@@ -307,6 +310,14 @@ def test_a_server_started_with_another_gid_serves_no_caller_of_this_gid(tmp_path
     assert {p.stat().st_gid for p in (tmp_path / "other").rglob("*")} == {4242}
     assert {p.stat().st_gid for p in (tmp_path / "mine").rglob("*")} == {os.getgid()}
     assert len(_sockets(runtime)) == 2
+    # Supplementary groups alone (setgroups, newgrp): a server of their own, holding them.
+    status = [sys.executable, "-c", "from pyree_build.core import server_protocol as p; print(p.control('status')['pid'])"]
+    extra = subprocess.run(["setpriv", "--groups", "4243", *status[:1], "-m", "pyree_build", "--version"], env=env, capture_output=True, text=True, timeout=120)
+    assert extra.returncode == 0, extra.stderr
+    assert len(_sockets(runtime)) == 3
+    pid = subprocess.run(["setpriv", "--groups", "4243", *status], env=env, capture_output=True, text=True, timeout=120).stdout.strip()
+    groups = [line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Groups:")][0]
+    assert "4243" in groups and str(_status_pid(env)) != pid
 
 
 _TIMES = re.compile(r"\d+(\.\d+)? ?(s|ms|us)\b")
@@ -407,7 +418,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(built.stdout.strip())
 
 
-def test_the_native_client_keys_refuses_and_reads_fds_as_the_python_client(native, tmp_path, runtime):
+def test_the_native_client_keys_refuses_and_reads_fds_as_the_python_client(native, tmp_path, runtime, system_module, system_plugin):
     """native_client.c builds the context, the socket key and the refusals itself: a ulimit'd
     caller reaches the server the Python client keys for that context, bad settings read the
     same, and closed fds 0-2 do not crash it."""
@@ -422,8 +433,14 @@ def test_the_native_client_keys_refuses_and_reads_fds_as_the_python_client(nativ
         )
         c = subprocess.run([native, "--version"], env=_env(runtime, PYREE_BUILD_SERVER_IDLE=value), capture_output=True, text=True, timeout=60)
         assert (c.returncode, c.stdout, c.stderr) == (python.returncode, python.stdout, python.stderr), value
-    closed = _sh('exec "$1" --version <&- 2>&- >&-', native, env=env)
-    assert closed.returncode == 0, closed
+    args = ["run", system_module, *RUN_ARGS, "--plugin", system_plugin, "--expect", "8xf32=12 12 12 12 12 12 12 12"]
+    expected = subprocess.run([sys.executable, "-m", "pyree_build", *args], env=_env(runtime, "off"), capture_output=True, text=True, timeout=120)
+    assert expected.returncode == 0, expected
+    for mode in ("on", "off"):
+        closed = _sh('exec "$@" <&- >&-', native, *args, env=_env(runtime, mode))
+        assert (closed.returncode, _TIMES.sub("", closed.stderr)) == (0, _TIMES.sub("", expected.stderr)), (mode, closed)  # in process, sys.stdout was None
+        closed = _sh('exec "$1" --version <&- 2>&- >&-', native, env=_env(runtime, mode))
+        assert closed.returncode == 0, (mode, closed)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a socket of another uid is made by root (setuid in a child)")
@@ -477,3 +494,43 @@ def test_the_server_checks_each_requests_context_and_never_answers_into_its_own_
     assert same.returncode == 0 and re.fullmatch(r"ok \d+\nexit 0\n", same.stdout), same
     other = _sh('ulimit -f 8; exec "$0" -c "$1" "$2"', _RAW_CLIENT, path, env=env)
     assert other.stdout.startswith("refused: the client's process context differs from this server's (Max file size "), other
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.text(alphabet="0123456789.eE+- \tinfaINx_", max_size=10))
+def test_the_native_client_accepts_exactly_the_idle_values_python_accepts(native, runtime, value):
+    """native_client.c parses PYREE_BUILD_SERVER_IDLE itself (strtod on [0-9.eE+-]): the same
+    values pass, and a refused one reads the same."""
+    try:
+        server_protocol.idle_seconds({server_protocol.IDLE_ENV: value})
+        accepted = True
+    except server_protocol.BadSetting:
+        accepted = False
+    got = subprocess.run([native, "--version"], env=_env(runtime, PYREE_BUILD_SERVER_IDLE=value), capture_output=True, text=True, timeout=60)
+    assert (got.returncode == 0) == accepted, (value, got)
+    if not accepted:
+        assert got.stderr == server_protocol.idle_error(value) + "\n", (value, got.stderr)
+
+
+def _unshare_pid_works() -> str | None:
+    if shutil.which("unshare") is None:
+        return "no unshare(1)"
+    probe = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True, text=True, timeout=60)
+    return None if probe.returncode == 0 else f"unshare -p is not permitted here: {probe.stderr.strip()}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _unshare_pid_works() is not None, reason=str(_unshare_pid_works()))
+def test_a_pid_namespace_gets_its_own_server_or_runs_in_process(runtime):
+    """With its own /proc (`unshare -p -f --mount-proc`) a caller is served by a server in its
+    PID namespace; with the host's /proc, whose numbers are not its namespace's, a server would
+    look its clients up as other processes (and refused each command with a note): such a
+    caller runs its commands in process, quietly."""
+    env = _env(runtime)
+    assert subprocess.run([sys.executable, "-m", "pyree_build", "--version"], env=env, capture_output=True, timeout=120).returncode == 0
+    script = '"$0" -m pyree_build --version && "$0" -m pyree_build --version && "$0" -m pyree_build server status'
+    for flags in (["--mount-proc"], []):
+        got = subprocess.run(["unshare", "-p", "-f", *flags, "sh", "-c", script, sys.executable], env=env, capture_output=True, text=True, timeout=300)
+        assert got.returncode == 0 and got.stdout.startswith("pyree_build 0.1.0\npyree_build 0.1.0\n"), (flags, got)
+        assert "refused" not in got.stderr and "running in this process" not in got.stderr, (flags, got.stderr)
+        expected = "server: running\npid: " if flags else "server: none for this process (/proc cannot tell this process's context"
+        assert expected in got.stdout, (flags, got.stdout)

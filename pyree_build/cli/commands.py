@@ -240,6 +240,9 @@ def server_command(a: argparse.Namespace) -> None:
     try:
         where = server_protocol.socket_path(create=False)
         report = server_protocol.control(a.action)
+    except server_protocol.NoContext as err:
+        print(f"server: none for this process ({err}: every command runs in its own process)")
+        return
     except (server_protocol.Unsafe, OSError) as err:
         raise PyreeError(f"cannot reach the server: {err}", fix="pyree-build server stop, or PYREE_BUILD_SERVER=off to run in process") from None
     if report is None:

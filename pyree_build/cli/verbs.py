@@ -560,8 +560,10 @@ SERVER = Verb(
         "Every pyree-build command (CMake's actions and ctests too) is handed to a per-user server that has "
         "already imported what commands need, so a command costs about what its tools cost. It starts "
         "on first use, serves commands in parallel, restarts when pyree_build changes, and exits after "
-        "$PYREE_BUILD_SERVER_IDLE seconds without work (default 900). status: whether it runs, its pid, "
+        "$PYREE_BUILD_SERVER_IDLE seconds without work (default 900; seconds in (0, 604800]). status: whether it runs, its pid, "
         "socket, uptime, requests served and idle timeout; stop: end it (commands running finish). "
+        "A server serves only commands whose process context (uid, groups, limits, namespaces, root...) "
+        "is its own: status and stop address the server of the context they run in. "
         "PYREE_BUILD_SERVER=off runs each command in its own process instead."
     ),
     examples="pyree-build server status\npyree-build server stop\nPYREE_BUILD_SERVER=off pyree-build cache info   # a command in its own process",

@@ -92,7 +92,7 @@ static ssize_t slurp(const char *path, char *out, size_t size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   size_t n = 0;
-  ssize_t r;
+  ssize_t r = 0;
   while (n + 1 < size && (r = read(fd, out + n, size - 1 - n)) > 0) n += (size_t)r;
   close(fd);
   if (r < 0) return -1;
@@ -104,11 +104,17 @@ static ssize_t slurp(const char *path, char *out, size_t size) {
  * root... byte for byte as the Python function builds them; 0 when /proc cannot tell. */
 static int context(struct buf *b) {
   static const char *status_fields[] = {"Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Cpus_allowed_list", "Mems_allowed_list"};
-  static const char *files[] = {"limits", "cgroup", "oom_score_adj", "personality", "attr/current"};
+  static const char *files[] = {"limits", "cgroup", "oom_score_adj", "attr/current"};
   static const char *namespaces[] = {"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"};
   static char data[65536];
   char stat_text[4096], line[256];
   struct stat root;
+  /* A /proc of another PID namespace (`unshare -p` without --mount-proc) numbers processes
+   * otherwise: the server would look up another process by this one's SO_PEERCRED pid. */
+  ssize_t k = readlink("/proc/self", line, sizeof line - 1);
+  if (k < 0) return 0;
+  line[k] = 0;
+  if (strtol(line, NULL, 10) != (long)getpid()) return 0;
   if (slurp("/proc/self/stat", stat_text, sizeof stat_text) < 0 || stat("/proc/self/root", &root) != 0) return 0;
   ssize_t n = slurp("/proc/self/status", data, sizeof data);
   if (n < 0) return 0;
@@ -143,7 +149,7 @@ static int context(struct buf *b) {
   for (size_t i = 0; i < sizeof namespaces / sizeof *namespaces; i++) {
     char path[64], link[128];
     snprintf(path, sizeof path, "/proc/self/ns/%s", namespaces[i]);
-    ssize_t k = readlink(path, link, sizeof link - 1);
+    k = readlink(path, link, sizeof link - 1);
     if (k < 0) strcpy(link, "-");
     else link[k] = 0;
     snprintf(line, sizeof line, "ns %s %s\n", namespaces[i], link);
@@ -301,8 +307,9 @@ static int connect_to(const char *path) {
   if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
     struct ucred cred;
     socklen_t len = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid()) return fd;
-    g_peer_uid = cred.uid;
+    int known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+    if (known && cred.uid == geteuid()) return fd;
+    if (known) g_peer_uid = cred.uid; /* else nothing is known of it: unusable, silently */
     close(fd);
     errno = EPERM;
     return -1;

@@ -137,7 +137,7 @@ def fnv1a64(data: bytes) -> int:
 # a client whose context is byte for byte its own. From /proc/PID/status, these lines: ids and
 # groups (real, effective, saved, fs), capabilities, no_new_privs, seccomp, CPU and memory node
 # affinity. Then whole files: resource limits, cgroup (its memory and CPU limits), OOM score,
-# personality (linux32 changes uname), LSM label; nice, real-time priority and policy from
+# LSM label; nice, real-time priority and policy from
 # /proc/PID/stat; every namespace; the root directory (chroot). native_client.c builds the same
 # bytes: a change here is a change there.
 _STATUS_FIELDS = (
@@ -154,7 +154,9 @@ _STATUS_FIELDS = (
     b"Cpus_allowed_list",
     b"Mems_allowed_list",
 )
-_CONTEXT_FILES = ("limits", "cgroup", "oom_score_adj", "personality", "attr/current")
+# Not /proc/PID/personality (linux32): reading another process's takes ptrace-attach rights,
+# which Yama (ptrace_scope 1, Ubuntu's default) denies a server that is not its client's parent.
+_CONTEXT_FILES = ("limits", "cgroup", "oom_score_adj", "attr/current")
 _NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
 _STAT_FIELDS = (16, 37, 38)  # after the ")" that ends the command name: nice, rt_priority, policy
 
@@ -177,6 +179,11 @@ def context(pid: int | str = "self") -> bytes | None:
     no server is used."""
     proc = f"/proc/{pid}"
     try:
+        # A /proc of another PID namespace (`unshare -p` without --mount-proc) names processes by
+        # numbers this one does not use: the server, looking its client up by its SO_PEERCRED
+        # pid, would read another process's context.
+        if pid == "self" and os.readlink("/proc/self") != str(os.getpid()):
+            return None
         status = _read(f"{proc}/status")
         stat_fields = _read(f"{proc}/stat").rsplit(b")", 1)[-1].split()
         root = os.stat(f"{proc}/root")
@@ -243,14 +250,15 @@ def check_dir(path: str, create: bool = True) -> str:
 
 
 class NoContext(OSError):
-    """This process's context cannot be read (no /proc): no server can be shown to match it."""
+    """This process's context cannot be read (no /proc, or another PID namespace's): no server
+    can be shown to match it."""
 
 
 def socket_path(env: dict[str, str] | os._Environ[str] = os.environ, create: bool = True) -> str:
     """The socket of the server for this identity, PYTHONPATH and process context."""
     ctx = context()
     if ctx is None:
-        raise NoContext("/proc/self cannot be read")
+        raise NoContext("/proc cannot tell this process's context (not mounted, or another PID namespace's)")
     return os.path.join(check_dir(socket_dir(env), create), f"s-{socket_key(identity(), env, ctx)}.sock")
 
 
