@@ -534,3 +534,17 @@ def test_a_pid_namespace_gets_its_own_server_or_runs_in_process(runtime):
         assert "refused" not in got.stderr and "running in this process" not in got.stderr, (flags, got.stderr)
         expected = "server: running\npid: " if flags else "server: none for this process (/proc cannot tell this process's context"
         assert expected in got.stdout, (flags, got.stdout)
+
+
+@pytest.mark.parametrize("value", ["of", "maybe", "2", "disabled", " OFF ", "On", "", "TRUE"])
+def test_a_server_mode_that_is_neither_on_nor_off_is_refused_by_both_clients(native, runtime, value):
+    """`PYREE_BUILD_SERVER=of` kept the server on, silently."""
+    env = _env(runtime, value)
+    python = subprocess.run([sys.executable, "-m", "pyree_build", "--version"], env=env, capture_output=True, text=True, timeout=120)
+    c = subprocess.run([native, "--version"], env=env, capture_output=True, text=True, timeout=120)
+    assert (c.returncode, c.stdout, c.stderr) == (python.returncode, python.stdout, python.stderr)
+    known = value.strip().lower() in ("off", "on", "", "true")
+    if known:
+        assert python.returncode == 0 and python.stdout.startswith("pyree_build "), python
+    else:
+        assert python.returncode == 1 and python.stderr.startswith(f"error: PYREE_BUILD_SERVER={value} is neither on nor off\n  fix: "), python

@@ -426,17 +426,20 @@ static void forward(int sig) {
   errno = saved;
 }
 
-/* PYREE_BUILD_SERVER off, 0, no or false (any case, spaces around): server_protocol.enabled. */
+/* PYREE_BUILD_SERVER off, 0, no or false (any case, spaces around): 1; on, 1, yes, true, empty
+ * or unset: 0; anything else: -1, refused (server_protocol.enabled). */
 static int server_off(void) {
   const char *mode = getenv("PYREE_BUILD_SERVER");
   if (!mode) return 0;
   while (isspace((unsigned char)*mode)) mode++;
   size_t n = strlen(mode);
   while (n && isspace((unsigned char)mode[n - 1])) n--;
-  static const char *off[] = {"off", "0", "no", "false"};
+  static const char *off[] = {"off", "0", "no", "false"}, *on[] = {"on", "1", "yes", "true", ""};
   for (size_t i = 0; i < sizeof off / sizeof *off; i++)
     if (strlen(off[i]) == n && !strncasecmp(mode, off[i], n)) return 1;
-  return 0;
+  for (size_t i = 0; i < sizeof on / sizeof *on; i++)
+    if (strlen(on[i]) == n && !strncasecmp(mode, on[i], n)) return 0;
+  return -1;
 }
 
 /* $PYREE_BUILD_SERVER_IDLE: 1 if unset, empty, or seconds in (0, 604800] written with
@@ -479,7 +482,13 @@ int main(int argc, char **argv) {
 #else
   g_python = PYREE_PYTHON, g_identity = PYREE_IDENTITY, g_boot = PYREE_BOOT, g_package = PYREE_PACKAGE;
 #endif
-  if (server_off()) return in_process(argc, argv, NULL);
+  int off = server_off();
+  if (off < 0) {
+    fprintf(stderr, "error: PYREE_BUILD_SERVER=%s is neither on nor off\n"
+                    "  fix: set it to on or off (1/0, yes/no, true/false), or unset it (on)\n", getenv("PYREE_BUILD_SERVER"));
+    return 1;
+  }
+  if (off) return in_process(argc, argv, NULL);
   for (int i = 1; i < argc && i < 4; i++)
     if (!strcmp(argv[i], "server")) return in_process(argc, argv, NULL);
   if (!idle_ok()) {

@@ -84,12 +84,20 @@ def idle_error(text: str) -> str:
     )
 
 
-OFF_VALUES = ("off", "0", "no", "false")  # native_client.c has the same list
+OFF_VALUES = ("off", "0", "no", "false")  # native_client.c has the same lists
+ON_VALUES = ("on", "1", "yes", "true", "")
 
 
 def enabled(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    """Whether commands go to the server: unless PYREE_BUILD_SERVER says off."""
-    return env.get(SERVER_ENV, "on").strip().lower() not in OFF_VALUES
+    """Whether commands go to the server: unless PYREE_BUILD_SERVER says off. Another value is
+    refused (BadSetting): `PYREE_BUILD_SERVER=of` kept the server, silently."""
+    text = env.get(SERVER_ENV, "on")
+    value = text.strip(" \t\n\r\f\v").lower()
+    if value in OFF_VALUES:
+        return False
+    if value in ON_VALUES:
+        return True
+    raise BadSetting(f"error: {SERVER_ENV}={text} is neither on nor off\n  fix: set it to on or off (1/0, yes/no, true/false), or unset it (on)")
 
 
 def identity() -> str:

@@ -30,12 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     protocol.std_fds_open()  # before any socket exists: one must never land on fds 0-2
     _std_streams()
-    if protocol.enabled() and not any(a in IN_PROCESS_VERBS for a in args[:3]):
-        try:
+    try:
+        serve = protocol.enabled() and not any(a in IN_PROCESS_VERBS for a in args[:3])
+        if serve:
             protocol.idle_seconds()
-        except protocol.BadSetting as err:
-            print(err, file=sys.stderr)
-            return 1
+    except protocol.BadSetting as err:
+        print(err, file=sys.stderr)
+        return 1
+    if serve:
         code = served(args)
         if code is not None:
             return code
