@@ -503,7 +503,8 @@ def cached_action(
     slot.inputs, slot.check = known, check
     if root is not None:
         before = {p: hash_file(Path(p)) for p in known}
-        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
+        # Each tool's identity, content and the environment it reads (toolchain.ENVIRONMENT_READ).
+        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used] + [e for t in tools_used for e in toolchain.environment_read(t)]
         slot.base = _digest(action, *key, *tool_ids, *(o.suffix for o in outputs), *(f"{p}={h}" for p, h in before.items()))
         hit = _cached_outputs(action, slot, outputs, before)
         if hit is not None:
