@@ -231,6 +231,8 @@ def test_every_steps_check_accepts_what_the_step_makes(server, tmp_path, verb):
     fetched, log = _step(verb, tmp_path / "b", _env(tmp_path / "cache-b", server.url))
     assert "remote cache hit" in log and "not what" not in log, log
     assert fetched == built
+    modes = {name: [os.stat(tmp_path / side / name).st_mode & 0o777 for side in ("a", "b")] for name in built}
+    assert all(a == b for a, b in modes.values()), modes  # a plugin stays executable
 
 
 def test_each_check_refuses_the_neighbouring_kind(tmp_path):

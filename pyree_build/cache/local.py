@@ -569,13 +569,13 @@ def _take_remote(slot: _Slot, outputs: Sequence[Path], fetched: remote_cache.Fet
     (never from the final paths, which another process may rewrite), then rename them into
     place, all or none."""
     assert slot.root is not None and slot.check is not None
-    umask = os.umask(0)
-    os.umask(umask)
     with files.atomic_outputs(outputs) as private:
         for tmp, data, executable in zip(private, fetched.blobs, fetched.executable):
-            with open(tmp, "xb") as handle:
+            with open(tmp, "xb") as handle:  # the umask's mode, as a tool's output gets
                 handle.write(data)
-            os.chmod(tmp, (0o777 if executable else 0o666) & ~umask)
+                if executable:  # +x wherever the umask left +r (never os.umask: other threads build too)
+                    mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+                    os.fchmod(handle.fileno(), mode | (mode & 0o444) >> 2)
         slot.check(private)
         with contextlib.suppress(OSError):
             _store(slot.root, slot.base, private, fetched.deps)  # the local tier answers next time
