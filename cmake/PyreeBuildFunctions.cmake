@@ -178,7 +178,8 @@ endmacro()
 
 # A shared remote cache behind the local one (README: "Sharing the cache between machines").
 # Empty: the environment's PYREE_BUILD_REMOTE_CACHE applies, if any. Credentials belong in the
-# environment (PYREE_BUILD_REMOTE_CACHE_TOKEN / _AUTH), never here: this ends up in build.ninja.
+# environment (PYREE_BUILD_REMOTE_CACHE_TOKEN / _AUTH, and the signing secret
+# PYREE_BUILD_REMOTE_CACHE_KEY), never here: this ends up in build.ninja.
 set(PYREE_BUILD_REMOTE_CACHE "" CACHE STRING "http(s)://host/path of a shared pyree_build cache (HTTP GET/PUT)")
 set(PYREE_BUILD_REMOTE_CACHE_MODE "" CACHE STRING "read: use the remote cache's hits, upload nothing")
 

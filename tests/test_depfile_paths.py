@@ -73,24 +73,34 @@ def test_a_compilers_depfile_is_read_unescaped(tmp_path):
     assert parse_depfile(tmp_path / "x.d") == ["/w/a$b/h.h", "/w/c d/e#f.h", "/w/g\\h.h", "/w/i\\ j.h"]
 
 
-def _objects(work: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+# verb -> (source name, source text, argv after the source)
+STEPS = {
+    "objects": ("p.c", '#include "cfg$1.h"\nint f(int x) { return x * CFG; }\n', ["--arch", "x86_64", "-o", "out"]),
+    "bitcode": ("k.cu", '#include "cfg$1.h"\nextern "C" __device__ int f(int x) { return x * CFG; }\n', ["--sm", "80", "-o", "out"]),
+}
+
+
+def _build(verb: str, work: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    name, _, argv = STEPS[verb]
     env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_SERVER="off")
     return subprocess.run(
-        [sys.executable, "-m", "pyree_build", "objects", "p.c", "--arch", "x86_64", "-I", "inc", "-o", "out", "--depfile", "out.d"],
+        [sys.executable, "-m", "pyree_build", verb, name, "-I", "inc", *argv, "--depfile", "out.d"],
         cwd=work, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
-def test_a_build_in_a_directory_with_metacharacters_is_cached_and_its_depfile_true(tmp_path):
+@pytest.mark.parametrize("verb", sorted(STEPS))
+def test_a_build_in_a_directory_with_metacharacters_is_cached_and_its_depfile_true(tmp_path, verb):
+    name, text, _ = STEPS[verb]
     work = tmp_path / "a$b\\c d#e"
     (work / "inc").mkdir(parents=True)
     (work / "inc" / "cfg$1.h").write_text("#define CFG 3\n")
-    (work / "p.c").write_text('#include "cfg$1.h"\nint f(int x) { return x * CFG; }\n')
-    first = _objects(work, tmp_path / "cache")
+    (work / name).write_text(text)
+    first = _build(verb, work, tmp_path / "cache")
     assert first.returncode == 0, first.stderr
     assert "not cached" not in first.stderr, first.stderr
-    second = _objects(work, tmp_path / "cache")
+    second = _build(verb, work, tmp_path / "cache")
     assert second.returncode == 0 and "cache hit" in second.stderr, second.stderr
     deps = parse_depfile(work / "out.d")
-    assert str(work / "inc" / "cfg$1.h") in deps and str(work / "p.c") in deps, deps
+    assert str(work / "inc" / "cfg$1.h") in deps and str(work / name) in deps, deps
     assert all(Path(d).exists() for d in deps), [d for d in deps if not Path(d).exists()]

@@ -198,3 +198,62 @@ def test_a_remote_hit_is_stored_from_its_own_files_not_the_shared_outputs(server
     monkeypatch.delenv("PYREE_BUILD_REMOTE_CACHE")
     again, log = _objects(src, tmp_path / "c", _env(tmp_path / "cache-b", None))
     assert again == built and "cache hit" in log, log
+
+
+SAMPLES = REPO / "samples" / "custom_dispatch"
+# verb -> (sample file, argv after it; {out} is the output directory): each step's own check
+# must accept what the step really makes, or every honest remote hit would be refused.
+STEPS = {
+    "compile": (SAMPLES / "cpu" / "plugin" / "example.mlir", ["compile", "--target", "llvm-cpu", "-o", "{out}/m.vmfb"]),
+    "ptx": (SAMPLES / "cuda" / "kernels" / "kernels.cu", ["ptx", "--sm", "80", "--sm", "75", "-o", "{out}"]),
+    "bitcode": (SAMPLES / "cuda" / "ukernel" / "ukernel.cu", ["bitcode", "--sm", "80", "-o", "{out}"]),
+    "hsaco": (SAMPLES / "hip" / "kernels" / "kernels.cu", ["hsaco", "--gfx", "942", "--gfx", "1100", "-o", "{out}"]),
+    "spirv": (SAMPLES / "vulkan" / "shaders" / "simple_mul.glsl", ["spirv", "-o", "{out}"]),
+    "system plugin": (SAMPLES / "cpu" / "plugin" / "system_plugin.c", ["plugin", "--kind", "system", "-o", "{out}/p.so"]),
+    "standalone FatELF": (
+        SAMPLES / "cpu" / "plugin" / "standalone_plugin.c",
+        ["plugin", "--kind", "standalone", "--arch", "x86_64", "--arch", "aarch64", "-o", "{out}/p.sos"],
+    ),
+}
+
+
+def _step(verb: str, out: Path, env: dict[str, str]) -> tuple[dict[str, bytes], str]:
+    source, argv = STEPS[verb]
+    args = [a.replace("{out}", str(out)) for a in argv]
+    result = subprocess.run([sys.executable, "-m", "pyree_build", args[0], source, *args[1:]], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and not p.name.startswith(".")}, result.stderr
+
+
+@pytest.mark.parametrize("verb", sorted(STEPS))
+def test_every_steps_check_accepts_what_the_step_makes(server, tmp_path, verb):
+    built, _ = _step(verb, tmp_path / "a", _env(tmp_path / "cache-a", server.url))
+    fetched, log = _step(verb, tmp_path / "b", _env(tmp_path / "cache-b", server.url))
+    assert "remote cache hit" in log and "not what" not in log, log
+    assert fetched == built
+    modes = {name: [os.stat(tmp_path / side / name).st_mode & 0o777 for side in ("a", "b")] for name in built}
+    assert all(a == b for a, b in modes.values()), modes  # a plugin stays executable
+
+
+def test_each_check_refuses_the_neighbouring_kind(tmp_path):
+    """The checks tell apart what a hostile record could swap in: PTX of another sm, a code
+    object of another gfx, a module that is not one, an object of another machine."""
+    from pyree_build.backends.cuda import ptx
+    from pyree_build.backends.hip import hsaco
+    from pyree_build.backends.llvm_cpu import plugins
+    from pyree_build.core import formats
+    from pyree_build.core.errors import PyreeError
+
+    built, _ = _step("ptx", tmp_path / "ptx", _env(tmp_path / "cache", None))
+    sm75 = tmp_path / "ptx" / next(n for n in built if n.endswith("sm_75.ptx"))
+    ptx._check_ptx([75], [sm75])
+    with pytest.raises(PyreeError, match="not sm_80"):
+        ptx._check_ptx([80], [sm75])
+    with pytest.raises(PyreeError, match="not an IREE module"):
+        formats.require_vmfb(sm75)
+    _step("hsaco", tmp_path / "co", _env(tmp_path / "cache", None))
+    with pytest.raises(PyreeError, match="not gfx942"):
+        hsaco._check_objects(["gfx942"], [tmp_path / "co" / "gfx1100" / "kernels.co"])
+    _objects(_source(tmp_path / "src", 3), tmp_path / "o", _env(tmp_path / "cache", None), arch="aarch64")
+    with pytest.raises(PyreeError, match="for machine 183, not ET_REL for machine 62"):
+        plugins._check_objects(["x86_64"], [tmp_path / "o" / "k_aarch64.o"])

@@ -234,36 +234,83 @@ CHECK_CALLS = 3
 _START_ALLOWANCE_S = 30.0
 
 
-def check_variant(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray]) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Case:
+    """Other inputs a variant must also get right, with the reference's results for them."""
+
+    inputs: list[str]
+    expected: list[Any]
+
+
+# Besides the given inputs, each variant gets this many sets of random inputs of the same
+# shapes (when a reference module can say what their results are): a kernel right for the
+# given values only (a constant, a special case) is wrong.
+RANDOM_CASES = 2
+
+
+def random_cases(plan: Plan, reference: PathLike, directory: Path, count: int = RANDOM_CASES) -> list[Case]:
+    """`count` sets of random inputs shaped as the given ones (numbers stay as given), saved
+    under `directory`, with the reference module's results for each."""
+    rng = np.random.default_rng(0x5EED)
+    cases = []
+    for k in range(count):
+        specs = []
+        for i, spec in enumerate(plan.inputs):
+            parsed = checks.parse_input(spec)
+            if parsed.shape is None and parsed.file is None:  # a scalar parameter
+                specs.append(spec)
+                continue
+            given = checks.spec_array(spec)
+            if given.dtype.kind == "f":
+                values = rng.uniform(-4, 4, given.shape).astype(given.dtype)
+            elif given.dtype.kind in "iu":
+                values = rng.integers(0 if given.dtype.kind == "u" else -8, 8, given.shape).astype(given.dtype)
+            else:
+                values = rng.integers(0, 2, given.shape).astype(given.dtype)
+            path = directory / "random_inputs" / f"case{k}_input{i}.npy"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, values)
+            specs.append(f"@{path}")
+        with echo.muted_commands():
+            outputs = run_action.run(reference, plan.function, inputs=specs, device=plan.device, timeout=plan.timeout).outputs
+        cases.append(Case(specs, list(outputs)))
+    return cases
+
+
+def check_variant(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = ()) -> tuple[str, str]:
     """Run the variant and compare its results, then call it CHECK_CALLS times in one process
-    (the plugin kept loaded) and compare every call's: ("ok", "") or (status, why)."""
+    (the plugin kept loaded), and once with each of `cases`' inputs, and compare every
+    call's: ("ok", "") or (status, why)."""
     try:
         with echo.muted_commands():
             outputs = run_action.run(plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device, timeout=plan.timeout).outputs
     except PyreeError as error:
         return classify(error), error.what
     status, why = _compare(plan, plugin, outputs, expected)
-    return (status, why) if status != "ok" else _check_repeated_calls(plan, plugin, expected)
+    return (status, why) if status != "ok" else _check_repeated_calls(plan, plugin, expected, cases)
 
 
-def _check_repeated_calls(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray]) -> tuple[str, str]:
+def _check_repeated_calls(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray], cases: Sequence[Case]) -> tuple[str, str]:
+    calls = [Case(plan.inputs, list(expected))] * CHECK_CALLS + list(cases)
     with tempfile.TemporaryDirectory(prefix="pyree-tune-check.") as tmp:
         spec = {"module": plan.module, "function": plan.function, "device": plan.device, "plugin": os.fspath(plugin), "out": tmp,
-                "calls": [plan.inputs] * CHECK_CALLS}  # fmt: skip
+                "calls": [c.inputs for c in calls]}  # fmt: skip
         try:
             with echo.muted_commands():
                 processes.spawn(
                     [sys.executable, "-m", "pyree_build.actions.tune_calls", json.dumps(spec)],
                     what=f"calling {plan.function} {CHECK_CALLS} times in one process", file=plugin,
-                    timeout=plan.timeout * CHECK_CALLS + _START_ALLOWANCE_S, crash_hint=run_action.crash_hint([plugin]),
+                    timeout=plan.timeout * len(calls) + _START_ALLOWANCE_S, crash_hint=run_action.crash_hint([plugin]),
                 )  # fmt: skip
         except PyreeError as error:
             return classify(error), error.what
-        for call in range(CHECK_CALLS):
+        for call, case in enumerate(calls):
             outputs = [np.load(f) for f in sorted(Path(tmp).glob(f"{call}_*.npy"), key=lambda f: int(f.stem.split("_")[1]))]
-            status, why = _compare(plan, plugin, outputs, expected)
-            if status != "ok":
+            status, why = _compare(plan, plugin, outputs, case.expected)
+            if status != "ok" and call < CHECK_CALLS:
                 return status, f"call {call + 1} of {CHECK_CALLS} in one process: {why}"
+            if status != "ok":
+                return status, f"random inputs {' '.join(case.inputs)}: {why}"
     return "ok", ""
 
 
@@ -278,7 +325,7 @@ def _compare(plan: Plan, plugin: PathLike, outputs: Sequence[numpy.ndarray], exp
     return "ok", ""
 
 
-def build_and_check(plan: Plan, variant: Variant, directory: Path, expected: Sequence[numpy.ndarray]) -> Variant:
+def build_and_check(plan: Plan, variant: Variant, directory: Path, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = ()) -> Variant:
     """Build one variant and check it; its status says how that went."""
     try:
         plugin = build_variant(plan, variant, directory)
@@ -286,7 +333,7 @@ def build_and_check(plan: Plan, variant: Variant, directory: Path, expected: Seq
         variant.status, variant.reason = BUILD_FAILED, error.what
         return variant
     variant.plugin = str(plugin)
-    variant.status, variant.reason = check_variant(plan, plugin, expected)
+    variant.status, variant.reason = check_variant(plan, plugin, expected, cases)
     return variant
 
 
@@ -399,10 +446,11 @@ def log_checked(variants: Sequence[Variant]) -> None:
         echo.log_step(f"  {v.label}: {'correct' if v.status == 'ok' else v.status}" + (f" (on {v.node})" if v.node else ""))
 
 
-def _sweep_locally(plan: Plan, variants: list[Variant], directory: Path, expected: Sequence[numpy.ndarray], jobs: int | None) -> None:
+def _sweep_locally(plan: Plan, variants: list[Variant], directory: Path, expected: Sequence[numpy.ndarray], jobs: int | None,
+                   cases: Sequence[Case] = ()) -> None:  # fmt: skip
     with echo.Stopwatch(f"build and check {len(variants)} variant(s)"):
         with _quiet_steps(), processes.thread_pool(jobs) as pool:
-            list(pool.map(lambda v: build_and_check(plan, v, directory, expected), variants))
+            list(pool.map(lambda v: build_and_check(plan, v, directory, expected, cases), variants))
         log_checked(variants)
     for v in variants:
         if v.status == "ok":
@@ -460,12 +508,13 @@ def tune(
     if ray is not None:
         _require_ray()
     expected = expected_outputs(plan, reference=reference, onnx=onnx, expect_output=expect_output)
+    cases = random_cases(plan, reference, directory) if reference is not None else []
     variants = variants_of(parsed)
     if ray is not None:
         _tune_ray.sweep(plan, variants, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
     else:
-        _sweep_locally(plan, variants, directory, expected, jobs)
-    result = _finish(plan, variants, out, expected)
+        _sweep_locally(plan, variants, directory, expected, jobs, cases)
+    result = _finish(plan, variants, out, expected, cases)
     if depfile is not None:  # CMake: a changed source, header, module or reference tunes again
         inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
         files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
@@ -489,7 +538,7 @@ def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: st
                 list(defines), device, rtol, atol, timeout, spread, budget, max_rounds, repetitions)  # fmt: skip
 
 
-def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[numpy.ndarray]) -> Variant | None:
+def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[numpy.ndarray], cases: Sequence[Case]) -> Variant | None:
     """The fastest variant that is still right when checked again after its benchmark (a
     kernel can go wrong after many calls); one that is not is marked wrong and the next tried."""
     for best in ranked(variants):
@@ -497,15 +546,15 @@ def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[nump
             return None
         if best.plugin is None or not Path(best.plugin).is_file():  # built on another node (Ray): checked there
             return best
-        status, why = check_variant(plan, best.plugin, expected)
+        status, why = check_variant(plan, best.plugin, expected, cases)
         if status == "ok":
             return best
         best.status, best.reason = status, f"after its benchmark: {why}"
     return None
 
 
-def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[numpy.ndarray]) -> TuneResult:
-    best = _recheck_winner(plan, variants, expected)
+def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = ()) -> TuneResult:
+    best = _recheck_winner(plan, variants, expected, cases)
     rows = ranked(variants)
     if best is None:
         raise PyreeError(

@@ -507,7 +507,8 @@ def cached_action(
     slot.inputs, slot.check = known, check
     if root is not None:
         before = {p: hash_file(Path(p)) for p in known}
-        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used]
+        # Each tool's identity, content and the environment it reads (toolchain.ENVIRONMENT_READ).
+        tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used] + [e for t in tools_used for e in toolchain.environment_read(t)]
         slot.base = _digest(action, *key, *tool_ids, *(o.suffix for o in outputs), *(f"{p}={h}" for p, h in before.items()))
         hit = _cached_outputs(action, slot, outputs, before)
         if hit is not None:
@@ -572,13 +573,13 @@ def _take_remote(slot: _Slot, outputs: Sequence[Path], fetched: remote_cache.Fet
     (never from the final paths, which another process may rewrite), then rename them into
     place, all or none."""
     assert slot.root is not None and slot.check is not None
-    umask = os.umask(0)
-    os.umask(umask)
     with files.atomic_outputs(outputs) as private:
         for tmp, data, executable in zip(private, fetched.blobs, fetched.executable):
-            with open(tmp, "xb") as handle:
+            with open(tmp, "xb") as handle:  # the umask's mode, as a tool's output gets
                 handle.write(data)
-            os.chmod(tmp, (0o777 if executable else 0o666) & ~umask)
+                if executable:  # +x wherever the umask left +r (never os.umask: other threads build too)
+                    mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+                    os.fchmod(handle.fileno(), mode | (mode & 0o444) >> 2)
         slot.check(private)
         with contextlib.suppress(OSError):
             _store(slot.root, slot.base, private, fetched.deps)  # the local tier answers next time

@@ -60,14 +60,15 @@ def require_elf(path: PathLike, *, machine: int, elf_type: str) -> None:
 
 
 def require_vmfb(path: PathLike) -> None:
-    """An IREE module: its FlatBuffer (identifier `IREE`), bare or as the first file of the
-    ZIP archive iree-compile writes."""
+    """An IREE module: its FlatBuffer (identifier `IREE`, after the root offset, and the size
+    when size-prefixed, as iree-compile writes it), bare or as the first file of the ZIP
+    archive iree-compile writes."""
     head = _head(path)
     at = 0
     if head[:4] == _ZIP_LOCAL and len(head) >= 30:
         name_len, extra_len = struct.unpack_from("<HH", head, 26)
         at = 30 + name_len + extra_len
-    if head[at + 4 : at + 8] != b"IREE":
+    if b"IREE" not in (head[at + 4 : at + 8], head[at + 8 : at + 12]):
         raise _bad(path, "not an IREE module (.vmfb)")
 
 

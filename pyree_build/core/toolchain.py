@@ -49,6 +49,36 @@ class Tool:
         return [*self.argv, *(os.fspath(a) for a in args)]
 
 
+# The environment variables each tool reads that change what it makes, keyed with the tool
+# (cache.local: a build with CPATH=a is never a hit for CPATH=b). A name ending in `*` is a
+# prefix. clang (zig's too) and gcc read the include and library paths and clang's override
+# options; zig its library and libc directories; nvcc its flag variables and its host
+# compiler's; NVRTC its own (NVRTC_*, LIBNVVM_*). Diagnostics-only variables (colours,
+# verbosity, LANG) and cache locations are left out: they change no output byte.
+_C_FAMILY_ENV = (
+    "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "OBJCPLUS_INCLUDE_PATH", "LIBRARY_PATH",
+    "COMPILER_PATH", "GCC_EXEC_PREFIX", "CCC_OVERRIDE_OPTIONS", "SOURCE_DATE_EPOCH", "DEPENDENCIES_OUTPUT",
+    "SUNPRO_DEPENDENCIES", "SDKROOT", "MACOSX_DEPLOYMENT_TARGET",
+)  # fmt: skip
+_ZIG_ENV = ("ZIG_LIB_DIR", "ZIG_LIBC")
+ENVIRONMENT_READ: Mapping[str, tuple[str, ...]] = {
+    "zig cc": (*_C_FAMILY_ENV, *_ZIG_ENV),
+    "zig clang": (*_C_FAMILY_ENV, *_ZIG_ENV),
+    "clang": _C_FAMILY_ENV,
+    "gcc": _C_FAMILY_ENV,
+    "nvcc": (*_C_FAMILY_ENV, "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN"),
+    "nvrtc": ("NVRTC_*", "LIBNVVM_*"),
+}
+
+
+def environment_read(tool: Tool) -> list[str]:
+    """`NAME=value` for each variable `tool` reads (ENVIRONMENT_READ) that is set, sorted."""
+    names = ENVIRONMENT_READ.get(tool.name, ())
+    exact = {n for n in names if not n.endswith("*")}
+    prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
+    return sorted(f"{k}={v}" for k, v in os.environ.items() if k in exact or (prefixes and k.startswith(prefixes)))
+
+
 @record(frozen=True)
 class Missing:
     """A tool that was looked for and not found, with the command that installs it."""

@@ -124,7 +124,8 @@ class _BitcodeJob:
         with bc.open("rb") as f:
             if f.read(4) != _BITCODE_MAGIC:
                 raise PyreeError(f"zig clang wrote no LLVM bitcode for sm_{sm}", file=src, fix="run with -v and report the command")
-        return bc, parse_depfile(dep) if dep.is_file() else [str(src)]
+        named = [str(src), *(o[2:] for o in self.options if o.startswith("-I"))]  # zig's clang writes a `\` of them as `/`
+        return bc, parse_depfile(dep, named=named) if dep.is_file() else [str(src)]
 
 
 def unresolved_functions(ptx: str) -> list[str]:
