@@ -118,7 +118,6 @@ def test_an_edited_kernel_in_the_same_process_gives_the_new_numbers():
         import sys
         import numpy as np
         import pyree_build as pb
-from pyree_build.actions import inline as inline_action
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_load_inline import PROGRAM, kernel_c
         a, b = np.full(8, 2, np.float32), np.full(8, 4, np.float32)
