@@ -3,8 +3,12 @@ the import check that asks each plugin's resolve in a child included; real tools
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 
+import pytest
 from conftest import PLUGIN_SAMPLE, assert_clean_error, run_cli
 
 RUN_ARGS = ["--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4"]
@@ -29,3 +33,39 @@ def test_run_timeout_bounds_the_import_check_too(tmp_path, system_module):
     except subprocess.TimeoutExpired as exc:
         raise AssertionError("run --timeout 3 was still running after 60 s") from exc
     assert_clean_error(result, "asking its resolve did not return within 3 s, the command's time limit (--timeout)", "spin.so")
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (Z: a zombie), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("fds", ["keeps-the-pipes", "closes-every-fd"])
+def test_a_grandchild_a_plugin_detaches_with_setsid_does_not_survive_the_run(tmp_path, system_module, fds):
+    anchor = "  const mul_args_t* a = (const mul_args_t*)params_ptr;\n"
+    pidfile = tmp_path / "grandchild.pid"
+    closes = "for (int fd = 0; fd < 1024; ++fd) close(fd);" if fds == "closes-every-fd" else ""
+    detach = (
+        "  { static int forked; if (!forked) { forked = 1; if (fork() == 0) { setsid();"
+        f' FILE* f = fopen("{pidfile}", "w"); fprintf(f, "%d", (int)getpid()); fclose(f); {closes} sleep(600); _exit(0); }} }} }}\n'
+    )
+    text = (PLUGIN_SAMPLE / "system_plugin.c").read_text()
+    src = tmp_path / "detach.c"
+    src.write_text("#include <stdio.h>\n#include <unistd.h>\n" + text.replace(anchor, anchor + detach))
+    so = tmp_path / "detach.so"
+    assert run_cli("plugin", src, "-o", so).returncode == 0
+    try:
+        result = run_cli("run", system_module, *RUN_ARGS, "--plugin", so, "--timeout", "20", timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError("the run waited on its detached grandchild") from exc
+    grandchild = int(pidfile.read_text())
+    try:
+        assert result.returncode == 0 and "8xf32=12 12 12 12 12 12 12 12" in result.stdout, result.output
+        assert _state(grandchild) in (None, "Z"), f"the grandchild {grandchild} survived the run"
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(grandchild, signal.SIGKILL)

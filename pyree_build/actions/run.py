@@ -207,6 +207,7 @@ def _spawn_run(
         result = processes.spawn(
             argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(os.fspath(p) for p in plugins)}" if plugins else ""),
             file=mod, explain=functools.partial(explain_run_failure, device=device), timeout=timeout, crash_hint=crash_hint(plugins),
+            runs_user_code=bool(plugins),
         )  # fmt: skip
     return result, time.perf_counter() - start
 
