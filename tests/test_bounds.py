@@ -7,6 +7,8 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
+import time
 
 import pytest
 from conftest import PLUGIN_SAMPLE, assert_clean_error, run_cli
@@ -69,3 +71,59 @@ def test_a_grandchild_a_plugin_detaches_with_setsid_does_not_survive_the_run(tmp
     finally:
         with contextlib.suppress(OSError):
             os.kill(grandchild, signal.SIGKILL)
+
+
+SPINNING_RUN = """
+import sys, numpy as np, pyree_build as pb
+module, plugin, good, mode = sys.argv[1:]
+args = (module, "mixed_invocation", [np.full(8, 2, np.float32), np.full(8, 4, np.float32)])
+if mode == "timeout":
+    try:
+        pb.run(*args, plugins=[plugin], timeout=2)
+    except pb.PyreeError as err:
+        print("ERROR", str(err).splitlines()[0], flush=True)
+    print("AGAIN", pb.run(*args, plugins=[good])[0].tolist(), flush=True)  # the driver is busy: iree-run-module
+else:
+    print("calling", flush=True)
+    if mode == "stop_on_signals":
+        with pb.stop_on_signals():
+            pb.run(*args, plugins=[plugin])
+    else:
+        pb.run(*args, plugins=[plugin])
+"""
+
+
+def _looping_plugin(tmp_path):
+    anchor = "  const mul_args_t* a = (const mul_args_t*)params_ptr;\n"
+    src = tmp_path / "loop.c"
+    src.write_text((PLUGIN_SAMPLE / "system_plugin.c").read_text().replace(anchor, anchor + "  for (;;) {}\n"))
+    assert run_cli("plugin", src, "-o", tmp_path / "loop.so").returncode == 0
+    return tmp_path / "loop.so"
+
+
+def test_an_in_process_run_that_never_returns_times_out_and_the_next_run_still_works(tmp_path, system_module, system_plugin):
+    script = tmp_path / "spin.py"
+    script.write_text(SPINNING_RUN)
+    looping = _looping_plugin(tmp_path)
+    try:
+        result = subprocess.run([sys.executable, script, system_module, looping, system_plugin, "timeout"], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError("pb.run(timeout=2) did not return") from exc
+    assert "ERROR error:" in result.stdout and "did not return within 2 s" in result.stdout, result.stdout + result.stderr
+    assert "AGAIN [12.0, 12.0, 12.0, 12.0, 12.0, 12.0, 12.0, 12.0]" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("mode", ["default_handler", "stop_on_signals"])
+def test_sigint_ends_an_in_process_run_that_never_returns(tmp_path, system_module, system_plugin, mode):
+    script = tmp_path / "spin.py"
+    script.write_text(SPINNING_RUN)
+    looping = _looping_plugin(tmp_path)
+    proc = subprocess.Popen([sys.executable, script, system_module, looping, system_plugin, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
+        time.sleep(1.5)  # inside the call
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and ("KeyboardInterrupt" in err or "Stopped: SIGINT" in err), err[-2000:]

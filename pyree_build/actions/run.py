@@ -305,7 +305,13 @@ def _require_function(mod: Path, function: str) -> None:
 
 
 def run_to_arrays(
-    module: PathLike, function: str, inputs: Sequence[object] = (), *, plugins: Sequence[PathLike] = (), device: str = "local-sync"
+    module: PathLike,
+    function: str,
+    inputs: Sequence[object] = (),
+    *,
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
 ) -> list[numpy.ndarray]:
     """Run with iree-run-module and return the results as numpy arrays; `inputs` may be
     arrays (passed through .npy files) or input spec strings.
@@ -315,7 +321,7 @@ def run_to_arrays(
     """
     mod = require_file(module, "module")
     with input_specs(mod, function, inputs) as specs:
-        return run(mod, function, inputs=specs, plugins=plugins, device=device).outputs
+        return run(mod, function, inputs=specs, plugins=plugins, device=device, timeout=timeout).outputs
 
 
 @contextlib.contextmanager
