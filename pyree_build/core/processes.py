@@ -320,18 +320,7 @@ def spawn(
     check_stopped()
     timeout, command_limit = _bounded(timeout)
     proc = _start(args, cwd=cwd, piped_stdin=stdin is not None, env=full_env)
-    _register(proc.pid, args[0])
-    ticks = _start_ticks(proc.pid) if _SUBREAPER and runs_user_code else None
-    tool = (proc.pid, ticks) if ticks is not None else None
-    try:
-        stdout, stderr, timed_out = _communicate(proc, stdin, timeout)
-    except BaseException:
-        end_group(proc.pid, _Popen(proc))
-        raise
-    finally:
-        _unregister(proc.pid)
-        if tool is not None:  # what it left that closed its pipes too (a daemon) was reparented here
-            end_descendants(tool=tool)
+    stdout, stderr, timed_out = _run_started(proc, args[0], stdin, timeout, runs_user_code=runs_user_code)
     check_stopped()  # our tool was ended by a stop: say so, not "the tool failed"
     result = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     output = (stderr or "") + (stdout or "")
@@ -358,6 +347,22 @@ def spawn(
         raise PyreeError(f"{what} failed (exit code {result.returncode})", file=file, details=better or output or "(the tool printed nothing)",
                          command=args, fix=fix)  # fmt: skip
     return result
+
+
+def _run_started(proc: subprocess.Popen[str], name: str, stdin: str | None, timeout: float | None, *, runs_user_code: bool) -> tuple[str, str, bool]:
+    """Wait for a started tool (registered meanwhile, so a stop ends it) and end what it left."""
+    _register(proc.pid, name)
+    ticks = _start_ticks(proc.pid) if _SUBREAPER and runs_user_code else None
+    tool = (proc.pid, ticks) if ticks is not None else None
+    try:
+        return _communicate(proc, stdin, timeout)
+    except BaseException:
+        end_group(proc.pid, _Popen(proc))
+        raise
+    finally:
+        _unregister(proc.pid)
+        if tool is not None:  # what it left that closed its pipes too (a daemon) was reparented here
+            end_descendants(tool=tool)
 
 
 # What LLVM's crash handler (iree-compile, clang, lld) prints before its backtrace.
