@@ -68,3 +68,17 @@ def test_a_failed_verb_leaves_no_temporaries_and_no_directory_it_made(cli, tmp_p
     result = cli("compile", tmp_path / "bad.c", "-o", tmp_path / "keep" / "new" / "m.vmfb")
     assert result.returncode != 0
     assert list((tmp_path / "keep").iterdir()) == []  # keep/ was the user's: it stays; new/ was made for the output: gone
+
+
+def test_temporaries_of_a_killed_build_are_swept_by_the_next_build_into_that_directory(cli, tmp_path):
+    dead = 2**22 + 12345  # above pid_max: no process has it
+    left = [f".t.so.{dead}-0123abcd.build", f".functions_x86_64.o.{dead}-89abcdef.d", f".t.so.{dead}-fedcba98-a1b2c3.tmp"]
+    (tmp_path / left[0]).mkdir()
+    (tmp_path / left[0] / "0_t.o").write_bytes(b"half")
+    for name in left[1:]:
+        (tmp_path / name).write_bytes(b"half")
+    mine = [".notes.2024-deadbeef.txt", ".t.so.123-abc.build"]  # not of the form: never touched
+    for name in mine:
+        (tmp_path / name).write_text("mine")
+    assert cli("plugin", "--kind", "system", PLUGIN_SAMPLE / "system_plugin.c", "-o", tmp_path / "other.so").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*mine, "other.so"])
