@@ -255,19 +255,22 @@ def write_depfile(
 
 
 def parse_depfile(path: str | os.PathLike[str]) -> list[str]:
-    """Dependencies listed in a compiler-written depfile (`-MD -MF`), in order."""
+    """Dependencies listed in a depfile (a compiler's `-MD -MF`, or write_depfile's), in order,
+    read back as Make writes them: `\\ ` a space, `\\#` a `#`, `$$` a `$`, `\\\\` a backslash."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    text = text.replace("\\\n", " ")
     _, _, rest = text.partition(": ")
     deps: list[str] = []
     current = ""
     i = 0
     while i < len(rest):
         ch = rest[i]
-        if ch == "\\" and i + 1 < len(rest) and rest[i + 1] == " ":
-            current += " "
+        if (ch == "\\" and i + 1 < len(rest) and rest[i + 1] in " #\\") or (ch == "$" and rest[i + 1 : i + 2] == "$"):
+            current += rest[i + 1]
             i += 2
             continue
+        if ch == "\\" and rest[i + 1 : i + 2] == "\n":  # a line continued: read after escapes, so `\\\\` + newline is a backslash
+            ch = " "
+            i += 1
         if ch.isspace():
             if current:
                 deps.append(current)
