@@ -127,3 +127,31 @@ def test_sigint_ends_an_in_process_run_that_never_returns(tmp_path, system_modul
     finally:
         proc.kill()
     assert proc.returncode != 0 and ("KeyboardInterrupt" in err or "Stopped: SIGINT" in err), err[-2000:]
+
+
+def test_a_grandchild_forked_by_a_plugins_query_does_not_hold_the_build_or_survive_it(tmp_path):
+    """The build asks the plugin's query in a forked child; a grandchild it leaves (setsid, still
+    holding the child's result pipe) is ended once the child has answered, not waited for."""
+    anchor = "  static const iree_hal_executable_plugin_header_t header = {\n"
+    pidfile = tmp_path / "grandchild.pid"
+    detach = f'  if (fork() == 0) {{ setsid(); FILE* f = fopen("{pidfile}", "w"); fprintf(f, "%d", (int)getpid()); fclose(f); sleep(600); _exit(0); }}\n'
+    text = (PLUGIN_SAMPLE / "system_plugin.c").read_text()
+    assert anchor in text
+    src = tmp_path / "q.c"
+    src.write_text("#include <stdio.h>\n#include <unistd.h>\n" + text.replace(anchor, detach + anchor))
+    env = dict(os.environ, PYREE_BUILD_CACHE="off", PYREE_BUILD_PROBE_TIMEOUT="20")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pyree_build", "plugin", src, "-o", tmp_path / "q.so"], env=env, capture_output=True, text=True, timeout=15
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError("the build waited on the query's grandchild") from exc
+    finally:
+        pids = [int(p) for p in [pidfile.read_text()] if p] if pidfile.exists() else []
+    try:
+        assert result.returncode == 0, result.stderr
+        assert pids and all(_state(p) in (None, "Z") for p in pids), "the grandchild survived the build"
+    finally:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

@@ -590,7 +590,7 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     child = _Child(pid)
     try:
         with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-            chunks, timed_out = _read_until_closed(pipe, time.monotonic() + timeout)
+            chunks, timed_out = _read_until_closed(pipe, time.monotonic() + timeout, child)
         if timed_out or not child(10.0):
             end_group(pid, child)
     except BaseException:
@@ -641,6 +641,8 @@ class _Child:
         self.status: int | None = None
 
     def __call__(self, seconds: float) -> bool:
+        if self.status is not None:  # reaped already
+            return True
         end = time.monotonic() + seconds
         pause = 0.0002  # the child is usually exiting already: look again soon, then less often
         while True:
@@ -654,17 +656,23 @@ class _Child:
             pause = min(pause * 2, 0.01)
 
 
-def _read_until_closed(pipe: BinaryIO, deadline: float) -> tuple[list[bytes], bool]:
-    """What the child wrote until it closed its end, and whether `deadline` came first.
-    Raises Stopped when a stop comes meanwhile."""
+def _read_until_closed(pipe: BinaryIO, deadline: float, child: _Child) -> tuple[list[bytes], bool]:
+    """What the child wrote until its end closed, and whether `deadline` came first. Once the
+    child has exited, a descendant it left holding the pipe (a fork, even after setsid()) is
+    ended rather than waited for. Raises Stopped when a stop comes meanwhile."""
     chunks: list[bytes] = []
+    exited_at: float | None = None
     while True:
         if _STOP_SIGNAL is not None:
             raise Stopped(_STOP_SIGNAL)
         left = deadline - time.monotonic()
         if left <= 0:
             return chunks, True
-        ready, _, _ = select.select([pipe], [], [], min(left, 0.25))
+        ready, _, _ = select.select([pipe], [], [], min(left, 0.25 if exited_at is None else _DRAIN_S))
+        if not ready and child(0.0):
+            exited_at = exited_at or time.monotonic()
+            if time.monotonic() - exited_at >= _DRAIN_S:
+                end_descendants([pipe])
         if ready:
             chunk = pipe.read(65536)
             if not chunk:
