@@ -8,6 +8,10 @@ import shutil
 
 import pytest
 from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyree_build.core import files
 
 EMBEDDED = SAMPLES / "custom_dispatch" / "cpu" / "embedded"
 HEADER = "#define PYREE_TEST_CONFIG 1\n"
@@ -68,3 +72,40 @@ def test_a_failed_verb_leaves_no_temporaries_and_no_directory_it_made(cli, tmp_p
     result = cli("compile", tmp_path / "bad.c", "-o", tmp_path / "keep" / "new" / "m.vmfb")
     assert result.returncode != 0
     assert list((tmp_path / "keep").iterdir()) == []  # keep/ was the user's: it stays; new/ was made for the output: gone
+
+
+def test_temporaries_of_a_killed_build_are_swept_by_the_next_build_into_that_directory(cli, tmp_path):
+    dead = 2**22 + 12345  # above pid_max: no process has it
+    left = [f".t.so.{dead}-0123abcd.build", f".functions_x86_64.o.{dead}-89abcdef.d", f".t.so.{dead}-fedcba98-a1b2c3.tmp"]
+    (tmp_path / left[0]).mkdir()
+    (tmp_path / left[0] / "0_t.o").write_bytes(b"half")
+    for name in left[1:]:
+        (tmp_path / name).write_bytes(b"half")
+    mine = [".notes.2024-deadbeef.txt", ".t.so.123-abc.build"]  # not of the form: never touched
+    for name in mine:
+        (tmp_path / name).write_text("mine")
+    assert cli("plugin", "--kind", "system", PLUGIN_SAMPLE / "system_plugin.c", "-o", tmp_path / "other.so").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*mine, "other.so"])
+
+
+# Shell and Ninja/Make metacharacters (no newline: no depfile format can hold one).
+PATH_CHARS = st.sampled_from(list("ab.-_ $#:;&|'\"\\*?[]{}()<>=%!~`@,^") + ["é", "😀"])
+
+
+@given(st.lists(st.text(PATH_CHARS, min_size=1, max_size=12).filter(lambda s: s not in (".", "..")), min_size=1, max_size=5, unique=True))
+@settings(max_examples=300, deadline=None)
+def test_a_depfile_reads_back_every_path_it_was_written_with(tmp_path_factory, names):
+    where = tmp_path_factory.mktemp("dep")
+    deps = [str(where / n) for n in names]
+    files.write_depfile(where / "out.d", where / names[0], deps)
+    assert files.parse_depfile(where / "out.d") == deps
+
+
+def test_a_build_with_metacharacters_in_every_path_names_its_source_in_the_depfile(cli, tmp_path):
+    sub = tmp_path / "my $dir #1 ;&"
+    sub.mkdir()
+    src = sub / "plug in $x #y.c"
+    shutil.copy(PLUGIN_SAMPLE / "system_plugin.c", src)
+    out, dep = sub / "out $(rm -rf x) #.so", sub / "dep $1 #.d"
+    assert cli("plugin", "--kind", "system", src, "-I", PLUGIN_SAMPLE, "--depfile", dep, "-o", out).returncode == 0
+    assert out.is_file() and str(src) in files.parse_depfile(dep)

@@ -174,7 +174,7 @@ def _bench_bounded(
         with echo.Stopwatch(f"iree-benchmark-module {mod.name}"):
             result = processes.spawn(
                 argv, what=f"benchmarking {mod.name}", file=mod, fix="run it with `pyree-build run` first to see that it works",
-                explain=_explain_failure, timeout=timeout, crash_hint=crash_hint(plugins),
+                explain=_explain_failure, timeout=timeout, crash_hint=crash_hint(plugins), runs_user_code=bool(plugins),
             )  # fmt: skip
         text = report.read_text(encoding="utf-8", errors="replace") if report.is_file() else result.stdout
     return BenchResult(mod, parse_benchmark_json(text, module=mod))

@@ -17,16 +17,18 @@ import hashlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pyree_build.actions import arguments, checks
 from pyree_build.actions.results import exported_functions
-from pyree_build.actions.run import plugin_flag, require_device, run_to_arrays
+from pyree_build.actions.run import DEFAULT_RUN_TIMEOUT_S, crash_hint, plugin_flag, require_device, run_to_arrays
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX
-from pyree_build.core import lazy
+from pyree_build.core import lazy, processes
 from pyree_build.core.errors import PyreeError, require_file
 
 rt = lazy.module("iree.runtime")
@@ -41,6 +43,9 @@ _LOCK = threading.Lock()
 _PARSED_PLUGINS: PluginSet | None = None  # what rt.flags.parse_flags was given (once per process)
 _DRIVER_PLUGINS: dict[str, PluginSet] = {}  # driver -> the plugins it was created with
 _NOTED: set[tuple[str, str]] = set()  # (driver, reason) already explained on stderr
+# Drivers with a call that never returned (timed out or interrupted): the runtime cannot stop a
+# call, so it goes on in its thread; later runs on that driver go to iree-run-module.
+_STUCK: set[str] = set()
 
 
 def _driver_name(device: str) -> str:
@@ -68,6 +73,8 @@ def claim_driver(driver: str, want: PluginSet) -> str | None:
     is, else the reason it cannot be (the caller then runs out of process)."""
     global _PARSED_PLUGINS
     with _LOCK:
+        if driver in _STUCK:
+            return "an earlier call on it did not return (it still runs in this process)"
         if driver in _DRIVER_PLUGINS:
             return _mismatch(_DRIVER_PLUGINS[driver], want)
         # A driver not created yet is created with whatever plugin flags were parsed.
@@ -115,8 +122,14 @@ def run(
     *,
     plugins: Sequence[PathLike] = (),
     device: str = "local-sync",
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
 ) -> list[np.ndarray]:
-    """Call `function` of a .vmfb in this process; inputs are arrays or `--input` specs."""
+    """Call `function` of a .vmfb in this process; inputs are arrays or `--input` specs.
+
+    The call runs in a thread of its own while this one waits: SIGINT (and a stop under
+    `pb.stop_on_signals()`) and `timeout` seconds end the wait, with KeyboardInterrupt, Stopped
+    or a PyreeError. The runtime cannot stop a call, so one that never returns goes on in its
+    thread; later runs on that driver use iree-run-module (which can be stopped)."""
 
     mod = require_file(module, "module")
     try:
@@ -131,7 +144,7 @@ def run(
     reason = claim_driver(driver, plugin_set([plugin_flag(p) for p in plugins]))
     if reason is not None:
         _note_once(driver, reason)
-        return run_to_arrays(mod, function, inputs, plugins=plugins, device=device)
+        return run_to_arrays(mod, function, inputs, plugins=plugins, device=device, timeout=timeout)
     try:
         config = rt.Config(device)
         context = rt.SystemContext(config=config)
@@ -149,11 +162,50 @@ def run(
         raise PyreeError("the runtime could not load the module", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
     args = _arguments(entry, inputs)
     try:
-        result = entry(*args)
+        return _call_bounded(entry, args, timeout, what=f"calling {function} on {device}", file=mod, driver=driver, plugins=plugins)
     except (RuntimeError, ValueError, TypeError) as exc:
         raise PyreeError(f"calling {function} failed", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
-    results = result if isinstance(result, (tuple, list)) else [result]
-    return [np.asarray(r.to_host() if hasattr(r, "to_host") else r) for r in results]
+
+
+def _call_bounded(
+    entry: Any, args: list[object], timeout: float | None, *, what: str, file: Path, driver: str, plugins: Sequence[PathLike]
+) -> list[np.ndarray]:
+    """`entry(*args)` as arrays, from a thread of its own (the runtime releases the GIL while
+    it runs, so this thread's wait sees signals and the clock)."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            result = entry(*args)
+            results = result if isinstance(result, (tuple, list)) else [result]
+            box["ok"] = [np.asarray(r.to_host() if hasattr(r, "to_host") else r) for r in results]
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=call, name=f"pyree_build {what}", daemon=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    worker.start()
+    try:
+        while worker.is_alive():
+            processes.check_stopped()  # a stop that came to another thread
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise PyreeError(
+                    f"{what} did not return within {timeout:g} s",
+                    file=file,
+                    details=crash_hint(plugins),
+                    fix="see the likely causes above; the call goes on in this process (IREE's runtime cannot stop it): later runs "
+                    f"on {driver} use iree-run-module; restart the process to free its core, or pass timeout=SECONDS",
+                )
+            worker.join(0.1 if left is None else min(0.1, left))  # interruptible: SIGINT raises here
+    except BaseException:
+        if worker.is_alive():
+            with _LOCK:
+                _STUCK.add(driver)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["ok"]  # type: ignore[no-any-return]
 
 
 def _load_fix(message: str) -> str:

@@ -207,6 +207,7 @@ def _spawn_run(
         result = processes.spawn(
             argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(os.fspath(p) for p in plugins)}" if plugins else ""),
             file=mod, explain=functools.partial(explain_run_failure, device=device), timeout=timeout, crash_hint=crash_hint(plugins),
+            runs_user_code=bool(plugins),
         )  # fmt: skip
     return result, time.perf_counter() - start
 
@@ -304,7 +305,13 @@ def _require_function(mod: Path, function: str) -> None:
 
 
 def run_to_arrays(
-    module: PathLike, function: str, inputs: Sequence[object] = (), *, plugins: Sequence[PathLike] = (), device: str = "local-sync"
+    module: PathLike,
+    function: str,
+    inputs: Sequence[object] = (),
+    *,
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
 ) -> list[numpy.ndarray]:
     """Run with iree-run-module and return the results as numpy arrays; `inputs` may be
     arrays (passed through .npy files) or input spec strings.
@@ -314,7 +321,7 @@ def run_to_arrays(
     """
     mod = require_file(module, "module")
     with input_specs(mod, function, inputs) as specs:
-        return run(mod, function, inputs=specs, plugins=plugins, device=device).outputs
+        return run(mod, function, inputs=specs, plugins=plugins, device=device, timeout=timeout).outputs
 
 
 @contextlib.contextmanager

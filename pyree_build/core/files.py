@@ -85,8 +85,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# Any temporary pyree_build names beside an output (`.NAME.PID-RANDOM` + one of its suffixes:
+# a scratch directory, a temporary output, a compiler's depfile or its own `-<random>.tmp`),
+# whichever output it was for: a build killed while writing one output is swept by the next
+# build into that directory, not only by the next build of the same output.
+_OUR_TEMP = re.compile(r"\..+\.(\d+)-[0-9a-f]{8}(?:\.(?:build|tmp|d|stamp|remote)|-[^/]*\.tmp)")
+
+
 def sweep_stale_temps(final: Path) -> None:
-    """Remove temporaries of `final` left by writers that no longer run (a killed build).
+    """Remove temporaries in `final`'s directory left by writers that no longer run (a killed
+    build): `final`'s own, and any other of the form pyree_build gives them (_OUR_TEMP).
 
     A running writer's temporaries are left alone, so concurrent builds never race here.
     """
@@ -98,7 +106,7 @@ def sweep_stale_temps(final: Path) -> None:
     except OSError:
         return
     for path in siblings:
-        m = pattern.match(path.name)
+        m = pattern.match(path.name) or _OUR_TEMP.fullmatch(path.name)
         if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)

@@ -290,6 +290,24 @@ def write_manifest(directory: Path, files: Mapping[str, Sequence[str]]) -> None:
         raise
 
 
+def _in_the_way(directory: Path, in_the_way: list[str], old: Mapping[str, object], verb: str, fix: str | None) -> PyreeError:
+    """The refusal that names each file in the way: edited since, or never written by pyree_build."""
+    edited = [n for n in in_the_way if n in old]
+    foreign = [n for n in in_the_way if n not in old]
+    lines = []
+    if edited:
+        lines.append("edited since pyree_build wrote them: " + ", ".join(edited))
+    if foreign:
+        lines.append("not written by pyree_build: " + ", ".join(foreign))
+    return PyreeError(
+        f"{len(in_the_way)} file(s) in the way would be overwritten; nothing was changed",
+        file=directory,
+        details="\n".join(lines),
+        fix=fix
+        or f"copy your edits elsewhere (e.g. a directory for --substitute-from) and remove them here, choose another directory, or pass --force to overwrite them ({verb} --force)",
+    )
+
+
 def replace_directory_files(
     directory: Path,
     staged: Mapping[str, Path],
@@ -316,7 +334,6 @@ def replace_directory_files(
     check_outputs([directory / name for name in staged], inputs)
     in_the_way: list[str] = []
     stale_ours: list[str] = []
-    kept_edited: list[str] = []
     kept_ours: dict[str, list[str]] = {}
     for name in sorted(set(staged) | set(old)):
         final = directory / name
@@ -331,23 +348,9 @@ def replace_directory_files(
             stale_ours.append(name)
         elif ours and not prune:
             kept_ours[name] = old[name]
-        else:
-            kept_edited.append(name)
+        # else: an edited leftover of an earlier run stays, unrecorded: it is the user's now
     if in_the_way and not force:
-        edited = [n for n in in_the_way if n in old]
-        foreign = [n for n in in_the_way if n not in old]
-        lines = []
-        if edited:
-            lines.append("edited since pyree_build wrote them: " + ", ".join(edited))
-        if foreign:
-            lines.append("not written by pyree_build: " + ", ".join(foreign))
-        raise PyreeError(
-            f"{len(in_the_way)} file(s) in the way would be overwritten; nothing was changed",
-            file=directory,
-            details="\n".join(lines),
-            fix=fix
-            or f"copy your edits elsewhere (e.g. a directory for --substitute-from) and remove them here, choose another directory, or pass --force to overwrite them ({verb} --force)",
-        )
+        raise _in_the_way(directory, in_the_way, old, verb, fix)
     # Record old and new hashes first: a write killed half-way leaves every file known.
     during = {name: list(dict.fromkeys([*old.get(name, []), h])) for name, h in new_hashes.items() if h is not None}
     for name in [*stale_ours, *kept_ours]:
@@ -364,4 +367,3 @@ def replace_directory_files(
     # forgets the replaced bytes, so a full disk here is no failure (the step is complete).
     with contextlib.suppress(PyreeError):
         write_manifest(directory, {**kept_ours, **{name: [h] for name, h in new_hashes.items() if h is not None}})
-    del kept_edited  # edited leftovers of an earlier run stay, unrecorded: they are the user's now

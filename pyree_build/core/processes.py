@@ -302,6 +302,7 @@ def spawn(
     explain: Callable[[str], str | None] | None = None,
     timeout: float | None = None,
     crash_hint: str | None = None,
+    runs_user_code: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run one tool in its own process group. On failure raise PyreeError with its stderr and
     the command to reproduce.
@@ -309,6 +310,9 @@ def spawn(
     `explain` may turn the tool's output into a better message (e.g. a known IREE crash).
     `crash_hint` is added when the tool is killed by a signal or by the `timeout`. A stop
     (Stopped, KeyboardInterrupt) or any other exception while it runs ends its whole group.
+    `runs_user_code` (a run that loads plugins): after it exits, the orphans it left that this
+    process reaps (become_subreaper) are ended too; that look at /proc costs a few ms, so only
+    where code that may daemonize runs. Whatever holds its pipes is ended for every tool.
     """
     args = [os.fspath(a) for a in argv]
     _echo_spawn(args, cwd, env, fed=stdin is not None)
@@ -316,14 +320,7 @@ def spawn(
     check_stopped()
     timeout, command_limit = _bounded(timeout)
     proc = _start(args, cwd=cwd, piped_stdin=stdin is not None, env=full_env)
-    _register(proc.pid, args[0])
-    try:
-        stdout, stderr, timed_out = _communicate(proc, stdin, timeout)
-    except BaseException:
-        end_group(proc.pid, _Popen(proc))
-        raise
-    finally:
-        _unregister(proc.pid)
+    stdout, stderr, timed_out = _run_started(proc, args[0], stdin, timeout, runs_user_code=runs_user_code)
     check_stopped()  # our tool was ended by a stop: say so, not "the tool failed"
     result = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     output = (stderr or "") + (stdout or "")
@@ -350,6 +347,22 @@ def spawn(
         raise PyreeError(f"{what} failed (exit code {result.returncode})", file=file, details=better or output or "(the tool printed nothing)",
                          command=args, fix=fix)  # fmt: skip
     return result
+
+
+def _run_started(proc: subprocess.Popen[str], name: str, stdin: str | None, timeout: float | None, *, runs_user_code: bool) -> tuple[str, str, bool]:
+    """Wait for a started tool (registered meanwhile, so a stop ends it) and end what it left."""
+    _register(proc.pid, name)
+    ticks = _start_ticks(proc.pid) if _SUBREAPER and runs_user_code else None
+    tool = (proc.pid, ticks) if ticks is not None else None
+    try:
+        return _communicate(proc, stdin, timeout)
+    except BaseException:
+        end_group(proc.pid, _Popen(proc))
+        raise
+    finally:
+        _unregister(proc.pid)
+        if tool is not None:  # what it left that closed its pipes too (a daemon) was reparented here
+            end_descendants(tool=tool)
 
 
 # What LLVM's crash handler (iree-compile, clang, lld) prints before its backtrace.
@@ -398,21 +411,102 @@ def _start(args: list[str], *, cwd: str | os.PathLike[str] | None, piped_stdin: 
         raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
 
 
+# How long the pipes of a tool that has exited may stay open (its output still draining)
+# before whatever holds them is taken for a descendant that outlived it.
+_DRAIN_S = 0.3
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, /proc/PID/stat field 22), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pipe_holders(files: Sequence[object]) -> list[int]:
+    """Other processes that hold one of these pipes (by inode, read from /proc/PID/fd)."""
+    names = set()
+    for f in files:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            names.add(f"pipe:[{os.fstat(f.fileno()).st_ino}]")  # type: ignore[attr-defined]
+    holders = []
+    me = os.getpid()
+    for entry in os.scandir("/proc") if names and os.path.isdir("/proc/self") else ():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{entry.name}/fd/{fd}") in names for fd in os.listdir(f"/proc/{entry.name}/fd")):
+                holders.append(int(entry.name))
+    return holders
+
+
+def end_descendants(pipes: Sequence[object] = (), tool: tuple[int, int] | None = None) -> None:
+    """End what a tool left running after it exited, outside its session (a plugin's
+    `setsid()` grandchild): every process that still holds the tool's output pipes, and,
+    where this process is a subreaper (become_subreaper), every orphan reparented to it that
+    started with or after the `tool` (its pid and start ticks) and is no tool of ours. Each
+    gets SIGKILL; orphans are reaped."""
+    for pid in _pipe_holders(pipes):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if tool is None or not _SUBREAPER:
+        return
+    me = str(os.getpid()).encode()
+    with _LIVE_LOCK:
+        ours = set(_LIVE)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or (pid := int(entry.name)) in ours:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and int(fields[19]) >= tool[1]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+_SUBREAPER = False
+
+
+def become_subreaper() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER),
+    so that a tool's descendant that leaves its session still reparents here and is ended
+    with the tool (end_descendants). Only for a process pyree_build owns (the CLI, a server
+    worker): a library caller's own orphans must not become this process's."""
+    global _SUBREAPER
+    prctl = libc.function("prctl") if sys.platform.startswith("linux") else None
+    if prctl is not None and prctl(36, 1, 0, 0, 0) == 0:  # PR_SET_CHILD_SUBREAPER
+        _SUBREAPER = True
+
+
 def _communicate(proc: subprocess.Popen[str], stdin: str | None, timeout: float | None) -> tuple[str, str, bool]:
     """The tool's stdout and stderr, and whether it ran past `timeout` (then its group was ended).
-    Raises Stopped when a stop comes while it runs."""
+    Raises Stopped when a stop comes while it runs. Once the tool has exited, a descendant that
+    keeps its pipes open is ended rather than waited for."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = stdin
+    exited_at: float | None = None
     while True:
         # Short slices, so that a worker thread notices a stop and a timeout is kept.
         slice_s = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
         try:
-            stdout, stderr = proc.communicate(pending, timeout=slice_s)
+            stdout, stderr = proc.communicate(pending, timeout=slice_s if exited_at is None else min(slice_s, _DRAIN_S))
             return stdout, stderr, False
         except subprocess.TimeoutExpired:
             pending = None
             if _STOP_SIGNAL is not None:
                 raise Stopped(_STOP_SIGNAL) from None
+            if proc.poll() is not None:  # the tool has exited; only something it left holds the pipes
+                if exited_at is None:
+                    exited_at = time.monotonic()
+                elif time.monotonic() - exited_at >= _DRAIN_S:
+                    end_descendants([proc.stdout, proc.stderr])
             if deadline is not None and time.monotonic() >= deadline:
                 end_group(proc.pid, _Popen(proc))
                 try:  # what it printed before; a straggler outside its group may hold the pipes
@@ -496,7 +590,7 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     child = _Child(pid)
     try:
         with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-            chunks, timed_out = _read_until_closed(pipe, time.monotonic() + timeout)
+            chunks, timed_out = _read_until_closed(pipe, time.monotonic() + timeout, child)
         if timed_out or not child(10.0):
             end_group(pid, child)
     except BaseException:
@@ -547,6 +641,8 @@ class _Child:
         self.status: int | None = None
 
     def __call__(self, seconds: float) -> bool:
+        if self.status is not None:  # reaped already
+            return True
         end = time.monotonic() + seconds
         pause = 0.0002  # the child is usually exiting already: look again soon, then less often
         while True:
@@ -560,17 +656,23 @@ class _Child:
             pause = min(pause * 2, 0.01)
 
 
-def _read_until_closed(pipe: BinaryIO, deadline: float) -> tuple[list[bytes], bool]:
-    """What the child wrote until it closed its end, and whether `deadline` came first.
-    Raises Stopped when a stop comes meanwhile."""
+def _read_until_closed(pipe: BinaryIO, deadline: float, child: _Child) -> tuple[list[bytes], bool]:
+    """What the child wrote until its end closed, and whether `deadline` came first. Once the
+    child has exited, a descendant it left holding the pipe (a fork, even after setsid()) is
+    ended rather than waited for. Raises Stopped when a stop comes meanwhile."""
     chunks: list[bytes] = []
+    exited_at: float | None = None
     while True:
         if _STOP_SIGNAL is not None:
             raise Stopped(_STOP_SIGNAL)
         left = deadline - time.monotonic()
         if left <= 0:
             return chunks, True
-        ready, _, _ = select.select([pipe], [], [], min(left, 0.25))
+        ready, _, _ = select.select([pipe], [], [], min(left, 0.25 if exited_at is None else _DRAIN_S))
+        if not ready and child(0.0):
+            exited_at = exited_at or time.monotonic()
+            if time.monotonic() - exited_at >= _DRAIN_S:
+                end_descendants([pipe])
         if ready:
             chunk = pipe.read(65536)
             if not chunk:
