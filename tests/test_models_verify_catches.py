@@ -281,3 +281,17 @@ def test_float16_outputs_are_held_to_a_few_of_their_ulps():
     assert verify.compare(0, "y", one_ulp, want, None, None).passed  # 1e-4 would fail every element
     assert not verify.compare(0, "y", (want * np.float16(1.02)).astype(np.float16), want, None, None).passed
     assert not verify.compare(0, "y", one_ulp, want, 1e-4, 1e-6).passed  # explicit tolerances are kept
+
+
+def test_the_baseline_decides_whose_difference_it_is():
+    want = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    iree = np.array([1.0, 2.0, np.nan, 4.0], np.float32)  # IREE's own module is wrong at [2]
+    for module, verdict, apart in ((iree, verify.IREE_DIFFERS, 0), (iree + np.float32([0, 1, 0, 0]), verify.IREE_DIFFERS, 1)):
+        first = verify.compare(0, "y", module, want, None, None)
+        judged = verify._judge(first, module, want, iree, None, None)
+        assert not judged.passed and judged.verdict == verdict and judged.baseline_mismatched == apart
+        assert "IREE's own module (the baseline) differs from the reference here too" in judged.render()
+    # Where IREE's own module is right, a difference is the kernel's.
+    wrong = want + np.float32([0, 1, 0, 0])
+    judged = verify._judge(verify.compare(0, "y", wrong, want, None, None), wrong, want, want, None, None)
+    assert judged.verdict == verify.MISMATCH and "IREE" not in judged.render()
