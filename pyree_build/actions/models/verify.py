@@ -41,7 +41,6 @@ PathLike = str | os.PathLike[str]
 # value ~1e-3) is still compared to its own scale. Integer and bool outputs are exact.
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL_SCALE = 1e-5
-DEFAULT_ATOL = DEFAULT_ATOL_SCALE  # the absolute tolerance of an output whose largest magnitude is 1
 # float16 has 11 significant bits (one ulp is ~1e-3 relative): 1e-4 would fail every result one
 # ulp apart, so a float16 output is held to a few ulps of its values and of its scale.
 FLOAT16_TOLERANCE = 4e-3
@@ -145,17 +144,6 @@ def _size(shape: Sequence[int]) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def graph_inputs(model: onnx_types.ModelProto, source: Path | None = None) -> list[tuple[str, list[int | str], numpy.dtype]]:
-    """(name, dims, dtype) of each real input of the graph (initializers are not inputs); a
-    dynamic dimension is its name (or '?')."""
-    return [(g.name, list(g.dims), g.dtype) for g in draws.graph_inputs(model, source or Path("model.onnx"))]
-
-
-def random_inputs(model: onnx_types.ModelProto, seed: int, source: Path, style: str = "uniform") -> list[numpy.ndarray]:
-    """One seeded draw of every graph input in `style` (draws.STYLES)."""
-    return list(draws.draw(model, source, seed=seed, style=style).arrays)
 
 
 def given_inputs(model: onnx_types.ModelProto, specs: Sequence[str], source: Path) -> list[numpy.ndarray]:
