@@ -361,7 +361,7 @@ def import_onnx(
     raise NotImplementedError
 
 
-@_verb(".actions.models.verify", "verify", optional=("function", "baseline", "atol"))
+@_verb(".actions.models.verify", "verify", optional=("function", "baseline", "rtol", "atol"))
 def verify(
     module: PathLike,
     onnx_model: PathLike,
@@ -373,7 +373,7 @@ def verify(
     baseline: PathLike | None = None,
     seed: int = 0,
     trials: int = 3,
-    rtol: float = 1e-4,
+    rtol: float | None = None,
     atol: float | None = None,
     device: str = "local-sync",
 ) -> VerifyResult:

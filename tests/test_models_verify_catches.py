@@ -259,4 +259,39 @@ def test_integers_onnxruntime_refuses_across_their_type_are_drawn_small(tmp_path
     assert run_cli("compile", tmp_path / "gather.mlir", "-o", tmp_path / "gather.vmfb").returncode == 0
     result = run_cli("verify", tmp_path / "gather.vmfb", "--onnx", tmp_path / "gather.onnx")
     assert result.returncode == 0, result
-    assert "onnxruntime refused them across their type" in result.stdout
+    assert "(integers in [0, 4): onnxruntime refused the others)" in result.stdout
+
+
+def test_integer_divisors_onnxruntime_refuses_are_drawn_positive(tmp_path):
+    # onnxruntime refuses an integer division by zero; every draw has zeros, so each falls
+    # back to integers in [1, 5) for the whole set rather than failing.
+    node = helper.make_node("Div", ["a", "b"], ["y"], name="div")
+    model = _model("div", [node], {"a": (TensorProto.INT32, [16]), "b": (TensorProto.INT32, [16])}, {"y": (TensorProto.INT32, [16])})
+    onnx.save(model, tmp_path / "div.onnx")
+    assert run_cli("import", tmp_path / "div.onnx", "-o", tmp_path / "div.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "div.mlir", "-o", tmp_path / "div.vmfb").returncode == 0
+    result = run_cli("verify", tmp_path / "div.vmfb", "--onnx", tmp_path / "div.onnx")
+    assert result.returncode == 0, result
+    assert result.stdout.count("(integers in [1, 5): onnxruntime refused the others)") == 3
+
+
+def test_float16_outputs_are_held_to_a_few_of_their_ulps():
+    want = np.linspace(-3, 3, 64).astype(np.float16)
+    one_ulp = np.nextafter(want, np.float16(np.inf))
+    assert verify.compare(0, "y", one_ulp, want, None, None).passed  # 1e-4 would fail every element
+    assert not verify.compare(0, "y", (want * np.float16(1.02)).astype(np.float16), want, None, None).passed
+    assert not verify.compare(0, "y", one_ulp, want, 1e-4, 1e-6).passed  # explicit tolerances are kept
+
+
+def test_the_baseline_decides_whose_difference_it_is():
+    want = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    iree = np.array([1.0, 2.0, np.nan, 4.0], np.float32)  # IREE's own module is wrong at [2]
+    for module, verdict, apart in ((iree, verify.IREE_DIFFERS, 0), (iree + np.float32([0, 1, 0, 0]), verify.IREE_DIFFERS, 1)):
+        first = verify.compare(0, "y", module, want, None, None)
+        judged = verify._judge(first, module, want, iree, None, None)
+        assert not judged.passed and judged.verdict == verdict and judged.baseline_mismatched == apart
+        assert "IREE's own module (the baseline) differs from the reference here too" in judged.render()
+    # Where IREE's own module is right, a difference is the kernel's.
+    wrong = want + np.float32([0, 1, 0, 0])
+    judged = verify._judge(verify.compare(0, "y", wrong, want, None, None), wrong, want, want, None, None)
+    assert judged.verdict == verify.MISMATCH and "IREE" not in judged.render()

@@ -159,7 +159,10 @@ def verify_command(a: argparse.Namespace) -> None:
     )  # fmt: skip
     if not a.quiet:
         print(result.render())
+    rtol = f"rtol {result.rtol:g}" if result.rtol is not None else "rtol 0.0001"
     atol = f"atol {result.atol:g}" if result.atol is not None else "atol 1e-05 x each output's largest magnitude"
+    if (result.rtol is None or result.atol is None) and any(o.rtol == _verify.FLOAT16_TOLERANCE for t in result.trials for o in t.outputs):
+        atol += " (float16: 0.004 for both)"
     failed = [o for t in result.trials for o in t.outputs if not o.passed]
     indices = sorted({o.index for o in failed})
     failing_sets = [t for t in result.trials if not t.passed]
@@ -168,7 +171,7 @@ def verify_command(a: argparse.Namespace) -> None:
     if result.iree_differs:
         raise PyreeError(
             f"IREE's own module differs from the reference: {len(indices)} output(s) of {result.function} differ from {reference}{sets} "
-            f"(rtol {result.rtol:g}, {atol}), and the baseline {result.baseline} gives the same values",
+            f"({rtol}, {atol}), and the baseline {result.baseline} gives the same values",
             file=result.module,
             details="\n".join(o.render() for o in failed) if a.quiet else None,
             fix="not your kernel: the module without it computes the same; report the op to IREE, or check the model's opset and types",
@@ -178,14 +181,14 @@ def verify_command(a: argparse.Namespace) -> None:
         if result.baseline is None:
             blame += "; pass --baseline UNREPLACED.vmfb (the model compiled without your kernel) to tell IREE's own differences from the kernel's"
         raise PyreeError(
-            f"{len(indices)} of {len(result.outputs)} outputs of {result.function} differ from {reference}{sets} (rtol {result.rtol:g}, {atol})",
+            f"{len(indices)} of {len(result.outputs)} outputs of {result.function} differ from {reference}{sets} ({rtol}, {atol})",
             file=result.module,
             details="\n".join(o.render() for o in failed) if a.quiet else None,
             fix=blame,
         )
     sets = f" on {len(result.trials)} sets of inputs" if len(result.trials) > 1 else ""
     echo.log_step(
-        f"verified {result.function} against {'onnxruntime' if result.outputs[0].reference == 'onnxruntime' else 'the stored outputs'}: {len(result.outputs)} output(s){sets} within rtol {result.rtol:g}, {atol}"
+        f"verified {result.function} against {'onnxruntime' if result.outputs[0].reference == 'onnxruntime' else 'the stored outputs'}: {len(result.outputs)} output(s){sets} within {rtol}, {atol}"
     )
 
 

@@ -52,6 +52,9 @@ _MAX_SCALE = 64.0
 # more is undefined in C and in IREE (poison), so onnxruntime's answer there is no reference.
 _BOUNDED_OPERANDS = {("BitShift", 1)}
 _NUMBERED = re.compile(r"^(input|output)_(\d+)\.pb$")
+# Integers drawn again, in this order, where onnxruntime refuses a draw's: small ones (indices,
+# sizes), then positive ones (divisors: onnxruntime refuses an integer division by zero).
+FALLBACKS = {"small": "[0, 4)", "positive": "[1, 5)"}
 
 
 @record(frozen=True)
@@ -147,8 +150,10 @@ def _floats(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], mar
 
 def _integers(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], dtype: numpy.dtype, bounded: bool) -> numpy.ndarray:
     info = np.iinfo(dtype)
-    if style == "uniform":
+    if style in ("uniform", "small"):
         return rng.integers(0, 4, shape)
+    if style == "positive":
+        return rng.integers(1, 5, shape)
     if bounded:  # a shift amount: 0 up to the bit width, exclusive
         return rng.integers(0, info.bits, shape)
     if style == "ties":
@@ -160,9 +165,9 @@ def _integers(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], d
     return np.where(pick < 2, whole, np.where(pick == 2, rng.choice(extremes, shape), small))
 
 
-def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, narrow_integers: bool = False) -> Draw:
-    """One seeded draw of every graph input in `style`. `narrow_integers`: integers as in the
-    uniform style (for a model whose integer inputs are indices or sizes)."""
+def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, integers: str | None = None) -> Draw:
+    """One seeded draw of every graph input in `style`. `integers`: a FALLBACKS key, to draw the
+    integers that way instead (for a model whose integer inputs are indices, sizes or divisors)."""
     rng = np.random.default_rng(seed)
     marks = landmarks(model) if style != "uniform" else []
     bounded = _bounded_inputs(model)
@@ -183,9 +188,9 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, n
         elif kind == "b":
             values = rng.integers(0, 2, shape)
         else:
-            values = _integers(rng, "uniform" if narrow_integers else style, shape, graph_input.dtype, graph_input.name in bounded)
+            values = _integers(rng, integers or style, shape, graph_input.dtype, graph_input.name in bounded)
         arrays.append(np.asarray(values).astype(graph_input.dtype))
-    what = STYLE_TEXT[style] + (" (integers in [0, 4): onnxruntime refused them across their type)" if narrow_integers and style != "uniform" else "")
+    what = STYLE_TEXT[style] + (f" (integers in {FALLBACKS[integers]}: onnxruntime refused the others)" if integers else "")
     return Draw(f"seed {seed}, {style}: {what}", tuple(arrays), None, style, seed)
 
 

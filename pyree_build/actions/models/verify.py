@@ -41,7 +41,9 @@ PathLike = str | os.PathLike[str]
 # value ~1e-3) is still compared to its own scale. Integer and bool outputs are exact.
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL_SCALE = 1e-5
-DEFAULT_ATOL = DEFAULT_ATOL_SCALE  # the absolute tolerance of an output whose largest magnitude is 1
+# float16 has 11 significant bits (one ulp is ~1e-3 relative): 1e-4 would fail every result one
+# ulp apart, so a float16 output is held to a few ulps of its values and of its scale.
+FLOAT16_TOLERANCE = 4e-3
 
 # What an output's comparison concluded.
 OK, MISMATCH, IREE_DIFFERS = "ok", "mismatch", "iree-differs"
@@ -67,6 +69,7 @@ class OutputComparison:
     mismatched: int
     passed: bool
     atol: float = 0.0
+    rtol: float = DEFAULT_RTOL
     reference: str = "onnxruntime"
     verdict: str = OK
     baseline_mismatched: int = 0
@@ -78,7 +81,7 @@ class OutputComparison:
         line = (
             f"output {self.index} ({self.name}, {'x'.join(map(str, self.shape)) or 'scalar'}): {verdict}; worst at {where}: "
             f"module {self.module_value:.9g}, {self.reference} {self.reference_value:.9g}, abs error {self.abs_error:.3g}, rel error {self.rel_error:.3g} "
-            f"(max abs {self.max_abs_error:.3g}, max rel {self.max_rel_error:.3g}; atol {self.atol:.3g})"
+            f"(max abs {self.max_abs_error:.3g}, max rel {self.max_rel_error:.3g}; rtol {self.rtol:.3g}, atol {self.atol:.3g})"
         )
         if self.verdict == IREE_DIFFERS:
             agrees = "the module agrees with it" if not self.baseline_mismatched else f"the module differs from it in {self.baseline_mismatched} elements"
@@ -107,7 +110,7 @@ class VerifyResult:
     model: Path
     function: str
     trials: tuple[TrialResult, ...]
-    rtol: float
+    rtol: float | None
     atol: float | None
     seed: int
     baseline: Path | None = None
@@ -141,17 +144,6 @@ def _size(shape: Sequence[int]) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def graph_inputs(model: onnx_types.ModelProto, source: Path | None = None) -> list[tuple[str, list[int | str], numpy.dtype]]:
-    """(name, dims, dtype) of each real input of the graph (initializers are not inputs); a
-    dynamic dimension is its name (or '?')."""
-    return [(g.name, list(g.dims), g.dtype) for g in draws.graph_inputs(model, source or Path("model.onnx"))]
-
-
-def random_inputs(model: onnx_types.ModelProto, seed: int, source: Path, style: str = "uniform") -> list[numpy.ndarray]:
-    """One seeded draw of every graph input in `style` (draws.STYLES)."""
-    return list(draws.draw(model, source, seed=seed, style=style).arrays)
 
 
 def given_inputs(model: onnx_types.ModelProto, specs: Sequence[str], source: Path) -> list[numpy.ndarray]:
@@ -218,21 +210,25 @@ def _as_reference_type(actual: numpy.ndarray, expected: numpy.ndarray) -> tuple[
 
 
 def compare(
-    index: int, name: str, actual: numpy.ndarray, expected: numpy.ndarray, rtol: float, atol: float | None, reference: str = "onnxruntime"
+    index: int, name: str, actual: numpy.ndarray, expected: numpy.ndarray, rtol: float | None, atol: float | None, reference: str = "onnxruntime"
 ) -> OutputComparison:
     """One output: how far each element is from the reference's, and the worst of them.
     Integer and bool outputs are exact unless `atol` is given; a float output's absolute
-    tolerance is `atol`, or DEFAULT_ATOL_SCALE times its largest finite magnitude."""
+    tolerance is `atol`, or DEFAULT_ATOL_SCALE times its largest finite magnitude, and its
+    relative one `rtol`, or DEFAULT_RTOL (FLOAT16_TOLERANCE for both where it is float16)."""
     want_raw = np.asarray(expected)
     got_raw, note = _as_reference_type(actual, want_raw)
     exact = want_raw.dtype.kind in "biu"
     got, want = got_raw.astype(np.float64), want_raw.astype(np.float64)
     finite = np.abs(want[np.isfinite(want)])
     scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    half = want_raw.dtype == np.float16
+    if rtol is None:
+        rtol = FLOAT16_TOLERANCE if half else DEFAULT_RTOL
     if exact and atol is None:
         rtol, tolerance = 0.0, 0.0
     else:
-        tolerance = atol if atol is not None else DEFAULT_ATOL_SCALE * scale
+        tolerance = atol if atol is not None else (FLOAT16_TOLERANCE if half else DEFAULT_ATOL_SCALE) * scale
     same = (got_raw == want_raw) if exact else ((got == want) | (np.isnan(got) & np.isnan(want)))
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(same, 0.0, np.abs(got - want))
@@ -249,7 +245,7 @@ def compare(
         float(got[worst]) if want.size else 0.0, float(want[worst]) if want.size else 0.0,
         float(diff[worst]) if want.size else 0.0, float(rel[worst]) if want.size else 0.0,
         float(diff.max()) if want.size else 0.0, float(rel.max()) if want.size else 0.0,
-        int((~close).sum()), bool(close.all()), float(tolerance), reference, OK if bool(close.all()) else MISMATCH, 0, note,
+        int((~close).sum()), bool(close.all()), float(tolerance), float(rtol), reference, OK if bool(close.all()) else MISMATCH, 0, note,
     )  # fmt: skip
 
 
@@ -359,16 +355,24 @@ def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw)
     try:
         found, expected = reference_outputs(model_path, model, draw.arrays)
         return draw, found, expected, "onnxruntime"
-    except PyreeError:
-        if draw.style in (None, "uniform") or not any(a.dtype.kind in "iu" for a in draw.arrays):
+    except PyreeError as refused:
+        if draw.style is None or not any(a.dtype.kind in "iu" for a in draw.arrays):
             raise
-    narrow = draws.draw(model, model_path, seed=draw.seed, style=draw.style, narrow_integers=True)
-    found, expected = reference_outputs(model_path, model, narrow.arrays)
-    return narrow, found, expected, "onnxruntime"
+        first = refused
+    for integers in draws.FALLBACKS:
+        if integers == "small" and draw.style == "uniform":
+            continue  # the uniform draw's integers are already small
+        again = draws.draw(model, model_path, seed=draw.seed, style=draw.style, integers=integers)
+        try:
+            found, expected = reference_outputs(model_path, model, again.arrays)
+            return again, found, expected, "onnxruntime"
+        except PyreeError:
+            continue
+    raise first
 
 
 def _judge(
-    comparison: OutputComparison, actual: numpy.ndarray, expected: numpy.ndarray, baseline: numpy.ndarray | None, rtol: float, atol: float | None
+    comparison: OutputComparison, actual: numpy.ndarray, expected: numpy.ndarray, baseline: numpy.ndarray | None, rtol: float | None, atol: float | None
 ) -> OutputComparison:
     """A failing output against the baseline: when IREE's own module differs from the reference
     too, the difference is IREE's; how far the module is from the baseline says whether the
@@ -398,7 +402,7 @@ def verify(
     baseline: PathLike | None = None,
     seed: int = 0,
     trials: int = draws.DEFAULT_TRIALS,
-    rtol: float = DEFAULT_RTOL,
+    rtol: float | None = None,
     atol: float | None = None,
     device: str = "local-sync",
 ) -> VerifyResult:
@@ -411,8 +415,8 @@ def verify(
     with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
     with iree-run-module (`plugins` loaded, on `device`); `function` defaults to the graph's
     name or the module's only function. A float output passes where every element is within
-    `atol + rtol * |reference|`, `atol` defaulting to 1e-5 times the output's largest
-    magnitude; integer and bool outputs must be equal. `baseline`: the model compiled without
+    `atol + rtol * |reference|`, `rtol` defaulting to 1e-4 and `atol` to 1e-5 times the
+    output's largest magnitude (both 4e-3 for float16); integer and bool outputs must be equal. `baseline`: the model compiled without
     the replacement, run on the same inputs, so an output IREE itself computes differently
     from the reference is reported as IREE's difference (verdict iree-differs).
     """
