@@ -41,6 +41,7 @@ SLICE = {
     "test_einsum_batch_diagonal": "a gather: refused",
     "test_constantofshape_float_ones": "constants only: refused",
     "test_max_float64": "f64 at the program's edge: refused",
+    "test_reduce_sum_square_empty_set": "an input with no elements (IREE makes it a constant): refused",
 }
 # Groups `ops` must mark replaceable (and that must come out right): at least these many.
 MIN_RIGHT = 16
@@ -99,6 +100,7 @@ def test_ops_refuses_what_replace_cannot_do_and_says_why(records):
     assert "tensor.extract" in reasons("test_einsum_batch_diagonal")
     assert "constants only" in reasons("test_constantofshape_float_ones") or not records["test_constantofshape_float_ones"]["groups"]
     assert "f64" in reasons("test_max_float64")
+    assert "has no elements" in reasons("test_reduce_sum_square_empty_set")
 
 
 def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records, data, tmp_path):
