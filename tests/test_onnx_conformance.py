@@ -38,6 +38,7 @@ SLICE = {
     "test_bitshift_right_uint8": "shifts",
     "test_argmax_default_axis_example": "an index reduction (two results: refused) and its parts",
     "test_batchnorm_epsilon_training_mode": "groups the same as others (one import replaces both)",
+    "test_gelu_default_1_expanded": "GELU's constants; three groups, also replaced all at once",
     "test_einsum_batch_diagonal": "a gather: refused",
     "test_constantofshape_float_ones": "constants only: refused",
     "test_max_float64": "f64 at the program's edge: refused",
@@ -85,6 +86,8 @@ def test_no_replaced_group_is_wrong_and_nothing_crashes(records):
             assert record["together"][0] == "right", (name, record["together"])
     right = sum(g.get("outcome") == "right" for r in records.values() for g in r["groups"])
     assert right >= MIN_RIGHT, right
+    # Several groups in one spec: every import called (--expect-import each) and right.
+    assert records["test_gelu_default_1_expanded"].get("together", [""])[0] == "right", records["test_gelu_default_1_expanded"]
 
 
 def test_reshape_roots_and_packed_scalars_are_replaced(records):
