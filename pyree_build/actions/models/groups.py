@@ -159,7 +159,7 @@ def _describe(group: Group) -> None:
     inside = set(members)
     for op in members:
         for result in op.results:
-            if any(u not in inside for u in _users(result, function)):
+            if any(u not in inside for u in _users(result, function)) and not _recomputable(op):
                 group.outputs.append(result)
     if len(group.outputs) != 1:
         group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
@@ -176,6 +176,16 @@ def _describe(group: Group) -> None:
     used = [operand for op in members for operand in op.operands]
     group.inputs.sort(key=lambda value: next(i for i, operand in enumerate(used) if operand == value))
     _check_inputs(group)
+
+
+def _recomputable(op: Any) -> bool:
+    """A fill of a scalar constant into a tensor.empty: a value any group may compute for
+    itself. Two same-shape ops share one such fill; the replacement computes its own copy and
+    the program keeps the fill for the other users, so it is not a result of the group."""
+    if op.name != "linalg.fill":
+        return False
+    producers = [program.defining_op(v) for v in op.operands]
+    return all(p is not None and _repeated_in_matcher(p.operation) for p in producers)
 
 
 def _captures_unreachable(op: Any, group: Group) -> bool:

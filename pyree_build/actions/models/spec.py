@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import groups, program
+from pyree_build.actions.models import captures, groups, program
 
 EMBEDDED_ARCHES = (("x86_64", "x86_64"), ("arm_64", "aarch64"))
 
@@ -278,9 +278,11 @@ def rewriter(rep: Replacement) -> list[str]:
 
 def entry(reps: list[Replacement]) -> list[str]:
     pairs = ",\n".join(f"            @{r.name}_match -> @{r.name}_rewrite" for r in reps).splitlines()
+    sink = captures.spec_lines(captures.types_in([op for r in reps for op in r.group.members]))
     return [
         "transform.named_sequence @__transform_main(%program: !transform.any_op) {",
         '  %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op',
+        *(f"  {line}" for line in sink),
         "  transform.foreach %fns : !transform.any_op {",
         "    ^bb0(%fn: !transform.any_op):",
         "      transform.foreach_match in %fn",

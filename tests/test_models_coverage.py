@@ -1,0 +1,139 @@
+"""Issue 33 (coverage): the groups real networks are made of can be replaced, and exactly.
+
+A body that uses a constant from outside it (relu's 0.0, a norm's epsilon, GELU's 0.5) is matched
+with the constant compared by value (the spec clones it into the body first: captures.py), and a
+fill shared by two same-shape ops never makes a group "two results". Measured on miniature real
+architectures (tests/onnx_models.ARCHITECTURES); each newly replaceable kind of group is replaced,
+compiled with --expect-import and verified against onnxruntime.
+
+Everything is real: iree-import-onnx, iree-compile with the generated spec, zig cc, iree-run-module,
+onnxruntime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_clean_error, run_cli
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx_models  # noqa: E402
+
+import pyree_build as pb  # noqa: E402
+
+# A relu exactly as ONNX's imports to it (cmpf ugt + select on a constant defined outside the body),
+# with the constant left to fill in: a spec made for one value must not match another.
+RELU = """
+func.func @relu(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %cst = arith.constant CONSTANT : f32
+  %e = tensor.empty() : tensor<4x8xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %c = arith.cmpf ugt, %in, %cst : f32
+    %s = arith.select %c, %in, %cst : f32
+    linalg.yield %s : f32
+  } -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
+"""
+
+
+def _program(tmp_path: Path, name: str, constant: str) -> Path:
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(RELU.replace("CONSTANT", constant))
+    return path
+
+
+@pytest.mark.parametrize("other", ["5.000000e-01", "-0.000000e+00"])
+def test_a_body_constant_is_matched_by_value(tmp_path, other):
+    # Generated from relu(0.0): it replaces relu(0.0), with the right numbers, and leaves a
+    # clamp at another value (0.5; -0.0, equal to 0.0 as a number but not the same constant)
+    # alone: the import is not called there.
+    relu = _program(tmp_path, "relu", "0.000000e+00")
+    (group,) = pb.ops(relu)
+    assert group.replaceable and not group.matched_by_name, group
+    out = tmp_path / "k"
+    pb.replace(relu, out, ops=[1], imports=["my_relu"])
+    plugin = pb.plugin(out / "my_relu.c", out / "my_relu.so", kind="system")
+    module = out / "relu.vmfb"
+    assert run_cli("compile", relu, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "my_relu").returncode == 0
+    x = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)
+    (y,) = pb.run(module, "relu", [x], plugins=plugin)
+    np.testing.assert_array_equal(y, np.where(x > 0, x, np.float32(0)))
+    clamp = _program(tmp_path, "clamp", other)
+    refused = run_cli("compile", clamp, "-o", out / "clamp.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "my_relu")
+    assert_clean_error(refused, "does not call import 'my_relu'")
+
+
+def _imported(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    model = Path(onnx_models.save(onnx_models.ARCHITECTURES[name](), tmp_path / f"{name}.onnx"))
+    mlir = tmp_path / f"{name}.mlir"
+    pb.import_onnx(model, mlir)
+    return model, mlir
+
+
+def _replaced_verifies(tmp_path: Path, model: Path, mlir: Path, ops: list[int], names: list[str]) -> None:
+    """Replace `ops` at once, build each import, compile expecting every import, verify."""
+    out = tmp_path / ("k_" + "_".join(names))
+    pb.replace(mlir, out, ops=ops, imports=names, onnx=model)
+    plugins = [pb.plugin(out / f"{n}.c", out / f"{n}.so", kind="system") for n in names]
+    module = out / "m.vmfb"
+    expects = [a for n in names for a in ("--expect-import", n)]
+    compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", *expects)
+    assert compiled.returncode == 0, compiled
+    assert pb.verify(module, model, plugins=plugins).passed
+
+
+# The share `ops` marks replaceable on each architecture (the issue's goal: >= 90%); before
+# issue 33's part 3 these were 2/11, 6/15, 12/15 and 4/6.
+@pytest.mark.parametrize("name", sorted(onnx_models.ARCHITECTURES))
+def test_ops_marks_real_architectures_replaceable(tmp_path, name):
+    _, mlir = _imported(tmp_path, name)
+    groups = pb.ops(mlir)
+    refused = [(g.index, g.root, g.reason) for g in groups if not g.replaceable]
+    assert len(refused) <= 0.1 * len(groups), refused
+    assert not [g.index for g in groups if g.matched_by_name], "a constant-capturing body must be compared, not matched by name"
+
+
+# One group of each kind the issue names: conv + relu (squeezenet), batch norm + relu (resnet),
+# LayerNorm with its epsilon (transformer), Gemm whose zero fill another matmul shares, and a
+# LayerNorm sharing its reduction's fill with Softmax (the user's block).
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("squeezenet_like", "fire2_expand3_relu"),
+        ("resnet_block", "relu_a"),
+        ("transformer_block", "ln2"),
+        ("gemm_gelu_norm", "gemm"),
+        ("gemm_gelu_norm", "norm"),
+    ],
+)
+def test_newly_replaceable_groups_verify(tmp_path, name, source):
+    model, mlir = _imported(tmp_path, name)
+    (group,) = [g for g in pb.ops(mlir) if source in g.source]
+    assert group.replaceable, group
+    _replaced_verifies(tmp_path, model, mlir, [group.index], [f"g{group.index}"])
+
+
+def test_groups_sharing_a_fill_are_replaced_together(tmp_path):
+    # Gemm and the later MatMul start from one zero fill: both groups replaced in one spec,
+    # both imports called, the numbers onnxruntime's.
+    model, mlir = _imported(tmp_path, "gemm_gelu_norm")
+    groups = pb.ops(mlir)
+    (gemm,) = [g.index for g in groups if "gemm" in g.source]
+    (matmul,) = [g.index for g in groups if g.source == ["matmul"]]
+    _replaced_verifies(tmp_path, model, mlir, [gemm, matmul], ["my_gemm", "my_matmul"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(onnx_models.ARCHITECTURES))
+def test_every_group_of_real_architectures_verifies(tmp_path, name):
+    model, mlir = _imported(tmp_path, name)
+    for group in pb.ops(mlir):
+        if group.replaceable:
+            _replaced_verifies(tmp_path, model, mlir, [group.index], [f"g{group.index}"])
