@@ -115,19 +115,50 @@ def test_ops_marks_real_architectures_replaceable(tmp_path, name):
 )
 def test_newly_replaceable_groups_verify(tmp_path, name, source):
     model, mlir = _imported(tmp_path, name)
-    (group,) = [g for g in pb.ops(mlir) if source in g.source]
+    (group,) = [g for g in pb.ops(mlir) if g.source[-1] == source]  # a fill taken from another group comes first
     assert group.replaceable, group
     _replaced_verifies(tmp_path, model, mlir, [group.index], [f"g{group.index}"])
 
 
 def test_groups_sharing_a_fill_are_replaced_together(tmp_path):
-    # Gemm and the later MatMul start from one zero fill: both groups replaced in one spec,
-    # both imports called, the numbers onnxruntime's.
+    # Gemm and the later MatMul start from one zero fill: the Gemm's group and the MatMul
+    # merged with its Softmax, replaced in one spec: both imports called, the numbers onnxruntime's.
     model, mlir = _imported(tmp_path, "gemm_gelu_norm")
     groups = pb.ops(mlir)
-    (gemm,) = [g.index for g in groups if "gemm" in g.source]
-    (matmul,) = [g.index for g in groups if g.source == ["matmul"]]
-    _replaced_verifies(tmp_path, model, mlir, [gemm, matmul], ["my_gemm", "my_matmul"])
+    (gemm,) = [g.index for g in groups if g.source[-1] == "gemm"]
+    (matmul,) = [g.index for g in groups if g.source[-1] == "matmul"]
+    (softmax,) = [g.index for g in groups if g.source[-1] == "softmax"]
+    _replaced_verifies(tmp_path, model, mlir, [gemm, (matmul, softmax)], ["my_gemm", "my_matmul_softmax"])
+
+
+def test_cli_merges_conv_batch_norm_relu_into_one_kernel(tmp_path):
+    # ResNet's conv, its batch norm (the scale computed from the variance is a group of its
+    # own) and relu: --ops 1+2+3 gives one import whose C computes all three.
+    model, mlir = _imported(tmp_path, "resnet_block")
+    groups = pb.ops(mlir)
+    assert [g.source for g in groups[:3]] == [["conv_a"], ["bn_a"], ["bn_a", "relu_a"]], groups[:3]
+    out = tmp_path / "k"
+    result = run_cli("replace", mlir, "--ops", "1+2+3", "--import", "conv_bn_relu", "-o", out, "--onnx", model)
+    assert result.returncode == 0, result
+    c = (out / "conv_bn_relu.c").read_text()
+    assert "conv_a" in c and "bn_a" in c and "relu_a" in c
+    assert "--ops 1+2+3" in (out / "spec.mlir").read_text()
+    plugin = pb.plugin(out / "conv_bn_relu.c", out / "conv_bn_relu.so", kind="system")
+    compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "conv_bn_relu")
+    assert compiled.returncode == 0, compiled
+    assert pb.verify(out / "m.vmfb", model, plugins=plugin).passed
+
+
+def test_groups_that_are_not_connected_are_not_merged(tmp_path):
+    _, mlir = _imported(tmp_path, "gemm_gelu_norm")
+    refused = run_cli("replace", mlir, "--ops", "1+5", "--import", "k", "-o", tmp_path / "a")
+    assert_clean_error(refused, "op group 1+5", "not one connected group", "2 results used outside it")
+    assert_clean_error(run_cli("replace", mlir, "--ops", "1+x", "--import", "k", "-o", tmp_path / "b"), "--ops takes op group numbers, got '1+x'")
+    assert_clean_error(run_cli("replace", mlir, "--ops", "1+2,2", "--import", "k,l", "-o", tmp_path / "c"), "once")
+    assert_clean_error(run_cli("replace", mlir, "--ops", "1+9", "--import", "k", "-o", tmp_path / "d"), "no op group 9")
+    with pytest.raises(pb.PyreeError, match="op group numbers"):
+        pb.replace(mlir, tmp_path / "e", ops=[(1, "2")], imports=["k"])  # type: ignore[list-item]
+    assert not any((tmp_path / d).exists() for d in "abcde")
 
 
 @pytest.mark.slow
@@ -137,3 +168,16 @@ def test_every_group_of_real_architectures_verifies(tmp_path, name):
     for group in pb.ops(mlir):
         if group.replaceable:
             _replaced_verifies(tmp_path, model, mlir, [group.index], [f"g{group.index}"])
+
+
+def test_groups_a_matcher_cannot_tell_apart_are_refused_together(tmp_path):
+    # SqueezeNet's two fire modules have the same expand 1x1 conv + relu (same sizes; weights
+    # are inputs): one spec cannot give them two imports, as the first matcher takes both. One
+    # import replaces both copies, with the right numbers.
+    model, mlir = _imported(tmp_path, "squeezenet_like")
+    groups = pb.ops(mlir)
+    first, second = [g.index for g in groups if g.source[-1].endswith("_expand1_relu")]
+    refused = run_cli("replace", mlir, "--ops", f"{first},{second}", "--import", "a,b", "-o", tmp_path / "k")
+    assert_clean_error(refused, f"op groups {first} and {second} are the same ops", "'b' would never be called")
+    assert not (tmp_path / "k").exists()
+    _replaced_verifies(tmp_path, model, mlir, [second], ["both_expand1"])

@@ -277,7 +277,10 @@ def rewriter(rep: Replacement) -> list[str]:
 
 
 def entry(reps: list[Replacement]) -> list[str]:
-    pairs = ",\n".join(f"            @{r.name}_match -> @{r.name}_rewrite" for r in reps).splitlines()
+    # At each op the first matcher that matches wins: larger groups first, so a small group's
+    # matcher (a relu of any input) cannot take the root of a larger one (a conv + relu).
+    ordered = sorted(reps, key=lambda r: -len(r.group.members))
+    pairs = ",\n".join(f"            @{r.name}_match -> @{r.name}_rewrite" for r in ordered).splitlines()
     sink = captures.spec_lines(captures.types_in([op for r in reps for op in r.group.members]))
     return [
         "transform.named_sequence @__transform_main(%program: !transform.any_op) {",
