@@ -59,7 +59,7 @@ def describe_ops(group: groups.Group) -> list[str]:
     out = []
     for op in group.members:
         if op.name == "linalg.generic":
-            inner = [n for n in program.nested_op_names(op) if n != "linalg.yield"]
+            inner = [n for n in program.nested_op_names(op) if n not in ("linalg.yield", "arith.constant")]  # constants: captures.sink
             out.append(f"linalg.generic({', '.join(dict.fromkeys(inner))})")
         else:
             out.append(op.name)
