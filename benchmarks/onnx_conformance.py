@@ -1,6 +1,7 @@
 """ONNX's node conformance suite as a property test of import / ops / replace / compile --expect-import.
 
-    python benchmarks/onnx_conformance.py [--data DIR] [--only REGEX] [--jobs N] [--timeout S] [--json FILE] [-v]
+    python benchmarks/onnx_conformance.py [--data DIR] [--only REGEX] [--jobs N] [--timeout S] [--json FILE] [--shuffle SEED] [-v]
+    python benchmarks/onnx_conformance.py --table FILE   # the table of a (partial) run's --json file
 
 For each node test (DIR/<test>/model.onnx, test_data_set_0/input_*.pb, output_*.pb): import the
 model, compile it unreplaced (IREE's own module, the control), list its op groups, and for each
@@ -29,6 +30,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -51,9 +53,9 @@ def generate_data(directory: Path, only: str | None = None) -> Path:
         found = node.collect_testcases(None)
         return [c for c in found if only is None or re.search(only, c.name)]
 
-    cmd_tools.model_test.collect_testcases = lambda: []  # type: ignore[attr-defined]
-    cmd_tools.node_test.collect_testcases = cases  # type: ignore[attr-defined]
-    cmd_tools.generate_data(argparse.Namespace(output=str(directory), op_type=None))
+    # The tool writes every case model_test.collect_testcases returns: the node cases only.
+    cmd_tools.model_test.collect_testcases = cases  # type: ignore[attr-defined]
+    cmd_tools.generate_data(argparse.Namespace(output=str(directory)))
     return directory / "node"
 
 
@@ -88,6 +90,17 @@ def compare(actual: list[Any], expected: list[Any]) -> str | None:
     return None
 
 
+def family(test: str, op_types: list[str]) -> str:
+    """The ONNX op a test is about: the longest op name its name starts with (test_reduce_sum_... ->
+    ReduceSum), else its first node's; `_expanded` tests (a function's body) are a family apart."""
+    import onnx.defs
+
+    name = test.removeprefix("test_").replace("_", "").lower()
+    known = {s.name for s in onnx.defs.get_all_schemas()} | set(op_types)
+    found = max((op for op in known if name.startswith(op.lower())), key=len, default=op_types[0] if op_types else "(none)")
+    return found + (" (expanded)" if "_expanded" in test else "")
+
+
 def _load_tensors(folder: Path, prefix: str) -> list[Any]:
     import onnx
     from onnx import numpy_helper
@@ -102,7 +115,12 @@ def _load_tensors(folder: Path, prefix: str) -> list[Any]:
 
 
 def _message(e: BaseException) -> str:
-    return " ".join(str(e).split())[:600]
+    from pyree_build import PyreeError
+
+    text = " ".join(str(e).split())[:600]
+    if isinstance(e, PyreeError):
+        text += f" | fix: {e.fix}" if e.fix else " | (NO FIX GIVEN)"
+    return text
 
 
 def _classify_exception(e: BaseException) -> tuple[str, str]:
@@ -125,7 +143,7 @@ def check_test(test_dir: Path, work: Path, *, together: bool = True) -> dict[str
 
     record: dict[str, Any] = {"test": test_dir.name, "family": "?", "status": "ok", "groups": []}
     model = onnx.load(str(test_dir / "model.onnx"))
-    record["family"] = "+".join(dict.fromkeys(n.op_type for n in model.graph.node)) or "(none)"
+    record["family"] = family(test_dir.name, [n.op_type for n in model.graph.node])
     if any(not i.type.HasField("tensor_type") for i in model.graph.input) or any(not o.type.HasField("tensor_type") for o in model.graph.output):
         record["status"] = "skipped: a sequence, map or optional input or output (not a tensor)"
         return record
@@ -161,10 +179,11 @@ def check_test(test_dir: Path, work: Path, *, together: bool = True) -> dict[str
         return record
     replaceable = []
     for g in listed:
-        entry: dict[str, Any] = {"index": g.index, "root": g.root, "replaceable": g.replaceable, "reason": g.reason}
+        entry: dict[str, Any] = {"index": g.index, "root": g.root, "replaceable": g.replaceable, "reason": g.reason, "same_as": getattr(g, "same_as", None)}
         record["groups"].append(entry)
         if g.replaceable:
-            replaceable.append(g.index)
+            if getattr(g, "same_as", None) is None:
+                replaceable.append(g.index)  # a group the same as an earlier one is replaced by its import
             entry["outcome"], entry["message"] = _replaced(mlir, work / f"g{g.index}", [g.index], run, expected, iree_right)
     if together and len(replaceable) > 1:
         record["together"] = _replaced(mlir, work / "all", replaceable, run, expected, iree_right)
@@ -263,12 +282,17 @@ def main() -> None:
     parser.add_argument("--only", help="regular expression: only the tests whose names it matches (re.search)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="tests at once (default: cores)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test (default 600)")
-    parser.add_argument("--json", type=Path, help="write every record to this file")
+    parser.add_argument("--json", type=Path, help="append every record to this file as it comes (JSON lines)")
+    parser.add_argument("--table", type=Path, help="only print the table of a --json file (a finished or a partial run)")
+    parser.add_argument("--shuffle", type=int, metavar="SEED", help="run the tests in a random order (a partial run is then a sample)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each test's line as it finishes")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         _worker(args.worker)
+        return
+    if args.table:
+        report([json.loads(line) for line in args.table.read_text(encoding="utf-8").splitlines() if line.strip()])
         return
     with contextlib.ExitStack() as stack:
         data = args.data
@@ -279,6 +303,8 @@ def main() -> None:
         if (data / "node").is_dir():
             data = data / "node"
         tests = sorted(p for p in data.iterdir() if (p / "model.onnx").exists() and (not args.only or re.search(args.only, p.name)))
+        if args.shuffle is not None:
+            random.Random(args.shuffle).shuffle(tests)
         start = time.monotonic()
         records: list[dict[str, Any]] = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -286,6 +312,9 @@ def main() -> None:
             for future in concurrent.futures.as_completed(futures):
                 record = future.result()
                 records.append(record)
+                if args.json:
+                    with args.json.open("a", encoding="utf-8") as log:
+                        log.write(json.dumps(record) + "\n")
                 if args.verbose:
                     outcomes = ",".join(g.get("outcome") or "-" for g in record["groups"])
                     print(
@@ -293,15 +322,19 @@ def main() -> None:
                         file=sys.stderr,
                         flush=True,
                     )
-        records.sort(key=lambda r: r["test"])
-        if args.json:
-            args.json.write_text(json.dumps(records, indent=1), encoding="utf-8")
+                    for line in problems([record]):
+                        print(f"    {line}", file=sys.stderr, flush=True)
         print(f"{len(tests)} tests in {time.monotonic() - start:.0f} s\n")
-        print(table(records))
-        found = problems(records)
-        if found:
-            print("\nwrong, crashes, errors:")
-            print("\n".join(found))
+        report(records)
+
+
+def report(records: list[dict[str, Any]]) -> None:
+    records = sorted(records, key=lambda r: r["test"])
+    print(table(records))
+    found = problems(records)
+    if found:
+        print("\nwrong, crashes, errors:")
+        print("\n".join(found))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ _UNSIGNED = {"int8_t": "uint8_t", "int16_t": "uint16_t", "int32_t": "uint32_t", 
 _BINARY = {
     "arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/",
     "arith.addi": "+", "arith.subi": "-", "arith.muli": "*", "arith.divsi": "/", "arith.remsi": "%",
-    "arith.andi": "&", "arith.ori": "|", "arith.xori": "^", "arith.shli": "<<", "arith.shrsi": ">>",
+    "arith.andi": "&", "arith.ori": "|", "arith.xori": "^",
 }  # fmt: skip
 _CMPF = {
     "oeq": "a == b", "ogt": "a > b", "oge": "a >= b", "olt": "a < b", "ole": "a <= b", "one": "(a < b || a > b)",
@@ -227,8 +227,18 @@ def emit_constant(k: Kernel, op: Any) -> None:
 
 
 def emit_reshape(k: Kernel, op: Any) -> None:
+    """A reshape reinterprets its row-major source: inside the group it is the source's
+    buffer under new sizes; when its result is one the import must write (the group's
+    result), the elements are copied there, since nothing else writes that buffer."""
     source = k.buffers[op.operands[0]]
-    k.buffers[op.results[0]] = Buffer(source.pointer, _static_dims(op.results[0].type, op.name), source.ctype)
+    written = k.buffers.get(op.results[0])
+    if written is None:
+        k.buffers[op.results[0]] = Buffer(source.pointer, _static_dims(op.results[0].type, op.name), source.ctype)
+        return
+    if source.pointer is None:
+        raise refuse("a reshape of a tensor nothing writes", op.name)
+    k.lines.append(f"  // {op.name}: the result is the source's elements, in the same order")
+    k.lines.append(f"  for (int64_t e = 0; e < {_element_count(written.dims)}; ++e) {written.pointer}[e] = {source.pointer}[e];")
 
 
 def _loop_bounds(k: Kernel, op: Any, maps: list[Any]) -> list[str]:
@@ -359,13 +369,28 @@ def _expression(k: Kernel, op: Any, args: list[str], loops: list[str], ctype: st
         return literal(op.attributes["value"], ctype)
     if name == "linalg.index":
         return loops[int(program.ir.IntegerAttr(op.attributes["dim"]).value)]
-    if name in ("arith.divui", "arith.remui", "arith.shrui"):
+    if name in ("arith.shli", "arith.shrui", "arith.shrsi"):
+        return _shift(name, args, ctype)
+    if name in ("arith.divui", "arith.remui"):
         unsigned = _UNSIGNED.get(ctype, ctype)
-        symbol = {"arith.divui": "/", "arith.remui": "%", "arith.shrui": ">>"}[name]
+        symbol = {"arith.divui": "/", "arith.remui": "%"}[name]
         return f"({unsigned}){args[0]} {symbol} ({unsigned}){args[1]}"
     if name == "math.fma":
         return f"{args[0]} * {args[1]} + {args[2]}"
     raise refuse(f"{name} has no C form in the generator", name)
+
+
+def _shift(name: str, args: list[str], ctype: str) -> str:
+    """A shift whose amount (read unsigned) reaches the width gives what IREE's code gives
+    (ONNX's BitShift expects it): 0, or for an arithmetic right shift the sign. C leaves
+    such shifts undefined, and MLIR calls them poison."""
+    unsigned = _UNSIGNED.get(ctype, ctype)
+    too_far = f"(uint64_t)({unsigned}){args[1]} >= 8 * sizeof({ctype})"
+    if name == "arith.shli":
+        return f"{too_far} ? 0 : ({ctype})(({unsigned}){args[0]} << ({unsigned}){args[1]})"
+    if name == "arith.shrui":
+        return f"{too_far} ? 0 : ({ctype})(({unsigned}){args[0]} >> ({unsigned}){args[1]})"
+    return f"{too_far} ? ({args[0]} < 0 ? -1 : 0) : {args[0]} >> ({unsigned}){args[1]}"
 
 
 @dataclass

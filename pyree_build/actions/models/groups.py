@@ -169,6 +169,14 @@ def describe(group: Group) -> None:
     assert owner is not None  # a member's result
     group.root = owner.operation
     group.by_name = [op for op in members if _captures_unreachable(op, group)]
+    for op in group.by_name:
+        captured = _captured_non_constant(op, group)
+        if captured is not None:
+            group.refusal = (
+                f"{op.name}'s body reads {captured.get_name()} ({captured.type}) from outside it, not through an operand "
+                "(a gather such as tensor.extract): IREE's DAG matcher cannot reach that value, so no spec can pass it to an import"
+            )
+            return
     reached = _reach(group)
     missing = [op.name for op in members if op not in reached]
     if missing:
@@ -176,6 +184,28 @@ def describe(group: Group) -> None:
         return
     used = [operand for op in members for operand in op.operands]
     group.inputs.sort(key=lambda value: next(i for i, operand in enumerate(used) if operand == value))
+    if all(_constant_derived(v, {}) for v in group.inputs):
+        group.refusal = (
+            "it computes from constants only: IREE evaluates such ops while compiling (const-eval), where no import "
+            "can be called (iree-compile fails with 'no executable loader registered'), and they cost nothing at run time"
+        )
+        return
+    demoted = _demoted_boundary(group)
+    if demoted is not None:
+        group.refusal = (
+            f"its {demoted} is the program's {'input' if demoted.startswith('input') else 'output'}, stored as another type "
+            "than IREE computes it in (f64 demoted to f32): a replaced dispatch at the program's edge gets the buffer sized "
+            "for the computed type (for a result, iree-run-module fails: 'buffer view byte length ... exceeds backing buffer')"
+        )
+        return
+    folded = [v for v in group.inputs if _constant_derived(v, {}) and not _is_constant(v)]
+    if folded:
+        group.refusal = (
+            f"input {folded[0].get_name()} ({folded[0].type}) is computed from constants only: IREE folds it into a global "
+            "while compiling (const-eval), and a replaced dispatch cannot take such a global (iree-compile: 'failed to "
+            "legalize unresolved target materialization')"
+        )
+        return
     _check_inputs(group)
 
 
@@ -213,6 +243,81 @@ def _captures_unreachable(op: Any, group: Group) -> bool:
         if producer is not None and _top_level(producer.operation, group.function) != op and value not in operands:
             return True
     return False
+
+
+def _captured_non_constant(op: Any, group: Group) -> Any | None:
+    """A value `op`'s body uses from outside the group's operands that is not a scalar constant."""
+    operands = {v for member in group.members for v in member.operands}
+    for value in program.nested_operands(op):
+        producer = program.defining_op(value)
+        if producer is None:
+            if value.owner.owner == group.function:
+                return value  # an argument of the function itself
+            continue  # an argument of a block inside the op
+        top = _top_level(producer.operation, group.function)
+        if top == op or value in operands:
+            continue
+        if not (producer.operation.name == "arith.constant" and not program.is_tensor(value.type)):
+            return value
+    return None
+
+
+def _constant_derived(value: Any, seen: dict[Any, bool]) -> bool:
+    """Whether `value` is computed from constants alone (no function argument, no imported
+    buffer): what IREE's const-eval folds at compile time."""
+    owner = program.defining_op(value)
+    if owner is None:
+        return False
+    op = owner.operation
+    if op in seen:
+        return seen[op]
+    seen[op] = False  # a cycle (there is none in SSA) or an unknown op answers no
+    if op.name.startswith(("hal.", "util.global.load", "flow.tensor.load", "iree_")):
+        return False
+    result = all(
+        _constant_derived(v, seen)
+        for v in [*op.operands, *program.nested_operands(op)]
+        if program.defining_op(v) is not None or v.owner.owner == _function_of(op)
+    )
+    seen[op] = result
+    return result
+
+
+def _demoted_boundary(group: Group) -> str | None:
+    """Which input or result of the group is an argument or result of the program whose
+    stored type differs from the tensor's (hal.tensor.import/export with an encoding)."""
+    for i, value in enumerate(group.inputs):
+        owner = program.defining_op(value)
+        if owner is not None and owner.operation.name == "hal.tensor.import" and _encoding(owner.operation, "target_encoding") not in (None, str(value.type)):
+            return f"input {i} ({value.type})"
+    pending = list(group.outputs)
+    while pending:
+        value = pending.pop()
+        for use in value.uses:
+            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if user.name == "hal.tensor.barrier":
+                pending.append(user.results[use.operand_number])
+            elif user.name == "hal.tensor.export" and _encoding(user, "source_encoding") not in (None, str(value.type)):
+                return f"result ({value.type})"
+    return None
+
+
+def _encoding(op: Any, name: str) -> str | None:
+    """The stored type an import or export names, if it names one."""
+    if name not in op.attributes:
+        return None
+    return str(program.ir.TypeAttr(op.attributes[name]).value)
+
+
+def _is_constant(value: Any) -> bool:
+    owner = program.defining_op(value)
+    return owner is not None and owner.operation.name == "arith.constant"
+
+
+def _function_of(op: Any) -> Any:
+    while op.parent is not None and op.parent.name not in ("util.func", "func.func"):
+        op = op.parent
+    return op.parent
 
 
 def _walk(group: Group, stops: set[Any]) -> tuple[set[Any], list[Any]]:

@@ -60,19 +60,3 @@ def select(found: list[groups.Group], request: Request | Sequence[int]) -> group
     if merged.refusal:
         merged.refusal = f"merged, they are not one connected group: {merged.refusal} (merge groups each of whose results only the next ones use, e.g. a Gemm and its activation)"
     return merged
-
-
-def check_distinct(requests: Sequence[Request], matchers: Sequence[tuple[str, tuple[object, ...]]]) -> None:
-    """Refuse two requests whose matchers are the same text: IREE tries the matchers in order at
-    each op, so the first import would replace every copy and the second would never be called.
-    `matchers`: each request's import name and its matcher's printed form."""
-    seen: dict[tuple[object, ...], tuple[Request, str]] = {}
-    for request, (name, form) in zip(requests, matchers):
-        if form in seen:
-            first, first_name = seen[form]
-            raise PyreeError(
-                f"op groups {label(first)} and {label(request)} are the same ops with the same sizes and constants: "
-                f"a matcher cannot tell them apart, so '{first_name}' would replace both and '{name}' would never be called",
-                fix=f"replace one of them (its import then replaces every copy), or merge one with a neighbouring group that differs (--ops {label(request)}+N)",
-            )
-        seen[form] = (request, name)

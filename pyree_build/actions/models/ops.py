@@ -42,9 +42,13 @@ class OpGroup:
     reason: str | None
     # ops whose bodies use a constant from outside them: the spec matches them by name only
     matched_by_name: list[str]
+    # an earlier group with the same ops on the same types: one matcher finds both
+    same_as: int | None = None
 
     def render(self) -> str:
         mark = "yes" if self.replaceable else f"no: {self.reason}"
+        if self.replaceable and self.same_as is not None:
+            mark += f" (same ops and types as #{self.same_as}: replacing either replaces both)"
         if self.replaceable and self.matched_by_name:
             mark += f" (matched by name only: {', '.join(self.matched_by_name)}, whose bodies use outside constants)"
         lines = [
@@ -72,11 +76,14 @@ def _tensor(value: Any) -> TensorInfo:
     return TensorInfo(str(value.type), shape, program.element_type(value.type), origin)
 
 
-def _listed(group: groups.Group, text: str) -> OpGroup:
+def _listed(group: groups.Group, text: str, seen: dict[Any, int]) -> OpGroup:
     reason = group.refusal
+    same_as = None
     if reason is None:
         try:
-            replace.generate(text, group.index, "check")
+            key = replace.matcher_key(replace.generate(text, group.index, "check"))
+            same_as = seen.setdefault(key, group.index)
+            same_as = None if same_as == group.index else same_as
         except PyreeError as e:
             reason = e.what.split(": ", 1)[-1] + (f" ({e.details})" if e.details else "")
     root = group.root.name if group.root is not None else group.members[-1].name
@@ -92,6 +99,7 @@ def _listed(group: groups.Group, text: str) -> OpGroup:
         replaceable=reason is None,
         reason=reason,
         matched_by_name=[d for op, d in zip(group.members, replace.describe_ops(group)) if op in group.by_name],
+        same_as=same_as,
     )
 
 
@@ -102,7 +110,8 @@ def ops(source: PathLike) -> list[OpGroup]:
     Example: [g.root for g in pb.ops("mlp.mlir")] -> ['linalg.generic', 'linalg.matmul', 'linalg.generic']
     """
     text = program.spec_view_text(source)
-    return [_listed(group, text) for group in groups.find_groups(program.parse(text))]
+    seen: dict[Any, int] = {}
+    return [_listed(group, text, seen) for group in groups.find_groups(program.parse(text))]
 
 
 def render(found: list[OpGroup], *, as_json: bool = False) -> str:

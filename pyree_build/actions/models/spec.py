@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyree_build.actions.models import captures, groups, program
+from pyree_build.core.errors import PyreeError
 
 EMBEDDED_ARCHES = (("x86_64", "x86_64"), ("arm_64", "aarch64"))
 
@@ -92,6 +93,16 @@ def clone_matcher(group: groups.Group) -> tuple[list[str], list[str], list[str]]
                 clone.attributes["match.operation_name_only"] = program.ir.UnitAttr.get()
             _remap(clone, mapping)
             mapping.update(zip(op.results, clone.results))
+        try:
+            scratch.operation.verify()
+        except program.ir.MLIRError as e:
+            # A clone that still uses a value of the program (one no operand brings in) does
+            # not verify, and MLIR would print it in generic form, which no matcher repeats.
+            raise PyreeError(
+                f"op group {group.index}'s ops do not form a function of its inputs, so no matcher can be written for them",
+                details=str(e),
+                fix="choose another group (pyree-build ops lists which can be replaced)",
+            ) from None
         text = scratch.operation.get_asm(enable_debug_info=False)
     lines = text.splitlines()
     aliases = [line for line in lines if line.startswith("#")]
@@ -170,20 +181,38 @@ def _input_dims(rep: Replacement) -> list[tuple[int, int, int]]:
 def import_signature(rep: Replacement) -> list[str]:
     """The import's MLIR argument types: (memref<elem>, index) per tensor, then i32 sizes."""
     tensors = [*rep.group.inputs, *rep.group.root.results, *rep.scratch]
-    pairs = [t for v in tensors for t in (f"memref<{program.element_type(v.type)}>", "index")]
+    pairs = [t for v in tensors for t in (f"memref<{_stored(v.type)}>", "index")]
     return pairs + ["i32"] * len(_input_dims(rep))
 
 
+def _stored(type_: Any) -> str:
+    """The element type of a tensor as its buffer holds it: IREE stores i1 as one byte an
+    element, so it is bound as i8 (bound as i1, the offset IREE reports counts bits)."""
+    element = program.element_type(type_)
+    return "i8" if element == "i1" else element
+
+
 def _binding_lines(rep: Replacement, index: int, value: Any, binding: str) -> list[str]:
-    memref = _memref(rep.type_of(value))
-    sized = _memref(_shaped(rep, value))
+    element = program.element_type(value.type)
+    memref = _as_stored(_memref(rep.type_of(value)), element)
+    sized = _as_stored(_memref(_shaped(rep, value)), element)
     rank = _rank(value.type)
-    metadata = f"memref<{program.element_type(value.type)}>, index" + ", index" * (2 * rank)
+    if rank == 0:
+        # A scalar tensor is read as one element of rank 1: for a rank-0 memref in a binding
+        # IREE packs with others, the base pointer already points at the element and the
+        # offset counts it again (Clip's bounds, a GELU's constant read past the tensor).
+        memref = sized = f"memref<1x{_stored(value.type)}>"
+        rank = 1
+    metadata = f"memref<{_stored(value.type)}>, index" + ", index" * (2 * rank)
     names = f"%base{index}, %off{index}" + (f", %sizes{index}:{rank}, %strides{index}:{rank}" if rank else "")
     return [
         f"%m{index} = stream.binding.subspan {binding}[%c0] : !stream.binding -> {sized}",
         f"{names} = iree_codegen.extract_strided_metadata %m{index} : {memref} -> {metadata}",
     ]
+
+
+def _as_stored(memref: str, element: str) -> str:
+    return re.sub(r"xi1>|<i1>", lambda m: m.group(0).replace("i1", "i8"), memref) if element == "i1" else memref
 
 
 def executable(rep: Replacement, *, embedded: bool) -> list[str]:
@@ -277,9 +306,10 @@ def rewriter(rep: Replacement) -> list[str]:
 
 
 def entry(reps: list[Replacement]) -> list[str]:
-    # At each op the first matcher that matches wins: larger groups first, so a small group's
-    # matcher (a relu of any input) cannot take the root of a larger one (a conv + relu).
-    ordered = sorted(reps, key=lambda r: -len(r.group.members))
+    # foreach_match gives each op to the first matcher that accepts it: larger groups first,
+    # so a small group's matcher (a lone reshape) cannot take the root of a larger group that
+    # ends in the same op, which would leave that group's import uncalled.
+    ordered = sorted(reps, key=lambda r: -len(r.matcher))
     pairs = ",\n".join(f"            @{r.name}_match -> @{r.name}_rewrite" for r in ordered).splitlines()
     sink = captures.spec_lines(captures.types_in([op for r in reps for op in r.group.members]))
     return [

@@ -1,0 +1,118 @@
+"""Issue 33: ONNX's own node conformance tests as the property test of import / ops / replace /
+compile --expect-import. A fixed slice of the suite (every root kind the generator meets: an
+elementwise op, broadcasting, scalar inputs packed into one binding, a reshape as the root, a
+reduction, fill + matmul, transposes, i1 masks, unsigned and shifted integers, groups that
+repeat each other, and groups ops must refuse: a gather, constants only, f64 at the
+program's edge), generated with onnx's own tool and run through the harness the whole suite
+uses (benchmarks/onnx_conformance.py): every replaceable group, replaced alone and all at
+once, gives the stored outputs; nothing crashes; every error says what to do.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO
+
+pytest.importorskip("onnx", reason="the node tests' data is written by onnx's own tool: pip install pyree_build[onnx]")
+pytest.importorskip("onnxruntime", reason="pyree-build import needs pyree_build[onnx]")
+
+SLICE = {
+    # test: what it stands for; the expected outcome per group is asserted below
+    "test_add": "elementwise",
+    "test_add_bcast": "broadcasting",
+    "test_add_uint8": "unsigned integers",
+    "test_clip": "rank-0 inputs IREE packs into one binding",
+    "test_pow_bcast_scalar": "a scalar operand",
+    "test_reshape_reordered_all_dims": "a reshape as the group's root",
+    "test_unsqueeze_axis_0": "expand_shape root",
+    "test_reduce_sum_default_axes_keepdims_example": "a reduction",
+    "test_softmax_axis_0": "several reductions fused",
+    "test_matmul_2d": "fill + matmul",
+    "test_transpose_default": "a transpose",
+    "test_where_example": "an i1 mask",
+    "test_bitshift_right_uint8": "shifts",
+    "test_argmax_default_axis_example": "an index reduction (two results: refused) and its parts",
+    "test_batchnorm_epsilon_training_mode": "groups the same as others (one import replaces both)",
+    "test_einsum_batch_diagonal": "a gather: refused",
+    "test_constantofshape_float_ones": "constants only: refused",
+    "test_max_float64": "f64 at the program's edge: refused",
+}
+# Groups `ops` must mark replaceable (and that must come out right): at least these many.
+MIN_RIGHT = 16
+
+
+def _harness() -> Any:
+    spec = importlib.util.spec_from_file_location("onnx_conformance", REPO / "benchmarks" / "onnx_conformance.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder: Path = _harness().generate_data(tmp_path_factory.mktemp("onnx-node"), "^(" + "|".join(SLICE) + ")$")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def records(data: Path) -> dict[str, dict[str, Any]]:
+    harness = _harness()
+    tests = sorted(p for p in data.iterdir() if p.name in SLICE)
+    assert [t.name for t in tests] == sorted(SLICE), "onnx's tool did not write every test of the slice"
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(lambda t: harness.run_one(t, 600), tests))
+    return {r["test"]: r for r in done}
+
+
+def test_no_replaced_group_is_wrong_and_nothing_crashes(records):
+    for name, record in records.items():
+        assert record["status"] == "ok", (name, record["status"])
+        if any(g["replaceable"] for g in record["groups"]):
+            assert record.get("iree") == "right", (name, record.get("iree"))  # the control: IREE's own module
+        for g in record["groups"]:
+            if g["replaceable"]:
+                assert g["outcome"] == "right", (name, g)
+            else:
+                assert g["reason"], (name, g)  # a refusal says why
+        if "together" in record:
+            assert record["together"][0] == "right", (name, record["together"])
+    right = sum(g.get("outcome") == "right" for r in records.values() for g in r["groups"])
+    assert right >= MIN_RIGHT, right
+
+
+def test_reshape_roots_and_packed_scalars_are_replaced(records):
+    # The roots that wrote nothing (a lone reshape) and the inputs read at twice their offset.
+    for name in ("test_reshape_reordered_all_dims", "test_unsqueeze_axis_0", "test_clip", "test_pow_bcast_scalar", "test_where_example"):
+        assert [g["outcome"] for g in records[name]["groups"] if g["replaceable"]] == ["right"], records[name]
+
+
+def test_ops_refuses_what_replace_cannot_do_and_says_why(records):
+    def reasons(name: str) -> str:
+        return " ".join(g["reason"] or "" for g in records[name]["groups"])
+
+    assert "tensor.extract" in reasons("test_einsum_batch_diagonal")
+    assert "constants only" in reasons("test_constantofshape_float_ones") or not records["test_constantofshape_float_ones"]["groups"]
+    assert "f64" in reasons("test_max_float64")
+
+
+def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records, data, tmp_path):
+    # Two groups with the same ops on the same types: one matcher finds both, so asking for
+    # both at once would leave the second import uncalled ("does not call import 'k6'").
+    record = records["test_batchnorm_epsilon_training_mode"]
+    replaceable = [g for g in record["groups"] if g["replaceable"]]
+    assert len(replaceable) >= 2 and all(g["outcome"] == "right" for g in replaceable), record
+    first, second = replaceable[:2]
+    assert first["same_as"] is None and second["same_as"] == first["index"], replaceable
+    import pyree_build as pb
+
+    mlir = pb.import_onnx(data / "test_batchnorm_epsilon_training_mode" / "model.onnx", tmp_path / "m.mlir")
+    with pytest.raises(pb.PyreeError) as refused:
+        pb.replace(mlir, tmp_path / "k", ops=[first["index"], second["index"]], imports=["a", "b"])
+    assert "never be called" in refused.value.what and "list only one" in (refused.value.fix or "")
+    assert not (tmp_path / "k").exists()
