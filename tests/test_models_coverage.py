@@ -127,14 +127,15 @@ def test_newly_replaceable_groups_verify(tmp_path, name, source):
 
 
 def test_groups_sharing_a_fill_are_replaced_together(tmp_path):
-    # Gemm and the later MatMul start from one zero fill: the Gemm's group and the MatMul
-    # merged with its Softmax, replaced in one spec: both imports called, the numbers onnxruntime's.
+    # The user's block (issue 33): Gemm merged with its erf GELU (the classic reason to write a
+    # kernel), and the later MatMul merged with its Softmax; Gemm and MatMul start from one zero
+    # fill. One spec, both imports called (--expect-import), the numbers onnxruntime's.
     model, mlir = _imported(tmp_path, "gemm_gelu_norm")
     groups = pb.ops(mlir)
-    (gemm,) = [g.index for g in groups if g.source[-1] == "gemm"]
-    (matmul,) = [g.index for g in groups if g.source[-1] == "matmul"]
-    (softmax,) = [g.index for g in groups if g.source[-1] == "softmax"]
-    _replaced_verifies(tmp_path, model, mlir, [gemm, (matmul, softmax)], ["my_gemm", "my_matmul_softmax"])
+    gemm_gelu = tuple(g.index for g in groups if g.source[-1] in ("gemm", "gelu_add", "gelu_half_mul"))
+    matmul_softmax = tuple(g.index for g in groups if g.source[-1] in ("matmul", "softmax"))
+    assert len(gemm_gelu) == 3 and len(matmul_softmax) == 2, groups
+    _replaced_verifies(tmp_path, model, mlir, [gemm_gelu, matmul_softmax], ["my_gemm_gelu", "my_matmul_softmax"])
 
 
 def test_cli_merges_conv_batch_norm_relu_into_one_kernel(tmp_path):
