@@ -297,3 +297,15 @@ def gemm_gelu_norm(seed: int = 0) -> onnx.ModelProto:
 
 # Networks of real shape, for the coverage tests (heavier than BUILDERS' single ops).
 ARCHITECTURES = {f.__name__: f for f in (squeezenet_like, resnet_block, transformer_block, gemm_gelu_norm)}
+
+
+def batch_norm_of_inputs() -> onnx.ModelProto:
+    """BatchNormalization whose statistics are graph inputs (as in ONNX's node tests): IREE
+    reshapes each [3] parameter to [1,3,1,1], so `ops` lists lone reshapes that also appear inside
+    the larger groups. The variance goes through Abs first, so random inputs stay valid."""
+    nodes = [
+        helper.make_node("Abs", ["v"], ["var"], name="abs"),
+        helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn", epsilon=1e-5),
+    ]
+    inputs = {"x": (2, 3, 4, 5), "scale": (3,), "bias": (3,), "mean": (3,), "v": (3,)}
+    return _model("batch_norm_of_inputs", nodes, inputs, {"y": (2, 3, 4, 5)})

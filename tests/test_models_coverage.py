@@ -188,3 +188,16 @@ def test_groups_a_matcher_cannot_tell_apart_are_refused_together(tmp_path):
     assert_clean_error(refused, f"op groups {first} and {second} are the same ops", "'b' would never be called")
     assert not (tmp_path / "k").exists()
     _replaced_verifies(tmp_path, model, mlir, [second], ["both_expand1"])
+
+
+def test_a_small_group_inside_a_larger_one_leaves_every_import_called(tmp_path):
+    # The lone reshape (#3) also appears inside both larger groups, before their roots: in one
+    # foreach_match its matcher took those inner reshapes first and the larger groups' imports
+    # were never called. Every group at once (one of each pair `ops` marks the same): all called.
+    model = Path(onnx_models.save(onnx_models.batch_norm_of_inputs(), tmp_path / "bn.onnx"))
+    mlir = tmp_path / "bn.mlir"
+    pb.import_onnx(model, mlir)
+    groups = pb.ops(mlir)
+    chosen = [g.index for g in groups if g.replaceable and g.same_as is None]
+    assert len(chosen) >= 3 and any(g.ops == ["tensor.expand_shape"] for g in groups if g.index in chosen), groups
+    _replaced_verifies(tmp_path, model, mlir, chosen, [f"k{i}" for i in chosen])
