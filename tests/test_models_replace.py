@@ -234,3 +234,28 @@ def test_inputs_that_are_not_mlir_or_would_be_overwritten_are_refused(tmp_path):
     program.write_bytes(mlir.read_bytes())
     assert_clean_error(run_cli("replace", program, "--ops", "1", "--import", "k", "-o", inside), "also an input")
     assert program.read_bytes() == mlir.read_bytes() and sorted(p.name for p in inside.iterdir()) == ["spec.mlir"]
+
+
+def test_a_dynamic_batch_is_refused_without_dynamic_and_replaced_with_it(tmp_path):
+    # A model with a dynamic batch: without --dynamic the C has no size for the result (it
+    # printed `None` into the C), so ops says no and names --dynamic; with --dynamic the spec
+    # writes the already-dynamic size as ? too (it wrote tensor<?x4xf32>{a, b}: "flow.dispatch
+    # expected 1 operands"), compiles with the import called, and verifies.
+    from onnx import TensorProto, helper
+
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("x", "y", "z")]
+    graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"], name="add")], "batch", info[:2], info[2:])
+    model = tmp_path / "batch.onnx"
+    onnx_models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    mlir = tmp_path / "batch.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    (group,) = _groups(mlir)
+    assert not group["replaceable"] and "only known at run time" in group["reason"] and "--dynamic" in group["reason"], group
+    out = tmp_path / "k"
+    assert run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", out, "--dynamic").returncode == 0
+    assert run_cli("plugin", "--kind", "system", out / "k.c", "-o", out / "k.so").returncode == 0
+    compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "k")
+    assert compiled.returncode == 0, compiled
+    for rows in (3, 5):
+        verified = run_cli("verify", out / "m.vmfb", "--onnx", model, "--plugin", out / "k.so", "--input", f"{rows}x4xf32=1.5", "--input", f"{rows}x4xf32=-2")
+        assert verified.returncode == 0, verified

@@ -38,9 +38,11 @@ SLICE = {
     "test_bitshift_right_uint8": "shifts",
     "test_argmax_default_axis_example": "an index reduction (two results: refused) and its parts",
     "test_batchnorm_epsilon_training_mode": "groups the same as others (one import replaces both)",
+    "test_gelu_default_1_expanded": "GELU's constants; three groups, also replaced all at once",
     "test_einsum_batch_diagonal": "a gather: refused",
     "test_constantofshape_float_ones": "constants only: refused",
     "test_max_float64": "f64 at the program's edge: refused",
+    "test_reduce_sum_square_empty_set": "an input with no elements (IREE makes it a constant): refused",
 }
 # Groups `ops` must mark replaceable (and that must come out right): at least these many.
 MIN_RIGHT = 16
@@ -84,6 +86,8 @@ def test_no_replaced_group_is_wrong_and_nothing_crashes(records):
             assert record["together"][0] == "right", (name, record["together"])
     right = sum(g.get("outcome") == "right" for r in records.values() for g in r["groups"])
     assert right >= MIN_RIGHT, right
+    # Several groups in one spec: every import called (--expect-import each) and right.
+    assert records["test_gelu_default_1_expanded"].get("together", [""])[0] == "right", records["test_gelu_default_1_expanded"]
 
 
 def test_reshape_roots_and_packed_scalars_are_replaced(records):
@@ -99,6 +103,7 @@ def test_ops_refuses_what_replace_cannot_do_and_says_why(records):
     assert "tensor.extract" in reasons("test_einsum_batch_diagonal")
     assert "constants only" in reasons("test_constantofshape_float_ones") or not records["test_constantofshape_float_ones"]["groups"]
     assert "f64" in reasons("test_max_float64")
+    assert "has no elements" in reasons("test_reduce_sum_square_empty_set")
 
 
 def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records, data, tmp_path):

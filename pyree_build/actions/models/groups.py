@@ -184,9 +184,12 @@ def describe(group: Group) -> None:
         return
     used = [operand for op in members for operand in op.operands]
     group.inputs.sort(key=lambda value: next(i for i, operand in enumerate(used) if operand == value))
-    if all(_constant_derived(v, {}) for v in group.inputs):
+    if all(_constant_derived(v, {}) or _no_elements(v) for v in group.inputs):
+        empty = next((v for v in group.inputs if _no_elements(v)), None)
         group.refusal = (
-            "it computes from constants only: IREE evaluates such ops while compiling (const-eval), where no import "
+            "it computes from constants only"
+            + (f" (input {empty.get_name()}, {empty.type}, has no elements: IREE makes it a constant)" if empty is not None else "")
+            + ": IREE evaluates such ops while compiling (const-eval), where no import "
             "can be called (iree-compile fails with 'no executable loader registered'), and they cost nothing at run time"
         )
         return
@@ -307,6 +310,10 @@ def _encoding(op: Any, name: str) -> str | None:
     if name not in op.attributes:
         return None
     return str(program.ir.TypeAttr(op.attributes[name]).value)
+
+
+def _no_elements(value: Any) -> bool:
+    return bool(program.is_tensor(value.type) and 0 in program.shape(value.type))
 
 
 def _is_constant(value: Any) -> bool:

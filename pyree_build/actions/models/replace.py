@@ -102,7 +102,11 @@ def _roles(rep: spec.Replacement) -> dict[tuple[int, int], cgen.Buffer]:
             elif None in program.shape(value.type):
                 # Without --dynamic the C takes only the inputs' sizes; a size the IR leaves
                 # open in a result or an intermediate has no value to read.
-                raise cgen.refuse(f"a result or intermediate has a size only known at run time ({value.type})", stem + " of " + rep.group.root.name)
+                owner = program.defining_op(value)
+                raise cgen.refuse(
+                    f"a result or intermediate has a size only known at run time ({value.type}); `replace --dynamic` takes every size from the inputs",
+                    owner.operation.name if owner else "?",
+                )
             else:
                 sizes = [str(d) for d in program.shape(value.type)]
             roles[program.position(value, group.function)] = cgen.Buffer(f"{stem}{j}", sizes, cgen.c_type(value.type))

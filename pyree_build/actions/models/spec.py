@@ -47,7 +47,8 @@ class Replacement:
         return self.dims[program.position(value, self.group.function)]
 
 
-_TENSOR_SHAPE = re.compile(r"(tensor|memref)<((?:\d+x)+)")
+# Every size, static or already dynamic (a model's batch dimension): tensor<?x4xf32> too.
+_TENSOR_SHAPE = re.compile(r"(tensor|memref)<((?:(?:\d+|\?)x)+)")
 _EMPTY = re.compile(r"^(\s*%[\w.]+ = )tensor\.empty\(\) : (tensor<[^>]*>)")
 
 
