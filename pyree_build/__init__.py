@@ -398,7 +398,7 @@ def replace(
     source: PathLike,
     output_dir: PathLike,
     *,
-    ops: int | Sequence[int],
+    ops: int | Sequence[int | Sequence[int]],
     imports: str | Sequence[str],
     kind: str = "plugin",
     onnx: PathLike | None = None,
@@ -408,6 +408,8 @@ def replace(
 ) -> list[Path]:
     """Generate the transform spec, the C import (a correct naive body) and a CMakeLists.txt that
     replace op groups `ops` of a program with calls of `imports`; returns the written files.
+    An entry of `ops` that is itself a sequence merges those connected groups into one kernel
+    (`ops=[(1, 2, 3)]`, the CLI's `--ops 1+2+3`): a Gemm with its activation, for example.
     `dynamic`: match the groups' ops at any sizes (the C reads every size from its arguments).
 
     Example: pb.replace("build/mlp.mlir", "build/kernels", ops=[1], imports=["fc1_relu"], onnx="mlp.onnx")

@@ -110,3 +110,202 @@ def save(model: onnx.ModelProto, path: str | os.PathLike[str]) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     onnx.save(model, os.fspath(path))
     return os.fspath(path)
+
+
+# Real architectures in miniature (issue 33): the op mix and the fusion boundaries of the real
+# networks, at sizes a naive C kernel runs in well under a second.
+
+
+def _conv(
+    seed: int, name: str, x: str, cin: int, cout: int, k: int, *, stride: int = 1, pad: int = 0, bias: bool = True
+) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Conv(x) -> `name`, with its weights (and bias) as initializers."""
+    weights = [_weights(seed, f"{name}_w", (cout, cin, k, k), 0.3)]
+    inputs = [x, f"{name}_w"]
+    if bias:
+        weights.append(_weights(seed + 1, f"{name}_b", (cout,)))
+        inputs.append(f"{name}_b")
+    node = helper.make_node("Conv", inputs, [name], name=name, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+    return [node], weights
+
+
+def _conv_relu(seed: int, name: str, x: str, cin: int, cout: int, k: int, **kw: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes, weights = _conv(seed, f"{name}_conv", x, cin, cout, k, **kw)
+    return [*nodes, helper.make_node("Relu", [f"{name}_conv"], [name], name=f"{name}_relu")], weights
+
+
+def squeezenet_like(seed: int = 0) -> onnx.ModelProto:
+    """SqueezeNet's shape: conv+relu, max pool, two fire modules (squeeze 1x1 + relu, expand
+    1x1 and 3x3 + relu, concat), a 1x1 classifier conv + relu, global average pool, flatten,
+    softmax. x[1,3,17,17] -> y[1,10]."""
+    nodes: list[onnx.NodeProto] = []
+    weights: list[onnx.TensorProto] = []
+
+    def add(made: tuple[list[onnx.NodeProto], list[onnx.TensorProto]]) -> None:
+        nodes.extend(made[0])
+        weights.extend(made[1])
+
+    add(_conv_relu(seed, "conv1", "x", 3, 8, 3, stride=2))  # [1,8,8,8]
+    nodes.append(helper.make_node("MaxPool", ["conv1"], ["pool1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]))  # [1,8,4,4]
+    x, channels = "pool1", 8
+    for f, (squeeze, expand) in enumerate(((4, 8), (4, 8))):
+        fire = f"fire{f + 2}"
+        add(_conv_relu(seed + 10 * f + 2, f"{fire}_squeeze", x, channels, squeeze, 1))
+        add(_conv_relu(seed + 10 * f + 4, f"{fire}_expand1", f"{fire}_squeeze", squeeze, expand, 1))
+        add(_conv_relu(seed + 10 * f + 6, f"{fire}_expand3", f"{fire}_squeeze", squeeze, expand, 3, pad=1))
+        nodes.append(helper.make_node("Concat", [f"{fire}_expand1", f"{fire}_expand3"], [fire], name=f"{fire}_concat", axis=1))
+        x, channels = fire, 2 * expand
+    add(_conv_relu(seed + 40, "classifier", x, channels, 10, 1))
+    nodes += [
+        helper.make_node("GlobalAveragePool", ["classifier"], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Softmax", ["flat"], ["y"], name="softmax", axis=-1),
+    ]
+    return _model("squeezenet_like", nodes, {"x": (1, 3, 17, 17)}, {"y": (1, 10)}, weights)
+
+
+def _batch_norm(seed: int, name: str, x: str, channels: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    rng = np.random.default_rng(seed)
+    params = [
+        numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(channels)).astype(np.float32), f"{name}_scale"),
+        numpy_helper.from_array((0.1 * rng.standard_normal(channels)).astype(np.float32), f"{name}_bias"),
+        numpy_helper.from_array((0.1 * rng.standard_normal(channels)).astype(np.float32), f"{name}_mean"),
+        numpy_helper.from_array((1.0 + 0.2 * rng.random(channels)).astype(np.float32), f"{name}_var"),
+    ]
+    node = helper.make_node("BatchNormalization", [x, *(p.name for p in params)], [name], name=name, epsilon=1e-5)
+    return [node], params
+
+
+def resnet_block(seed: int = 0) -> onnx.ModelProto:
+    """ResNet's bottleneck with a projection shortcut: conv 1x1 + BN + relu, conv 3x3 (stride 2)
+    + BN + relu, conv 1x1 + BN; the shortcut conv 1x1 (stride 2) + BN; add, relu; then global
+    average pool, flatten and a Gemm classifier. x[1,8,8,8] -> y[1,5]."""
+    nodes: list[onnx.NodeProto] = []
+    weights: list[onnx.TensorProto] = []
+
+    def add(made: tuple[list[onnx.NodeProto], list[onnx.TensorProto]]) -> None:
+        nodes.extend(made[0])
+        weights.extend(made[1])
+
+    add(_conv(seed, "conv_a", "x", 8, 4, 1, bias=False))
+    add(_batch_norm(seed + 1, "bn_a", "conv_a", 4))
+    nodes.append(helper.make_node("Relu", ["bn_a"], ["relu_a"], name="relu_a"))
+    add(_conv(seed + 2, "conv_b", "relu_a", 4, 4, 3, stride=2, pad=1, bias=False))
+    add(_batch_norm(seed + 3, "bn_b", "conv_b", 4))
+    nodes.append(helper.make_node("Relu", ["bn_b"], ["relu_b"], name="relu_b"))
+    add(_conv(seed + 4, "conv_c", "relu_b", 4, 16, 1, bias=False))
+    add(_batch_norm(seed + 5, "bn_c", "conv_c", 16))
+    add(_conv(seed + 6, "shortcut", "x", 8, 16, 1, stride=2, bias=False))
+    add(_batch_norm(seed + 7, "bn_s", "shortcut", 16))
+    nodes += [
+        helper.make_node("Add", ["bn_c", "bn_s"], ["sum"], name="residual"),
+        helper.make_node("Relu", ["sum"], ["out"], name="relu_out"),
+        helper.make_node("GlobalAveragePool", ["out"], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], name="fc", transB=1),
+    ]
+    weights += [_weights(seed + 8, "fc_w", (5, 16)), _weights(seed + 9, "fc_b", (5,))]
+    return _model("resnet_block", nodes, {"x": (1, 8, 8, 8)}, {"y": (1, 5)}, weights)
+
+
+def _layer_norm(seed: int, name: str, x: str, width: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    rng = np.random.default_rng(seed)
+    scale = numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(width)).astype(np.float32), f"{name}_scale")
+    node = helper.make_node("LayerNormalization", [x, f"{name}_scale", f"{name}_bias"], [name], name=name, axis=-1, epsilon=1e-5)
+    return [node], [scale, _weights(seed + 1, f"{name}_bias", (width,))]
+
+
+def _gelu(name: str, x: str) -> list[onnx.NodeProto]:
+    """GELU written out with Erf, as exporters emit it: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+    return [
+        helper.make_node("Div", [x, f"{name}_sqrt2"], [f"{name}_d"], name=f"{name}_div"),
+        helper.make_node("Erf", [f"{name}_d"], [f"{name}_e"], name=f"{name}_erf"),
+        helper.make_node("Add", [f"{name}_e", f"{name}_one"], [f"{name}_a"], name=f"{name}_add"),
+        helper.make_node("Mul", [x, f"{name}_a"], [f"{name}_m"], name=f"{name}_mul"),
+        helper.make_node("Mul", [f"{name}_m", f"{name}_half"], [name], name=f"{name}_half_mul"),
+    ]
+
+
+def _gelu_constants(name: str) -> list[onnx.TensorProto]:
+    return [
+        numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), f"{name}_sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np.float32), f"{name}_one"),
+        numpy_helper.from_array(np.array(0.5, np.float32), f"{name}_half"),
+    ]
+
+
+def transformer_block(seed: int = 0, tokens: int = 4, width: int = 16, heads: int = 2) -> onnx.ModelProto:
+    """A pre-norm transformer encoder block: LayerNorm, Q/K/V projections, heads split
+    (Reshape + Transpose), scaled dot-product attention with Softmax, heads merged, output
+    projection and residual; LayerNorm, MLP with erf GELU, residual. x[tokens,width]."""
+    head = width // heads
+    nodes: list[onnx.NodeProto] = []
+    weights: list[onnx.TensorProto] = []
+    ln1, w = _layer_norm(seed, "ln1", "x", width)
+    nodes += ln1
+    weights += w
+    for k, part in enumerate("qkv"):
+        weights += [_weights(seed + 2 + k, f"w{part}", (width, width)), _weights(seed + 5 + k, f"b{part}", (width,))]
+        nodes += [
+            helper.make_node("MatMul", ["ln1", f"w{part}"], [f"{part}_mm"], name=f"{part}_proj"),
+            helper.make_node("Add", [f"{part}_mm", f"b{part}"], [f"{part}_b"], name=f"{part}_bias"),
+            helper.make_node("Reshape", [f"{part}_b", "split_shape"], [f"{part}_r"], name=f"{part}_split"),
+            helper.make_node("Transpose", [f"{part}_r"], [part], name=f"{part}_heads", perm=[1, 0, 2]),  # [heads,tokens,head]
+        ]
+    weights += [
+        numpy_helper.from_array(np.array([tokens, heads, head], np.int64), "split_shape"),
+        numpy_helper.from_array(np.array([tokens, width], np.int64), "merge_shape"),
+        numpy_helper.from_array(np.array(np.sqrt(head), np.float32), "scale"),
+    ]
+    nodes += [
+        helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+        helper.make_node("Div", ["scores", "scale"], ["scaled"], name="scale"),
+        helper.make_node("Softmax", ["scaled"], ["attn"], name="attn", axis=-1),
+        helper.make_node("MatMul", ["attn", "v"], ["ctx"], name="context"),
+        helper.make_node("Transpose", ["ctx"], ["ctx_t"], name="ctx_t", perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["ctx_t", "merge_shape"], ["merged"], name="merge"),
+        helper.make_node("MatMul", ["merged", "wo"], ["o_mm"], name="o_proj"),
+        helper.make_node("Add", ["o_mm", "bo"], ["o"], name="o_bias"),
+        helper.make_node("Add", ["x", "o"], ["res1"], name="residual1"),
+    ]
+    weights += [_weights(seed + 8, "wo", (width, width)), _weights(seed + 9, "bo", (width,))]
+    ln2, w = _layer_norm(seed + 10, "ln2", "res1", width)
+    nodes += ln2
+    weights += w
+    nodes += [
+        helper.make_node("MatMul", ["ln2", "w1"], ["f1_mm"], name="ffn1"),
+        helper.make_node("Add", ["f1_mm", "b1"], ["f1"], name="ffn1_bias"),
+        *_gelu("gelu", "f1"),
+        helper.make_node("MatMul", ["gelu", "w2"], ["f2_mm"], name="ffn2"),
+        helper.make_node("Add", ["f2_mm", "b2"], ["f2"], name="ffn2_bias"),
+        helper.make_node("Add", ["res1", "f2"], ["y"], name="residual2"),
+    ]
+    weights += [_weights(seed + 12, "w1", (width, 2 * width)), _weights(seed + 13, "b1", (2 * width,))]
+    weights += [_weights(seed + 14, "w2", (2 * width, width)), _weights(seed + 15, "b2", (width,)), *_gelu_constants("gelu")]
+    return _model("transformer_block", nodes, {"x": (tokens, width)}, {"y": (tokens, width)}, weights)
+
+
+def gemm_gelu_norm(seed: int = 0) -> onnx.ModelProto:
+    """A user's own block (issue 33): Gemm -> erf GELU -> LayerNorm -> MatMul -> Softmax, x[4,64]."""
+    nodes = [helper.make_node("Gemm", ["x", "gw", "gb"], ["g"], name="gemm"), *_gelu("gelu", "g")]
+    ln, w = _layer_norm(seed + 2, "norm", "gelu", 64)
+    nodes += [*ln, helper.make_node("MatMul", ["norm", "mw"], ["m"], name="matmul"), helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1)]
+    weights = [_weights(seed, "gw", (64, 64)), _weights(seed + 1, "gb", (64,)), *w, _weights(seed + 4, "mw", (64, 64)), *_gelu_constants("gelu")]
+    return _model("gemm_gelu_norm", nodes, {"x": (4, 64)}, {"y": (4, 64)}, weights)
+
+
+# Networks of real shape, for the coverage tests (heavier than BUILDERS' single ops).
+ARCHITECTURES = {f.__name__: f for f in (squeezenet_like, resnet_block, transformer_block, gemm_gelu_norm)}
+
+
+def batch_norm_of_inputs() -> onnx.ModelProto:
+    """BatchNormalization whose statistics are graph inputs (as in ONNX's node tests): IREE
+    reshapes each [3] parameter to [1,3,1,1], so `ops` lists lone reshapes that also appear inside
+    the larger groups. The variance goes through Abs first, so random inputs stay valid."""
+    nodes = [
+        helper.make_node("Abs", ["v"], ["var"], name="abs"),
+        helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn", epsilon=1e-5),
+    ]
+    inputs = {"x": (2, 3, 4, 5), "scale": (3,), "bias": (3,), "mean": (3,), "v": (3,)}
+    return _model("batch_norm_of_inputs", nodes, inputs, {"y": (2, 3, 4, 5)})

@@ -36,6 +36,7 @@ _cache = lazy.module("pyree_build.cache.local")
 _importer = lazy.module("pyree_build.actions.models.importer")
 _verify = lazy.module("pyree_build.actions.models.verify")
 _ops = lazy.module("pyree_build.actions.models.ops")
+_merge = lazy.module("pyree_build.actions.models.merge")
 _replace = lazy.module("pyree_build.actions.models.replace")
 
 # compile's own keywords for backend options; any other backend option goes in `target_options`.
@@ -201,11 +202,7 @@ def ops_command(a: argparse.Namespace) -> None:
 
 
 def replace_command(a: argparse.Namespace) -> None:
-    numbers = []
-    for value in _split(a.ops):
-        if not value.isdigit():
-            raise PyreeError(f"--ops takes op group numbers, got '{value}'", fix="pass the numbers `pyree-build ops` prints, e.g. --ops 1 or --ops 1,3")
-        numbers.append(int(value))
+    numbers = [_merge.parse(value) for value in _split(a.ops)]
     written = _replace.replace(
         a.source, a.output_dir, ops=numbers, imports=_split(a.imports), kind=a.kind, onnx=a.onnx, function=a.function, dynamic=a.dynamic, force=a.force
     )

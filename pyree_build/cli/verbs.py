@@ -506,7 +506,15 @@ REPLACE = Verb(
     "generate a transform spec, a C import and a CMakeLists.txt replacing op groups of a program",
     options=(
         Option(("source",), {"metavar": "MODEL.mlir"}),
-        Option(("--ops",), {"action": "append", "required": True, "metavar": "N[,N...]", "help": "op group numbers as `ops` lists them (repeatable)"}),
+        Option(
+            ("--ops",),
+            {
+                "action": "append",
+                "required": True,
+                "metavar": "N[,N...]",
+                "help": "op group numbers as `ops` lists them (repeatable); N+M+... merges connected groups into one kernel (one import)",
+            },
+        ),
         Option(
             ("--import",),
             {

@@ -156,12 +156,20 @@ def _source_texts(value: object, role: str) -> dict[str, str]:
     return dict(value)
 
 
-def _group_numbers(value: object, role: str) -> list[int]:
-    """Op group numbers as `ops` prints them: one or a sequence of whole numbers from 1."""
+def _group_numbers(value: object, role: str) -> list[int | tuple[int, ...]]:
+    """Op group numbers as `ops` prints them: one or a sequence of whole numbers from 1, each
+    of which may be a sequence of numbers itself (those groups merged into one kernel)."""
+
+    def number(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
     values = [value] if isinstance(value, int) else value
-    if isinstance(values, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
-        return list(values)
-    raise PyreeError(f"{role} must be op group numbers (1, 2, ...) as `pyree-build ops` lists them, got {_shown(value)}", fix=f"pass {role}=[1], for example")
+    if isinstance(values, (list, tuple)) and all(number(v) or (isinstance(v, (list, tuple)) and v and all(map(number, v))) for v in values):
+        return [v if isinstance(v, int) else tuple(v) for v in values]
+    raise PyreeError(
+        f"{role} must be op group numbers (1, 2, ...) as `pyree-build ops` lists them, got {_shown(value)}",
+        fix=f"pass {role}=[1], for example, or {role}=[(1, 2, 3)] to merge groups into one kernel",
+    )
 
 
 def _optional_count(value: object, role: str) -> int | None:

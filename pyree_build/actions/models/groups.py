@@ -148,18 +148,19 @@ def find_groups(module: Any) -> list[Group]:
         members = [op for op in program.body_ops(function) if is_member(op)]
         for ops in _fuse_consumers(function, _units(function, members)):
             group = Group(index=len(found) + 1, module=module, function=function, members=ops)
-            _describe(group)
+            describe(group)
             found.append(group)
     return found
 
 
-def _describe(group: Group) -> None:
+def describe(group: Group) -> None:
     """Fill in a group's root, inputs and outputs, and why it cannot be matched if it cannot."""
+    _take_fills(group)
     function, members = group.function, group.members
     inside = set(members)
     for op in members:
         for result in op.results:
-            if any(u not in inside for u in _users(result, function)):
+            if any(u not in inside for u in _users(result, function)) and not _recomputable(op):
                 group.outputs.append(result)
     if len(group.outputs) != 1:
         group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
@@ -209,6 +210,31 @@ def _describe(group: Group) -> None:
         )
         return
     _check_inputs(group)
+
+
+def _recomputable(op: Any) -> bool:
+    """A fill of a scalar constant into a tensor.empty: a value any group may compute for
+    itself. Two same-shape ops share one such fill; the replacement computes its own copy and
+    the program keeps the fill for the other users, so it is not a result of the group."""
+    if op.name != "linalg.fill":
+        return False
+    producers = [program.defining_op(v) for v in op.operands]
+    return all(p is not None and _repeated_in_matcher(p.operation) for p in producers)
+
+
+def _take_fills(group: Group) -> None:
+    """A fill another group made that a member reads becomes a member too: the replacement
+    computes its own copy (a splat passed into a dispatch instead fails IREE's stream
+    conversion: `failed to legalize unresolved target materialization`)."""
+    taken = [
+        producer.operation
+        for op in group.members
+        for producer in map(program.defining_op, op.operands)
+        if producer is not None and producer.operation not in group.members and _recomputable(producer.operation)
+    ]
+    if taken:
+        order = {op: i for i, op in enumerate(program.body_ops(group.function))}
+        group.members = sorted({*group.members, *taken}, key=order.__getitem__)
 
 
 def _captures_unreachable(op: Any, group: Group) -> bool:

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pyree_build.actions.models import captures
 from pyree_build.core import lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 
@@ -50,13 +51,17 @@ def spec_view_text(source: PathLike) -> str:
 
 
 def parse(text: str, *, generalize: bool = False) -> Any:
-    """The module parsed in a fresh context; with `generalize`, every named linalg op is
-    rewritten as the linalg.generic it stands for (in place: the op order is unchanged)."""
+    """The module parsed in a fresh context, as a generated spec's matchers see it: after the
+    spec's first step, which clones the scalar constants linalg bodies use into them
+    (captures.sink). With `generalize`, every named linalg op is rewritten as the
+    linalg.generic it stands for (in place: the op order is unchanged)."""
     context = ir.Context()
     module = ir.Module.parse(text, context)
     if generalize:
         pipeline = "builtin.module(util.func(linalg-generalize-named-ops))"
         passmanager.PassManager.parse(pipeline, context).run(module.operation)
+    # After the pass: its pattern driver hoists constants out of bodies again.
+    captures.sink(module)
     return module
 
 

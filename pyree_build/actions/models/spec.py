@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import groups, program
+from pyree_build.actions.models import captures, groups, program
 from pyree_build.core.errors import PyreeError
 
 EMBEDDED_ARCHES = (("x86_64", "x86_64"), ("arm_64", "aarch64"))
@@ -307,21 +307,28 @@ def rewriter(rep: Replacement) -> list[str]:
 
 
 def entry(reps: list[Replacement]) -> list[str]:
-    # foreach_match gives each op to the first matcher that accepts it: larger groups first,
-    # so a small group's matcher (a lone reshape) cannot take the root of a larger group that
-    # ends in the same op, which would leave that group's import uncalled.
+    # One foreach_match per group, larger groups first, dead ops removed after each: a small
+    # group's matcher (a lone reshape) would otherwise take an op inside a larger group (the
+    # walk meets it before that group's root), and the larger group's matcher, finding a call
+    # there, would leave its import uncalled.
     ordered = sorted(reps, key=lambda r: -len(r.matcher))
-    pairs = ",\n".join(f"            @{r.name}_match -> @{r.name}_rewrite" for r in ordered).splitlines()
+    passes: list[str] = []
+    for k, r in enumerate(ordered):
+        passes += [
+            # foreach_match consumes its handle: each pass finds the functions anew
+            f'  %fns{k} = transform.structured.match ops{{["util.func"]}} in %program : (!transform.any_op) -> !transform.any_op',
+            f"  transform.foreach %fns{k} : !transform.any_op {{",
+            "    ^bb0(%fn: !transform.any_op):",
+            f"      transform.foreach_match in %fn @{r.name}_match -> @{r.name}_rewrite : (!transform.any_op) -> (!transform.any_op)",
+            "  }",
+            "  transform.apply_dce to %program : !transform.any_op",
+        ]
+    sink = captures.spec_lines(captures.types_in([op for r in reps for op in r.group.members]))
     return [
         "transform.named_sequence @__transform_main(%program: !transform.any_op) {",
         '  %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op',
-        "  transform.foreach %fns : !transform.any_op {",
-        "    ^bb0(%fn: !transform.any_op):",
-        "      transform.foreach_match in %fn",
-        *pairs,
-        "        : (!transform.any_op) -> (!transform.any_op)",
-        "  }",
-        "  transform.apply_dce to %program : !transform.any_op",
+        *(f"  {line}" for line in sink),
+        *passes,
         "  transform.yield",
         "}",
     ]

@@ -1,0 +1,145 @@
+"""Constants a linalg body captures from outside it, made part of the body so matchers compare them.
+
+ONNX's Relu imports as a body `arith.cmpf ugt, %in, %cst` + `arith.select ..., %cst` whose `%cst`
+(0.0) is defined at the top of the function; norms capture their epsilon, GELU its 0.5. IREE's
+DAG matcher (`transform.iree.match.cast_compatible_dag_from_root`) compares bodies through the
+values it reached via operands only: a captured value is never reached, so such a body cannot
+be compared at all (only matched by name, which would accept a clamp at 0.5 as a relu).
+
+The spec therefore begins by rewriting the program: every scalar constant at the top of a
+function that a linalg body uses is cloned into that body, one clone right before each op that
+uses it (`transform.structured.fuse_into_containing_op`, whose fallback for an op that cannot be
+tiled is exactly this clone-before-use). Then the matcher, cloned from the program rewritten the
+same way here (`sink`), carries the constant inside the body, and IREE compares its value like
+any other attribute: a spec made for relu(0.0) cannot match a clamp at 0.5. The rewrite changes
+no value (IREE's canonicalizer hoists the clones back later).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyree_build.core import lazy
+
+ir = lazy.module("iree.compiler.ir")
+
+_FUNCTIONS = ("util.func", "func.func")
+
+
+def _linalg_ops(operation: Any) -> list[Any]:
+    """The linalg ops with a body nested in `operation`, in pre-order (the order
+    `transform.structured.match interface{LinalgOp}` lists them)."""
+    found: list[Any] = []
+    for region in operation.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                op = op.operation
+                if op.name.startswith("linalg.") and len(op.regions):
+                    found.append(op)
+                found.extend(_linalg_ops(op))
+    return found
+
+
+def _is_ancestor(ancestor: Any, op: Any) -> bool:
+    parent = op.parent
+    while parent is not None:
+        if parent == ancestor:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _top_constants(function: Any) -> list[Any]:
+    """Scalar arith.constant ops directly in the function's body (tensor constants are
+    weights: inputs of a replacement, never cloned)."""
+    found = []
+    for op in function.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "arith.constant" and not isinstance(op.results[0].type, ir.ShapedType):
+            found.append(op)
+    return found
+
+
+def sink(module: Any) -> None:
+    """Rewrite `module` in place as the spec's first step rewrites the program: for each linalg
+    op (program order), for each scalar constant at the top of its function (program order)
+    that its body uses, a clone of the constant before each op of the body that uses it.
+    An op that also takes the constant as a direct operand is left as it is (IREE's fusion
+    refuses that pair)."""
+    for function in module.body.operations:
+        function = function.operation
+        if function.name not in _FUNCTIONS or not len(function.regions) or not len(function.regions[0].blocks):
+            continue
+        # The spec clones type by type (sorted), each type's constants in program order.
+        constants = sorted(_top_constants(function), key=lambda c: str(c.results[0].type))
+        for op in _linalg_ops(function):
+            for constant in constants:
+                _clone_into(constant, op)
+
+
+def _clone_into(constant: Any, op: Any) -> None:
+    value = constant.results[0]
+    if any(use.owner.operation == op for use in value.uses):
+        return
+    while True:
+        inside = [use for use in value.uses if _is_ancestor(op, use.owner.operation)]
+        if not inside:
+            return
+        user = inside[0].owner.operation
+        clone = constant.clone(ip=ir.InsertionPoint(user))
+        operands = user.operands
+        for i in range(len(operands)):
+            if operands[i] == value:
+                operands[i] = clone.results[0]
+                break
+
+
+def types_in(ops: list[Any]) -> list[str]:
+    """The scalar types of the constants inside these ops' bodies: the types the spec's
+    rewrite must clone for these ops' matchers to see what `sink` made of them."""
+    found: dict[str, None] = {}
+
+    def walk(operation: Any) -> None:
+        for region in operation.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == "arith.constant" and not isinstance(inner.results[0].type, ir.ShapedType):
+                        found[str(inner.results[0].type)] = None
+                    walk(inner)
+
+    for op in ops:
+        walk(op)
+    return list(found)
+
+
+def spec_lines(types: list[str]) -> list[str]:
+    """The spec's first step, for constants of these types, in every util.func: the same
+    rewrite as `sink`. Each clone is a separate fuse (each consumes its constant's handle), tried
+    under failures(suppress): a constant that an op's body does not use is simply skipped."""
+    if not types:
+        return []
+    lines = [
+        "// First, each scalar constant a linalg body uses from outside it is cloned into that body",
+        "// (before each use), so the matchers below compare its value: see captures.py in pyree_build.",
+        "transform.foreach %fns : !transform.any_op {",
+        "  ^bb0(%fn: !transform.any_op):",
+        "    %linalg = transform.structured.match interface{LinalgOp} in %fn : (!transform.any_op) -> !transform.any_op",
+        "    transform.foreach %linalg : !transform.any_op {",
+        "      ^bb1(%op: !transform.any_op):",
+    ]
+    for k, type_ in enumerate(sorted(types)):
+        lines += [
+            f'        %consts{k} = transform.structured.match ops{{["arith.constant"]}} filter_result_type = {type_} in %fn : (!transform.any_op) -> !transform.any_op',
+            f"        transform.foreach %consts{k} : !transform.any_op {{",
+            "          ^bb2(%c: !transform.any_op):",
+            "            transform.sequence %c : !transform.any_op failures(suppress) {",
+            "              ^bb3(%constant: !transform.any_op):",
+            "                %parent = transform.get_parent_op %constant : (!transform.any_op) -> !transform.any_op",
+            '                transform.match.operation_name %parent ["util.func"] : !transform.any_op',
+            "                %fused, %into = transform.structured.fuse_into_containing_op %constant into %op"
+            " : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)",
+            "            }",
+            "        }",
+        ]
+    return [*lines, "    }", "}"]

@@ -1,0 +1,203 @@
+"""Issue 33 (coverage): the groups real networks are made of can be replaced, and exactly.
+
+A body that uses a constant from outside it (relu's 0.0, a norm's epsilon, GELU's 0.5) is matched
+with the constant compared by value (the spec clones it into the body first: captures.py), and a
+fill shared by two same-shape ops never makes a group "two results". Measured on miniature real
+architectures (tests/onnx_models.ARCHITECTURES); each newly replaceable kind of group is replaced,
+compiled with --expect-import and verified against onnxruntime.
+
+Everything is real: iree-import-onnx, iree-compile with the generated spec, zig cc, iree-run-module,
+onnxruntime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_clean_error, run_cli
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx_models  # noqa: E402
+
+import pyree_build as pb  # noqa: E402
+
+# A relu exactly as ONNX's imports to it (cmpf ugt + select on a constant defined outside the body),
+# with the constant left to fill in: a spec made for one value must not match another.
+RELU = """
+func.func @relu(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %cst = arith.constant CONSTANT : f32
+  %e = tensor.empty() : tensor<4x8xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %c = arith.cmpf ugt, %in, %cst : f32
+    %s = arith.select %c, %in, %cst : f32
+    linalg.yield %s : f32
+  } -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
+"""
+
+
+def _program(tmp_path: Path, name: str, constant: str) -> Path:
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(RELU.replace("CONSTANT", constant))
+    return path
+
+
+@pytest.mark.parametrize("other", ["5.000000e-01", "-0.000000e+00"])
+def test_a_body_constant_is_matched_by_value(tmp_path, other):
+    # Generated from relu(0.0): it replaces relu(0.0), with the right numbers, and leaves a
+    # clamp at another value (0.5; -0.0, equal to 0.0 as a number but not the same constant)
+    # alone: the import is not called there.
+    relu = _program(tmp_path, "relu", "0.000000e+00")
+    (group,) = pb.ops(relu)
+    assert group.replaceable and not group.matched_by_name, group
+    out = tmp_path / "k"
+    pb.replace(relu, out, ops=[1], imports=["my_relu"])
+    plugin = pb.plugin(out / "my_relu.c", out / "my_relu.so", kind="system")
+    module = out / "relu.vmfb"
+    assert run_cli("compile", relu, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "my_relu").returncode == 0
+    x = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)
+    (y,) = pb.run(module, "relu", [x], plugins=plugin)
+    np.testing.assert_array_equal(y, np.where(x > 0, x, np.float32(0)))
+    clamp = _program(tmp_path, "clamp", other)
+    refused = run_cli("compile", clamp, "-o", out / "clamp.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "my_relu")
+    assert_clean_error(refused, "does not call import 'my_relu'")
+
+
+def _imported(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    model = Path(onnx_models.save(onnx_models.ARCHITECTURES[name](), tmp_path / f"{name}.onnx"))
+    mlir = tmp_path / f"{name}.mlir"
+    pb.import_onnx(model, mlir)
+    return model, mlir
+
+
+def _replaced_verifies(tmp_path: Path, model: Path, mlir: Path, ops: list[int], names: list[str]) -> None:
+    """Replace `ops` at once, build each import, compile expecting every import, verify."""
+    out = tmp_path / ("k_" + "_".join(names))
+    pb.replace(mlir, out, ops=ops, imports=names, onnx=model)
+    plugins = [pb.plugin(out / f"{n}.c", out / f"{n}.so", kind="system") for n in names]
+    module = out / "m.vmfb"
+    expects = [a for n in names for a in ("--expect-import", n)]
+    compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", *expects)
+    assert compiled.returncode == 0, compiled
+    assert pb.verify(module, model, plugins=plugins).passed
+
+
+# The share `ops` marks replaceable on each architecture (the issue's goal: >= 90%); before
+# issue 33's part 3 these were 2/11, 6/15, 12/15 and 4/6. ResNet's batch norms compute a scale
+# and shift from their constants alone: those groups are refused for IREE's const-eval (see
+# groups.py) and are replaced merged with their conv instead (test_cli_merges_conv_...).
+@pytest.mark.parametrize("name", sorted(onnx_models.ARCHITECTURES))
+def test_ops_marks_real_architectures_replaceable(tmp_path, name):
+    _, mlir = _imported(tmp_path, name)
+    groups = pb.ops(mlir)
+    refused = [(g.index, g.source, g.reason) for g in groups if not g.replaceable]
+    if name == "resnet_block":
+        assert all("constants only" in str(reason) and source[0].startswith("bn_") for _, source, reason in refused), refused
+        assert len(refused) <= 8, refused
+    else:
+        assert len(refused) <= 0.1 * len(groups), refused
+    assert not [g.index for g in groups if g.matched_by_name], "a constant-capturing body must be compared, not matched by name"
+
+
+# One group of each kind the issue names: conv + relu (squeezenet), residual add + relu (resnet),
+# LayerNorm with its epsilon (transformer), Gemm whose zero fill another matmul shares, and a
+# LayerNorm sharing its reduction's fill with Softmax (the user's block).
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("squeezenet_like", "fire2_expand3_relu"),
+        ("resnet_block", "relu_out"),
+        ("transformer_block", "ln2"),
+        ("gemm_gelu_norm", "gemm"),
+        ("gemm_gelu_norm", "norm"),
+    ],
+)
+def test_newly_replaceable_groups_verify(tmp_path, name, source):
+    model, mlir = _imported(tmp_path, name)
+    (group,) = [g for g in pb.ops(mlir) if g.source[-1] == source]  # a fill taken from another group comes first
+    assert group.replaceable, group
+    _replaced_verifies(tmp_path, model, mlir, [group.index], [f"g{group.index}"])
+
+
+def test_groups_sharing_a_fill_are_replaced_together(tmp_path):
+    # The user's block (issue 33): Gemm merged with its erf GELU (the classic reason to write a
+    # kernel), and the later MatMul merged with its Softmax; Gemm and MatMul start from one zero
+    # fill. One spec, both imports called (--expect-import), the numbers onnxruntime's.
+    model, mlir = _imported(tmp_path, "gemm_gelu_norm")
+    groups = pb.ops(mlir)
+    gemm_gelu = tuple(g.index for g in groups if g.source[-1] in ("gemm", "gelu_add", "gelu_half_mul"))
+    matmul_softmax = tuple(g.index for g in groups if g.source[-1] in ("matmul", "softmax"))
+    assert len(gemm_gelu) == 3 and len(matmul_softmax) == 2, groups
+    _replaced_verifies(tmp_path, model, mlir, [gemm_gelu, matmul_softmax], ["my_gemm_gelu", "my_matmul_softmax"])
+
+
+def test_cli_merges_conv_batch_norm_relu_into_one_kernel(tmp_path):
+    # ResNet's conv, its batch norm (the scale computed from the variance is a group of its
+    # own) and relu: --ops 1+2+3 gives one import whose C computes all three.
+    model, mlir = _imported(tmp_path, "resnet_block")
+    groups = pb.ops(mlir)
+    assert [g.source for g in groups[:3]] == [["conv_a"], ["bn_a"], ["bn_a", "relu_a"]], groups[:3]
+    out = tmp_path / "k"
+    result = run_cli("replace", mlir, "--ops", "1+2+3", "--import", "conv_bn_relu", "-o", out, "--onnx", model)
+    assert result.returncode == 0, result
+    c = (out / "conv_bn_relu.c").read_text()
+    assert "conv_a" in c and "bn_a" in c and "relu_a" in c
+    assert "--ops 1+2+3" in (out / "spec.mlir").read_text()
+    plugin = pb.plugin(out / "conv_bn_relu.c", out / "conv_bn_relu.so", kind="system")
+    compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "conv_bn_relu")
+    assert compiled.returncode == 0, compiled
+    assert pb.verify(out / "m.vmfb", model, plugins=plugin).passed
+
+
+def test_groups_that_are_not_connected_are_not_merged(tmp_path):
+    _, mlir = _imported(tmp_path, "gemm_gelu_norm")
+    refused = run_cli("replace", mlir, "--ops", "1+5", "--import", "k", "-o", tmp_path / "a")
+    assert_clean_error(refused, "op group 1+5", "not one connected group", "2 results used outside it")
+    assert_clean_error(run_cli("replace", mlir, "--ops", "1+x", "--import", "k", "-o", tmp_path / "b"), "--ops takes op group numbers, got '1+x'")
+    assert_clean_error(run_cli("replace", mlir, "--ops", "1+2,2", "--import", "k,l", "-o", tmp_path / "c"), "once")
+    assert_clean_error(run_cli("replace", mlir, "--ops", "1+9", "--import", "k", "-o", tmp_path / "d"), "no op group 9")
+    with pytest.raises(pb.PyreeError, match="op group numbers"):
+        pb.replace(mlir, tmp_path / "e", ops=[(1, "2")], imports=["k"])  # type: ignore[list-item]
+    assert not any((tmp_path / d).exists() for d in "abcde")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(onnx_models.ARCHITECTURES))
+def test_every_group_of_real_architectures_verifies(tmp_path, name):
+    model, mlir = _imported(tmp_path, name)
+    for group in pb.ops(mlir):
+        if group.replaceable:
+            _replaced_verifies(tmp_path, model, mlir, [group.index], [f"g{group.index}"])
+
+
+def test_groups_a_matcher_cannot_tell_apart_are_refused_together(tmp_path):
+    # SqueezeNet's two fire modules have the same expand 1x1 conv + relu (same sizes; weights
+    # are inputs): one spec cannot give them two imports, as the first matcher takes both. One
+    # import replaces both copies, with the right numbers.
+    model, mlir = _imported(tmp_path, "squeezenet_like")
+    groups = pb.ops(mlir)
+    first, second = [g.index for g in groups if g.source[-1].endswith("_expand1_relu")]
+    refused = run_cli("replace", mlir, "--ops", f"{first},{second}", "--import", "a,b", "-o", tmp_path / "k")
+    assert_clean_error(refused, f"op groups {first} and {second} are the same ops", "'b' would never be called")
+    assert not (tmp_path / "k").exists()
+    _replaced_verifies(tmp_path, model, mlir, [second], ["both_expand1"])
+
+
+def test_a_small_group_inside_a_larger_one_leaves_every_import_called(tmp_path):
+    # The lone reshape (#3) also appears inside both larger groups, before their roots: in one
+    # foreach_match its matcher took those inner reshapes first and the larger groups' imports
+    # were never called. Every group at once (one of each pair `ops` marks the same): all called.
+    model = Path(onnx_models.save(onnx_models.batch_norm_of_inputs(), tmp_path / "bn.onnx"))
+    mlir = tmp_path / "bn.mlir"
+    pb.import_onnx(model, mlir)
+    groups = pb.ops(mlir)
+    chosen = [g.index for g in groups if g.replaceable and g.same_as is None]
+    assert len(chosen) >= 3 and any(g.ops == ["tensor.expand_shape"] for g in groups if g.index in chosen), groups
+    _replaced_verifies(tmp_path, model, mlir, chosen, [f"k{i}" for i in chosen])
