@@ -58,7 +58,8 @@ def test_ninja_reads_each_written_path_as_itself(tmp_path_factory, deps):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run(["ninja"], cwd=work, env=env, check=True, capture_output=True, timeout=60)
     shown = subprocess.run(["ninja", "-t", "deps"], cwd=work, capture_output=True, text=True, check=True, timeout=60).stdout
-    assert [line.strip() for line in shown.splitlines()[1:] if line.strip()] == deps, shown
+    written = list(dict.fromkeys(os.path.abspath(d) for d in deps))  # as write_depfile names them: '/dep/.' is '/dep'
+    assert [line.strip() for line in shown.splitlines()[1:] if line.strip()] == written, shown
 
 
 @pytest.mark.parametrize("bad", ["/a\nb", "/tab\tx", "/trailing\\", "/colon:", "/a\\:b", "/a\\$b"])
