@@ -93,4 +93,5 @@ def test_a_verb_on_a_filling_disk_writes_all_its_outputs_or_none(disk, fat, verb
         assert all((work / o).is_file() and (work / o).stat().st_size > 0 for o in outputs), (left, result.stderr)
     else:
         assert "Traceback" not in result.stderr and "error:" in result.stderr, result.stderr
+        assert "no space left on device" in result.stderr.lower() or "file system it writes to is full" in result.stderr, result.stderr
         assert left == [], f"free {free_kb} KB: {verb} failed ({result.stderr.strip()[:300]}) and left {left}"

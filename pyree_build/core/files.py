@@ -43,6 +43,18 @@ def command_scope() -> Iterator[None]:
         _CREATED.reset(token)
 
 
+_NEARLY_FULL = 1 << 20
+_DISK_FULL_TEXT = "no space left on device"  # as a message already says it
+
+
+def _free_bytes(directory: Path) -> int | None:
+    try:
+        st = os.statvfs(directory)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def disk_error(exc: OSError, what: Path) -> PyreeError:
     """A write that a full (or read-only) file system refused, as the error a user reads."""
     return PyreeError(
@@ -142,10 +154,35 @@ def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Pa
             raise
         written = next((final for tmp, final in pairs if exc.filename in (str(tmp), str(final))), pairs[0][1])
         raise disk_error(exc, written) from None
+    except PyreeError as err:
+        free = _free_bytes(pairs[0][1].parent)
+        if free is None or free >= _NEARLY_FULL or _DISK_FULL_TEXT in err.what:
+            raise
+        # A tool that met a full disk may say so, say nothing, or abort (lld): the free space tells.
+        raise PyreeError(
+            f"{err.what.partition(': the tool itself crashed')[0]}, and the file system it writes to is full ({free // 1024} KiB free)",
+            file=err.file,
+            details=err.details,
+            command=err.command,
+            fix="free space on that file system, or write the outputs to another one",
+        ) from None
     finally:
         for tmp, _ in pairs:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
+        _remove_derived(pairs)
+
+
+def _remove_derived(pairs: Sequence[tuple[Path, Path]]) -> None:
+    """Files a tool derived from a temporary's name (clang writes `<name>-<random>.tmp` first and
+    leaves it when it fails): the temporary's `.NAME.PID-RANDOM` is this write's alone."""
+    for directory in {tmp.parent for tmp, _ in pairs}:
+        prefixes = tuple(tmp.name.removesuffix(".tmp") + "-" for tmp, _ in pairs if tmp.parent == directory)
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(directory):
+                if entry.name.startswith(prefixes) and entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
 
 
 @contextlib.contextmanager

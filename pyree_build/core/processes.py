@@ -332,6 +332,9 @@ def spawn(
             command=args,
             fix=fix if not crash_hint else "see the likely causes above; or give it more time with --timeout SECONDS",
         )
+    if result.returncode != 0 and _DISK_FULL in output:  # a full disk aborts some tools (lld): not their bug
+        raise PyreeError(f"{what} failed: {_DISK_FULL.lower()} while it wrote", file=file, details=trim(output, 12), command=args,
+                         fix="free space on that file system, or write the outputs to another one")  # fmt: skip
     if crash_hint is None and (result.returncode < 0 or _CRASH_BANNER in output):
         raise _tool_crashed(what, file, args, result.returncode, output)
     if result.returncode < 0:
@@ -365,6 +368,8 @@ def _run_started(proc: subprocess.Popen[str], name: str, stdin: str | None, time
             end_descendants(tool=tool)
 
 
+# strerror(ENOSPC), as tools print it.
+_DISK_FULL = "No space left on device"
 # What LLVM's crash handler (iree-compile, clang, lld) prints before its backtrace.
 _CRASH_BANNER = "Stack dump:"
 _REPORT_TO = re.compile(r"(?:report issues to|submit a bug report to)\s+(\S+?)[.,]?(?:\s|$)", re.IGNORECASE)
