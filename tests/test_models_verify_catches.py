@@ -218,6 +218,17 @@ def test_wide_draws_cross_the_model_s_constants_and_cover_integer_types(tmp_path
     assert values.max() >= 2**31 and values.min() == 0 and shifts.max() < 32  # a shift by 32 or more is undefined
     ties = draws.draw(_argmax(0), tmp_path / "m.onnx", seed=2, style="ties").arrays[0]
     assert sum(np.sum(row == row.max()) > 1 for row in ties) >= 3
+    # However small the input, each wide draw goes past both bounds (a handful of random values may not).
+    tiny = clip_constant_bounds()
+    for dim in tiny.graph.input[0].type.tensor_type.shape.dim[1:]:
+        dim.dim_value = 1
+    tiny.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3
+    for seed in range(20):
+        (few,) = draws.draw(tiny, tmp_path / "m.onnx", seed=seed, style="wide").arrays
+        assert few.shape == (3, 1) and few.min() < -2.5 and few.max() > 2.5
+    (narrow,) = draws.draw(_model("n", [helper.make_node("Neg", ["x"], ["y"])], {"x": (TensorProto.UINT8, [2])}, {"y": (TensorProto.UINT8, [2])}),
+                           tmp_path / "m.onnx", seed=0, style="wide").arrays  # fmt: skip
+    assert sorted(narrow.tolist()) == [0, 255]
     uniform = draws.draw(model, tmp_path / "m.onnx", seed=0, style="uniform").arrays[0]
     assert np.array_equal(uniform, np.random.default_rng(0).uniform(-1.0, 1.0, (4, 8)).astype(np.float32))  # the draw verify made before
 

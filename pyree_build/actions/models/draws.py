@@ -145,7 +145,20 @@ def _floats(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], mar
     at = rng.choice(points, shape) * rng.choice([1.0, 1.0, 1.0 + 1e-3, 1.0 - 1e-3], shape)
     small = rng.uniform(-1.0, 1.0, shape)
     pick = rng.integers(0, 4, shape)
-    return np.where(pick < 2, spread, np.where(pick == 2, at, small))
+    values = np.where(pick < 2, spread, np.where(pick == 2, at, small))
+    # The ends of the range first, then each landmark and a step either side, in random order:
+    # a small input (a handful of elements) still goes past every bound and meets them exactly.
+    steps = [m * f for m in points for f in (1.0 - 1e-3, 1.0, 1.0 + 1e-3) if m or f == 1.0]
+    return _cover(rng, values, [-scale, scale, *rng.permutation(np.array(steps))])
+
+
+def _cover(rng: numpy.random.Generator, values: numpy.ndarray, cover: Sequence[object]) -> numpy.ndarray:
+    """`values` with the first of `cover` (as many as fit) at random places."""
+    flat = np.array(values).reshape(-1)
+    count = min(len(cover), flat.size)
+    if count:
+        flat[rng.permutation(flat.size)[:count]] = np.asarray(list(cover)[:count], dtype=flat.dtype)
+    return flat.reshape(np.shape(values))
 
 
 def _integers(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], dtype: numpy.dtype, bounded: bool) -> numpy.ndarray:
@@ -162,7 +175,10 @@ def _integers(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], d
     whole = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
     small = rng.integers(max(info.min, -4), 5, shape).astype(dtype)
     pick = rng.integers(0, 5, shape)
-    return np.where(pick < 2, whole, np.where(pick == 2, rng.choice(extremes, shape), small))
+    values = np.where(pick < 2, whole, np.where(pick == 2, rng.choice(extremes, shape), small))
+    # The type's ends and the top bit first, whatever the input's size.
+    top = info.min if info.min < 0 else (info.max >> 1) + 1
+    return _cover(rng, values, [info.min, info.max, top, *rng.permutation(extremes)])
 
 
 def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, integers: str | None = None) -> Draw:
