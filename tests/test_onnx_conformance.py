@@ -41,7 +41,7 @@ SLICE = {
     "test_gelu_default_1_expanded": "GELU's constants; three groups, also replaced all at once",
     "test_einsum_batch_diagonal": "a gather: refused",
     "test_constantofshape_float_ones": "constants only: refused",
-    "test_max_float64": "f64 at the program's edge: refused",
+    "test_max_float64": "a program with f64 inputs and outputs: refused",
     "test_reduce_sum_square_empty_set": "an input with no elements (IREE makes it a constant): refused",
 }
 # Groups `ops` must mark replaceable (and that must come out right): at least these many.

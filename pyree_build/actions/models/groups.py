@@ -193,12 +193,12 @@ def describe(group: Group) -> None:
             "can be called (iree-compile fails with 'no executable loader registered'), and they cost nothing at run time"
         )
         return
-    demoted = _demoted_boundary(group)
+    demoted = _demoted_edge(group.function)
     if demoted is not None:
         group.refusal = (
-            f"its {demoted} is the program's {'input' if demoted.startswith('input') else 'output'}, stored as another type "
-            "than IREE computes it in (f64 demoted to f32): a replaced dispatch at the program's edge gets the buffer sized "
-            "for the computed type (for a result, iree-run-module fails: 'buffer view byte length ... exceeds backing buffer')"
+            f"the program's {demoted} is stored as another type than IREE computes it in (f64 demoted to f32), and with "
+            "a replaced dispatch in it iree-run-module fails ('buffer view byte length ... exceeds backing buffer', "
+            "seen on ONNX's f64 node tests)"
         )
         return
     folded = [v for v in group.inputs if _constant_derived(v, {}) and not _is_constant(v)]
@@ -286,22 +286,14 @@ def _constant_derived(value: Any, seen: dict[Any, bool]) -> bool:
     return result
 
 
-def _demoted_boundary(group: Group) -> str | None:
-    """Which input or result of the group is an argument or result of the program whose
-    stored type differs from the tensor's (hal.tensor.import/export with an encoding)."""
-    for i, value in enumerate(group.inputs):
-        owner = program.defining_op(value)
-        if owner is not None and owner.operation.name == "hal.tensor.import" and _encoding(owner.operation, "target_encoding") not in (None, str(value.type)):
-            return f"input {i} ({value.type})"
-    pending = list(group.outputs)
-    while pending:
-        value = pending.pop()
-        for use in value.uses:
-            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-            if user.name == "hal.tensor.barrier":
-                pending.append(user.results[use.operand_number])
-            elif user.name == "hal.tensor.export" and _encoding(user, "source_encoding") not in (None, str(value.type)):
-                return f"result ({value.type})"
+def _demoted_edge(function: Any) -> str | None:
+    """An input or result of the program whose stored type differs from the tensor IREE
+    computes with (hal.tensor.import/export naming another encoding), described."""
+    for op in program.body_ops(function):
+        if op.name == "hal.tensor.import" and _encoding(op, "target_encoding") not in (None, str(op.results[0].type)):
+            return f"input {_encoding(op, 'target_encoding')}"
+        if op.name == "hal.tensor.export" and _encoding(op, "source_encoding") not in (None, str(op.operands[0].type)):
+            return f"result {_encoding(op, 'source_encoding')}"
     return None
 
 
