@@ -22,7 +22,7 @@ def test_an_output_equal_to_the_reference_passes_with_zero_error(values):
     result = verify.compare(0, "y", values.copy(), values, rtol=1e-5, atol=1e-6)
     assert result.passed and result.mismatched == 0
     assert result.max_abs_error == 0.0 and result.max_rel_error == 0.0
-    assert "abs error 0, rel error 0 (max abs 0, max rel 0)" in result.render(), result.render()
+    assert "abs error 0, rel error 0 (max abs 0, max rel 0;" in result.render(), result.render()  # then the tolerances used
 
 
 def test_a_real_difference_beside_an_infinity_is_still_reported():
@@ -67,7 +67,9 @@ def _mlir_context():  # one for every example: creating one costs ~0.1 s
     return program.ir.Context()
 
 
-@given(st.text(max_size=20))
+# No NUL: MLIR's Python bindings pass a location's name on as a C string, and one made with an
+# embedded NUL can come back for a later name in the same context (seen: ' ' printed as NUL).
+@given(st.text(st.characters(blacklist_characters="\x00"), max_size=20))
 @settings(max_examples=300, deadline=None)
 def test_a_node_name_reads_back_from_the_location_mlir_printed(name):
     from pyree_build.actions.models import program

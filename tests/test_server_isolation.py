@@ -130,7 +130,7 @@ def test_the_boot_command_imports_the_clients_package_and_nothing_from_the_direc
         [
             sys.executable,
             "-c",
-            server_protocol.BOOT.replace("from pyree_build.cli import main", "main = lambda a: print(*a)"),
+            server_protocol.BOOT.replace("from pyree_build.server.client import in_process as main", "main = lambda a: print(*a)"),
             os.path.dirname(pyree_build.__file__),
             "cli",
             "x",

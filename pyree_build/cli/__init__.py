@@ -60,7 +60,6 @@ def _run(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
     echo.set_verbosity(2 if ns.verbose else 0 if ns.quiet else 1)
     # SIGINT/SIGTERM end every tool started (its whole process group) and unwind, so
     # temporaries are removed; then the exit code says which signal stopped us.
-    processes.become_subreaper()  # a tool's descendant that leaves its session is still ended with it
     with processes.stop_on_signals(), files.command_scope():  # a failed verb leaves no directory it made
         code = dispatch(ns)
     sys.stdout.flush()  # here, so a reader that went away is seen while it can be handled

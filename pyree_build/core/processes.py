@@ -323,33 +323,51 @@ def spawn(
     stdout, stderr, timed_out = _run_started(proc, args[0], stdin, timeout, runs_user_code=runs_user_code)
     check_stopped()  # our tool was ended by a stop: say so, not "the tool failed"
     result = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+    _require_success(result, what=what, file=file, fix=fix, check=check, explain=explain, crash_hint=crash_hint,
+                     timed_out=command_limit if timed_out else None)  # fmt: skip
+    return result
+
+
+def _require_success(
+    result: subprocess.CompletedProcess[str],
+    *,
+    what: str,
+    file: str | os.PathLike[str] | None,
+    fix: str | None,
+    check: bool,
+    explain: Callable[[str], str | None] | None,
+    crash_hint: str | None,
+    timed_out: str | None,
+) -> None:
+    """Raise the PyreeError that says how the tool ended, unless it succeeded (or `check` is
+    off and it only returned non-zero). `timed_out`: the limit it ran past, if it did."""
+    stdout, stderr = result.stdout, result.stderr
     output = (stderr or "") + (stdout or "")
-    if timed_out:
+    if timed_out is not None:
         raise PyreeError(
-            f"{what} timed out after {command_limit} and was stopped",
+            f"{what} timed out after {timed_out} and was stopped",
             file=file,
             details=(crash_hint + "\n" if crash_hint else "") + (trim(output, 20) or "(the tool printed nothing)"),
-            command=args,
+            command=result.args,
             fix=fix if not crash_hint else "see the likely causes above; or give it more time with --timeout SECONDS",
         )
     if result.returncode != 0 and _DISK_FULL in output:  # a full disk aborts some tools (lld): not their bug
-        raise PyreeError(f"{what} failed: {_DISK_FULL.lower()} while it wrote", file=file, details=trim(output, 12), command=args,
+        raise PyreeError(f"{what} failed: {_DISK_FULL.lower()} while it wrote", file=file, details=trim(output, 12), command=result.args,
                          fix="free space on that file system, or write the outputs to another one")  # fmt: skip
     if crash_hint is None and (result.returncode < 0 or _CRASH_BANNER in output):
-        raise _tool_crashed(what, file, args, result.returncode, output)
+        raise _tool_crashed(what, file, result.args, result.returncode, output)
     if result.returncode < 0:
         raise PyreeError(
             f"{what} was killed by {signal_name(-result.returncode)}",
             file=file,
             details=(crash_hint + "\n" if crash_hint else "") + (output or "(the tool printed nothing)"),
-            command=args,
+            command=result.args,
             fix=fix,
         )
     if check and result.returncode != 0:
         better = explain(output) if explain else None
         raise PyreeError(f"{what} failed (exit code {result.returncode})", file=file, details=better or output or "(the tool printed nothing)",
-                         command=args, fix=fix)  # fmt: skip
-    return result
+                         command=result.args, fix=fix)  # fmt: skip
 
 
 def _run_started(proc: subprocess.Popen[str], name: str, stdin: str | None, timeout: float | None, *, runs_user_code: bool) -> tuple[str, str, bool]:

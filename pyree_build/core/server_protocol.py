@@ -121,7 +121,7 @@ if s is None or s.origin is None or os.path.realpath(s.origin) != os.path.realpa
     m = u.module_from_spec(s); sys.modules["pyree_build"] = m; s.loader.exec_module(m)
 what, sys.argv = sys.argv[2], ["pyree-build", *sys.argv[3:]]
 if what == "server": from pyree_build.server.daemon import main
-else: from pyree_build.cli import main
+else: from pyree_build.server.client import in_process as main
 sys.exit(main(sys.argv[1:]))
 """
 

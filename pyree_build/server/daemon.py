@@ -32,7 +32,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from pyree_build.core import lazy, libc
+from pyree_build.core import lazy, libc, processes
 from pyree_build.core import server_protocol as protocol
 from pyree_build.server import prefault
 from pyree_build.server.watch import Watch
@@ -490,6 +490,7 @@ def run(conn: socket.socket, state: State, request: dict[str, object], fds: list
     threading.Thread(target=_watch, args=(conn, done, threading.get_ident()), daemon=True, name="client-watch").start()
     _reply(conn, f"ok {os.getpid()}")
     cli_main = importlib.import_module("pyree_build.cli").main
+    processes.become_subreaper()  # the worker is the command's whole process: a tool's orphans reparent here
     try:
         code = int(cli_main(sys.argv[1:]))
     except SystemExit as err:

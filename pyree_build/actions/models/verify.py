@@ -391,6 +391,14 @@ def _with(comparison: OutputComparison, **changes: object) -> OutputComparison:
     return OutputComparison(**{**fields, **changes})  # type: ignore[arg-type]
 
 
+def _check_settings(seed: int, rtol: float | None, atol: float | None) -> None:
+    if not (isinstance(seed, int) and seed >= 0):
+        raise PyreeError(f"seed must be a non-negative whole number, got {seed}", fix="pass e.g. --seed 0")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and not value >= 0:
+            raise PyreeError(f"{name} must be a non-negative number, got {value}", fix=f"pass e.g. --{name} 1e-5")
+
+
 def verify(
     module: PathLike,
     onnx_model: PathLike,
@@ -424,11 +432,7 @@ def verify(
     model_path = require_file(onnx_model, "ONNX model")
     base = require_file(baseline, "baseline module") if baseline is not None else None
     model = load_model(model_path)
-    if not (isinstance(seed, int) and seed >= 0):
-        raise PyreeError(f"seed must be a non-negative whole number, got {seed}", fix="pass e.g. --seed 0")
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and not value >= 0:
-            raise PyreeError(f"{name} must be a non-negative number, got {value}", fix=f"pass e.g. --{name} 1e-5")
+    _check_settings(seed, rtol, atol)
     sets = _draws(model, model_path, inputs=inputs, input_files=input_files, seed=seed, trials=trials)
     for value in model.graph.output:
         draws.numpy_dtype(value.type.tensor_type.elem_type, value.name, model_path)
