@@ -29,18 +29,6 @@ TEMP_NAME_ROOM = 40
 _PATH_MAX = 4096
 _FIX_OTHER_NAME = "choose another output path"
 
-_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFIFO: "a FIFO (named pipe)",
-    stat.S_IFSOCK: "a socket",
-}
-
-
-def _kind(mode: int) -> str:
-    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-
 
 def _stat(p: Path) -> os.stat_result | None:
     try:
@@ -64,7 +52,7 @@ def _check_parents(p: Path, role: str) -> None:
         st = _stat(parent)
         if st is None or not stat.S_ISDIR(st.st_mode):
             raise PyreeError(
-                f"the {role}'s parent {parent} is {'a broken link' if st is None else _kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, not a directory",
+                f"the {role}'s parent {parent} is {'a broken link' if st is None else readers.kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, not a directory",
                 file=p,
                 fix=f"choose an {role} path whose parent directories are directories",
             )
@@ -121,7 +109,7 @@ def check_output_file(p: Path, role: str = "output") -> None:
         )
     if not stat.S_ISREG(st.st_mode):
         raise PyreeError(
-            f"the {role} exists and is {_kind(st.st_mode)}; pyree_build replaces only regular files",
+            f"the {role} exists and is {readers.kind(st.st_mode)}; pyree_build replaces only regular files",
             file=p,
             fix=_FIX_OTHER_NAME,
         )
@@ -132,7 +120,7 @@ def check_output_dir(p: Path, role: str = "output directory") -> None:
     _check_parents(p, role)
     st = _stat(p) if os.path.lexists(p) else None
     if os.path.lexists(p) and (st is None or not stat.S_ISDIR(st.st_mode)):
-        what = "a broken link" if st is None else "a file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        what = "a broken link" if st is None else "a file" if stat.S_ISREG(st.st_mode) else readers.kind(st.st_mode)
         raise PyreeError(f"the {role} exists and is {what}, not a directory", file=p, fix=f"choose a directory for the {role} (a new one is created)")
 
 
