@@ -174,10 +174,12 @@ def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Pa
 
 
 def _remove_derived(pairs: Sequence[tuple[Path, Path]]) -> None:
-    """Files a tool derived from a temporary's name (clang writes `<name>-<random>.tmp` first and
-    leaves it when it fails): the temporary's `.NAME.PID-RANDOM` is this write's alone."""
+    """Files a tool derived from a temporary's name and leaves when it fails: clang writes
+    `<name>-<random>.tmp` first, lld `<name>.tmp<random>`. The temporary's `.NAME.PID-RANDOM`
+    is this write's alone."""
     for directory in {tmp.parent for tmp, _ in pairs}:
-        prefixes = tuple(tmp.name.removesuffix(".tmp") + "-" for tmp, _ in pairs if tmp.parent == directory)
+        ours = [tmp.name for tmp, _ in pairs if tmp.parent == directory]
+        prefixes = tuple(p for name in ours for p in (name.removesuffix(".tmp") + "-", name + "."))
         with contextlib.suppress(OSError):
             for entry in os.scandir(directory):
                 if entry.name.startswith(prefixes) and entry.is_file(follow_symlinks=False):
