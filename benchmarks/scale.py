@@ -67,7 +67,7 @@ opts = [f"--gpu-architecture=compute_{sm}".encode(), *(a.encode() for a in sys.a
 (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
 assert int(status) == 0, status
 _, size = nvrtc.nvrtcGetPTXSize(prog)
-ptx = b" " * size
+ptx = bytearray(size)  # NVRTC writes into it: never a shared bytes object
 nvrtc.nvrtcGetPTX(prog, ptx)
 open(out, "wb").write(ptx.rstrip(b"\\0"))
 """

@@ -292,3 +292,17 @@ def test_without_verify_the_ptx_is_still_limited_to_the_ptxas_found_here(cli, tm
     isa = cuda.read_ptx(tmp_path / "kernels_sm_80.ptx").isa
     assert isa is not None and isa <= limit
     assert "no driver or ptxas here" not in result.stderr
+
+
+def test_an_in_process_ptx_build_leaves_the_interpreters_shared_bytes_alone(tmp_path):
+    """NVRTC writes its (empty, one-byte) log into the buffer it is given; that buffer was
+    `b" " * 1`, which is CPython's shared b" ": after one pb.ptx in a process, every b" " in it
+    was b"\\x00" (the server's context then hashed otherwise in the test process)."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC is not installed (pip install 'pyree_build[cuda]')")
+    import pyree_build as pb
+
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* a) { a[0] = 1.0f; }\n')
+    pb.ptx(src, [80], tmp_path / "out")
+    space = bytes([32])
+    assert space == b" " and b" ".join([b"a", b"b"]) == b"a b"

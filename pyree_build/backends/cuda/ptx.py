@@ -170,10 +170,13 @@ def _nvrtc_compile(source: Path, text: bytes, sm: int, options: list[str]) -> by
     try:
         opts = [f"--gpu-architecture=compute_{sm}", *options]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        # NVRTC writes into the buffer it is given: a bytearray of our own. `b" " * n` is, for
+        # n == 1 (an empty log), CPython's shared one-byte b" ": NVRTC's NUL went into it, and
+        # every b" " of the process read b"\x00" from then on.
         _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * log_size
+        log = bytearray(log_size)
         nvrtc.nvrtcGetProgramLog(prog, log)
-        log_text = log.rstrip(b"\x00 ").decode(errors="replace")
+        log_text = bytes(log).rstrip(b"\x00 ").decode(errors="replace")
         if int(status) != 0:
             raise PyreeError(
                 f"NVRTC could not compile it for sm_{sm}",
@@ -182,9 +185,9 @@ def _nvrtc_compile(source: Path, text: bytes, sm: int, options: list[str]) -> by
                 fix="fix the error at the file(line) shown above",
             )
         _, size = nvrtc.nvrtcGetPTXSize(prog)
-        ptx = b" " * size
+        ptx = bytearray(size)
         nvrtc.nvrtcGetPTX(prog, ptx)
-        return ptx.rstrip(b"\x00")
+        return bytes(ptx).rstrip(b"\x00")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -194,7 +197,7 @@ _NVRTC_LINE = (
     "import sys; from cuda.bindings import nvrtc; src, out, *opts = sys.argv[1:]; "
     "_, p = nvrtc.nvrtcCreateProgram(open(src, 'rb').read(), src.encode(), 0, [], []); "
     "(s,) = nvrtc.nvrtcCompileProgram(p, len(opts), [o.encode() for o in opts]); "
-    "_, n = nvrtc.nvrtcGetPTXSize(p); b = b' ' * n; nvrtc.nvrtcGetPTX(p, b); "
+    "_, n = nvrtc.nvrtcGetPTXSize(p); b = bytearray(n); nvrtc.nvrtcGetPTX(p, b); "
     "sys.exit(f'nvrtc failed: {s}') if int(s) else open(out, 'wb').write(b.rstrip(bytes(1)))"
 )
 
