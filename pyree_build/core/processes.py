@@ -42,7 +42,14 @@ class Stopped(KeyboardInterrupt):
 # Every running child, by process group (= its pid: each runs in its own session), so that a
 # stop can end all of them, also those started by worker threads.
 _LIVE: dict[int, str] = {}
-_LIVE_LOCK = threading.Lock()
+# Reentrant: the stop handler reads _LIVE and may run in the main thread while it holds the lock.
+_LIVE_LOCK = threading.RLock()
+# Held from a child's fork to its registration in _LIVE, and by every sweep for what a tool
+# left behind (end_descendants). Without it a sweep in one thread saw another thread's child
+# before it was registered (an orphan of ours, by its parent pid and start time) and killed
+# it, and a child forked while another thread's Popen still held its pipes' write ends kept
+# them (call_in_child's fork never execs) and was taken for a daemon holding that tool's pipes.
+_SPAWN_LOCK = threading.Lock()
 _STOP_SIGNAL: int | None = None
 # How long a stopped tool gets to clean up after SIGTERM (toolchain.ninja ends its jobs, a nested
 # pyree_build its tools and temporaries, which may mean finishing an in-process NVRTC
@@ -320,7 +327,7 @@ def spawn(
     check_stopped()
     timeout, command_limit = _bounded(timeout)
     proc = _start(args, cwd=cwd, piped_stdin=stdin is not None, env=full_env)
-    stdout, stderr, timed_out = _run_started(proc, args[0], stdin, timeout, runs_user_code=runs_user_code)
+    stdout, stderr, timed_out = _run_started(proc, stdin, timeout, runs_user_code=runs_user_code)
     check_stopped()  # our tool was ended by a stop: say so, not "the tool failed"
     result = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     _require_success(result, what=what, file=file, fix=fix, check=check, explain=explain, crash_hint=crash_hint,
@@ -370,9 +377,8 @@ def _require_success(
                          command=result.args, fix=fix)  # fmt: skip
 
 
-def _run_started(proc: subprocess.Popen[str], name: str, stdin: str | None, timeout: float | None, *, runs_user_code: bool) -> tuple[str, str, bool]:
-    """Wait for a started tool (registered meanwhile, so a stop ends it) and end what it left."""
-    _register(proc.pid, name)
+def _run_started(proc: subprocess.Popen[str], stdin: str | None, timeout: float | None, *, runs_user_code: bool) -> tuple[str, str, bool]:
+    """Wait for a started (and registered) tool and end what it left."""
     ticks = _start_ticks(proc.pid) if _SUBREAPER and runs_user_code else None
     tool = (proc.pid, ticks) if ticks is not None else None
     try:
@@ -420,16 +426,20 @@ def _echo_spawn(args: list[str], cwd: str | os.PathLike[str] | None, env: Mappin
 
 
 def _start(args: list[str], *, cwd: str | os.PathLike[str] | None, piped_stdin: bool, env: dict[str, str] | None) -> subprocess.Popen[str]:
-    """Popen `args` in a session of its own (under the pdeathsig wrapper where there is one)."""
+    """Popen `args` in a session of its own (under the pdeathsig wrapper where there is one),
+    registered in _LIVE, so that a stop ends it."""
     wrapper = _pdeathsig_wrapper()
     try:
         if wrapper and not shutil.which(args[0], path=(env or os.environ).get("PATH")):
             raise FileNotFoundError(2, "No such file or directory")
-        return _Tool(
-            [*wrapper, *args], cwd=cwd, stdin=subprocess.PIPE if piped_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
-            start_new_session=True,
-        )  # fmt: skip
+        with _SPAWN_LOCK:
+            proc = _Tool(
+                [*wrapper, *args], cwd=cwd, stdin=subprocess.PIPE if piped_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
+                start_new_session=True,
+            )  # fmt: skip
+            _register(proc.pid, args[0])
+        return proc
     except FileNotFoundError as exc:
         raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
 
@@ -471,14 +481,19 @@ def end_descendants(pipes: Sequence[object] = (), tool: tuple[int, int] | None =
     where this process is a subreaper (become_subreaper), every orphan reparented to it that
     started with or after the `tool` (its pid and start ticks) and is no tool of ours. Each
     gets SIGKILL; orphans are reaped."""
-    for pid in _pipe_holders(pipes):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    if tool is None or not _SUBREAPER:
-        return
+    with _SPAWN_LOCK:  # no child of ours is between its fork and its registration meanwhile
+        with _LIVE_LOCK:
+            ours = set(_LIVE)
+        for pid in _pipe_holders(pipes):
+            if pid not in ours:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if tool is not None and _SUBREAPER:
+            _end_orphans(tool, ours)
+
+
+def _end_orphans(tool: tuple[int, int], ours: set[int]) -> None:
     me = str(os.getpid()).encode()
-    with _LIVE_LOCK:
-        ours = set(_LIVE)
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or (pid := int(entry.name)) in ours:
             continue
@@ -558,13 +573,14 @@ def stream(
         if wrapper and not shutil.which(args[0]):
             raise FileNotFoundError(2, "No such file or directory")
         # Its own session, like every tool `spawn` starts: a stop ends it and all its jobs.
-        proc = _Tool(
-            [*wrapper, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace", bufsize=1, start_new_session=True,
-        )  # fmt: skip
+        with _SPAWN_LOCK:
+            proc = _Tool(
+                [*wrapper, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                errors="replace", bufsize=1, start_new_session=True,
+            )  # fmt: skip
+            _register(proc.pid, args[0])
     except FileNotFoundError as exc:
         raise PyreeError(f"cannot run {args[0]}: {exc.strerror}", fix="run `pyree-build doctor` to see which tools are found") from None
-    _register(proc.pid, args[0])
     lines = []
     try:
         with proc:
@@ -600,16 +616,18 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     # Loaded here, in the parent: the forked child must not import (another thread may have
     # held the import lock at the fork).
     dumps = pickle.dumps
+    max_fd = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the caller's code
-        _run_child(fn, args, read_fd, write_fd, die_with_parent, dumps)
-    os.close(write_fd)
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)  # also here: the child may not have run yet
-    _register(pid, what)
+    with _SPAWN_LOCK:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            _run_child(fn, args, read_fd, write_fd, max_fd, die_with_parent, dumps)
+        os.close(write_fd)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # also here: the child may not have run yet
+        _register(pid, what)
     child = _Child(pid)
     try:
         with os.fdopen(read_fd, "rb", buffering=0) as pipe:
@@ -629,13 +647,18 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
 
 
 def _run_child(
-    fn: Callable[..., object], args: tuple[object, ...], read_fd: int, write_fd: int,
+    fn: Callable[..., object], args: tuple[object, ...], read_fd: int, write_fd: int, max_fd: int,
     die_with_parent: Callable[[], None] | None, dumps: Callable[[object], bytes],
 ) -> NoReturn:  # fmt: skip
     """The forked child: run `fn`, write its pickled outcome to `write_fd`, and exit."""
     code = 0
     try:
         os.close(read_fd)
+        # Nothing of the parent's but the standard streams: other threads' tool pipes (their
+        # read ends: the sweep for a daemon holding them would take this child for one) and,
+        # in a server worker, the client's connection.
+        os.closerange(3, write_fd)
+        os.closerange(write_fd + 1, max_fd)
         os.setpgid(0, 0)
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_DFL)
