@@ -146,21 +146,36 @@ def find_groups(module: Any) -> list[Group]:
     found: list[Group] = []
     for function in program.functions(module):
         members = [op for op in program.body_ops(function) if is_member(op)]
+        described = []
         for ops in _fuse_consumers(function, _units(function, members)):
-            group = Group(index=len(found) + 1, module=module, function=function, members=ops)
+            group = Group(index=0, module=module, function=function, members=ops)
             describe(group)
-            found.append(group)
+            described.append(group)
+        found += [g for g in described if not _absorbed(g, described)]
+    for number, group in enumerate(found, 1):
+        group.index = number
     return found
+
+
+def _absorbed(group: Group, others: list[Group]) -> bool:
+    """A group computed from constants alone whose every op another group computes for itself
+    (_take_recomputable): no dispatch of its own runs, replaced or not (IREE folds it while
+    compiling), so it is no group of the running program. Its ops are listed in those groups."""
+    if not all(_recomputable(op) for op in group.members):
+        return False
+    elsewhere = {op for other in others if other is not group for op in other.members}
+    return all(op in elsewhere for op in group.members)
 
 
 def describe(group: Group) -> None:
     """Fill in a group's root, inputs and outputs, and why it cannot be matched if it cannot."""
-    _take_fills(group)
+    _take_recomputable(group)
     function, members = group.function, group.members
     inside = set(members)
+    own_work = not all(_recomputable(op) for op in members)  # else its result is its own
     for op in members:
         for result in op.results:
-            if any(u not in inside for u in _users(result, function)) and not _recomputable(op):
+            if any(u not in inside for u in _users(result, function)) and not (own_work and _recomputable(op)):
                 group.outputs.append(result)
     if len(group.outputs) != 1:
         group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
@@ -213,28 +228,37 @@ def describe(group: Group) -> None:
 
 
 def _recomputable(op: Any) -> bool:
-    """A fill of a scalar constant into a tensor.empty: a value any group may compute for
-    itself. Two same-shape ops share one such fill; the replacement computes its own copy and
-    the program keeps the fill for the other users, so it is not a result of the group."""
-    if op.name != "linalg.fill":
+    """An op any group may compute for itself: its values come from constants alone (a fill
+    of a scalar into a tensor.empty that two same-shape ops share; a batch norm's scale from
+    its variance and epsilon; a transposed weight). The replacement computes its own copy
+    and the program keeps the op for its other users, so it is no result of the group."""
+    if not is_member(op):
         return False
-    producers = [program.defining_op(v) for v in op.operands]
-    return all(p is not None and _repeated_in_matcher(p.operation) for p in producers)
+    if op.name == "linalg.fill":
+        producers = [program.defining_op(v) for v in op.operands]
+        if all(p is not None and _repeated_in_matcher(p.operation) for p in producers):
+            return True
+    seen: dict[Any, bool] = {}
+    return bool(op.results) and all(_constant_derived(r, seen) for r in op.results)
 
 
-def _take_fills(group: Group) -> None:
-    """A fill another group made that a member reads becomes a member too: the replacement
-    computes its own copy (a splat passed into a dispatch instead fails IREE's stream
-    conversion: `failed to legalize unresolved target materialization`)."""
-    taken = [
-        producer.operation
-        for op in group.members
-        for producer in map(program.defining_op, op.operands)
-        if producer is not None and producer.operation not in group.members and _recomputable(producer.operation)
-    ]
-    if taken:
+def _take_recomputable(group: Group) -> None:
+    """Every recomputable producer of a member, transitively, becomes a member: the
+    replacement computes its own copy from the constants. Passed in as a value instead, IREE
+    folds it into a global while compiling (const-eval) or passes a splat, and a replaced
+    dispatch takes neither (iree-compile: `failed to legalize unresolved target
+    materialization`)."""
+    members = set(group.members)
+    pending = list(group.members)
+    while pending:
+        for operand in pending.pop().operands:
+            producer = program.defining_op(operand)
+            if producer is not None and producer.operation not in members and _recomputable(producer.operation):
+                members.add(producer.operation)
+                pending.append(producer.operation)
+    if len(members) != len(group.members):
         order = {op: i for i, op in enumerate(program.body_ops(group.function))}
-        group.members = sorted({*group.members, *taken}, key=order.__getitem__)
+        group.members = sorted(members, key=order.__getitem__)
 
 
 def _captures_unreachable(op: Any, group: Group) -> bool:
