@@ -39,7 +39,8 @@ _CALLS = {
     "arith.maximumf": "pyree_maximum", "arith.minimumf": "pyree_minimum", "arith.maxnumf": "pyree_maxnum", "arith.minnumf": "pyree_minnum",
     "math.exp": "pyree_exp", "math.exp2": "pyree_exp2", "math.log": "pyree_log", "math.tanh": "pyree_tanh", "math.sqrt": "pyree_sqrt",
     "math.rsqrt": "pyree_rsqrt", "math.erf": "pyree_erf", "math.absf": "pyree_fabs", "math.floor": "pyree_floor", "math.ceil": "pyree_ceil",
-    "math.powf": "pyree_pow", "math.log1p": "pyree_log1p", "math.expm1": "pyree_expm1",
+    "math.powf": "pyree_pow", "math.log1p": "pyree_log1p", "math.expm1": "pyree_expm1", "math.fpowi": "pyree_powi",
+    "math.ipowi": "pyree_ipowi", "math.roundeven": "pyree_roundeven", "math.round": "pyree_round", "math.trunc": "pyree_trunc",
     "arith.maxsi": "pyree_imax", "arith.minsi": "pyree_imin",
 }  # fmt: skip
 _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.index_cast", "arith.extsi", "arith.trunci", "arith.bitcast_never")
@@ -58,6 +59,15 @@ HELPERS = {
     "pyree_fabs": "static inline double pyree_fabs(double x) { return x < 0 ? -x : x; }",
     "pyree_floor": "static inline double pyree_floor(double x) {\n  if (!(x > -4.5e15 && x < 4.5e15)) return x;\n  double t = (double)(int64_t)x;\n  return t > x ? t - 1.0 : t;\n}",
     "pyree_ceil": "static inline double pyree_ceil(double x) { return -pyree_floor(-x); }",
+    "pyree_trunc": "static inline double pyree_trunc(double x) { return x < 0 ? pyree_ceil(x) : pyree_floor(x); }",
+    # Halves away from zero (math.round) and to the even neighbour (math.roundeven: ONNX's Round).
+    "pyree_round": "static inline double pyree_round(double x) { return x < 0 ? -pyree_floor(0.5 - x) : pyree_floor(x + 0.5); }",
+    "pyree_roundeven": (
+        "static inline double pyree_roundeven(double x) {\n"
+        "  double r = pyree_floor(x), d = x - r;\n"
+        "  if (d > 0.5 || (d == 0.5 && pyree_floor(r * 0.5) * 2.0 != r)) r += 1.0;\n"
+        "  return x == 0 ? x : r;\n}"
+    ),
     "pyree_scale2": (
         "static inline double pyree_scale2(double x, int k) {\n"
         "  while (k > 1000) { x *= 8.98846567431158e307; k -= 1023; }\n"
@@ -107,6 +117,23 @@ HELPERS = {
         "    double r = 1.0;\n    for (int n = 0; n < (int)pyree_fabs(b); ++n) r *= a;\n    return b < 0 ? 1.0 / r : r;\n  }\n"
         "  return pyree_exp(b * pyree_log(a));\n}"
     ),
+    # A float to an integer power by repeated squaring, as LLVM's powi (math.fpowi: ONNX's Pow
+    # with an integer exponent); a negative power is the reciprocal.
+    "pyree_powi": (
+        "static inline double pyree_powi(double a, int64_t n) {\n"
+        "  uint64_t m = n < 0 ? 0 - (uint64_t)n : (uint64_t)n;\n  double r = 1.0;\n"
+        "  while (m) {\n    if (m & 1) r *= a;\n    a *= a;\n    m >>= 1;\n  }\n"
+        "  return n < 0 ? 1.0 / r : r;\n}"
+    ),
+    # An integer to an integer power, wrapping as the integer type does (math.ipowi): a
+    # negative power is 0 except for bases 1 and -1.
+    "pyree_ipowi": (
+        "static inline int64_t pyree_ipowi(int64_t a, int64_t n) {\n"
+        "  if (n < 0) return a == 1 ? 1 : (a == -1 ? ((n & 1) ? -1 : 1) : 0);\n"
+        "  uint64_t r = 1, b = (uint64_t)a;\n"
+        "  while (n) {\n    if (n & 1) r *= b;\n    b *= b;\n    n >>= 1;\n  }\n"
+        "  return (int64_t)r;\n}"
+    ),
     "pyree_erf": (
         "static inline double pyree_erf(double x) {\n"
         "  double ax = pyree_fabs(x), sign = x < 0 ? -1.0 : 1.0;\n"
@@ -126,9 +153,12 @@ _HELPER_NEEDS = {
     "pyree_tanh": ("pyree_expm1",),
     "pyree_log1p": ("pyree_log", "pyree_fabs"),
     "pyree_rsqrt": ("pyree_sqrt",),
+    "pyree_ceil": ("pyree_floor",),
+    "pyree_trunc": ("pyree_floor", "pyree_ceil"),
+    "pyree_round": ("pyree_floor",),
+    "pyree_roundeven": ("pyree_floor",),
     "pyree_pow": ("pyree_exp", "pyree_log", "pyree_floor", "pyree_fabs"),
     "pyree_erf": ("pyree_exp", "pyree_fabs"),
-    "pyree_ceil": ("pyree_floor",),
 }
 
 
