@@ -309,3 +309,34 @@ def batch_norm_of_inputs() -> onnx.ModelProto:
     ]
     inputs = {"x": (2, 3, 4, 5), "scale": (3,), "bias": (3,), "mean": (3,), "v": (3,)}
     return _model("batch_norm_of_inputs", nodes, inputs, {"y": (2, 3, 4, 5)})
+
+
+def center_crop_pad() -> onnx.ModelProto:
+    """ONNX's CenterCropPad, expanded (as its node test writes it): pad x[10,7,3] to at least
+    `shape`, then slice `shape` out of the middle; the output's size is static (20x10x3), so
+    the slice's end (start + shape) only computes sizes IREE knows already."""
+    two = numpy_helper.from_array(np.array([2], np.int64), "two")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["x_shape"], name="x_shape"),
+        helper.make_node("Max", ["x_shape", "shape"], ["target"], name="target"),
+        helper.make_node("Sub", ["target", "x_shape"], ["grow"], name="grow"),
+        helper.make_node("Div", ["grow", "two"], ["before"], name="before"),
+        helper.make_node("Sub", ["grow", "before"], ["after"], name="after"),
+        helper.make_node("Concat", ["before", "after"], ["pads"], name="pads", axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["padded"], name="pad"),
+        helper.make_node("Shape", ["padded"], ["padded_shape"], name="padded_shape"),
+        helper.make_node("Sub", ["padded_shape", "shape"], ["spare"], name="spare"),
+        helper.make_node("Div", ["spare", "two"], ["start"], name="start"),
+        helper.make_node("Add", ["start", "shape"], ["end"], name="end"),
+        helper.make_node("Slice", ["padded", "start", "end"], ["y"], name="crop"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "center_crop_pad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10, 7, 3]), helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [20, 10, 3])],
+        [two],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION, producer_name="pyree_build tests")
+    onnx.checker.check_model(model)
+    return model

@@ -211,3 +211,24 @@ def test_a_small_group_inside_a_larger_one_leaves_every_import_called(tmp_path):
     chosen = [g.index for g in groups if g.replaceable and g.same_as is None]
     assert len(chosen) >= 3 and any(g.ops == ["tensor.expand_shape"] for g in groups if g.index in chosen), groups
     _replaced_verifies(tmp_path, model, mlir, chosen, [f"k{i}" for i in chosen])
+
+
+def test_a_call_iree_removes_as_dead_code_is_told_apart_from_a_matcher_that_found_nothing(tmp_path):
+    # CenterCropPad: the slice's end only sets sizes that are static, so IREE drops the group
+    # that computes it, call and all, after the spec placed the call. --expect-import says so,
+    # not "it matched nothing"; a matcher edited to find nothing still gets that message.
+    model = Path(onnx_models.save(onnx_models.center_crop_pad(), tmp_path / "ccp.onnx"))
+    mlir = tmp_path / "ccp.mlir"
+    pb.import_onnx(model, mlir)
+    (end,) = [g.index for g in pb.ops(mlir) if g.source == ["end"]]
+    out = tmp_path / "k"
+    pb.replace(mlir, out, ops=[end], imports=["crop_end"])
+    removed = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "crop_end")
+    assert_clean_error(removed, "does not call import 'crop_end'", "the spec placed the call", "IREE removed it", "choose another group")
+    spec = (out / "spec.mlir").read_text()
+    assert spec.count("arith.addi %in, %in_0 : i64") == 1
+    (out / "spec.mlir").write_text(spec.replace("arith.addi %in, %in_0 : i64", "arith.muli %in, %in_0 : i64"))
+    unmatched = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "crop_end")
+    assert_clean_error(unmatched, "does not call import 'crop_end'", "it matched nothing")
+    assert "IREE removed it" not in unmatched.stderr
+    assert not (out / "m.vmfb").exists()

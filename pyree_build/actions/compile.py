@@ -223,12 +223,39 @@ def post_checks(state: CompileState, deps: list[str]) -> Path:
     if state.request.expect_imports:
         try:
             require_imports(out, state.request.expect_imports, what="compiled module")
-        except PyreeError:
+        except PyreeError as err:
             out.unlink(missing_ok=True)  # a module that lacks the call must not look built
+            placed = _placed_by_spec(state, [n for n in state.request.expect_imports if repr(n) in err.what])
+            if placed:
+                raise PyreeError(
+                    err.what + f": the spec placed the call{'s' if len(placed) > 1 else ''} to {', '.join(map(repr, placed))}, "
+                    "and IREE removed it while compiling",
+                    file=err.file, details=err.details,
+                    fix="the replaced ops' result is not needed at run time (e.g. it only computes sizes the program knows "
+                    "already), so nothing of them runs and there is nothing to replace: choose another group",
+                ) from None  # fmt: skip
             raise
     if state.request.depfile:
         write_depfile(state.request.depfile, out, deps)
     return out
+
+
+def _placed_by_spec(state: CompileState, missing: list[str]) -> list[str]:
+    """Which of the `missing` imports a transform or PDL spec did put into the program: the
+    program after preprocessing (where specs apply) declares them. An import declared there
+    but absent from the module was removed later, as dead code; one never declared, a
+    matcher that found nothing."""
+    if not state.job.spec_files or not missing:
+        return []
+    with scratch_dir(state.job.output.parent, state.job.output.name) as scratch:
+        after = scratch / "preprocessed.mlir"
+        try:
+            processes.spawn(toolchain.iree_compile().command(state.job.source, *state.argv_tail, "--compile-to=preprocessing", "-o", after),
+                            what="iree-compile (to the specs' phase)", file=state.job.source)  # fmt: skip
+            text = after.read_text(errors="replace")
+        except (PyreeError, OSError):
+            return []
+    return [name for name in missing if re.search(rf"func\.func private @{re.escape(name)}\(", text)]
 
 
 def explain_failure(state: CompileState, compiler_output: str) -> str | None:
