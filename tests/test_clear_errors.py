@@ -69,7 +69,8 @@ def _mlir_context():  # one for every example: creating one costs ~0.1 s
 
 # No NUL: MLIR's Python bindings pass a location's name on as a C string, and one made with an
 # embedded NUL can come back for a later name in the same context (seen: ' ' printed as NUL).
-@given(st.text(st.characters(blacklist_characters="\x00"), max_size=20))
+# No lone surrogate: an ONNX name is UTF-8 (a protobuf string), which cannot hold one.
+@given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20))
 @settings(max_examples=300, deadline=None)
 def test_a_node_name_reads_back_from_the_location_mlir_printed(name):
     from pyree_build.actions.models import program
