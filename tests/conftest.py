@@ -36,6 +36,16 @@ if not os.environ.get("PYREE_TEST_OWN_RUNTIME"):
 os.environ.setdefault("PYREE_BUILD_SERVER_IDLE", "300")
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The tests and every Python they start import one pyree_build: the one this Python has
+# installed (CI's `pip install .` is not editable). `python -m` and `-c` would put the working
+# directory, the checkout's root, first on sys.path and so import the checkout's copy, whose
+# identity (the server's socket, cache keys) differs from the tests' own; children that need
+# pyree_build on PYTHONPATH get PACKAGE_ROOT, where the tests' own copy lives, not REPO.
+os.environ["PYTHONSAFEPATH"] = "1"
+import pyree_build as _tested  # noqa: E402
+
+PACKAGE_ROOT = Path(_tested.__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
 PLUGIN_SAMPLE = SAMPLES / "custom_dispatch" / "cpu" / "plugin"
 

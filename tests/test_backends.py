@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO, install_backend
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, install_backend
 
 import pyree_build as pb
 from pyree_build.core.errors import PyreeError
@@ -58,7 +58,7 @@ def toy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _python(toy_path: Path, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(toy_path), str(REPO)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(toy_path), str(PACKAGE_ROOT)]))
     return subprocess.run([sys.executable, *map(os.fspath, args)], capture_output=True, text=True, timeout=300, env=env)
 
 

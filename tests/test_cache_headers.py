@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +37,7 @@ ACTIONS = {
 
 
 def _build(work: Path, cache: str, argv: list[str], source: str, out: str) -> dict[str, bytes]:
-    env = dict(os.environ, PYREE_BUILD_CACHE=cache, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYREE_BUILD_CACHE=cache, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     args = [a.replace("{out}", out) for a in argv]
     result = subprocess.run(
         [sys.executable, "-m", "pyree_build", args[0], source, *args[1:], "-I", "inc1", "-I", "inc2"],
@@ -161,7 +161,7 @@ def test_header_moves_match_uncached_builds(tmp_path_factory, action, moves):
 
 
 def _objects(work: Path, cache: str, out: str, dirs: list[str]) -> tuple[bytes, str]:
-    env = dict(os.environ, PYREE_BUILD_CACHE=cache, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYREE_BUILD_CACHE=cache, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     includes = [x for d in dirs for x in ("-I", d)]
     result = subprocess.run(
         [sys.executable, "-m", "pyree_build", "objects", "p.c", "--arch", "x86_64", *includes, "-o", out, "--depfile", f"{out}.d"],

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO, SAMPLES
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, SAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +23,7 @@ CUDA = SAMPLES / "custom_dispatch" / "cuda" / "kernels"
 
 def pyree(*args: object, cache: Path | str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess[str]:
     full = dict(os.environ, PYREE_BUILD_CACHE=str(cache), **(env or {}))
-    full["PYTHONPATH"] = os.pathsep.join([str(REPO), full.get("PYTHONPATH", "")])
+    full["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), full.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "pyree_build", *map(os.fspath, args)], cwd=cwd, env=full, capture_output=True, text=True, timeout=600)
 
 
@@ -328,7 +328,7 @@ def start_paused(args: list[object], cache: Path, hook: Path) -> subprocess.Pope
     """Start a build that stops after its tool ran, before it checks inputs and stores."""
     hook.mkdir()
     env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_CACHE_TEST_PAUSE=str(hook))
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")])
     proc = subprocess.Popen([sys.executable, "-m", "pyree_build", *map(os.fspath, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (hook / "built").exists():
@@ -390,7 +390,7 @@ def test_concurrent_identical_builds_leave_no_temporary_files(tmp_path):
     out_dir.mkdir()
     first = pyree("plugin", src, "-o", out_dir / "p.so", cache=cache)
     assert first.returncode == 0
-    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=str(PACKAGE_ROOT))
     procs = [
         subprocess.Popen([sys.executable, "-m", "pyree_build", "plugin", src, "-o", out_dir / "p.so"], env=env, stderr=subprocess.PIPE, text=True)
         for _ in range(6)
@@ -407,7 +407,7 @@ def test_concurrent_builds_on_a_new_cache_all_use_it(tmp_path):
     """Builds started together on a fresh cache directory: each one either marks it or sees it
     marked; none mistakes another's half-written mark for someone else's directory."""
     cache = tmp_path / "fresh"
-    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=str(PACKAGE_ROOT))
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "pyree_build", "plugin", PLUGIN_SAMPLE / "system_plugin.c", "-D", f"N={i}", "-o", tmp_path / f"p{i}.so"],

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, install_backend
+from conftest import PACKAGE_ROOT, install_backend
 
 TOY = """
 from pyree_build.backends.base import Backend, Option, Verb
@@ -49,7 +49,7 @@ def toy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _python(code: str, toy_path: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(toy_path)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(toy_path)]))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
 

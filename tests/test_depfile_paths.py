@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PACKAGE_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,7 +56,7 @@ def test_ninja_reads_each_written_path_as_itself(tmp_path_factory, deps):
         f'write_depfile("out.d", "out", sys.argv[1:]); open("out", "w")\' $args\n  depfile = out.d\n  deps = gcc\nbuild out: gen\n'
         "  args = " + " ".join("'" + d.replace("$", "$$").replace(" ", "$ ").replace(":", "$:") + "'" for d in deps) + "\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT))
     subprocess.run(["ninja"], cwd=work, env=env, check=True, capture_output=True, timeout=60)
     shown = subprocess.run(["ninja", "-t", "deps"], cwd=work, capture_output=True, text=True, check=True, timeout=60).stdout
     written = list(dict.fromkeys(os.path.abspath(d) for d in deps))  # as write_depfile names them: '/dep/.' is '/dep'

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error, run_cli
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, SAMPLES, assert_clean_error, run_cli
 
 from pyree_build.core import processes
 from pyree_build.core.errors import PyreeError
@@ -218,7 +218,7 @@ def test_a_missing_iree_compiler_says_how_to_install_it(tmp_path):
     # ... and a PATH without the venv's iree-compile script.
     bin_dir = Path(sys.executable).parent
     path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if Path(d) != bin_dir and not (Path(d) / "iree-compile").exists())
-    env = dict(os.environ, PATH=path, PYTHONPATH=os.pathsep.join([str(tmp_path / "shadow"), str(Path(__file__).resolve().parent.parent)]))
+    env = dict(os.environ, PATH=path, PYTHONPATH=os.pathsep.join([str(tmp_path / "shadow"), str(PACKAGE_ROOT)]))
     # A namespace package `iree` in the shadow dir would merge with the real one; make it a plain package.
     (tmp_path / "shadow" / "iree" / "__init__.py").write_text("")
     proc = subprocess.run(_argv("compile", PLUGIN_SAMPLE / "example.mlir", "-o", tmp_path / "x.vmfb"), env=env, capture_output=True, text=True)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO, run_cli
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, run_cli
 
 from pyree_build.actions import results
 from pyree_build.actions import run as run_action
@@ -30,7 +30,7 @@ def _imported(*args: object) -> set[str]:
     the server has imported everything before it forks; tests/test_server.py checks the client)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "pyree_build", *map(os.fspath, args)],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO), PYREE_BUILD_SERVER="off"),
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT), PYREE_BUILD_SERVER="off"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {line.split("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:") and line.count("|") == 2}

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import PACKAGE_ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -67,7 +67,7 @@ def test_the_scanner_finds_every_header_the_preprocessor_reads(tmp_path, directi
 
 
 def _env(cache: Path) -> dict[str, str]:
-    return dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
 def _build(work: Path, cache: Path, argv: list[str], out: str) -> tuple[dict[str, bytes], str]:

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import PACKAGE_ROOT, REPO
 
 import pyree_build as pb
 
@@ -32,7 +32,7 @@ def _tool(name: str) -> str:
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
     # This checkout's package, never an installed copy: grimp and import-linter find it by import.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import PACKAGE_ROOT, REPO
 
 from pyree_build.core import toolchain
 
@@ -80,7 +80,7 @@ def server() -> Iterator[Server]:
 
 def _env(cache: Path, remote: str | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYREE_BUILD_REMOTE_CACHE")}
-    env.update(PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_SERVER="off", PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
+    env.update(PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_SERVER="off", PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
     if remote:
         env["PYREE_BUILD_REMOTE_CACHE"] = remote
     env.update(extra)

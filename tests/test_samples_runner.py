@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_clean_error, run_cli
+from conftest import PACKAGE_ROOT, assert_clean_error, run_cli
 from test_stop import Watched, _leftovers
 
 from pyree_build.actions.sample_runner import collect_results
@@ -85,7 +85,7 @@ def test_a_foreign_result_file_is_a_clear_error(tmp_path, content, message):
 def test_sigint_to_samples_ends_ninja_ctest_and_their_jobs(tmp_path):
     build = tmp_path / "build"
     argv = [sys.executable, "-m", "pyree_build", "samples", "--build-dir", str(build)]
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYREE_BUILD_CACHE="off")
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT), PYREE_BUILD_CACHE="off")
     watched = Watched(argv, env)
     watched.wait_for("ninja")
     # A job of ninja that compiles PTX with NVRTC in worker threads of its own, in process:

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO, install_backend
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, REPO, install_backend
 from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source, is_server_process
 
 from pyree_build.core import server_protocol
@@ -162,7 +162,7 @@ def test_stdin_is_passed_and_interleaved_output_keeps_its_order(tmp_path):
     lines = "".join(f"line {i}\n" for i in range(40))
     expected = "".join(f"{i} line {i}\n" for i in range(40)) + "tty=False\n"
     for mode in ("on", "off"):
-        env = _env(mode, PYTHONPATH=os.pathsep.join([str(REPO), str(toy)]))
+        env = _env(mode, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(toy)]))
         proc = subprocess.run(
             [sys.executable, "-m", "pyree_build", "echo-lines"], input=lines, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120
         )

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -89,6 +89,12 @@ def _checkout(root: Path) -> Path:
     return root
 
 
+def _as_a_user_runs(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without the tests' PYTHONSAFEPATH (conftest): a user's Python puts the working
+    directory first on sys.path, which is what these tests are about."""
+    return {k: v for k, v in env.items() if k != "PYTHONSAFEPATH"}
+
+
 def _marks(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.imported"))
 
@@ -104,7 +110,7 @@ def test_from_a_checkouts_root_nothing_is_refused_and_nothing_there_is_imported(
     onnx_models.save(onnx_models.mlp(), root / "m.onnx")
     results = {}
     for mode in ("on", "off"):
-        env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYREE_BUILD_SERVER": mode}
+        env = _as_a_user_runs({**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYREE_BUILD_SERVER": mode})
         first, second = _typed("--version", cwd=root, env=env), _typed("--version", cwd=root, env=env)
         imported = _typed("import", "m.onnx", "-o", f"m-{mode}.mlir", cwd=root, env=env)
         for result in (first, second, imported):
@@ -113,7 +119,7 @@ def test_from_a_checkouts_root_nothing_is_refused_and_nothing_there_is_imported(
         assert _marks(root) == [], f"the command imported the caller's directory's files ({mode})"
     assert results["on"] == results["off"]
     assert (root / "m-on.mlir").read_bytes() == (root / "m-off.mlir").read_bytes()
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    env = _as_a_user_runs({**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
     status = _typed("server", "status", cwd=root, env=env)
     assert status.returncode == 0 and "server: running" in status.stdout, status
     stopped = _typed("server", "stop", cwd=root, env=env)
@@ -136,13 +142,15 @@ def test_the_boot_command_imports_the_clients_package_and_nothing_from_the_direc
             "x",
         ],
         cwd=root,
+        env=_as_a_user_runs(os.environ),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert probe.returncode == 0 and probe.stdout.strip() == "x", probe
     loader = server_protocol.BOOT.split("what, sys.argv")[0]
-    shown = subprocess.run([sys.executable, "-c", loader + code, os.path.dirname(pyree_build.__file__)], cwd=root, capture_output=True, text=True, timeout=60)
+    shown = subprocess.run([sys.executable, "-c", loader + code, os.path.dirname(pyree_build.__file__)], cwd=root, env=_as_a_user_runs(os.environ),
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert shown.returncode == 0 and _marks(root) == [], shown
     assert str(root) not in shown.stdout
 

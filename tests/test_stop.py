@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO, assert_clean_error, run_cli
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, assert_clean_error, run_cli
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads the process table from /proc")
 
 ARCH_ARGS = ["--arch", "x86_64", "--arch", "aarch64", "--arch", "riscv64"]
-ENV_NO_CACHE = dict(os.environ, PYREE_BUILD_CACHE="off", PYTHONPATH=str(REPO))
+ENV_NO_CACHE = dict(os.environ, PYREE_BUILD_CACHE="off", PYTHONPATH=str(PACKAGE_ROOT))
 
 
 # task->flags bit (the 9th field of /proc/PID/stat) of a process inside exit(): it runs no more
@@ -207,7 +207,7 @@ RUN_ARGS = ["--function", "mixed_invocation", "--input", "8xf32=2", "--input", "
 
 def test_stopping_run_ends_iree_run_module(tmp_path, system_module):
     looping = _plugin_variant(tmp_path, "loop", "  for (;;) {}")
-    watched = Watched(_argv("run", system_module, *RUN_ARGS, "--plugin", looping), dict(os.environ, PYTHONPATH=str(REPO)))
+    watched = Watched(_argv("run", system_module, *RUN_ARGS, "--plugin", looping), dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)))
     watched.wait_for("iree-run-module")
     code, err = watched.stop(signal.SIGTERM)
     assert code == 143, err

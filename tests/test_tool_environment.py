@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import PACKAGE_ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +25,7 @@ SOURCE = "#include <cfg.h>\nint pyree_value(void) { return CFG; }\n"
 
 def _objects(work: Path, cache: Path, **env: str) -> tuple[bytes, str]:
     full = {k: v for k, v in os.environ.items() if k not in toolchain.ENVIRONMENT_READ["zig cc"]}
-    full.update(PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_SERVER="off", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    full.update(PYREE_BUILD_CACHE=str(cache), PYREE_BUILD_SERVER="off", PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     full.update(env)
     out = work / "out"
     result = subprocess.run([sys.executable, "-m", "pyree_build", "objects", "k.c", "--arch", "x86_64", "-o", out],

@@ -9,20 +9,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO, SAMPLES
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, SAMPLES
 
 KERNELS = SAMPLES / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"
 
 
 def _pyree(args: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYREE_BUILD_CACHE=str(cache), PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "pyree_build", "-v", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _paste(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     clean = tmp_path / f"clean{len(list(tmp_path.glob('clean*')))}"
     clean.mkdir()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(["bash", "-e", "-o", "pipefail"], input=script, cwd=clean, env=env, capture_output=True, text=True, timeout=600)
 
 
