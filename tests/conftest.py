@@ -37,15 +37,17 @@ os.environ.setdefault("PYREE_BUILD_SERVER_IDLE", "300")
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The tests and every Python they start import one pyree_build: the one this Python has
-# installed (CI's `pip install .` is not editable). `python -m` and `-c` would put the working
-# directory, the checkout's root, first on sys.path and so import the checkout's copy, whose
-# identity (the server's socket, cache keys) differs from the tests' own; children that need
-# pyree_build on PYTHONPATH get PACKAGE_ROOT, where the tests' own copy lives, not REPO.
-os.environ["PYTHONSAFEPATH"] = "1"
+# The tests and every Python they start import one pyree_build: the one the tests import
+# (CI: the installed one; `pip install .` is not editable). A child's `python -m` or `-c` would
+# put its working directory, often the checkout's root, first on sys.path and import that copy,
+# whose identity (its server's socket, cache keys) differs from the tests' own: so no child
+# puts its directory on sys.path, and every child finds the tests' copy first on PYTHONPATH.
 import pyree_build as _tested  # noqa: E402
 
 PACKAGE_ROOT = Path(_tested.__file__).resolve().parent.parent
+os.environ["PYTHONSAFEPATH"] = "1"
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(PACKAGE_ROOT):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
 SAMPLES = REPO / "samples"
 PLUGIN_SAMPLE = SAMPLES / "custom_dispatch" / "cpu" / "plugin"
 
