@@ -92,3 +92,17 @@ def test_a_forked_child_never_holds_a_siblings_pipes():
     assert "sibling: ran to its end" in out, out
     took = float(out.split("quick tool took ")[1].split()[0])
     assert took < 3.0, f"the quick tool waited for the sibling's child to exit: {out}"
+
+
+def test_a_forked_child_can_start_tools_of_its_own():
+    """call_in_child forks while holding the spawn lock: the child's copy of it must not stay
+    held, or the child's first tool would wait forever (here: until the timeout)."""
+    out = _run(
+        """
+        from pyree_build.core import processes
+        def child():
+            return processes.spawn(["echo", "from the child"], what="echo").stdout
+        print(processes.call_in_child(child, what="the child", file=None, timeout=20), end="")
+        """
+    )
+    assert out == "from the child\n", out

@@ -651,8 +651,13 @@ def _run_child(
     die_with_parent: Callable[[], None] | None, dumps: Callable[[object], bytes],
 ) -> NoReturn:  # fmt: skip
     """The forked child: run `fn`, write its pickled outcome to `write_fd`, and exit."""
+    global _SPAWN_LOCK, _LIVE_LOCK
     code = 0
     try:
+        # The fork happened under _SPAWN_LOCK (and maybe another thread's _LIVE_LOCK): this
+        # child's copies stay held, and the parent's tools are not this child's to end.
+        _SPAWN_LOCK, _LIVE_LOCK = threading.Lock(), threading.RLock()
+        _LIVE.clear()
         os.close(read_fd)
         # Nothing of the parent's but the standard streams: other threads' tool pipes (their
         # read ends: the sweep for a daemon holding them would take this child for one) and,
