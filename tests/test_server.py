@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, REPO, install_backend
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, install_backend
 from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source, is_server_process
 
 from pyree_build.core import server_protocol
@@ -247,7 +247,7 @@ def test_a_worker_that_cannot_print_its_error_leaves_the_server_alone(tmp_path):
 
 def test_a_stale_server_is_replaced_when_pyree_build_changes():
     before = _ensure_server()
-    edited = REPO / "pyree_build" / "server" / "__init__.py"
+    edited = PACKAGE_ROOT / "pyree_build" / "server" / "__init__.py"  # the copy the server runs
     info = edited.stat()
     os.utime(edited, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
     try:
