@@ -29,23 +29,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import onnx_models  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
-
-
-def dense_layer(m: int, k: int, n: int) -> object:
-    nodes = [
-        helper.make_node("MatMul", ["x", "W"], ["h"], name="matmul"),
-        helper.make_node("Add", ["h", "b"], ["s"], name="add"),
-        helper.make_node("Relu", ["s"], ["y"], name="relu"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "dense",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
-        [onnx_models._weights(1, "W", (k, n)), onnx_models._weights(2, "b", (n,))],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", onnx_models.OPSET)], ir_version=onnx_models.IR_VERSION)
 
 
 def _fmt(ms: float) -> str:
@@ -64,7 +47,7 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="pyree-kernels-bench."))
     work.mkdir(parents=True, exist_ok=True)
     model = work / "dense.onnx"
-    onnx_models.save(dense_layer(m, k, n), model)
+    onnx_models.save(onnx_models.dense_layer(m, k, n), model)
     mlir = pb.import_onnx(model, work / "dense.mlir")
     pb.replace(mlir, work / "kernels", ops=[1], imports=["dense"], onnx=model, force=True)
     plugin = pb.plugin(work / "kernels" / "dense.c", work / "dense.so", cpu="baseline" if args.cpu == "generic" else "host")

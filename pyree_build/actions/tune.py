@@ -157,6 +157,23 @@ def parse_params(params: Mapping[str, object] | str | Iterable[str]) -> dict[str
     return parsed
 
 
+# A knob a source declares for tune: `// pyree-tune: NAME=V1,V2,...` (what `replace` writes above
+# each of its schedule's macros); the rest of the line after the values is a comment.
+_DECLARED = re.compile(r"^\s*//\s*pyree-tune:\s*([A-Za-z_]\w*\s*=\s*[^\s]+)", re.MULTILINE)
+
+
+def declared_params(sources: Sequence[PathLike] | PathLike) -> dict[str, list[str]]:
+    """The knobs the sources declare (`// pyree-tune: NAME=V1,V2`), in the order written: what
+    tune sweeps when given no --param. A name declared twice keeps its first values."""
+    found: dict[str, list[str]] = {}
+    for source in [sources] if isinstance(sources, (str, os.PathLike)) else sources:
+        text = require_file(source, "C source").read_text(encoding="utf-8", errors="replace")
+        for declaration in _DECLARED.findall(text):
+            for name, values in parse_params([declaration]).items():
+                found.setdefault(name, values)
+    return found
+
+
 def variants_of(params: Mapping[str, Sequence[str]]) -> list[Variant]:
     """Every combination of the values (the cartesian product), in the order given."""
     names = list(params)
@@ -472,7 +489,7 @@ def tune(
     sources: Sequence[PathLike],
     output: PathLike,
     *,
-    params: Mapping[str, Sequence[str]] | Sequence[str],
+    params: Mapping[str, Sequence[str]] | Sequence[str] = (),
     module: PathLike,
     function: str,
     inputs: Sequence[str] = (),
@@ -499,8 +516,9 @@ def tune(
     ray_resources: Mapping[str, float] | None = None,
     depfile: PathLike | None = None,
 ) -> TuneResult:
-    """Sweep every combination of `params` (-D values), check, benchmark; write `output` (best.json)."""
-    parsed = parse_params(params)
+    """Sweep every combination of `params` (-D values; none given: the knobs the sources declare
+    with `// pyree-tune: NAME=V1,V2`), check, benchmark; write `output` (best.json)."""
+    parsed = parse_params(params) if params else _declared_or_refuse(sources)
     out = Path(output)
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
     if onnx is not None and not inputs and not expect_output and reference is None:
@@ -521,6 +539,17 @@ def tune(
         inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
         files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
     return result
+
+
+def _declared_or_refuse(sources: Sequence[PathLike] | PathLike) -> dict[str, list[str]]:
+    declared = declared_params(sources)
+    if not declared:
+        raise PyreeError(
+            "nothing to tune: no --param given, and the source declares no knob",
+            file=os.fspath(sources) if isinstance(sources, (str, os.PathLike)) else None,
+            fix="pass --param TILE=1,2,4,8, or declare the knob in the source: a line `// pyree-tune: TILE=1,2,4,8` (replace writes them)",
+        )
+    return declared
 
 
 def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: str, inputs: Sequence[str], archs: Sequence[str], cc: str, cpu: str,

@@ -247,7 +247,7 @@ TUNE = Verb(
                 "action": "append",
                 "default": [],
                 "metavar": "NAME=V1,V2,...",
-                "help": "a -D macro and its values (repeatable: every combination)",
+                "help": "a -D macro and its values (repeatable: every combination); none: the knobs the source declares (`// pyree-tune: NAME=V1,V2` lines, as `replace` writes)",
             },
         ),
         Option(("--module",), {"metavar": "M.vmfb", "help": "the program that calls the kernel's import"}),
@@ -301,6 +301,7 @@ TUNE = Verb(
     examples=(
         "pyree-build tune kernel.c --param TILE=1,2,4,8 --module build/m.vmfb --function f --input 64x64xf32=1 "
         "--reference build/ref.vmfb -o build/best.json\n"
+        "pyree-build tune kernels/dense.c --module build/m.vmfb --function main --onnx model.onnx -o build/best.json   # replace's knobs\n"
         "pyree-build tune kernel.c --apply build/best.json -o build/kernel.so   # the chosen variant\n"
         "pyree-build tune kernel.c ... --ray 10.0.0.1:6379 --ray-resources '{\"bench_node\": 1}'"
     ),

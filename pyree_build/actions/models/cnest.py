@@ -1,0 +1,198 @@
+"""The C emitter of a loop nest (loopnest.Nest) under its schedule.
+
+The kernel computes the row tiles of its workgroup (`workgroup_id` of `workgroup_count`).
+A tile is PYREE_TILE_ROWS rows by PYREE_TILE_COLS columns of the result: its accumulator is
+a local array (registers, once the compiler unrolls the constant-sized full tile), set from
+the reduction's initial value (a fill's body, inlined), updated at every reduction step in
+the IR's order, then passed through the epilogue's stages and stored. Full tiles are
+emitted with constant extents so they unroll and vectorize; edge tiles (sizes the tile does
+not divide) take the same code with their own extents. The column loop is innermost and
+contiguous in the result, marked for the vectorizer; pointers are `restrict`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyree_build.actions.models import cgen, loopnest
+
+
+class Unfused(Exception):
+    """The nest reads a value the fused form cannot compute where it is read: use the per-op path."""
+
+
+# No interleave on the column loop: a full tile is one vector of AVX-512 at 16 columns, and an
+# interleaved loop of two vectors would never run (measured: 28 ms against 0.9 ms). The rows of a
+# full tile are unrolled, not vectorized: vectorized, they became scatters into the accumulator.
+_VECTORIZE = [
+    "// Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows",
+    "// of a full tile (PYREE_UNROLL_ROWS) are unrolled so the accumulator stays in registers.",
+    "#if defined(__clang__)",
+    '#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)")',
+    '#define PYREE_UNROLL_ROWS _Pragma("clang loop vectorize(disable) unroll(full)")',
+    "#elif defined(__GNUC__)",
+    '#define PYREE_VECTORIZE _Pragma("GCC ivdep")',
+    '#define PYREE_UNROLL_ROWS _Pragma("GCC unroll 16")',
+    "#else",
+    "#define PYREE_VECTORIZE",
+    "#define PYREE_UNROLL_ROWS",
+    "#endif",
+]
+
+
+def knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
+    """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
+    given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
+    lines = ["// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value."]
+    for knob in knobs:
+        lines += [
+            f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})",
+            f"#ifndef {knob.name}",
+            f"#define {knob.name} {knob.default}",
+            "#endif",
+        ]
+    return lines + _VECTORIZE
+
+
+class _Emitter:
+    def __init__(self, k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: cgen.Buffer) -> None:
+        self.k, self.nest, self.plan, self.out = k, nest, plan, out
+        self.ctype = out.ctype if nest.reduction is None else cgen.c_type(nest.reduction.result.type, nest.reduction.op.name)
+
+    def line(self, indent: str, text: str) -> None:
+        self.k.lines.append(f"{indent}{text}")
+
+    def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
+        """A C name holding `value` at the point `coords`: a constant, the accumulator (the
+        reduction's result where the nest computes it), a stage's body evaluated there, or a
+        load from an input's buffer."""
+        key = (value, tuple(coords))
+        if key in memo:
+            return memo[key]
+        if value in self.k.scalars:
+            return self.k.scalars[value]
+        reduction = self.nest.reduction
+        if reduction is not None and value == reduction.result:
+            if acc is None or coords != at:
+                raise Unfused("the reduction's result is read at another point than the one being computed")
+            return acc
+        stage = self.nest.stages.get(value)
+        if stage is not None:
+            name = self.stage(stage, coords, indent, memo, acc, at)
+        else:
+            buffer = self.k.buffers.get(value)
+            if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
+                raise Unfused("a value that is neither an input, a constant nor computed by the nest")
+            name = self.k.fresh("a")
+            self.line(indent, f"const {buffer.ctype} {name} = {buffer.pointer}[{cgen.linear_index(coords, buffer.dims)}];")
+        memo[key] = name
+        return name
+
+    def stage(
+        self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
+    ) -> str:
+        """The stage's body at `coords` (its loops' values); `out_arg`: what its output block argument reads."""
+        values: dict[Any, str] = {}
+        for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments)):
+            if not list(arg.uses):
+                continue
+            if n >= stage.n_ins and out_arg is not None:
+                values[arg] = out_arg
+            else:
+                values[arg] = self.value(operand, [_coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
+        yielded = None
+        for inner in stage.body.operations:
+            op = inner.operation
+            if op.name == "linalg.yield":
+                yielded = cgen._operand(self.k, values, op.operands[0], op.name)
+            else:
+                cgen._emit_body_op(self.k, op, values, indent, coords, [])
+        assert yielded is not None
+        return yielded
+
+    def emit(self) -> None:
+        nest, plan = self.nest, self.plan
+        rows_knob, cols_knob = (knob.name for knob in plan.knobs)
+        row_sizes = [nest.sizes[d] for d in plan.row_loops]
+        rows = " * ".join(f"(int64_t){s}" for s in row_sizes) or "1"
+        cols = nest.sizes[plan.vector_loop]
+        self.k.lines += [
+            f"  // One nest: {', '.join(nest.kinds)} loops, the result's last loop innermost; row tiles shared among workgroups.",
+            f"  const int64_t rows = {rows}, cols = {cols};",
+            f"  const int64_t row_tiles = (rows + {rows_knob} - 1) / {rows_knob};",
+            "  const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;",
+            "  const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;",
+            "  for (int64_t tile = first_tile; tile < end_tile; ++tile) {",
+            f"    const int64_t row0 = tile * {rows_knob};",
+            f"    const int64_t nr = rows - row0 < {rows_knob} ? rows - row0 : {rows_knob};",
+            f"    for (int64_t col0 = 0; col0 < cols; col0 += {cols_knob}) {{",
+            f"      const int64_t nc = cols - col0 < {cols_knob} ? cols - col0 : {cols_knob};",
+            f"      if (nr == {rows_knob} && nc == {cols_knob}) {{",
+        ]
+        self.tile(rows_knob, cols_knob, rows_knob, cols_knob, "        ")
+        self.k.lines.append("      } else {")
+        self.tile("nr", "nc", rows_knob, cols_knob, "        ")
+        self.k.lines += ["      }", "    }", "  }"]
+
+    def tile(self, nr: str, nc: str, rows_knob: str, cols_knob: str, indent: str) -> None:
+        nest, plan = self.nest, self.plan
+        loops = ["0"] * len(nest.sizes)
+        for n, d in enumerate(plan.row_loops):
+            loops[d] = f"at{n}[r]"
+        loops[plan.vector_loop] = "(col0 + c)"
+        for d in plan.reduction_loops:
+            loops[d] = f"k{d}"
+        at = [loops[d] for d in nest.result_loops]
+        self.line(indent, "{")
+        inner = indent + "  "
+        if plan.row_loops:
+            self.line(inner, f"int64_t {', '.join(f'at{n}[{rows_knob}]' for n in range(len(plan.row_loops)))};")
+            self.line(inner, f"for (int64_t r = 0; r < {nr}; ++r) {{")
+            self.line(inner, "  int64_t q = row0 + r;")
+            for n in reversed(range(len(plan.row_loops))):
+                size = nest.sizes[plan.row_loops[n]]
+                self.line(inner, f"  at{n}[r] = q % {size};" if n else f"  at{n}[r] = q;")
+                if n:
+                    self.line(inner, f"  q /= {size};")
+            self.line(inner, "}")
+        reduction = nest.reduction
+        if reduction is not None:
+            self.line(inner, f"{self.ctype} acc[{rows_knob}][{cols_knob}];")
+            init = reduction.op.operands[reduction.n_ins]
+            self._over_tile(nr, nc, inner, lambda body: f"acc[r][c] = {self.value(init, at, body, {}, None, at)};")
+            for d in plan.reduction_loops:
+                self.line(inner, f"for (int64_t k{d} = 0; k{d} < {nest.sizes[d]}; ++k{d}) {{")
+                inner += "  "
+            self._over_tile(nr, nc, inner, lambda body: f"acc[r][c] = {self.stage(reduction, loops, body, {}, None, at, out_arg='acc[r][c]')};")
+            for _ in plan.reduction_loops:
+                inner = inner[:-2]
+                self.line(inner, "}")
+        acc = "acc[r][c]" if reduction is not None else None
+        out = self.out
+        store = f"{out.pointer}[{cgen.linear_index(at, out.dims)}]"
+        self._over_tile(nr, nc, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
+        self.line(indent, "}")
+
+    def _over_tile(self, nr: str, nc: str, indent: str, statement: Any) -> None:
+        if not nr.startswith("n"):  # a full tile: its row count is the knob, a constant
+            self.line(indent, "PYREE_UNROLL_ROWS")
+        self.line(indent, f"for (int64_t r = 0; r < {nr}; ++r) {{")
+        self.line(indent, "  PYREE_VECTORIZE")
+        self.line(indent, f"  for (int64_t c = 0; c < {nc}; ++c) {{")
+        body = indent + "    "
+        text = statement(body)  # emits the loads and scalar ops the statement needs first
+        self.line(body, text)
+        self.line(indent, "  }")
+        self.line(indent, "}")
+
+
+def _coordinate(expr: Any, coords: list[str]) -> str:
+    """An operand's coordinate from the stage's loop values; a loop alone is passed as it is
+    (so the reduction's result, read through an identity map, is recognised at its point)."""
+    loop = loopnest._loop_of(expr)
+    return coords[loop] if loop is not None else cgen.affine_c(expr, coords)
+
+
+def emit(k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: cgen.Buffer) -> None:
+    """Append the nest's statements to `k` (which already holds the constants and buffers)."""
+    _Emitter(k, nest, plan, out).emit()

@@ -1,0 +1,90 @@
+"""Issue 36: the kernel `replace` generates has a schedule. A dense layer (MatMul + Add + Relu)
+becomes one loop nest (the fill its accumulator's start, the bias and relu its epilogue, no
+scratch tensor), tiled into register blocks whose sizes are knobs the C declares for `tune`,
+with its row tiles shared among as many workgroups as the spec's dispatch has.
+
+The property: at sizes no tile divides, for any value of each declared knob, on local-sync
+and local-task, the replaced model gives onnxruntime's numbers (verify), with the import
+called. Real tools throughout: iree-import-onnx, iree-compile, zig cc, iree-run-module.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx_models  # noqa: E402
+
+from pyree_build.actions import tune  # noqa: E402
+from pyree_build.actions.models import loopnest  # noqa: E402
+
+
+def _replaced(directory: Path, m: int, k: int, n: int) -> tuple[Path, Path, Path]:
+    """The dense layer at m x k @ k x n: (model, program, kernels directory)."""
+    model = directory / "dense.onnx"
+    onnx_models.save(onnx_models.dense_layer(m, k, n), model)
+    mlir = directory / "dense.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    out = directory / "kernels"
+    result = run_cli("replace", mlir, "--ops", "1", "--import", "dense", "-o", out, "--onnx", model)
+    assert result.returncode == 0, result
+    return model, mlir, out
+
+
+def test_a_dense_layer_is_one_nest_with_knobs_and_workgroups(tmp_path):
+    _, _, out = _replaced(tmp_path, 40, 24, 36)
+    c_text = (out / "dense.c").read_text()
+    # One nest: no scratch tensor in the argument block, one accumulator, the relu applied to it.
+    assert "tmp0" not in c_text and c_text.count("acc[r][c] = ") >= 2, c_text
+    assert "restrict" in c_text and "PYREE_VECTORIZE" in c_text
+    # The knobs are declared as tune reads them, with their defaults as macros.
+    declared = tune.declared_params([out / "dense.c"])
+    assert declared == {k.name: [str(v) for v in k.candidates] for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS)}
+    assert f"#define PYREE_TILE_ROWS {loopnest.TILE_ROWS.default}" in c_text
+    # 40 rows: one workgroup per ROWS_PER_WORKGROUP rows, each told its id and the count.
+    spec_text = (out / "spec.mlir").read_text()
+    assert re.search(rf"%count = arith.constant {40 // loopnest.ROWS_PER_WORKGROUP} : index", spec_text), spec_text
+    assert "stream.dispatch.workgroup.id[0]" in spec_text and "stream.dispatch.workgroup.count[0]" in spec_text
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    size=st.tuples(st.integers(1, 37), st.integers(1, 29), st.integers(1, 70)),
+    rows=st.sampled_from(loopnest.TILE_ROWS.candidates),
+    cols=st.sampled_from(loopnest.TILE_COLS.candidates),
+    device=st.sampled_from(["local-sync", "local-task"]),
+)
+def test_every_size_and_knob_value_verifies(tmp_path_factory, size, rows, cols, device):
+    directory = tmp_path_factory.mktemp("dense")
+    model, mlir, out = _replaced(directory, *size)
+    plugin = out / "dense.so"
+    built = run_cli("plugin", "--kind", "system", out / "dense.c", "-o", plugin, "-D", f"PYREE_TILE_ROWS={rows}", "-D", f"PYREE_TILE_COLS={cols}")
+    assert built.returncode == 0, built
+    module = out / "dense.vmfb"
+    compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "dense")
+    assert compiled.returncode == 0, compiled
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin, "--device", device)
+    assert verified.returncode == 0, verified
+
+
+def test_the_epilogue_reads_the_accumulator_only_where_it_is_computed(tmp_path):
+    # Softmax reduces, then reads the reduction's result broadcast along the reduced loop:
+    # no one nest computes that, so the per-op reference body is generated (and verifies).
+    model = tmp_path / "softmax.onnx"
+    onnx_models.save(onnx_models.softmax(), model)
+    mlir = tmp_path / "softmax.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    out = tmp_path / "k"
+    assert run_cli("replace", mlir, "--ops", "1", "--import", "sm", "-o", out).returncode == 0
+    c_text = (out / "sm.c").read_text()
+    assert "pyree-tune:" not in c_text and "tmp0" in c_text
+    assert "%count = arith.constant 1 : index" in (out / "spec.mlir").read_text()
+
