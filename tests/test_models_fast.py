@@ -88,3 +88,21 @@ def test_the_epilogue_reads_the_accumulator_only_where_it_is_computed(tmp_path):
     assert "pyree-tune:" not in c_text and "tmp0" in c_text
     assert "%count = arith.constant 1 : index" in (out / "spec.mlir").read_text()
 
+
+def test_a_plugin_built_for_another_cpu_than_the_module_is_noted(tmp_path):
+    model, mlir, out = _replaced(tmp_path, 8, 16, 24)
+    plugins = {cpu: out / f"dense_{cpu}.so" for cpu in ("baseline", "host")}
+    for cpu, plugin in plugins.items():
+        assert run_cli("plugin", "--kind", "system", out / "dense.c", "-o", plugin, "--cpu", cpu).returncode == 0
+    modules = {cpu: out / f"dense_{cpu}.vmfb" for cpu in ("generic", "host")}
+    for cpu, module in modules.items():
+        compiled = run_cli("compile", mlir, "-o", module, "--cpu", cpu, "--transform-spec", out / "spec.mlir", "--expect-import", "dense")
+        assert compiled.returncode == 0, compiled
+    notes = {}
+    for module_cpu, plugin_cpu in (("host", "baseline"), ("generic", "host"), ("generic", "baseline"), ("host", "host")):
+        ran = run_cli("run", modules[module_cpu], "--function", "dense", "--input", "8x16xf32=1", "--plugin", plugins[plugin_cpu])
+        assert ran.returncode == 0, ran
+        notes[module_cpu, plugin_cpu] = [line for line in ran.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes["host", "baseline"]) == 1 and "for the arch's baseline" in notes["host", "baseline"][0] and "--cpu host" in notes["host", "baseline"][0]
+    assert len(notes["generic", "host"]) == 1 and "built for this CPU only" in notes["generic", "host"][0]
+    assert notes["generic", "baseline"] == notes["host", "host"] == []
