@@ -106,3 +106,25 @@ def test_a_plugin_built_for_another_cpu_than_the_module_is_noted(tmp_path):
     assert len(notes["host", "baseline"]) == 1 and "for the arch's baseline" in notes["host", "baseline"][0] and "--cpu host" in notes["host", "baseline"][0]
     assert len(notes["generic", "host"]) == 1 and "built for this CPU only" in notes["generic", "host"][0]
     assert notes["generic", "baseline"] == notes["host", "host"] == []
+
+
+def test_the_nest_builds_standalone_and_embedded_and_runs_in_workgroups_there(tmp_path):
+    # The same scheduled C, freestanding: a standalone plugin for three arches, and objects
+    # linked into the module (hal.import.static takes the workgroup's id and count too).
+    model = tmp_path / "dense.onnx"
+    onnx_models.save(onnx_models.dense_layer(27, 19, 45), model)
+    mlir = tmp_path / "dense.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    out = tmp_path / "k"
+    assert run_cli("replace", mlir, "--ops", "1", "--import", "dense", "-o", out, "--kind", "embedded").returncode == 0
+    assert "%count = arith.constant 4 : index" in (out / "spec.mlir").read_text()  # 27 rows, 8 a workgroup
+    standalone = run_cli("plugin", "--kind", "standalone", "--arch", "x86_64", "--arch", "aarch64", "--arch", "riscv64", out / "dense.c", "-o", out / "d.sos")
+    assert standalone.returncode == 0, standalone
+    objects = run_cli("objects", out / "dense.c", "--arch", "x86_64", "--arch", "aarch64", "-o", out)
+    assert objects.returncode == 0, objects
+    module = out / "m.vmfb"
+    compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--object-search-path", out)
+    assert compiled.returncode == 0, compiled
+    for device in ("local-sync", "local-task"):
+        verified = run_cli("verify", module, "--onnx", model, "--device", device)
+        assert verified.returncode == 0, verified

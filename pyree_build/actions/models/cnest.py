@@ -22,20 +22,21 @@ class Unfused(Exception):
 
 
 # No interleave on the column loop: a full tile is one vector of AVX-512 at 16 columns, and an
-# interleaved loop of two vectors would never run (measured: 28 ms against 0.9 ms). The rows of a
-# full tile are unrolled, not vectorized: vectorized, they became scatters into the accumulator.
+# interleaved loop of two vectors would never run (measured: 28 ms against 0.9 ms). The row loop
+# is never vectorized: vectorized, it became scatters into the accumulator (clang, -mcpu=native).
+# (unroll(full) on it gained nothing and warns for the edge tiles.)
 _VECTORIZE = [
     "// Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows",
-    "// of a full tile (PYREE_UNROLL_ROWS) are unrolled so the accumulator stays in registers.",
+    "// of a tile (PYREE_ROWS) are not: the compiler unrolls them, keeping the accumulator in registers.",
     "#if defined(__clang__)",
     '#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)")',
-    '#define PYREE_UNROLL_ROWS _Pragma("clang loop vectorize(disable) unroll(full)")',
+    '#define PYREE_ROWS _Pragma("clang loop vectorize(disable)")',
     "#elif defined(__GNUC__)",
     '#define PYREE_VECTORIZE _Pragma("GCC ivdep")',
-    '#define PYREE_UNROLL_ROWS _Pragma("GCC unroll 16")',
+    "#define PYREE_ROWS",
     "#else",
     "#define PYREE_VECTORIZE",
-    "#define PYREE_UNROLL_ROWS",
+    "#define PYREE_ROWS",
     "#endif",
 ]
 
@@ -110,15 +111,34 @@ class _Emitter:
         assert yielded is not None
         return yielded
 
-    def emit(self) -> None:
+    def emit(self, name: str, fields: list[cgen.Parameter], constants: list[Any]) -> None:
+        """The tile function (into the preamble, after the knobs) and the kernel's loop over its
+        workgroup's tiles (into the kernel's body), which calls it with constant sizes for a full
+        tile (so it unrolls and vectorizes) and with the edge's sizes otherwise: one body to edit."""
         nest, plan = self.nest, self.plan
         rows_knob, cols_knob = (knob.name for knob in plan.knobs)
+        passed = [f for f in fields if not f.name.endswith("_offset") and not f.name.startswith("workgroup_")]
+        params = ", ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in passed)
+        kernel_lines, self.k.lines = self.k.lines, []
+        for op in constants:
+            cgen.emit_constant(self.k, op)
+        self.tile(rows_knob, cols_knob, "  ")
+        tile_lines, self.k.lines = self.k.lines, kernel_lines
+        self.k.preamble += [
+            "",
+            f"// One tile of the result: rows row0 .. row0 + nr - 1 (at most {rows_knob}), columns col0 .. col0 + nc - 1",
+            f"// (at most {cols_knob}). A full tile is computed with the knobs' constant sizes (inlined), so it is",
+            "// unrolled and vectorized; the result's edge takes the same code with its own sizes.",
+            f"static inline __attribute__((always_inline)) void {name}_tile(\n    {params},\n    int64_t row0, int64_t col0, int64_t nr, int64_t nc) {{",
+            *tile_lines,
+            "}",
+        ]
+        call = ", ".join(f.name for f in passed)
         row_sizes = [nest.sizes[d] for d in plan.row_loops]
         rows = " * ".join(f"(int64_t){s}" for s in row_sizes) or "1"
-        cols = nest.sizes[plan.vector_loop]
         self.k.lines += [
-            f"  // One nest: {', '.join(nest.kinds)} loops, the result's last loop innermost; row tiles shared among workgroups.",
-            f"  const int64_t rows = {rows}, cols = {cols};",
+            f"  // One nest ({', '.join(nest.kinds)} loops), in tiles; this workgroup computes its share of the row tiles.",
+            f"  const int64_t rows = {rows}, cols = {nest.sizes[plan.vector_loop]};",
             f"  const int64_t row_tiles = (rows + {rows_knob} - 1) / {rows_knob};",
             "  const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;",
             "  const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;",
@@ -128,13 +148,15 @@ class _Emitter:
             f"    for (int64_t col0 = 0; col0 < cols; col0 += {cols_knob}) {{",
             f"      const int64_t nc = cols - col0 < {cols_knob} ? cols - col0 : {cols_knob};",
             f"      if (nr == {rows_knob} && nc == {cols_knob}) {{",
+            f"        {name}_tile({call}, row0, col0, {rows_knob}, {cols_knob});",
+            "      } else {",
+            f"        {name}_tile({call}, row0, col0, nr, nc);",
+            "      }",
+            "    }",
+            "  }",
         ]
-        self.tile(rows_knob, cols_knob, rows_knob, cols_knob, "        ")
-        self.k.lines.append("      } else {")
-        self.tile("nr", "nc", rows_knob, cols_knob, "        ")
-        self.k.lines += ["      }", "    }", "  }"]
 
-    def tile(self, nr: str, nc: str, rows_knob: str, cols_knob: str, indent: str) -> None:
+    def tile(self, rows_knob: str, cols_knob: str, indent: str) -> None:
         nest, plan = self.nest, self.plan
         loops = ["0"] * len(nest.sizes)
         for n, d in enumerate(plan.row_loops):
@@ -143,11 +165,10 @@ class _Emitter:
         for d in plan.reduction_loops:
             loops[d] = f"k{d}"
         at = [loops[d] for d in nest.result_loops]
-        self.line(indent, "{")
-        inner = indent + "  "
+        inner = indent
         if plan.row_loops:
             self.line(inner, f"int64_t {', '.join(f'at{n}[{rows_knob}]' for n in range(len(plan.row_loops)))};")
-            self.line(inner, f"for (int64_t r = 0; r < {nr}; ++r) {{")
+            self.line(inner, "for (int64_t r = 0; r < nr; ++r) {")
             self.line(inner, "  int64_t q = row0 + r;")
             for n in reversed(range(len(plan.row_loops))):
                 size = nest.sizes[plan.row_loops[n]]
@@ -159,26 +180,26 @@ class _Emitter:
         if reduction is not None:
             self.line(inner, f"{self.ctype} acc[{rows_knob}][{cols_knob}];")
             init = reduction.op.operands[reduction.n_ins]
-            self._over_tile(nr, nc, inner, lambda body: f"acc[r][c] = {self.value(init, at, body, {}, None, at)};")
+            self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.value(init, at, body, {}, None, at)};")
             for d in plan.reduction_loops:
                 self.line(inner, f"for (int64_t k{d} = 0; k{d} < {nest.sizes[d]}; ++k{d}) {{")
                 inner += "  "
-            self._over_tile(nr, nc, inner, lambda body: f"acc[r][c] = {self.stage(reduction, loops, body, {}, None, at, out_arg='acc[r][c]')};")
+            self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.stage(reduction, loops, body, {}, None, at, out_arg='acc[r][c]')};")
             for _ in plan.reduction_loops:
                 inner = inner[:-2]
                 self.line(inner, "}")
         acc = "acc[r][c]" if reduction is not None else None
         out = self.out
         store = f"{out.pointer}[{cgen.linear_index(at, out.dims)}]"
-        self._over_tile(nr, nc, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
-        self.line(indent, "}")
+        self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
 
-    def _over_tile(self, nr: str, nc: str, indent: str, statement: Any) -> None:
-        if not nr.startswith("n"):  # a full tile: its row count is the knob, a constant
-            self.line(indent, "PYREE_UNROLL_ROWS")
-        self.line(indent, f"for (int64_t r = 0; r < {nr}; ++r) {{")
+    def _over_tile(self, rows_knob: str, indent: str, statement: Any) -> None:
+        # The row loop runs to the knob, a constant, so it unrolls; an edge tile leaves early.
+        self.line(indent, "PYREE_ROWS")
+        self.line(indent, f"for (int64_t r = 0; r < {rows_knob}; ++r) {{")
+        self.line(indent, "  if (r >= nr) break;")
         self.line(indent, "  PYREE_VECTORIZE")
-        self.line(indent, f"  for (int64_t c = 0; c < {nc}; ++c) {{")
+        self.line(indent, "  for (int64_t c = 0; c < nc; ++c) {")
         body = indent + "    "
         text = statement(body)  # emits the loads and scalar ops the statement needs first
         self.line(body, text)
@@ -193,6 +214,9 @@ def _coordinate(expr: Any, coords: list[str]) -> str:
     return coords[loop] if loop is not None else cgen.affine_c(expr, coords)
 
 
-def emit(k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: cgen.Buffer) -> None:
-    """Append the nest's statements to `k` (which already holds the constants and buffers)."""
-    _Emitter(k, nest, plan, out).emit()
+def emit(k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[cgen.Parameter], constants: list[Any]) -> None:
+    """The nest as C: the knobs and the tile function into `k.preamble`, the loop over the
+    workgroup's tiles into `k.lines`. `k` holds the buffers; `constants` are the group's
+    scalar constant ops, defined in the tile function; `fields` the kernel's arguments."""
+    k.preamble = knob_lines(plan.knobs)
+    _Emitter(k, nest, plan, k.buffers[nest.result]).emit(name, fields, constants)

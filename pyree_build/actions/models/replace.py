@@ -149,21 +149,19 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
     dispatch's workgroups set by its schedule; None where the model does not cover the group
     (the per-op reference body is generated instead)."""
     ops = program.body_ops(function)
-    roles = _roles(rep)
+    group = rep.group
     k = cgen.Kernel()
-    for where, buffer in roles.items():
+    for where, buffer in _roles(rep).items():
         k.buffers[program.value_at(where, function)] = buffer
-    nest = loopnest.build([ops[m] for m in members], program.value_at(program.position(rep.group.root.results[0], rep.group.function), function), k.buffers)
-    if nest is None or len(rep.group.root.results) != 1:
+    nest = loopnest.build([ops[m] for m in members], program.value_at(program.position(group.root.results[0], group.function), function), k.buffers)
+    if nest is None or len(group.root.results) != 1:
         return None
     plan = loopnest.schedule(nest)
-    for index in constants:
-        cgen.emit_constant(k, ops[index])
+    fields = cgen.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
     try:
-        cnest.emit(k, nest, plan, k.buffers[nest.result])
+        cnest.emit(k, nest, plan, name=rep.name, fields=fields, constants=[ops[i] for i in constants])
     except cnest.Unfused:
         return None
-    k.preamble = cnest.knob_lines(plan.knobs)
     rep.scratch = []
     rep.workgroups = 1 if rep.dynamic else plan.workgroups
     return k
