@@ -10,6 +10,7 @@ called. Real tools throughout: iree-import-onnx, iree-compile, zig cc, iree-run-
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -128,3 +129,21 @@ def test_the_nest_builds_standalone_and_embedded_and_runs_in_workgroups_there(tm
     for device in ("local-sync", "local-task"):
         verified = run_cli("verify", module, "--onnx", model, "--device", device)
         assert verified.returncode == 0, verified
+
+
+def test_tune_sweeps_the_generated_knobs_with_no_param_against_onnxruntime(tmp_path):
+    # The command, as is: no --param, no hand-added #define. The reference is onnxruntime,
+    # whose sums run in another order: tune compares as verify does (1e-4, 1e-5 x the largest
+    # magnitude), where its old default (1e-5, 1e-8) called every variant wrong.
+    model, mlir, out = _replaced(tmp_path, 24, 160, 40)
+    module = out / "dense.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "dense").returncode == 0
+    best = tmp_path / "best.json"
+    tuned = run_cli("tune", out / "dense.c", "--module", module, "--function", "dense", "--onnx", model, "--budget", "0.3", "--repetitions", "1", "-o", best)
+    assert tuned.returncode == 0, tuned
+    record = json.loads(best.read_text())
+    swept = {tuple(sorted(v["params"].items())) for v in record["variants"]}
+    knobs = (loopnest.TILE_ROWS, loopnest.TILE_COLS)
+    assert len(swept) == len(loopnest.TILE_ROWS.candidates) * len(loopnest.TILE_COLS.candidates)
+    assert all(v["status"] == "ok" for v in record["variants"]), [v["reason"] for v in record["variants"] if v["status"] != "ok"]
+    assert set(record["winner"]["params"]) == {k.name for k in knobs}

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -503,8 +503,8 @@ def tune(
     include_dirs: Sequence[PathLike] = (),
     defines: Sequence[str] = (),
     device: str = "local-sync",
-    rtol: float = checks.DEFAULT_RTOL,
-    atol: float = checks.DEFAULT_ATOL,
+    rtol: float | None = None,
+    atol: float | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     spread: float = 0.05,
     budget: float = 10.0,
@@ -523,11 +523,13 @@ def tune(
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
     if onnx is not None and not inputs and not expect_output and reference is None:
         inputs = drawn_inputs(onnx, directory / "inputs")
-    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, rtol, atol, timeout, spread, budget,
-                 max_rounds, repetitions)  # fmt: skip
+    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, checks.DEFAULT_RTOL, checks.DEFAULT_ATOL,
+                 timeout, spread, budget, max_rounds, repetitions)  # fmt: skip
     if ray is not None:
         _require_ray()
     expected = expected_outputs(plan, reference=reference, onnx=onnx, expect_output=expect_output)
+    checked_rtol, checked_atol = tolerance(rtol, atol, expected, computed=not expect_output)
+    plan = replace(plan, rtol=checked_rtol, atol=checked_atol)
     cases = random_cases(plan, reference, directory) if reference is not None else []
     variants = variants_of(parsed)
     if ray is not None:
@@ -539,6 +541,20 @@ def tune(
         inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
         files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
     return result
+
+
+def tolerance(rtol: float | None, atol: float | None, expected: Sequence[numpy.ndarray], *, computed: bool) -> tuple[float, float]:
+    """The check's tolerance: what the caller gave; else, against results another implementation
+    computed (a reference module, onnxruntime), verify's: 1e-4 relative and 1e-5 times the largest
+    float magnitude absolute, since a sum taken in another order (IREE's code, a tiled kernel)
+    differs in its last bits, more the longer it is; against values given (--expect-output), 1e-5
+    and 1e-8."""
+    floats = [np.asarray(a) for a in expected if np.asarray(a).dtype.kind in "fc" and np.asarray(a).size]
+    if not computed or not floats:
+        return (checks.DEFAULT_RTOL if rtol is None else rtol, checks.DEFAULT_ATOL if atol is None else atol)
+    finite = [np.abs(a[np.isfinite(a)]) for a in floats]
+    scale = max((float(a.max()) for a in finite if a.size), default=0.0)
+    return (_verify.DEFAULT_RTOL if rtol is None else rtol, _verify.DEFAULT_ATOL_SCALE * scale if atol is None else atol)
 
 
 def _declared_or_refuse(sources: Sequence[PathLike] | PathLike) -> dict[str, list[str]]:

@@ -271,8 +271,22 @@ TUNE = Verb(
         Option(("--arch",), {"dest": "archs", "action": "append", "default": [], "help": "standalone: x86_64, aarch64, riscv64 (repeatable)"}),
         Option(("--cpu",), {"choices": ("baseline", "host"), "default": "baseline", "help": "system: baseline (default) or host"}),
         Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "where the variants run (default local-sync)"}),
-        Option(("--rtol",), {"type": float, "default": 1e-5, "help": "check: relative tolerance (default 1e-5)"}),
-        Option(("--atol",), {"type": float, "default": 1e-8, "help": "check: absolute tolerance (default 1e-8)"}),
+        Option(
+            ("--rtol",),
+            {
+                "type": float,
+                "default": None,
+                "help": "check: relative tolerance (default 1e-4 against --reference/--onnx, as verify; 1e-5 against --expect-output)",
+            },
+        ),
+        Option(
+            ("--atol",),
+            {
+                "type": float,
+                "default": None,
+                "help": "check: absolute tolerance (default 1e-5 x the largest magnitude against --reference/--onnx; 1e-8 against --expect-output)",
+            },
+        ),
         Option(
             ("--timeout",),
             {"type": float, "default": 60.0, "metavar": "SECONDS", "help": "a run or benchmark of a variant longer than this is a hang (default 60)"},
