@@ -12,6 +12,7 @@ contiguous in the result, marked for the vectorizer; pointers are `restrict`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pyree_build.actions.models import cgen, loopnest
@@ -45,6 +46,12 @@ def knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
     """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
     given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
     lines = ["// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value."]
+    lines += [
+        "// Reduction steps per block: a load strided along the columns is packed a block at a time.",
+        "#ifndef PYREE_PACK_K",
+        "#define PYREE_PACK_K 64",
+        "#endif",
+    ]
     for knob in knobs:
         lines += [
             f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})",
@@ -59,6 +66,10 @@ class _Emitter:
     def __init__(self, k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: cgen.Buffer) -> None:
         self.k, self.nest, self.plan, self.out = k, nest, plan, out
         self.ctype = out.ctype if nest.reduction is None else cgen.c_type(nest.reduction.result.type, nest.reduction.op.name)
+        # While the reduction step is emitted with one reduction loop: loads strided along the
+        # columns, read from a packed panel instead (ctype, load expression, panel name).
+        self.packing: str | None = None  # the reduction loop's variable, when packing
+        self.packs: list[tuple[str, str, str]] = []
 
     def line(self, indent: str, text: str) -> None:
         self.k.lines.append(f"{indent}{text}")
@@ -85,9 +96,28 @@ class _Emitter:
             if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
                 raise Unfused("a value that is neither an input, a constant nor computed by the nest")
             name = self.k.fresh("a")
-            self.line(indent, f"const {buffer.ctype} {name} = {buffer.pointer}[{cgen.linear_index(coords, buffer.dims)}];")
+            self.line(indent, f"const {buffer.ctype} {name} = {self._load(buffer, coords)};")
         memo[key] = name
         return name
+
+    def _load(self, buffer: cgen.Buffer, coords: list[str]) -> str:
+        """A load's expression. In the reduction step, a load whose address moves by more than one
+        element from column to column (a transposed weight: B[col][k]) and not with the row
+        reads a panel packed before the step, so the column loop stays contiguous and vectorizes."""
+        load = f"{buffer.pointer}[{cgen.linear_index(coords, buffer.dims)}]"
+        column = "(col0 + c)"
+        strided = any(column in coord for coord in coords[:-1])
+        # Packed only when the address depends on the column and the reduction step alone: the
+        # panel is filled for every (step, column) of the block, so it holds what the load reads.
+        by_row = re.search(r"\bat\d+\[r\]", " ".join(coords))
+        if self.packing is None or not strided or by_row or not re.search(rf"\b{self.packing}\b", " ".join(coords)):
+            return load
+        for _, expression, panel in self.packs:
+            if expression == load:
+                return f"{panel}[{self.packing} - kb][c]"
+        panel = f"panel{len(self.packs)}"
+        self.packs.append((buffer.ctype, load, panel))
+        return f"{panel}[{self.packing} - kb][c]"
 
     def stage(
         self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
@@ -181,17 +211,44 @@ class _Emitter:
             self.line(inner, f"{self.ctype} acc[{rows_knob}][{cols_knob}];")
             init = reduction.op.operands[reduction.n_ins]
             self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.value(init, at, body, {}, None, at)};")
-            for d in plan.reduction_loops:
-                self.line(inner, f"for (int64_t k{d} = 0; k{d} < {nest.sizes[d]}; ++k{d}) {{")
-                inner += "  "
-            self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.stage(reduction, loops, body, {}, None, at, out_arg='acc[r][c]')};")
-            for _ in plan.reduction_loops:
-                inner = inner[:-2]
-                self.line(inner, "}")
+            if len(plan.reduction_loops) == 1:
+                self._packed_step(reduction, loops, at, plan.reduction_loops[0], cols_knob, inner)
+            else:
+                for d in plan.reduction_loops:
+                    self.line(inner, f"for (int64_t k{d} = 0; k{d} < {nest.sizes[d]}; ++k{d}) {{")
+                    inner += "  "
+                self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.stage(reduction, loops, body, {}, None, at, out_arg='acc[r][c]')};")
+                for _ in plan.reduction_loops:
+                    inner = inner[:-2]
+                    self.line(inner, "}")
         acc = "acc[r][c]" if reduction is not None else None
         out = self.out
         store = f"{out.pointer}[{cgen.linear_index(at, out.dims)}]"
         self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
+
+    def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:
+        """The reduction over its one loop, in blocks of PYREE_PACK_K steps (the IR's order kept):
+        each block first copies the strided loads' panel (PYREE_PACK_K x columns) contiguously."""
+        rows_knob = self.plan.knobs[0].name
+        var = f"k{d}"
+        step_lines, self.k.lines = self.k.lines, []
+        self.packing, self.packs = var, []
+        body = indent + "    "
+        self._over_tile(rows_knob, body, lambda inner: f"acc[r][c] = {self.stage(reduction, loops, inner, {}, None, at, out_arg='acc[r][c]')};")
+        self.packing = None
+        step, self.k.lines = self.k.lines, step_lines
+        size = self.nest.sizes[d]
+        self.line(indent, f"for (int64_t kb = 0; kb < {size}; kb += PYREE_PACK_K) {{")
+        self.line(indent, f"  const int64_t kn = {size} - kb < PYREE_PACK_K ? {size} - kb : PYREE_PACK_K;")
+        for ctype, load, panel in self.packs:
+            self.line(indent, f"  {ctype} {panel}[PYREE_PACK_K][{cols_knob}];  // strided along the columns: packed once a block")
+            self.line(indent, "  for (int64_t c = 0; c < nc; ++c) {")
+            self.line(indent, f"    for (int64_t {var} = kb; {var} < kb + kn; ++{var}) {panel}[{var} - kb][c] = {load};")
+            self.line(indent, "  }")
+        self.line(indent, f"  for (int64_t {var} = kb; {var} < kb + kn; ++{var}) {{")
+        self.k.lines += step
+        self.line(indent, "  }")
+        self.line(indent, "}")
 
     def _over_tile(self, rows_knob: str, indent: str, statement: Any) -> None:
         # The row loop runs to the knob, a constant, so it unrolls; an edge tile leaves early.
