@@ -53,12 +53,10 @@ def knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
         "#endif",
     ]
     for knob in knobs:
-        lines += [
-            f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})",
-            f"#ifndef {knob.name}",
-            f"#define {knob.name} {knob.default}",
-            "#endif",
-        ]
+        lines += [f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})", f"#ifndef {knob.name}"]
+        if knob.wide_default is not None:  # built for 512-bit vectors (AVX-512): another default
+            lines += ["#if defined(__AVX512F__)", f"#define {knob.name} {knob.wide_default}", "#else"]
+        lines += [f"#define {knob.name} {knob.default}", *(["#endif"] if knob.wide_default is not None else []), "#endif"]
     return lines + _VECTORIZE
 
 
