@@ -329,15 +329,16 @@ function(pyree_cpu_plugin)
   _pyree_artifact_target(${ARG_NAME} "${_out}" "")
 endfunction()
 
-# pyree_tune(NAME <name> SYSTEM|STANDALONE SRCS <c>... PARAMS <NAME=V1,V2,...>... MODULE <target-or-file>
+# pyree_tune(NAME <name> SYSTEM|STANDALONE SRCS <c>... [PARAMS <NAME=V1,V2,...>...] MODULE <target-or-file>
 #            FUNCTION <f> [INPUTS <spec>...] REFERENCE <target-or-file> | EXPECT_OUTPUT <spec>...
 #            [ARCHS ...] [CC ...] [INCLUDE_DIRS ...] [DEFINES ...] [BUDGET <s>] [TIMEOUT <s>])
-# Sweeps the kernel's -D parameters with `pyree-build tune` and writes <name>.json in the binary dir:
+# Sweeps the kernel's -D parameters with `pyree-build tune` and writes <name>.json in the binary dir
+# (without PARAMS: the knobs the sources declare, `// pyree-tune: NAME=V1,V2` lines as `replace` writes):
 # pyree_cpu_plugin(... TUNED <name>) then builds the variant it chose.
 function(pyree_tune)
   _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;CC;BUDGET;TIMEOUT"
                "SRCS;PARAMS;INPUTS;EXPECT_OUTPUT;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
-  _pyree_require(pyree_tune NAME SRCS PARAMS MODULE FUNCTION)
+  _pyree_require(pyree_tune NAME SRCS MODULE FUNCTION)
   _pyree_require_files(pyree_tune SRCS ${ARG_SRCS})
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)

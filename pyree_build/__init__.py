@@ -290,7 +290,7 @@ def tune(
     sources: PathLike | Sequence[PathLike],
     output: PathLike,
     *,
-    params: Mapping[str, Sequence[str]] | Sequence[str],
+    params: Mapping[str, Sequence[str]] | Sequence[str] = (),
     module: PathLike,
     function: str,
     inputs: str | Sequence[str] = (),
@@ -304,8 +304,8 @@ def tune(
     include_dirs: PathLike | Sequence[PathLike] = (),
     defines: str | Sequence[str] = (),
     device: str = "local-sync",
-    rtol: float = 1e-5,
-    atol: float = 1e-8,
+    rtol: float | None = None,
+    atol: float | None = None,
     timeout: float = 60.0,
     spread: float = 0.05,
     budget: float = 10.0,
@@ -317,7 +317,8 @@ def tune(
     ray_resources: Mapping[str, float] | None = None,
     depfile: PathLike | None = None,
 ) -> TuneResult:
-    """Sweep a kernel's -D parameters: build each combination (cached), check it against the
+    """Sweep a kernel's -D parameters (`params`; none: the knobs its source declares with
+    `// pyree-tune: NAME=V1,V2` lines, as `replace` writes them): build each combination (cached), check it against the
     reference (`reference` module, `onnx` model or `expect_output`), benchmark the correct ones one
     at a time and write `output` (best.json: the winner, its flags, the measurements). `ray`: a Ray
     cluster's address (or "auto") runs the sweep there. `pb.tune.build_tuned(...)` builds the

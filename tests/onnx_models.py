@@ -67,6 +67,16 @@ def matmul_add_relu(seed: int = 0) -> onnx.ModelProto:
     return _model("matmul_add_relu", nodes, {"x": (8, 12)}, {"y": (8, 6)}, [_weights(seed, "W", (12, 6)), _weights(seed + 1, "b", (6,))])
 
 
+def dense_layer(m: int, k: int, n: int, seed: int = 0) -> onnx.ModelProto:
+    """x[m,k] -> MatMul W[k,n] -> Add b[n] -> Relu, at any size (matmul_add_relu's ops)."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"], name="matmul"),
+        helper.make_node("Add", ["h", "b"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu"),
+    ]
+    return _model("dense", nodes, {"x": (m, k)}, {"y": (m, n)}, [_weights(seed, "W", (k, n)), _weights(seed + 1, "b", (n,))])
+
+
 def softmax() -> onnx.ModelProto:
     """Softmax of x[4,10] over the last axis."""
     return _model("softmax", [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=-1)], {"x": (4, 10)}, {"y": (4, 10)})

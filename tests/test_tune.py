@@ -151,11 +151,28 @@ def test_a_sweep_where_every_variant_is_wrong_fails_and_writes_nothing(kernel, s
         (["--param", "9X=1"], ["is not a C macro name"]),
         (["--param", "UNROLL=1", "--expect-output", EXPECTED, "--reference", "r.vmfb"], ["exactly one reference"]),
         (["--param", "UNROLL=1"], ["exactly one reference"]),
+        ([], ["no --param given, and the source declares no knob", "// pyree-tune: TILE=1,2,4,8"]),
     ],
 )
 def test_mistakes_are_named(kernel, system_module, tmp_path, args, fragments):
     result = run_cli("tune", kernel, "--module", system_module, "--function", "mixed_invocation", *args, "-o", tmp_path / "b.json")
     assert_clean_error(result, *fragments)
+
+
+def test_without_param_the_knobs_the_source_declares_are_swept(kernel, system_module, tmp_path):
+    # What `replace` writes above each schedule macro: tune needs no --param to sweep it.
+    declared = tmp_path / "declared.c"
+    declared.write_text(f"// pyree-tune: UNROLL=1,2,{WRONG}  (elements a step)\n" + kernel.read_text(), encoding="utf-8")
+    out = tmp_path / "best.json"
+    args = [a for a in tune_args(declared, system_module, out, "1") if not str(a).startswith(("--param", "UNROLL="))]
+    result = run_cli(*args)
+    assert result.returncode == 0, result
+    swept = {v["params"]["UNROLL"]: v["status"] for v in json.loads(out.read_text())["variants"]}
+    assert set(swept) == {"1", "2", WRONG} and swept[WRONG] != "ok", swept
+    # --param still wins over the declaration.
+    chosen = run_cli(*tune_args(declared, system_module, tmp_path / "only.json", "2"))
+    assert chosen.returncode == 0, chosen
+    assert [v["params"] for v in json.loads((tmp_path / "only.json").read_text())["variants"]] == [{"UNROLL": "2"}]
 
 
 def test_apply_refuses_a_file_no_tune_wrote(kernel, tmp_path):

@@ -24,6 +24,7 @@ from pyree_build.actions.run import (
     plugin_flag,
     require_device,
 )
+from pyree_build.backends.llvm_cpu import cpus
 from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 
@@ -153,6 +154,7 @@ def bench(
         raise PyreeError("--repetitions must be at least 1", fix="pass --repetitions 5, for example")
     with processes.time_limit(check_timeout(timeout)):  # one bound for the whole command: the device probe too
         require_device(device, skip_unavailable=skip_unavailable, module=mod)
+        cpus.note_mismatches(mod, plugins)  # a time measured with a baseline plugin in a host module is said to be one
         return _bench_bounded(mod, function, inputs, plugins, device, repetitions, min_time, timeout)
 
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +155,23 @@ def parse_params(params: Mapping[str, object] | str | Iterable[str]) -> dict[str
     if not parsed:
         raise PyreeError("nothing to tune: no --param given", fix="e.g. --param TILE=1,2,4,8")
     return parsed
+
+
+# A knob a source declares for tune: `// pyree-tune: NAME=V1,V2,...` (what `replace` writes above
+# each of its schedule's macros); the rest of the line after the values is a comment.
+_DECLARED = re.compile(r"^\s*//\s*pyree-tune:\s*([A-Za-z_]\w*\s*=\s*[^\s]+)", re.MULTILINE)
+
+
+def declared_params(sources: Sequence[PathLike] | PathLike) -> dict[str, list[str]]:
+    """The knobs the sources declare (`// pyree-tune: NAME=V1,V2`), in the order written: what
+    tune sweeps when given no --param. A name declared twice keeps its first values."""
+    found: dict[str, list[str]] = {}
+    for source in [sources] if isinstance(sources, (str, os.PathLike)) else sources:
+        text = require_file(source, "C source").read_text(encoding="utf-8", errors="replace")
+        for declaration in _DECLARED.findall(text):
+            for name, values in parse_params([declaration]).items():
+                found.setdefault(name, values)
+    return found
 
 
 def variants_of(params: Mapping[str, Sequence[str]]) -> list[Variant]:
@@ -472,7 +489,7 @@ def tune(
     sources: Sequence[PathLike],
     output: PathLike,
     *,
-    params: Mapping[str, Sequence[str]] | Sequence[str],
+    params: Mapping[str, Sequence[str]] | Sequence[str] = (),
     module: PathLike,
     function: str,
     inputs: Sequence[str] = (),
@@ -486,8 +503,8 @@ def tune(
     include_dirs: Sequence[PathLike] = (),
     defines: Sequence[str] = (),
     device: str = "local-sync",
-    rtol: float = checks.DEFAULT_RTOL,
-    atol: float = checks.DEFAULT_ATOL,
+    rtol: float | None = None,
+    atol: float | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     spread: float = 0.05,
     budget: float = 10.0,
@@ -499,17 +516,20 @@ def tune(
     ray_resources: Mapping[str, float] | None = None,
     depfile: PathLike | None = None,
 ) -> TuneResult:
-    """Sweep every combination of `params` (-D values), check, benchmark; write `output` (best.json)."""
-    parsed = parse_params(params)
+    """Sweep every combination of `params` (-D values; none given: the knobs the sources declare
+    with `// pyree-tune: NAME=V1,V2`), check, benchmark; write `output` (best.json)."""
+    parsed = parse_params(params) if params else _declared_or_refuse(sources)
     out = Path(output)
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
     if onnx is not None and not inputs and not expect_output and reference is None:
         inputs = drawn_inputs(onnx, directory / "inputs")
-    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, rtol, atol, timeout, spread, budget,
-                 max_rounds, repetitions)  # fmt: skip
+    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, checks.DEFAULT_RTOL, checks.DEFAULT_ATOL,
+                 timeout, spread, budget, max_rounds, repetitions)  # fmt: skip
     if ray is not None:
         _require_ray()
     expected = expected_outputs(plan, reference=reference, onnx=onnx, expect_output=expect_output)
+    checked_rtol, checked_atol = tolerance(rtol, atol, expected, computed=not expect_output)
+    plan = replace(plan, rtol=checked_rtol, atol=checked_atol)
     cases = random_cases(plan, reference, directory) if reference is not None else []
     variants = variants_of(parsed)
     if ray is not None:
@@ -521,6 +541,31 @@ def tune(
         inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
         files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
     return result
+
+
+def tolerance(rtol: float | None, atol: float | None, expected: Sequence[numpy.ndarray], *, computed: bool) -> tuple[float, float]:
+    """The check's tolerance: what the caller gave; else, against results another implementation
+    computed (a reference module, onnxruntime), verify's: 1e-4 relative and 1e-5 times the largest
+    float magnitude absolute, since a sum taken in another order (IREE's code, a tiled kernel)
+    differs in its last bits, more the longer it is; against values given (--expect-output), 1e-5
+    and 1e-8."""
+    floats = [np.asarray(a) for a in expected if np.asarray(a).dtype.kind in "fc" and np.asarray(a).size]
+    if not computed or not floats:
+        return (checks.DEFAULT_RTOL if rtol is None else rtol, checks.DEFAULT_ATOL if atol is None else atol)
+    finite = [np.abs(a[np.isfinite(a)]) for a in floats]
+    scale = max((float(a.max()) for a in finite if a.size), default=0.0)
+    return (_verify.DEFAULT_RTOL if rtol is None else rtol, _verify.DEFAULT_ATOL_SCALE * scale if atol is None else atol)
+
+
+def _declared_or_refuse(sources: Sequence[PathLike] | PathLike) -> dict[str, list[str]]:
+    declared = declared_params(sources)
+    if not declared:
+        raise PyreeError(
+            "nothing to tune: no --param given, and the source declares no knob",
+            file=os.fspath(sources) if isinstance(sources, (str, os.PathLike)) else None,
+            fix="pass --param TILE=1,2,4,8, or declare the knob in the source: a line `// pyree-tune: TILE=1,2,4,8` (replace writes them)",
+        )
+    return declared
 
 
 def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: str, inputs: Sequence[str], archs: Sequence[str], cc: str, cpu: str,

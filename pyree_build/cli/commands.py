@@ -129,7 +129,8 @@ def tune_command(a: argparse.Namespace) -> None:
         out = _tune.build_tuned(a.sources, a.output, tuned=a.apply, depfile=a.depfile, jobs=a.jobs, **c_options)
         echo.log_step(f"wrote {out} ({' '.join('-D' + d for d in _tune.tuned_defines(a.apply))})")
         return
-    missing = [name for name, value in (("--param", a.params), ("--module", a.module), ("--function", a.function)) if not value]
+    # No --param: tune sweeps the knobs the source declares (`// pyree-tune:` lines).
+    missing = [name for name, value in (("--module", a.module), ("--function", a.function)) if not value]
     if missing:
         raise PyreeError(
             f"tune needs {', '.join(missing)}", fix="pyree-build tune SRC.c --param NAME=V1,V2 --module M.vmfb --function F --reference REF.vmfb -o best.json"

@@ -247,7 +247,7 @@ TUNE = Verb(
                 "action": "append",
                 "default": [],
                 "metavar": "NAME=V1,V2,...",
-                "help": "a -D macro and its values (repeatable: every combination)",
+                "help": "a -D macro and its values (repeatable: every combination); none: the knobs the source declares (`// pyree-tune: NAME=V1,V2` lines, as `replace` writes)",
             },
         ),
         Option(("--module",), {"metavar": "M.vmfb", "help": "the program that calls the kernel's import"}),
@@ -271,8 +271,22 @@ TUNE = Verb(
         Option(("--arch",), {"dest": "archs", "action": "append", "default": [], "help": "standalone: x86_64, aarch64, riscv64 (repeatable)"}),
         Option(("--cpu",), {"choices": ("baseline", "host"), "default": "baseline", "help": "system: baseline (default) or host"}),
         Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "where the variants run (default local-sync)"}),
-        Option(("--rtol",), {"type": float, "default": 1e-5, "help": "check: relative tolerance (default 1e-5)"}),
-        Option(("--atol",), {"type": float, "default": 1e-8, "help": "check: absolute tolerance (default 1e-8)"}),
+        Option(
+            ("--rtol",),
+            {
+                "type": float,
+                "default": None,
+                "help": "check: relative tolerance (default 1e-4 against --reference/--onnx, as verify; 1e-5 against --expect-output)",
+            },
+        ),
+        Option(
+            ("--atol",),
+            {
+                "type": float,
+                "default": None,
+                "help": "check: absolute tolerance (default 1e-5 x the largest magnitude against --reference/--onnx; 1e-8 against --expect-output)",
+            },
+        ),
         Option(
             ("--timeout",),
             {"type": float, "default": 60.0, "metavar": "SECONDS", "help": "a run or benchmark of a variant longer than this is a hang (default 60)"},
@@ -301,6 +315,7 @@ TUNE = Verb(
     examples=(
         "pyree-build tune kernel.c --param TILE=1,2,4,8 --module build/m.vmfb --function f --input 64x64xf32=1 "
         "--reference build/ref.vmfb -o build/best.json\n"
+        "pyree-build tune kernels/dense.c --module build/m.vmfb --function main --onnx model.onnx -o build/best.json   # replace's knobs\n"
         "pyree-build tune kernel.c --apply build/best.json -o build/kernel.so   # the chosen variant\n"
         "pyree-build tune kernel.c ... --ray 10.0.0.1:6379 --ray-resources '{\"bench_node\": 1}'"
     ),

@@ -179,6 +179,7 @@ class Kernel:
     scalars: dict[Any, str] = field(default_factory=dict)
     helpers: set[str] = field(default_factory=set)
     lines: list[str] = field(default_factory=list)
+    preamble: list[str] = field(default_factory=list)  # before the kernel: the schedule's knobs
     counter: int = 0
 
     def fresh(self, stem: str = "v") -> str:
@@ -446,6 +447,8 @@ def parameters(inputs: list[Any], outputs: list[Any], scratch: list[Any], input_
     for i, value in enumerate(inputs):
         for d in range(len(program.shape(value.type))):
             fields.append(Parameter("int32_t", f"in{i}_d{d}", f"size of dimension {d} of in{i}"))
+    fields.append(Parameter("int32_t", "workgroup_id", "this call's workgroup: it computes its share of the result"))
+    fields.append(Parameter("int32_t", "workgroup_count", "how many workgroups share the work (the spec's workgroups())"))
     return fields
 
 
@@ -494,7 +497,8 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
     object links), and the plugin around it (what a system or standalone plugin exports)."""
     width = max(len(f"{f.ctype} {f.name};") for f in fields)
     struct = [f"  {f'{f.ctype} {f.name};':<{width}}  // {f.about}" for f in fields]
-    arguments = ",\n    ".join(f"{f.ctype} {f.name}" for f in fields)
+    # Every buffer is its own allocation (two inputs may be one tensor, only ever read): restrict holds.
+    arguments = ",\n    ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in fields)
     pointers = [f"  {f.name} += {f.name}_offset;" for f in fields if f.ctype.endswith("*")]
     lines = [
         *(f"// {h}" if h else "//" for h in header),
@@ -507,6 +511,7 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
     ]
     lines += ["typedef struct {", *struct, f"}} {name}_args_t;", ""]
     lines += [*helpers_text(k), ""] if k.helpers else []
+    lines += [*k.preamble, ""] if k.preamble else []
     lines += [
         "// The kernel: a plain C function. An embedded object is called with these arguments",
         "// directly (hal.import.static); a plugin unpacks them from the argument block below.",

@@ -2,9 +2,10 @@
 
 For each group: a matcher whose body is the group's own ops, cloned from the program and
 printed by MLIR (so it matches this model, constant for constant, type for type); a
-dispatch (a stream.executable with one workgroup) whose function calls the import with
-each tensor as a (base pointer, element offset) pair under `llvm.bareptr`, then the input
-sizes as i32; and a function the rewrite calls instead of the group. Every intermediate
+dispatch (a stream.executable with as many workgroups as the kernel's schedule shares its
+work among) whose function calls the import with each tensor as a (base pointer, element
+offset) pair under `llvm.bareptr`, then the input sizes as i32, then its workgroup's id and
+the workgroup count as i32; and a function the rewrite calls instead of the group. Every intermediate
 tensor of the group gets a buffer of its own in the dispatch (extra results the call drops),
 so the C reference body needs no allocator and runs freestanding.
 """
@@ -34,6 +35,9 @@ class Replacement:
     # With general sizes (--dynamic): every tensor's sizes by its position in the function
     # (program.position), in terms of the inputs' sizes; empty for the static form.
     dims: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
+    # How many workgroups the dispatch has: the kernel gets its workgroup's id and this count,
+    # and computes only its share (the generator's schedule sets it).
+    workgroups: int = 1
 
     @property
     def dynamic(self) -> bool:
@@ -180,10 +184,11 @@ def _input_dims(rep: Replacement) -> list[tuple[int, int, int]]:
 
 
 def import_signature(rep: Replacement) -> list[str]:
-    """The import's MLIR argument types: (memref<elem>, index) per tensor, then i32 sizes."""
+    """The import's MLIR argument types: (memref<elem>, index) per tensor, then i32 sizes,
+    then the workgroup's id and the workgroup count (i32)."""
     tensors = [*rep.group.inputs, *rep.group.root.results, *rep.scratch]
     pairs = [t for v in tensors for t in (f"memref<{_stored(v.type)}>", "index")]
-    return pairs + ["i32"] * len(_input_dims(rep))
+    return pairs + ["i32"] * (len(_input_dims(rep)) + 2)
 
 
 def _stored(type_: Any) -> str:
@@ -228,7 +233,13 @@ def executable(rep: Replacement, *, embedded: bool) -> list[str]:
         body += _binding_lines(rep, i, value, f"%in{i}")
     for j, value in enumerate(outs):
         body += _binding_lines(rep, len(ins) + j, value, f"%out{j}")
-    args = [f"%base{k}, %off{k}" for k in range(len(ins) + len(outs))] + [f"%d{k}" for k in range(len(dims))]
+    body += [
+        "%wg_id = stream.dispatch.workgroup.id[0] : index",
+        "%wg_count = stream.dispatch.workgroup.count[0] : index",
+        "%wg_id_i32 = arith.index_cast %wg_id : index to i32",
+        "%wg_count_i32 = arith.index_cast %wg_count : index to i32",
+    ]
+    args = [f"%base{k}, %off{k}" for k in range(len(ins) + len(outs))] + [f"%d{k}" for k in range(len(dims))] + ["%wg_id_i32", "%wg_count_i32"]
     signature = ", ".join(import_signature(rep))
     body += [f"func.call @{name}({', '.join(args)}) : ({signature}) -> ()", "return"]
     attrs = "hal.import.static, llvm.bareptr = true" if embedded else "llvm.bareptr = true"
@@ -243,7 +254,8 @@ def executable(rep: Replacement, *, embedded: bool) -> list[str]:
         f"stream.executable private @{name}_executable{objects} {{",
         f"  stream.executable.export public @{name}_entry workgroups() -> (index, index, index) {{",
         "    %c1 = arith.constant 1 : index",
-        "    stream.return %c1, %c1, %c1 : index, index, index",
+        f"    %count = arith.constant {rep.workgroups} : index",
+        "    stream.return %count, %c1, %c1 : index, index, index",
         "  }",
         "  builtin.module {",
         f"    func.func private @{name}({signature}) attributes {{{attrs}}}",

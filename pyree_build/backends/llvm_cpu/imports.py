@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pyree_build.backends.llvm_cpu import cpus
 from pyree_build.backends.llvm_cpu.elf import ELF_MAGIC, ElfHeaders, host_arch
 from pyree_build.cache import facts
 from pyree_build.core import echo, lazy, processes, readers
@@ -297,6 +298,7 @@ def check_resolved(module: PathLike, plugins: Sequence[PathLike], *, ask_without
     if not names and not ask_without_imports:  # nothing to check: spare the child process
         return executables, Resolution([], {})
     resolution = resolve(names, plugins)
+    cpus.note_mismatches(module, sorted(set(resolution.provider.values())))
     missing = sorted({n for e in host for n in e.required if n not in resolution.provider})
     if missing:
         asked = "\n".join(

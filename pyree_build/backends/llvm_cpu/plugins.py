@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyree_build.backends.llvm_cpu import libm
+from pyree_build.backends.llvm_cpu import cpus, libm
 from pyree_build.backends.llvm_cpu.elf import (
     ELF_MACHINES,
     check_plugin_elf,
@@ -211,6 +211,7 @@ def system_plugin(
         headers=headers,
         check=lambda paths: _check_plugin(paths[0], [host_arch()], single=True, standalone=False),
     )
+    cpus.remember_plugin_cpu(out, cpu)  # run, bench and verify note a module built for another CPU
     if depfile:
         write_depfile(depfile, out, deps)
     return out
@@ -304,6 +305,7 @@ def standalone_plugin(
         headers=headers,
         check=lambda paths: _check_plugin(paths[0], [normalize_arch(a) for a in arch_list], single=single, standalone=True),
     )
+    cpus.remember_plugin_cpu(out, "baseline")
     if depfile:
         write_depfile(depfile, out, deps)
     return out

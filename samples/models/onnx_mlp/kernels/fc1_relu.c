@@ -15,93 +15,133 @@
 #include "iree/hal/local/executable_plugin.h"
 
 typedef struct {
-  const float* in0;    // tensor<4x16xf32>, input 0: the result of hal.tensor.import
-  size_t in0_offset;   // offset of in0 in elements
-  const float* in1;    // tensor<16x32xf32>, input 1: a constant tensor<16x32xf32> (weights)
-  size_t in1_offset;   // offset of in1 in elements
-  const float* in2;    // tensor<32xf32>, input 2: a constant tensor<32xf32> (weights)
-  size_t in2_offset;   // offset of in2 in elements
-  float* out0;         // tensor<4x32xf32>, result 0
-  size_t out0_offset;  // offset of out0 in elements
-  float* tmp0;         // tensor<4x32xf32>, scratch for an intermediate (IREE allocates it)
-  size_t tmp0_offset;  // offset of tmp0 in elements
-  float* tmp1;         // tensor<4x32xf32>, scratch for an intermediate (IREE allocates it)
-  size_t tmp1_offset;  // offset of tmp1 in elements
-  float* tmp2;         // tensor<4x32xf32>, scratch for an intermediate (IREE allocates it)
-  size_t tmp2_offset;  // offset of tmp2 in elements
-  int32_t in0_d0;      // size of dimension 0 of in0
-  int32_t in0_d1;      // size of dimension 1 of in0
-  int32_t in1_d0;      // size of dimension 0 of in1
-  int32_t in1_d1;      // size of dimension 1 of in1
-  int32_t in2_d0;      // size of dimension 0 of in2
+  const float* in0;         // tensor<4x16xf32>, input 0: the result of hal.tensor.import
+  size_t in0_offset;        // offset of in0 in elements
+  const float* in1;         // tensor<16x32xf32>, input 1: a constant tensor<16x32xf32> (weights)
+  size_t in1_offset;        // offset of in1 in elements
+  const float* in2;         // tensor<32xf32>, input 2: a constant tensor<32xf32> (weights)
+  size_t in2_offset;        // offset of in2 in elements
+  float* out0;              // tensor<4x32xf32>, result 0
+  size_t out0_offset;       // offset of out0 in elements
+  int32_t in0_d0;           // size of dimension 0 of in0
+  int32_t in0_d1;           // size of dimension 1 of in0
+  int32_t in1_d0;           // size of dimension 0 of in1
+  int32_t in1_d1;           // size of dimension 1 of in1
+  int32_t in2_d0;           // size of dimension 0 of in2
+  int32_t workgroup_id;     // this call's workgroup: it computes its share of the result
+  int32_t workgroup_count;  // how many workgroups share the work (the spec's workgroups())
 } fc1_relu_args_t;
+
+// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value.
+// pyree-tune: PYREE_TILE_ROWS=2,4,6,8  (result rows one register block accumulates)
+#ifndef PYREE_TILE_ROWS
+#define PYREE_TILE_ROWS 8
+#endif
+// pyree-tune: PYREE_TILE_COLS=8,16,32,64  (result columns (the contiguous loop) of one register block)
+#ifndef PYREE_TILE_COLS
+#define PYREE_TILE_COLS 32
+#endif
+// Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows
+// of a tile (PYREE_ROWS) are not: the compiler unrolls them, keeping the accumulator in registers.
+#if defined(__clang__)
+#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)")
+#define PYREE_ROWS _Pragma("clang loop vectorize(disable)")
+#elif defined(__GNUC__)
+#define PYREE_VECTORIZE _Pragma("GCC ivdep")
+#define PYREE_ROWS
+#else
+#define PYREE_VECTORIZE
+#define PYREE_ROWS
+#endif
+
+// One tile of the result: rows row0 .. row0 + nr - 1 (at most PYREE_TILE_ROWS), columns col0 .. col0 + nc - 1
+// (at most PYREE_TILE_COLS). A full tile is computed with the knobs' constant sizes (inlined), so it is
+// unrolled and vectorized; the result's edge takes the same code with its own sizes.
+static inline __attribute__((always_inline)) void fc1_relu_tile(
+    const float* restrict in0, const float* restrict in1, const float* restrict in2, float* restrict out0, int32_t in0_d0, int32_t in0_d1, int32_t in1_d0, int32_t in1_d1, int32_t in2_d0,
+    int64_t row0, int64_t col0, int64_t nr, int64_t nc) {
+  const float c1 = 0x0.0p+0f;
+  int64_t at0[PYREE_TILE_ROWS];
+  for (int64_t r = 0; r < nr; ++r) {
+    int64_t q = row0 + r;
+    at0[r] = q;
+  }
+  float acc[PYREE_TILE_ROWS][PYREE_TILE_COLS];
+  PYREE_ROWS
+  for (int64_t r = 0; r < PYREE_TILE_ROWS; ++r) {
+    if (r >= nr) break;
+    PYREE_VECTORIZE
+    for (int64_t c = 0; c < nc; ++c) {
+      acc[r][c] = c1;
+    }
+  }
+  for (int64_t k2 = 0; k2 < in0_d1; ++k2) {
+    PYREE_ROWS
+    for (int64_t r = 0; r < PYREE_TILE_ROWS; ++r) {
+      if (r >= nr) break;
+      PYREE_VECTORIZE
+      for (int64_t c = 0; c < nc; ++c) {
+        const float a2 = in0[(at0[r] * in0_d1 + k2)];
+        const float a3 = in1[(k2 * in1_d1 + (col0 + c))];
+        const float v4 = (float)(a2 * a3);
+        const float v5 = (float)(acc[r][c] + v4);
+        acc[r][c] = v5;
+      }
+    }
+  }
+  PYREE_ROWS
+  for (int64_t r = 0; r < PYREE_TILE_ROWS; ++r) {
+    if (r >= nr) break;
+    PYREE_VECTORIZE
+    for (int64_t c = 0; c < nc; ++c) {
+      const float a6 = in2[(col0 + c)];
+      const float v7 = (float)(acc[r][c] + a6);
+      const float v8 = (float)(0x0.0p+0f);
+      const int8_t v9 = (int8_t)(!((v7) <= (v8)));
+      const float v10 = (float)(0x0.0p+0f);
+      const float v11 = (float)(v9 ? v7 : v10);
+      out0[(at0[r] * 32 + (col0 + c))] = (float)v11;
+    }
+  }
+}
 
 // The kernel: a plain C function. An embedded object is called with these arguments
 // directly (hal.import.static); a plugin unpacks them from the argument block below.
 void fc1_relu(
-    const float* in0,
+    const float* restrict in0,
     size_t in0_offset,
-    const float* in1,
+    const float* restrict in1,
     size_t in1_offset,
-    const float* in2,
+    const float* restrict in2,
     size_t in2_offset,
-    float* out0,
+    float* restrict out0,
     size_t out0_offset,
-    float* tmp0,
-    size_t tmp0_offset,
-    float* tmp1,
-    size_t tmp1_offset,
-    float* tmp2,
-    size_t tmp2_offset,
     int32_t in0_d0,
     int32_t in0_d1,
     int32_t in1_d0,
     int32_t in1_d1,
-    int32_t in2_d0) {
+    int32_t in2_d0,
+    int32_t workgroup_id,
+    int32_t workgroup_count) {
   in0 += in0_offset;
   in1 += in1_offset;
   in2 += in2_offset;
   out0 += out0_offset;
-  tmp0 += tmp0_offset;
-  tmp1 += tmp1_offset;
-  tmp2 += tmp2_offset;
-  const float c1 = 0x0.0p+0f;
-  // linalg.generic (fc1): parallel, parallel
-  for (int64_t i0 = 0; i0 < 4; ++i0) {
-    for (int64_t i1 = 0; i1 < 32; ++i1) {
-      tmp0[((i0) * 32 + (i1))] = (float)c1;
-    }
-  }
-  // linalg.generic (fc1): parallel, parallel, reduction
-  for (int64_t e = 0; e < (int64_t)4 * (int64_t)32; ++e) tmp1[e] = tmp0[e];
-  for (int64_t i0 = 0; i0 < in0_d0; ++i0) {
-    for (int64_t i1 = 0; i1 < in1_d1; ++i1) {
-      for (int64_t i2 = 0; i2 < in0_d1; ++i2) {
-        const float a2 = in0[((i0) * in0_d1 + (i2))];
-        const float a3 = in1[((i2) * in1_d1 + (i1))];
-        const float a4 = tmp1[((i0) * 32 + (i1))];
-        const float v5 = (float)(a2 * a3);
-        const float v6 = (float)(a4 + v5);
-        tmp1[((i0) * 32 + (i1))] = (float)v6;
+  // One nest (parallel, parallel, reduction loops), in tiles; this workgroup computes its share of the row tiles.
+  const int64_t rows = (int64_t)in0_d0, cols = in1_d1;
+  const int64_t row_tiles = (rows + PYREE_TILE_ROWS - 1) / PYREE_TILE_ROWS;
+  const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;
+  const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;
+  for (int64_t tile = first_tile; tile < end_tile; ++tile) {
+    const int64_t row0 = tile * PYREE_TILE_ROWS;
+    const int64_t nr = rows - row0 < PYREE_TILE_ROWS ? rows - row0 : PYREE_TILE_ROWS;
+    for (int64_t col0 = 0; col0 < cols; col0 += PYREE_TILE_COLS) {
+      const int64_t nc = cols - col0 < PYREE_TILE_COLS ? cols - col0 : PYREE_TILE_COLS;
+      if (nr == PYREE_TILE_ROWS && nc == PYREE_TILE_COLS) {
+        fc1_relu_tile(in0, in1, in2, out0, in0_d0, in0_d1, in1_d0, in1_d1, in2_d0, row0, col0, PYREE_TILE_ROWS, PYREE_TILE_COLS);
+      } else {
+        fc1_relu_tile(in0, in1, in2, out0, in0_d0, in0_d1, in1_d0, in1_d1, in2_d0, row0, col0, nr, nc);
       }
-    }
-  }
-  // linalg.generic (bias1): parallel, parallel
-  for (int64_t i0 = 0; i0 < 4; ++i0) {
-    for (int64_t i1 = 0; i1 < 32; ++i1) {
-      const float a7 = tmp1[((i0) * 32 + (i1))];
-      const float a8 = in2[(i1)];
-      const float v9 = (float)(a7 + a8);
-      tmp2[((i0) * 32 + (i1))] = (float)v9;
-    }
-  }
-  // linalg.generic (relu1): parallel, parallel
-  for (int64_t i0 = 0; i0 < 4; ++i0) {
-    for (int64_t i1 = 0; i1 < 32; ++i1) {
-      const float a10 = tmp2[((i0) * 32 + (i1))];
-      const int8_t v11 = (int8_t)(!((a10) <= (c1)));
-      const float v12 = (float)(v11 ? a10 : c1);
-      out0[((i0) * 32 + (i1))] = (float)v12;
     }
   }
 }
@@ -111,7 +151,7 @@ static int fc1_relu_import(void* params, void* context, void* reserved) {
   (void)context;
   (void)reserved;
   const fc1_relu_args_t* a = (const fc1_relu_args_t*)params;
-  fc1_relu(a->in0, a->in0_offset, a->in1, a->in1_offset, a->in2, a->in2_offset, a->out0, a->out0_offset, a->tmp0, a->tmp0_offset, a->tmp1, a->tmp1_offset, a->tmp2, a->tmp2_offset, a->in0_d0, a->in0_d1, a->in1_d0, a->in1_d1, a->in2_d0);
+  fc1_relu(a->in0, a->in0_offset, a->in1, a->in1_offset, a->in2, a->in2_offset, a->out0, a->out0_offset, a->in0_d0, a->in0_d1, a->in1_d0, a->in1_d1, a->in2_d0, a->workgroup_id, a->workgroup_count);
   return 0;  // non-zero tells the runtime the call failed
 }
 

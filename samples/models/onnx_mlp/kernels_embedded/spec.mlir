@@ -14,11 +14,12 @@ module attributes {transform.with_named_sequence} {
   } {
     stream.executable.export public @fc1_relu_entry workgroups() -> (index, index, index) {
       %c1 = arith.constant 1 : index
-      stream.return %c1, %c1, %c1 : index, index, index
+      %count = arith.constant 1 : index
+      stream.return %count, %c1, %c1 : index, index, index
     }
     builtin.module {
-      func.func private @fc1_relu(memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, i32, i32, i32, i32, i32) attributes {hal.import.static, llvm.bareptr = true}
-      func.func @fc1_relu_entry(%in0: !stream.binding, %in1: !stream.binding, %in2: !stream.binding, %d0: i32, %d1: i32, %d2: i32, %d3: i32, %d4: i32, %out0: !stream.binding, %out1: !stream.binding, %out2: !stream.binding, %out3: !stream.binding) {
+      func.func private @fc1_relu(memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, i32, i32, i32, i32, i32, i32, i32) attributes {hal.import.static, llvm.bareptr = true}
+      func.func @fc1_relu_entry(%in0: !stream.binding, %in1: !stream.binding, %in2: !stream.binding, %d0: i32, %d1: i32, %d2: i32, %d3: i32, %d4: i32, %out0: !stream.binding) {
         %c0 = arith.constant 0 : index
         %m0 = stream.binding.subspan %in0[%c0] : !stream.binding -> memref<4x16xf32>
         %base0, %off0, %sizes0:2, %strides0:2 = iree_codegen.extract_strided_metadata %m0 : memref<4x16xf32> -> memref<f32>, index, index, index, index, index
@@ -28,13 +29,11 @@ module attributes {transform.with_named_sequence} {
         %base2, %off2, %sizes2:1, %strides2:1 = iree_codegen.extract_strided_metadata %m2 : memref<32xf32> -> memref<f32>, index, index, index
         %m3 = stream.binding.subspan %out0[%c0] : !stream.binding -> memref<4x32xf32>
         %base3, %off3, %sizes3:2, %strides3:2 = iree_codegen.extract_strided_metadata %m3 : memref<4x32xf32> -> memref<f32>, index, index, index, index, index
-        %m4 = stream.binding.subspan %out1[%c0] : !stream.binding -> memref<4x32xf32>
-        %base4, %off4, %sizes4:2, %strides4:2 = iree_codegen.extract_strided_metadata %m4 : memref<4x32xf32> -> memref<f32>, index, index, index, index, index
-        %m5 = stream.binding.subspan %out2[%c0] : !stream.binding -> memref<4x32xf32>
-        %base5, %off5, %sizes5:2, %strides5:2 = iree_codegen.extract_strided_metadata %m5 : memref<4x32xf32> -> memref<f32>, index, index, index, index, index
-        %m6 = stream.binding.subspan %out3[%c0] : !stream.binding -> memref<4x32xf32>
-        %base6, %off6, %sizes6:2, %strides6:2 = iree_codegen.extract_strided_metadata %m6 : memref<4x32xf32> -> memref<f32>, index, index, index, index, index
-        func.call @fc1_relu(%base0, %off0, %base1, %off1, %base2, %off2, %base3, %off3, %base4, %off4, %base5, %off5, %base6, %off6, %d0, %d1, %d2, %d3, %d4) : (memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, i32, i32, i32, i32, i32) -> ()
+        %wg_id = stream.dispatch.workgroup.id[0] : index
+        %wg_count = stream.dispatch.workgroup.count[0] : index
+        %wg_id_i32 = arith.index_cast %wg_id : index to i32
+        %wg_count_i32 = arith.index_cast %wg_count : index to i32
+        func.call @fc1_relu(%base0, %off0, %base1, %off1, %base2, %off2, %base3, %off3, %d0, %d1, %d2, %d3, %d4, %wg_id_i32, %wg_count_i32) : (memref<f32>, index, memref<f32>, index, memref<f32>, index, memref<f32>, index, i32, i32, i32, i32, i32, i32, i32) -> ()
         return
       }
     }
@@ -46,7 +45,7 @@ module attributes {transform.with_named_sequence} {
     %d2 = arith.constant 16 : i32
     %d3 = arith.constant 32 : i32
     %d4 = arith.constant 32 : i32
-    %r:4 = flow.dispatch @fc1_relu_executable::@fc1_relu_entry(%arg0, %arg1, %arg2, %d0, %d1, %d2, %d3, %d4) : (tensor<4x16xf32>, tensor<16x32xf32>, tensor<32xf32>, i32, i32, i32, i32, i32) -> (tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32>)
+    %r:1 = flow.dispatch @fc1_relu_executable::@fc1_relu_entry(%arg0, %arg1, %arg2, %d0, %d1, %d2, %d3, %d4) : (tensor<4x16xf32>, tensor<16x32xf32>, tensor<32xf32>, i32, i32, i32, i32, i32) -> (tensor<4x32xf32>)
     util.return %r#0 : tensor<4x32xf32>
   }
 
@@ -64,8 +63,10 @@ module attributes {transform.with_named_sequence} {
         } -> tensor<4x32xf32>
         %4 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%3 : tensor<4x32xf32>) outs(%0 : tensor<4x32xf32>) {
         ^bb0(%in: f32, %out: f32):
-          %5 = arith.cmpf ugt, %in, %cst : f32
-          %6 = arith.select %5, %in, %cst : f32
+          %cst_0 = arith.constant 0.000000e+00 : f32
+          %5 = arith.cmpf ugt, %in, %cst_0 : f32
+          %cst_1 = arith.constant 0.000000e+00 : f32
+          %6 = arith.select %5, %in, %cst_1 : f32
           linalg.yield %6 : f32
         } -> tensor<4x32xf32>
     } : (!transform.any_op) -> (!transform.any_value, !transform.any_value)
@@ -85,11 +86,29 @@ module attributes {transform.with_named_sequence} {
 
   transform.named_sequence @__transform_main(%program: !transform.any_op) {
     %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op
+    // First, each scalar constant a linalg body uses from outside it is cloned into that body
+    // (before each use), so the matchers below compare its value: see captures.py in pyree_build.
     transform.foreach %fns : !transform.any_op {
       ^bb0(%fn: !transform.any_op):
-        transform.foreach_match in %fn
-              @fc1_relu_match -> @fc1_relu_rewrite
-          : (!transform.any_op) -> (!transform.any_op)
+        %linalg = transform.structured.match ops{["linalg.generic", "linalg.map", "linalg.reduce"]} in %fn : (!transform.any_op) -> !transform.any_op
+        transform.foreach %linalg : !transform.any_op {
+          ^bb1(%op: !transform.any_op):
+            %consts0 = transform.structured.match ops{["arith.constant"]} filter_result_type = f32 in %fn : (!transform.any_op) -> !transform.any_op
+            transform.foreach %consts0 : !transform.any_op {
+              ^bb2(%c: !transform.any_op):
+                transform.sequence %c : !transform.any_op failures(suppress) {
+                  ^bb3(%constant: !transform.any_op):
+                    %parent = transform.get_parent_op %constant : (!transform.any_op) -> !transform.any_op
+                    transform.match.operation_name %parent ["util.func"] : !transform.any_op
+                    %fused, %into = transform.structured.fuse_into_containing_op %constant into %op : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+                }
+            }
+        }
+    }
+    %fns0 = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op
+    transform.foreach %fns0 : !transform.any_op {
+      ^bb0(%fn: !transform.any_op):
+        transform.foreach_match in %fn @fc1_relu_match -> @fc1_relu_rewrite : (!transform.any_op) -> (!transform.any_op)
     }
     transform.apply_dce to %program : !transform.any_op
     transform.yield

@@ -1,0 +1,277 @@
+"""The C emitter of a loop nest (loopnest.Nest) under its schedule.
+
+The kernel computes the row tiles of its workgroup (`workgroup_id` of `workgroup_count`).
+A tile is PYREE_TILE_ROWS rows by PYREE_TILE_COLS columns of the result: its accumulator is
+a local array (registers, once the compiler unrolls the constant-sized full tile), set from
+the reduction's initial value (a fill's body, inlined), updated at every reduction step in
+the IR's order, then passed through the epilogue's stages and stored. Full tiles are
+emitted with constant extents so they unroll and vectorize; edge tiles (sizes the tile does
+not divide) take the same code with their own extents. The column loop is innermost and
+contiguous in the result, marked for the vectorizer; pointers are `restrict`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pyree_build.actions.models import cgen, loopnest
+
+
+class Unfused(Exception):
+    """The nest reads a value the fused form cannot compute where it is read: use the per-op path."""
+
+
+# No interleave on the column loop: a full tile is one vector of AVX-512 at 16 columns, and an
+# interleaved loop of two vectors would never run (measured: 28 ms against 0.9 ms). The row loop
+# is never vectorized: vectorized, it became scatters into the accumulator (clang, -mcpu=native).
+# (unroll(full) on it gained nothing and warns for the edge tiles.)
+_VECTORIZE = [
+    "// Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows",
+    "// of a tile (PYREE_ROWS) are not: the compiler unrolls them, keeping the accumulator in registers.",
+    "#if defined(__clang__)",
+    '#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)")',
+    '#define PYREE_ROWS _Pragma("clang loop vectorize(disable)")',
+    "#elif defined(__GNUC__)",
+    '#define PYREE_VECTORIZE _Pragma("GCC ivdep")',
+    "#define PYREE_ROWS",
+    "#else",
+    "#define PYREE_VECTORIZE",
+    "#define PYREE_ROWS",
+    "#endif",
+]
+
+
+def knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
+    """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
+    given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
+    lines = ["// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value."]
+    lines += [
+        "// Reduction steps per block: a load strided along the columns is packed a block at a time.",
+        "#ifndef PYREE_PACK_K",
+        "#define PYREE_PACK_K 64",
+        "#endif",
+    ]
+    for knob in knobs:
+        lines += [f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})", f"#ifndef {knob.name}"]
+        if knob.wide_default is not None:  # built for 512-bit vectors (AVX-512): another default
+            lines += ["#if defined(__AVX512F__)", f"#define {knob.name} {knob.wide_default}", "#else"]
+        lines += [f"#define {knob.name} {knob.default}", *(["#endif"] if knob.wide_default is not None else []), "#endif"]
+    return lines + _VECTORIZE
+
+
+class _Emitter:
+    def __init__(self, k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: cgen.Buffer) -> None:
+        self.k, self.nest, self.plan, self.out = k, nest, plan, out
+        self.ctype = out.ctype if nest.reduction is None else cgen.c_type(nest.reduction.result.type, nest.reduction.op.name)
+        # While the reduction step is emitted with one reduction loop: loads strided along the
+        # columns, read from a packed panel instead (ctype, load expression, panel name).
+        self.packing: str | None = None  # the reduction loop's variable, when packing
+        self.packs: list[tuple[str, str, str]] = []
+
+    def line(self, indent: str, text: str) -> None:
+        self.k.lines.append(f"{indent}{text}")
+
+    def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
+        """A C name holding `value` at the point `coords`: a constant, the accumulator (the
+        reduction's result where the nest computes it), a stage's body evaluated there, or a
+        load from an input's buffer."""
+        key = (value, tuple(coords))
+        if key in memo:
+            return memo[key]
+        if value in self.k.scalars:
+            return self.k.scalars[value]
+        reduction = self.nest.reduction
+        if reduction is not None and value == reduction.result:
+            if acc is None or coords != at:
+                raise Unfused("the reduction's result is read at another point than the one being computed")
+            return acc
+        stage = self.nest.stages.get(value)
+        if stage is not None:
+            name = self.stage(stage, coords, indent, memo, acc, at)
+        else:
+            buffer = self.k.buffers.get(value)
+            if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
+                raise Unfused("a value that is neither an input, a constant nor computed by the nest")
+            name = self.k.fresh("a")
+            self.line(indent, f"const {buffer.ctype} {name} = {self._load(buffer, coords)};")
+        memo[key] = name
+        return name
+
+    def _load(self, buffer: cgen.Buffer, coords: list[str]) -> str:
+        """A load's expression. In the reduction step, a load whose address moves by more than one
+        element from column to column (a transposed weight: B[col][k]) and not with the row
+        reads a panel packed before the step, so the column loop stays contiguous and vectorizes."""
+        load = f"{buffer.pointer}[{cgen.linear_index(coords, buffer.dims)}]"
+        column = "(col0 + c)"
+        strided = any(column in coord for coord in coords[:-1])
+        # Packed only when the address depends on the column and the reduction step alone: the
+        # panel is filled for every (step, column) of the block, so it holds what the load reads.
+        by_row = re.search(r"\bat\d+\[r\]", " ".join(coords))
+        if self.packing is None or not strided or by_row or not re.search(rf"\b{self.packing}\b", " ".join(coords)):
+            return load
+        for _, expression, panel in self.packs:
+            if expression == load:
+                return f"{panel}[{self.packing} - kb][c]"
+        panel = f"panel{len(self.packs)}"
+        self.packs.append((buffer.ctype, load, panel))
+        return f"{panel}[{self.packing} - kb][c]"
+
+    def stage(
+        self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
+    ) -> str:
+        """The stage's body at `coords` (its loops' values); `out_arg`: what its output block argument reads."""
+        values: dict[Any, str] = {}
+        for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments)):
+            if not list(arg.uses):
+                continue
+            if n >= stage.n_ins and out_arg is not None:
+                values[arg] = out_arg
+            else:
+                values[arg] = self.value(operand, [_coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
+        yielded = None
+        for inner in stage.body.operations:
+            op = inner.operation
+            if op.name == "linalg.yield":
+                yielded = cgen._operand(self.k, values, op.operands[0], op.name)
+            else:
+                cgen._emit_body_op(self.k, op, values, indent, coords, [])
+        assert yielded is not None
+        return yielded
+
+    def emit(self, name: str, fields: list[cgen.Parameter], constants: list[Any]) -> None:
+        """The tile function (into the preamble, after the knobs) and the kernel's loop over its
+        workgroup's tiles (into the kernel's body), which calls it with constant sizes for a full
+        tile (so it unrolls and vectorizes) and with the edge's sizes otherwise: one body to edit."""
+        nest, plan = self.nest, self.plan
+        rows_knob, cols_knob = (knob.name for knob in plan.knobs)
+        passed = [f for f in fields if not f.name.endswith("_offset") and not f.name.startswith("workgroup_")]
+        params = ", ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in passed)
+        kernel_lines, self.k.lines = self.k.lines, []
+        for op in constants:
+            cgen.emit_constant(self.k, op)
+        self.tile(rows_knob, cols_knob, "  ")
+        tile_lines, self.k.lines = self.k.lines, kernel_lines
+        self.k.preamble += [
+            "",
+            f"// One tile of the result: rows row0 .. row0 + nr - 1 (at most {rows_knob}), columns col0 .. col0 + nc - 1",
+            f"// (at most {cols_knob}). A full tile is computed with the knobs' constant sizes (inlined), so it is",
+            "// unrolled and vectorized; the result's edge takes the same code with its own sizes.",
+            f"static inline __attribute__((always_inline)) void {name}_tile(\n    {params},\n    int64_t row0, int64_t col0, int64_t nr, int64_t nc) {{",
+            *tile_lines,
+            "}",
+        ]
+        call = ", ".join(f.name for f in passed)
+        row_sizes = [nest.sizes[d] for d in plan.row_loops]
+        rows = " * ".join(f"(int64_t){s}" for s in row_sizes) or "1"
+        self.k.lines += [
+            f"  // One nest ({', '.join(nest.kinds)} loops), in tiles; this workgroup computes its share of the row tiles.",
+            f"  const int64_t rows = {rows}, cols = {nest.sizes[plan.vector_loop]};",
+            f"  const int64_t row_tiles = (rows + {rows_knob} - 1) / {rows_knob};",
+            "  const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;",
+            "  const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;",
+            "  for (int64_t tile = first_tile; tile < end_tile; ++tile) {",
+            f"    const int64_t row0 = tile * {rows_knob};",
+            f"    const int64_t nr = rows - row0 < {rows_knob} ? rows - row0 : {rows_knob};",
+            f"    for (int64_t col0 = 0; col0 < cols; col0 += {cols_knob}) {{",
+            f"      const int64_t nc = cols - col0 < {cols_knob} ? cols - col0 : {cols_knob};",
+            f"      if (nr == {rows_knob} && nc == {cols_knob}) {{",
+            f"        {name}_tile({call}, row0, col0, {rows_knob}, {cols_knob});",
+            "      } else {",
+            f"        {name}_tile({call}, row0, col0, nr, nc);",
+            "      }",
+            "    }",
+            "  }",
+        ]
+
+    def tile(self, rows_knob: str, cols_knob: str, indent: str) -> None:
+        nest, plan = self.nest, self.plan
+        loops = ["0"] * len(nest.sizes)
+        for n, d in enumerate(plan.row_loops):
+            loops[d] = f"at{n}[r]"
+        loops[plan.vector_loop] = "(col0 + c)"
+        for d in plan.reduction_loops:
+            loops[d] = f"k{d}"
+        at = [loops[d] for d in nest.result_loops]
+        inner = indent
+        if plan.row_loops:
+            self.line(inner, f"int64_t {', '.join(f'at{n}[{rows_knob}]' for n in range(len(plan.row_loops)))};")
+            self.line(inner, "for (int64_t r = 0; r < nr; ++r) {")
+            self.line(inner, "  int64_t q = row0 + r;")
+            for n in reversed(range(len(plan.row_loops))):
+                size = nest.sizes[plan.row_loops[n]]
+                self.line(inner, f"  at{n}[r] = q % {size};" if n else f"  at{n}[r] = q;")
+                if n:
+                    self.line(inner, f"  q /= {size};")
+            self.line(inner, "}")
+        reduction = nest.reduction
+        if reduction is not None:
+            self.line(inner, f"{self.ctype} acc[{rows_knob}][{cols_knob}];")
+            init = reduction.op.operands[reduction.n_ins]
+            self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.value(init, at, body, {}, None, at)};")
+            if len(plan.reduction_loops) == 1:
+                self._packed_step(reduction, loops, at, plan.reduction_loops[0], cols_knob, inner)
+            else:
+                for d in plan.reduction_loops:
+                    self.line(inner, f"for (int64_t k{d} = 0; k{d} < {nest.sizes[d]}; ++k{d}) {{")
+                    inner += "  "
+                self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.stage(reduction, loops, body, {}, None, at, out_arg='acc[r][c]')};")
+                for _ in plan.reduction_loops:
+                    inner = inner[:-2]
+                    self.line(inner, "}")
+        acc = "acc[r][c]" if reduction is not None else None
+        out = self.out
+        store = f"{out.pointer}[{cgen.linear_index(at, out.dims)}]"
+        self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
+
+    def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:
+        """The reduction over its one loop, in blocks of PYREE_PACK_K steps (the IR's order kept):
+        each block first copies the strided loads' panel (PYREE_PACK_K x columns) contiguously."""
+        rows_knob = self.plan.knobs[0].name
+        var = f"k{d}"
+        step_lines, self.k.lines = self.k.lines, []
+        self.packing, self.packs = var, []
+        body = indent + "    "
+        self._over_tile(rows_knob, body, lambda inner: f"acc[r][c] = {self.stage(reduction, loops, inner, {}, None, at, out_arg='acc[r][c]')};")
+        self.packing = None
+        step, self.k.lines = self.k.lines, step_lines
+        size = self.nest.sizes[d]
+        self.line(indent, f"for (int64_t kb = 0; kb < {size}; kb += PYREE_PACK_K) {{")
+        self.line(indent, f"  const int64_t kn = {size} - kb < PYREE_PACK_K ? {size} - kb : PYREE_PACK_K;")
+        for ctype, load, panel in self.packs:
+            self.line(indent, f"  {ctype} {panel}[PYREE_PACK_K][{cols_knob}];  // strided along the columns: packed once a block")
+            self.line(indent, "  for (int64_t c = 0; c < nc; ++c) {")
+            self.line(indent, f"    for (int64_t {var} = kb; {var} < kb + kn; ++{var}) {panel}[{var} - kb][c] = {load};")
+            self.line(indent, "  }")
+        self.line(indent, f"  for (int64_t {var} = kb; {var} < kb + kn; ++{var}) {{")
+        self.k.lines += step
+        self.line(indent, "  }")
+        self.line(indent, "}")
+
+    def _over_tile(self, rows_knob: str, indent: str, statement: Any) -> None:
+        # The row loop runs to the knob, a constant, so it unrolls; an edge tile leaves early.
+        self.line(indent, "PYREE_ROWS")
+        self.line(indent, f"for (int64_t r = 0; r < {rows_knob}; ++r) {{")
+        self.line(indent, "  if (r >= nr) break;")
+        self.line(indent, "  PYREE_VECTORIZE")
+        self.line(indent, "  for (int64_t c = 0; c < nc; ++c) {")
+        body = indent + "    "
+        text = statement(body)  # emits the loads and scalar ops the statement needs first
+        self.line(body, text)
+        self.line(indent, "  }")
+        self.line(indent, "}")
+
+
+def _coordinate(expr: Any, coords: list[str]) -> str:
+    """An operand's coordinate from the stage's loop values; a loop alone is passed as it is
+    (so the reduction's result, read through an identity map, is recognised at its point)."""
+    loop = loopnest._loop_of(expr)
+    return coords[loop] if loop is not None else cgen.affine_c(expr, coords)
+
+
+def emit(k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[cgen.Parameter], constants: list[Any]) -> None:
+    """The nest as C: the knobs and the tile function into `k.preamble`, the loop over the
+    workgroup's tiles into `k.lines`. `k` holds the buffers; `constants` are the group's
+    scalar constant ops, defined in the tile function; `fields` the kernel's arguments."""
+    k.preamble = knob_lines(plan.knobs)
+    _Emitter(k, nest, plan, k.buffers[nest.result]).emit(name, fields, constants)
