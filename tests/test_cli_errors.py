@@ -18,7 +18,7 @@ def test_a_ptx_isa_that_is_not_major_minor(cli, tmp_path):
 
 
 def test_bench_compare_needs_two_modules(cli, system_module):
-    assert_clean_error(cli("bench", "--compare", system_module, "--function", "mixed_invocation"), "--compare takes two modules, got 1")
+    assert_clean_error(cli("bench", "--compare", system_module, "--function", "mixed_invocation"), "--compare takes two modules or more, got 1")
 
 
 def test_bench_needs_at_least_one_repetition(cli, system_module):
@@ -68,3 +68,23 @@ def test_in_process_run_with_an_element_type_numpy_lacks(system_module):
 
 def test_cuda_target_for_an_sm_that_is_not_a_number(cli):
     assert_clean_error(cli("cuda-target", "--sm", "hopper"), "'hopper' is not an sm", "--sm 80")
+
+
+def test_bench_compare_gives_each_side_its_own_plugins(cli, system_module, system_plugin, tmp_path):
+    """One module, its plugin on each side only (`M.vmfb:P.so`): each side runs (the module
+    cannot run without its plugin, so a side that did not load its own would fail), three
+    sides print every ratio to the first, and a side naming no plugin after ':' is refused."""
+    copy = tmp_path / "again.so"
+    copy.write_bytes(system_plugin.read_bytes())
+    sides = [f"{system_module}:{system_plugin}", f"{system_module}:{copy}", f"{system_module}:{system_plugin},{copy}"]
+    args = ["--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--rounds", "2", "--repetitions", "2"]
+    two = cli("bench", "--compare", *sides[:2], *args)
+    assert two.returncode == 0, two
+    assert f"A {system_module} with {system_plugin}: median" in two.stdout and f"B {system_module} with {copy}: median" in two.stdout
+    three = cli("bench", "--compare", *sides, *args)
+    assert three.returncode == 0, three
+    lines = three.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:3]] == ["1", "2", "3"] and "2/1 = " in lines[1] and "3/1 = " in lines[2], three.stdout
+    without = cli("bench", "--compare", str(system_module), f"{system_module}:{system_plugin}", *args)
+    assert without.returncode != 0 and "mixed_invocation" in without.stderr + without.stdout
+    assert_clean_error(cli("bench", "--compare", f"{system_module}:", str(system_module), *args), "names no plugin after ':'")

@@ -1,12 +1,13 @@
-"""Microbenchmarks with iree-benchmark-module: one module, or two compared side by side.
+"""Microbenchmarks with iree-benchmark-module: one module, or several compared side by side.
 
-A comparison alternates A and B for several rounds in one process tree, so drift in
-clock speed or load hits both alike, and reports the median of the per-round ratios
-with their spread.
+A comparison alternates its sides (a module, and the plugins that side alone loads) for
+several rounds in one process tree, so drift in clock speed or load hits all alike, and
+reports each side's median over the first's with the spread of the per-round ratios.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -62,14 +63,61 @@ class CompareResult:
     ratio_min: float  # spread: the smallest and largest B/A of one round
     ratio_max: float
     rounds: int
+    a_plugins: tuple[str, ...] = ()  # each side's own plugins (besides those both load)
+    b_plugins: tuple[str, ...] = ()
 
     def render(self) -> str:
         return (
-            f"A {self.a}: median {_fmt(self.a_median_ms)}\n"
-            f"B {self.b}: median {_fmt(self.b_median_ms)}\n"
+            f"A {_side(self.a, self.a_plugins)}: median {_fmt(self.a_median_ms)}\n"
+            f"B {_side(self.b, self.b_plugins)}: median {_fmt(self.b_median_ms)}\n"
             f"B/A = {self.ratio:.3f}  (median B / median A; per-round B/A {self.ratio_min:.3f} to {self.ratio_max:.3f}, "
             f"{self.rounds} rounds)"
         )
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: a module and the plugins only it loads, with its times."""
+
+    module: Path
+    plugins: tuple[str, ...] = ()
+    median_ms: float = 0.0
+    ratio: float = 1.0  # median / the first side's median
+    ratio_min: float = 1.0  # the smallest and largest per-round ratio to the first side
+    ratio_max: float = 1.0
+
+
+@dataclass(frozen=True)
+class ManyResult:
+    """An N-way comparison: every side's median and its ratio to the first's."""
+
+    sides: list[Side]
+    rounds: int
+
+    def render(self) -> str:
+        lines = []
+        for k, side in enumerate(self.sides, 1):
+            line = f"{k} {_side(side.module, side.plugins)}: median {_fmt(side.median_ms)}"
+            if k > 1:
+                line += f"  {k}/1 = {side.ratio:.3f}  (per round {side.ratio_min:.3f} to {side.ratio_max:.3f})"
+            lines.append(line)
+        return "\n".join([*lines, f"each ratio is a median over the first's; {self.rounds} rounds, the sides in turn in each"])
+
+
+def _side(module: Path, plugins: Sequence[str]) -> str:
+    return f"{module}" + (f" with {', '.join(plugins)}" if plugins else "")
+
+
+def parse_side(text: str) -> tuple[str, list[str]]:
+    """`M.vmfb` or `M.vmfb:P1.so[,P2.so]`: a module and the plugins that side alone loads. A
+    module whose own path holds a ':' is taken whole when it exists as written."""
+    module, sep, plugins = text.partition(":")
+    if not sep or os.path.exists(text):
+        return text, []
+    named = [p for p in plugins.split(",") if p]
+    if not named:
+        raise PyreeError(f"'{text}' names no plugin after ':'", fix="write MODULE.vmfb:PLUGIN.so[,PLUGIN2.so], or the module alone")
+    return module, named
 
 
 def summarize(a: PathLike, b: PathLike, a_times: Sequence[float], b_times: Sequence[float]) -> CompareResult:
@@ -189,6 +237,8 @@ def compare(
     *,
     inputs: Sequence[str] = (),
     plugins: Sequence[PathLike] = (),
+    plugins_a: Sequence[PathLike] = (),
+    plugins_b: Sequence[PathLike] = (),
     device: str = "local-sync",
     repetitions: int = 3,
     rounds: int = 5,
@@ -196,17 +246,61 @@ def compare(
     skip_unavailable: bool = False,
     timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
 ) -> CompareResult:
-    """Alternate A and B `rounds` times; the ratio B/A of their medians, per round."""
+    """Alternate A and B `rounds` times; the ratio B/A of their medians, per round. `plugins`
+    load on both sides, `plugins_a` / `plugins_b` on one only (one module and two plugins: an
+    A/B of two builds of a kernel)."""
+    a_times, b_times = _alternate([(a, plugins_a), (b, plugins_b)], function, inputs, plugins, device, repetitions, rounds, min_time,
+                                  skip_unavailable, timeout)  # fmt: skip
+    result = summarize(a, b, a_times, b_times)
+    return dataclasses.replace(result, a_plugins=tuple(str(p) for p in plugins_a), b_plugins=tuple(str(p) for p in plugins_b))
+
+
+def compare_many(
+    sides: Sequence[tuple[PathLike, Sequence[PathLike]]],
+    function: str | None = None,
+    *,
+    inputs: Sequence[str] = (),
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    repetitions: int = 3,
+    rounds: int = 5,
+    min_time: float = 0.1,
+    skip_unavailable: bool = False,
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
+) -> ManyResult:
+    """Each side (a module, the plugins it alone loads) timed in turn, `rounds` times; every
+    side's median and its ratio to the first side's."""
+    if len(sides) < 2:
+        raise PyreeError(f"a comparison takes at least two sides, got {len(sides)}", fix="pyree-build bench --compare A.vmfb B.vmfb ...")
+    times = _alternate(sides, function, inputs, plugins, device, repetitions, rounds, min_time, skip_unavailable, timeout)
+    first = statistics.median(times[0])
+    if first <= 0:
+        raise PyreeError("the first side measured no time", file=sides[0][0])
+    out = []
+    for (module, own), t in zip(sides, times):
+        per_round = [x / f for f, x in zip(times[0], t) if f > 0]
+        median = statistics.median(t)
+        out.append(Side(Path(module), tuple(str(p) for p in own), median, median / first, min(per_round), max(per_round)))
+    return ManyResult(out, rounds)
+
+
+def _alternate(
+    sides: Sequence[tuple[PathLike, Sequence[PathLike]]], function: str | None, inputs: Sequence[str], plugins: Sequence[PathLike],
+    device: str, repetitions: int, rounds: int, min_time: float, skip_unavailable: bool, timeout: float | None,
+) -> list[list[float]]:  # fmt: skip
+    """Each side's time (the sum of its benchmarks' medians) in each round, the sides in turn
+    within a round, so drift in clock speed or load reaches all of them alike."""
     if rounds < 1:
         raise PyreeError("--rounds must be at least 1", fix="pass --rounds 5, for example")
-    require_file(a, "module A")
-    require_file(b, "module B")
+    for k, (module, own) in enumerate(sides):
+        require_file(module, f"module {'AB'[k] if len(sides) == 2 else k + 1}")
+        for plugin in own:
+            require_file(plugin, "plugin")
     require_device(device, skip_unavailable=skip_unavailable)
-    a_times: list[float] = []
-    b_times: list[float] = []
+    times: list[list[float]] = [[] for _ in sides]
     for _ in range(rounds):
-        for module, times in ((a, a_times), (b, b_times)):
-            result = bench(module, function, inputs=inputs, plugins=plugins, device=device, repetitions=repetitions, min_time=min_time,
-                           timeout=timeout)  # fmt: skip
-            times.append(sum(t.median_ms for t in result.timings))
-    return summarize(a, b, a_times, b_times)
+        for (module, own), side_times in zip(sides, times):
+            result = bench(module, function, inputs=inputs, plugins=[*plugins, *own], device=device, repetitions=repetitions,
+                           min_time=min_time, timeout=timeout)  # fmt: skip
+            side_times.append(sum(t.median_ms for t in result.timings))
+    return times

@@ -102,9 +102,14 @@ def bench_command(a: argparse.Namespace) -> None:
         skip_unavailable=a.skip_unavailable, timeout=_timeout(a),
     )  # fmt: skip
     if a.compare:
-        if len(a.modules) != 2:
-            raise PyreeError(f"--compare takes two modules, got {len(a.modules)}", fix="pyree-build bench --compare A.vmfb B.vmfb ...")
-        print(_bench.compare(a.modules[0], a.modules[1], rounds=a.rounds, **common).render())
+        if len(a.modules) < 2:
+            raise PyreeError(f"--compare takes two modules or more, got {len(a.modules)}", fix="pyree-build bench --compare A.vmfb B.vmfb ...")
+        sides = [_bench.parse_side(m) for m in a.modules]
+        if len(sides) == 2:
+            (module_a, own_a), (module_b, own_b) = sides
+            print(_bench.compare(module_a, module_b, plugins_a=own_a, plugins_b=own_b, rounds=a.rounds, **common).render())
+        else:
+            print(_bench.compare_many(sides, rounds=a.rounds, **common).render())
         return
     if len(a.modules) != 1:
         raise PyreeError(f"bench takes one module, got {len(a.modules)}", fix="pass one module, or --compare A.vmfb B.vmfb")

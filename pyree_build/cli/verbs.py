@@ -213,7 +213,14 @@ BENCH = Verb(
     "microbenchmark a module with iree-benchmark-module; --compare A B for a ratio",
     options=(
         Option(("modules",), {"nargs": "+", "metavar": "MODULE.vmfb"}),
-        Option(("--compare",), {"action": "store_true", "help": "measure two modules interleaved and print the ratio B/A"}),
+        Option(
+            ("--compare",),
+            {
+                "action": "store_true",
+                "help": "measure two or more sides interleaved and print each one's ratio to the "
+                "first; a side is MODULE.vmfb or MODULE.vmfb:PLUGIN.so[,PLUGIN2.so] (plugins only that side loads)",
+            },
+        ),
         Option(("--function",), {"default": None, "help": "the function to time (default: every function, as for dumped benchmarks)"}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC"}),
         Option(("--plugin",), {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH"}),
@@ -225,11 +232,14 @@ BENCH = Verb(
     ),
     description=(
         "Time a module's function with iree-benchmark-module and print mean and median; with "
-        "--compare, time two modules alternately and print the ratio of their medians B/A."
+        "--compare, time two modules (or more) alternately and print the ratio of their medians B/A "
+        "(each side's to the first's); MODULE.vmfb:PLUGIN.so gives a side plugins of its own, so one "
+        "module can compare two builds of a kernel."
     ),
     examples=(
         "pyree-build bench build/example.vmfb --function mixed_invocation --input 8xf32=2 --input 8xf32=4 --plugin build/plugin.so\n"
-        "pyree-build bench --compare build/original.vmfb build/edited.vmfb --function main --input 4x4xf32=1 --input 4x4xf32=2"
+        "pyree-build bench --compare build/original.vmfb build/edited.vmfb --function main --input 4x4xf32=1 --input 4x4xf32=2\n"
+        "pyree-build bench --compare m.vmfb:old.so m.vmfb:new.so m.vmfb:tuned.so --function main --input 4x4xf32=1"
     ),
 )
 

@@ -33,13 +33,21 @@ typedef struct {
 } fc1_relu_args_t;
 
 // Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value.
+// Reduction steps per block: a load strided along the columns is packed a block at a time.
+#ifndef PYREE_PACK_K
+#define PYREE_PACK_K 64
+#endif
 // pyree-tune: PYREE_TILE_ROWS=2,4,6,8  (result rows one register block accumulates)
 #ifndef PYREE_TILE_ROWS
 #define PYREE_TILE_ROWS 8
 #endif
 // pyree-tune: PYREE_TILE_COLS=8,16,32,64  (result columns (the contiguous loop) of one register block)
 #ifndef PYREE_TILE_COLS
+#if defined(__AVX512F__)
+#define PYREE_TILE_COLS 64
+#else
 #define PYREE_TILE_COLS 32
+#endif
 #endif
 // Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows
 // of a tile (PYREE_ROWS) are not: the compiler unrolls them, keeping the accumulator in registers.
@@ -75,17 +83,20 @@ static inline __attribute__((always_inline)) void fc1_relu_tile(
       acc[r][c] = c1;
     }
   }
-  for (int64_t k2 = 0; k2 < in0_d1; ++k2) {
-    PYREE_ROWS
-    for (int64_t r = 0; r < PYREE_TILE_ROWS; ++r) {
-      if (r >= nr) break;
-      PYREE_VECTORIZE
-      for (int64_t c = 0; c < nc; ++c) {
-        const float a2 = in0[(at0[r] * in0_d1 + k2)];
-        const float a3 = in1[(k2 * in1_d1 + (col0 + c))];
-        const float v4 = (float)(a2 * a3);
-        const float v5 = (float)(acc[r][c] + v4);
-        acc[r][c] = v5;
+  for (int64_t kb = 0; kb < in0_d1; kb += PYREE_PACK_K) {
+    const int64_t kn = in0_d1 - kb < PYREE_PACK_K ? in0_d1 - kb : PYREE_PACK_K;
+    for (int64_t k2 = kb; k2 < kb + kn; ++k2) {
+      PYREE_ROWS
+      for (int64_t r = 0; r < PYREE_TILE_ROWS; ++r) {
+        if (r >= nr) break;
+        PYREE_VECTORIZE
+        for (int64_t c = 0; c < nc; ++c) {
+          const float a2 = in0[(at0[r] * in0_d1 + k2)];
+          const float a3 = in1[(k2 * in1_d1 + (col0 + c))];
+          const float v4 = (float)(a2 * a3);
+          const float v5 = (float)(acc[r][c] + v4);
+          acc[r][c] = v5;
+        }
       }
     }
   }
