@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import itertools
 import json
+import math
 import os
 import platform
 import re
@@ -368,17 +369,22 @@ def measure(plan: Plan, plugin: PathLike) -> list[float]:
     samples: list[float] = []
     deadline = time.monotonic() + plan.budget
     while len(samples) < plan.max_rounds:
-        with echo.muted_commands():
-            result = bench_action.bench(
-                plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device,
-                repetitions=plan.repetitions, min_time=plan.min_time, timeout=plan.timeout,
-            )  # fmt: skip
-        samples.append(sum(t.median_ms for t in result.timings))
+        samples.append(_one_round(plan, plugin))
         if len(samples) >= 3 and spread_of(samples[-3:]) <= plan.spread:
             break
         if time.monotonic() >= deadline:
             break
     return samples
+
+
+def _one_round(plan: Plan, plugin: PathLike) -> float:
+    """One benchmark round: the median of `repetitions`, in ms (summed over the function's benchmarks)."""
+    with echo.muted_commands():
+        result = bench_action.bench(
+            plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device,
+            repetitions=plan.repetitions, min_time=plan.min_time, timeout=plan.timeout,
+        )  # fmt: skip
+    return sum(t.median_ms for t in result.timings)
 
 
 def measure_variant(plan: Plan, variant: Variant) -> Variant:
@@ -400,6 +406,65 @@ def ranked(variants: Sequence[Variant]) -> list[Variant]:
     return good + [v for v in variants if v not in good]
 
 
+def median_interval(samples: Sequence[float]) -> tuple[float, float]:
+    """A distribution-free ~99% interval of the median of `samples`: the order statistics k and
+    n + 1 - k with k = (n - 2.58 sqrt(n)) / 2. It narrows as rounds are added (min - max never
+    does), and assumes nothing of the noise's shape, which on a loaded machine is anything;
+    99%, not 95%: a choice is made among many pairs, and a false "apart" changes the winner."""
+    ordered = sorted(samples)
+    k = max(0, int((len(ordered) - 2.58 * math.sqrt(len(ordered))) / 2))
+    return ordered[k], ordered[len(ordered) - 1 - k]
+
+
+def clearly_faster(a: Variant, b: Variant) -> bool:
+    """`a`'s median is below `b`'s beyond what the rounds' noise allows (the intervals are apart)."""
+    return median_interval(a.samples_ms)[1] < median_interval(b.samples_ms)[0]
+
+
+def choose(variants: Sequence[Variant]) -> tuple[Variant | None, list[Variant]]:
+    """The winner and the variants it cannot be told apart from. The winner is the first
+    variant, in the order declared (the simplest first), that no other is clearly faster than:
+    among variants whose times overlap, noise would pick a different one each run, the declared
+    order picks the same one. There is always one (the variant whose interval starts lowest)."""
+    measured = [v for v in variants if v.status == "ok" and v.samples_ms]
+    for v in measured:
+        if not any(clearly_faster(o, v) for o in measured if o is not v):
+            return v, [o for o in measured if o is not v and not clearly_faster(v, o)]
+    return None, []
+
+
+def separate(plan: Plan, variants: Sequence[Variant]) -> None:
+    """More rounds, the contenders in turn, while the winner cannot be told apart from a variant
+    whose median is lower (more rounds narrow both intervals), until they separate, or the
+    rounds (--max-rounds more) or the budget (--budget seconds) are spent."""
+    deadline = time.monotonic() + plan.budget
+    for _ in range(plan.max_rounds):
+        winner, tied = choose(variants)
+        faster = [v for v in tied if winner is not None and v.median_ms < winner.median_ms]
+        if winner is None or not faster or time.monotonic() >= deadline:
+            return
+        for v in (winner, *faster):
+            assert v.plugin is not None
+            try:
+                v.samples_ms.append(_one_round(plan, v.plugin))
+            except PyreeError as error:
+                v.status, v.reason = classify(error), f"in the benchmark: {error.what}"
+                return
+
+
+def choice_line(variants: Sequence[Variant]) -> str:
+    """How sure the choice is, in words."""
+    winner, tied = choose(variants)
+    if winner is None:
+        return "chosen: none"
+    if not tied:
+        return f"chosen: {winner.label}: clearly faster than every other variant (the intervals of the medians are apart)"
+    return (
+        f"chosen: {winner.label}: a tie with {', '.join(v.label for v in tied)} (the intervals of their medians overlap, "
+        "so noise cannot tell them apart); the first declared of them wins, the same one every run"
+    )
+
+
 def render(variants: Sequence[Variant]) -> str:
     """The table: rank, variant, median, min - max, rounds; rejected variants with the reason."""
     rows = ranked(variants)
@@ -411,6 +476,8 @@ def render(variants: Sequence[Variant]) -> str:
     for v in rows:
         if v.status != "ok" or not v.samples_ms:
             lines.append(f"{'-':<5} {v.label:<{width}} {v.status.upper()}: {v.reason.splitlines()[0] if v.reason else 'not measured'}")
+    if any(v.status == "ok" and v.samples_ms for v in rows):
+        lines.append(choice_line(variants))
     return "\n".join(lines)
 
 
@@ -444,6 +511,7 @@ def best_record(plan: Plan, variants: Sequence[Variant], best: Variant) -> dict[
             "machine": platform.machine(),
             "host": platform.node(),
         },  # fmt: skip
+        "choice": {"tied_with": [v.label for v in choose(variants)[1]], "clear": not choose(variants)[1]},
         "variants": [_variant_record(v) for v in ranked(variants)],
     }
 
@@ -475,6 +543,8 @@ def _sweep_locally(plan: Plan, variants: list[Variant], directory: Path, expecte
         if v.status == "ok":
             with echo.Stopwatch(f"benchmark {v.label}"), _quiet_steps():
                 measure_variant(plan, v)
+    with _quiet_steps():
+        separate(plan, variants)
 
 
 def _require_ray() -> None:
@@ -588,8 +658,9 @@ def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: st
 def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[numpy.ndarray], cases: Sequence[Case]) -> Variant | None:
     """The fastest variant that is still right when checked again after its benchmark (a
     kernel can go wrong after many calls); one that is not is marked wrong and the next tried."""
-    for best in ranked(variants):
-        if best.status != "ok" or not best.samples_ms:
+    while True:
+        best, _ = choose(variants)
+        if best is None:
             return None
         if best.plugin is None or not Path(best.plugin).is_file():  # built on another node (Ray): checked there
             return best
@@ -597,7 +668,6 @@ def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[nump
         if status == "ok":
             return best
         best.status, best.reason = status, f"after its benchmark: {why}"
-    return None
 
 
 def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = ()) -> TuneResult:
