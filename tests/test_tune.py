@@ -5,8 +5,10 @@ chosen variant built by `tune --apply`, by pb.tune.build_tuned and by CMake's TU
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -250,3 +252,24 @@ def test_onnx_without_inputs_draws_them_as_verify_does(kernel, system_module, tm
     drawn = sorted((tmp_path / "best.variants" / "inputs").glob("input_*.npy"))
     assert [p.name for p in drawn] == ["input_0.npy", "input_1.npy"]
     assert np.abs(np.load(drawn[0])).max() > 1.0  # the wide draw, not floats in [-1, 1]
+
+
+def test_a_tune_result_is_kept_while_its_content_is_the_same(system_module, tmp_path):
+    """A build re-runs `tune` when a source's time changes (`touch`): the sweep is not run again
+    while the sources, module and settings are the same bytes; an edit tunes again."""
+    kernel = write_kernel(tmp_path)
+    out = tmp_path / "best.json"
+    args = tune_args(kernel, system_module, out, "1,2")
+    first = run_cli(*args)
+    assert first.returncode == 0, first
+    tuned = out.read_bytes()
+    os.utime(kernel, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    again = run_cli(*args)
+    assert again.returncode == 0 and "is up to date" in again.stdout and "not tuned again" in again.stdout, again
+    assert out.read_bytes() == tuned
+    kernel.write_text(kernel.read_text(encoding="utf-8") + "\n/* edited */\n", encoding="utf-8")
+    edited = run_cli(*args)
+    assert edited.returncode == 0 and "is up to date" not in edited.stdout, edited
+    assert json.loads(out.read_text())["key"] != json.loads(tuned)["key"]
+    other = run_cli(*tune_args(kernel, system_module, out, "1,2,4"))
+    assert other.returncode == 0 and "is up to date" not in other.stdout, other

@@ -121,8 +121,10 @@ class TuneResult:
     best: Variant | None
     output: Path | None
 
+    note: str = ""  # set when nothing was tuned: why
+
     def render(self) -> str:
-        return render(self.variants)
+        return self.note or render(self.variants)
 
 
 def parse_params(params: Mapping[str, object] | str | Iterable[str]) -> dict[str, list[str]]:
@@ -590,6 +592,14 @@ def tune(
     with `// pyree-tune: NAME=V1,V2`), check, benchmark; write `output` (best.json)."""
     parsed = parse_params(params) if params else _declared_or_refuse(sources)
     out = Path(output)
+    key = _content_key(sources, include_dirs, parsed, module, reference, onnx, dict(
+        function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
+        defines=list(defines), device=device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds,
+        repetitions=repetitions,
+    ))  # fmt: skip
+    done = _up_to_date(out, key)
+    if done is not None:
+        return done
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
     if onnx is not None and not inputs and not expect_output and reference is None:
         inputs = drawn_inputs(onnx, directory / "inputs")
@@ -606,7 +616,7 @@ def tune(
         _tune_ray.sweep(plan, variants, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
     else:
         _sweep_locally(plan, variants, directory, expected, jobs, cases)
-    result = _finish(plan, variants, out, expected, cases)
+    result = _finish(plan, variants, out, expected, cases, key)
     if depfile is not None:  # CMake: a changed source, header, module or reference tunes again
         inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
         files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
@@ -670,7 +680,36 @@ def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[nump
         best.status, best.reason = status, f"after its benchmark: {why}"
 
 
-def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = ()) -> TuneResult:
+def _content_key(sources: Sequence[PathLike], include_dirs: Sequence[PathLike], params: Mapping[str, Sequence[str]], module: PathLike,
+                 reference: PathLike | None, onnx: PathLike | None, settings: Mapping[str, object]) -> str:  # fmt: skip
+    """What a tune's result depends on, by content: the sources and the headers they include,
+    the module, the reference, the parameters and every setting. Equal keys: the same sweep."""
+    named = [*map(Path, sources), *included_files(map(Path, sources), [os.fspath(d) for d in include_dirs]), Path(module)]
+    named += [Path(r) for r in (reference, onnx) if r is not None and Path(r).is_file()]
+    digest = hashlib.sha256(json.dumps({"params": params, "settings": settings, "reference": os.fspath(reference or "")}, sort_keys=True,
+                                       default=str).encode())  # fmt: skip
+    for path in named:
+        digest.update(f"\0{path.name}\0{_sha256(path) if path.is_file() else '-'}".encode())
+    return digest.hexdigest()
+
+
+def _up_to_date(out: Path, key: str) -> TuneResult | None:
+    """The result already at `out` when it was tuned from the same content (a `touch` of a source
+    re-runs the command in a build, not the sweep); its time is renewed so the build is satisfied."""
+    try:
+        record = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("key") != key or not isinstance(record.get("winner"), dict):
+        return None
+    os.utime(out)
+    best = Variant(dict(record["winner"].get("params", {})), status="ok")
+    note = f"{out} is up to date: tuned from these same sources, module and settings; not tuned again (best {best.label})"
+    return TuneResult([best], best, out, note)
+
+
+def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = (),
+            key: str = "") -> TuneResult:  # fmt: skip
     best = _recheck_winner(plan, variants, expected, cases)
     rows = ranked(variants)
     if best is None:
@@ -681,7 +720,7 @@ def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[n
             fix="fix the kernel (each variant's reason is above), or check the reference",
         )
     with files.atomic_output(out) as tmp:
-        tmp.write_text(json.dumps(best_record(plan, variants, best), indent=2) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps({**best_record(plan, variants, best), "key": key}, indent=2) + "\n", encoding="utf-8")
     return TuneResult(rows, best, out)
 
 
