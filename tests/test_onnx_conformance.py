@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_cli
 
 pytest.importorskip("onnx", reason="the node tests' data is written by onnx's own tool: pip install pyree_build[onnx]")
 pytest.importorskip("onnxruntime", reason="pyree-build import needs pyree_build[onnx]")
@@ -121,3 +121,27 @@ def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records
         pb.replace(mlir, tmp_path / "k", ops=[first["index"], second["index"]], imports=["a", "b"])
     assert "never be called" in refused.value.what and "list only one" in (refused.value.fix or "")
     assert not (tmp_path / "k").exists()
+
+
+def test_a_group_whose_ops_another_listed_groups_matcher_takes_is_refused_before_anything_is_written(tmp_path):
+    # GRU: a fill + transpose + matmul + add group's matcher also matches at a third site, made
+    # of a lone transpose (a group of its own) and ops of a group that cannot be replaced. In
+    # one spec the larger import takes the transpose and the smaller is never called (in
+    # either order, each matcher takes parts of the other's sites): `replace` counts the calls
+    # the spec places and refuses; each group alone is still placed.
+    import pyree_build as pb
+
+    data = _harness().generate_data(tmp_path / "node", "^test_gru_batchwise$")
+    mlir = pb.import_onnx(data / "test_gru_batchwise" / "model.onnx", tmp_path / "gru.mlir")
+    groups = pb.ops(mlir)
+    lone = [g.index for g in groups if g.replaceable and g.ops == ["linalg.transpose"] and [t.type for t in g.results] == ["tensor<6x6xf32>"]]
+    larger = [g.index for g in groups if g.replaceable and g.same_as is None and "linalg.matmul" in g.ops and "linalg.transpose" in g.ops]
+    assert lone and larger, [(g.index, g.ops, g.results) for g in groups]
+    with pytest.raises(pb.PyreeError) as refused:
+        pb.replace(mlir, tmp_path / "both", ops=[larger[0], lone[0]], imports=["big", "small"])
+    assert "'small' would never be called" in refused.value.what and "'small' x0" in (refused.value.details or ""), refused.value
+    assert not (tmp_path / "both").exists()
+    pb.replace(mlir, tmp_path / "alone", ops=[lone[0]], imports=["small"])
+    compiled = run_cli("compile", mlir, "-o", tmp_path / "alone" / "m.vmfb", "--transform-spec", tmp_path / "alone" / "spec.mlir",
+                       "--expect-import", "small")  # fmt: skip
+    assert compiled.returncode == 0, compiled

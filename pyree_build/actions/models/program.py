@@ -50,6 +50,20 @@ def spec_view_text(source: PathLike) -> str:
         return out.read_text(encoding="utf-8")
 
 
+def after_spec(source: PathLike, spec_text: str) -> str:
+    """The program `source` after a transform spec's phase (preprocessing), with `spec_text`
+    applied: where the spec placed its calls, before IREE optimizes anything away."""
+    src = require_file(source, "program").resolve()
+    with tempfile.TemporaryDirectory(prefix="pyree-placed.") as scratch:
+        spec_file, out = Path(scratch) / "spec.mlir", Path(scratch) / "placed.mlir"
+        spec_file.write_text(spec_text, encoding="utf-8")
+        argv = [str(toolchain.iree_compile().path), str(src), "--compile-to=preprocessing", *_TARGET_FLAGS,
+                f"--iree-preprocessing-transform-spec-filename={spec_file}", "-o", str(out)]  # fmt: skip
+        processes.spawn(argv, what="iree-compile (where the generated spec places each call)", file=src,
+                        fix="report this: the generated spec should apply to the program it was generated from")  # fmt: skip
+        return out.read_text(encoding="utf-8")
+
+
 def parse(text: str, *, generalize: bool = False) -> Any:
     """The module parsed in a fresh context, as a generated spec's matchers see it: after the
     spec's first step, which clones the scalar constants linalg bodies use into them

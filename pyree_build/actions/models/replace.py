@@ -209,6 +209,8 @@ def replace(
         "work is a call of the import; `pyree-build compile --expect-import NAME` proves the call is there.",
     ]
     files = {"spec.mlir": spec.spec_text([g.replacement for g in made], header=header, embedded=kind == "embedded")}
+    if len(made) > 1:
+        _check_all_placed(src, files["spec.mlir"], made)
     for g in made:
         files[f"{g.replacement.name}.c"] = g.c_source
     out = as_path(output_dir, "output directory")
@@ -235,6 +237,23 @@ def _check_distinct(made: list[Generated]) -> None:
                 f"so import '{a.name}' would replace both and '{b.name}' would never be called",
                 fix=f"list only one of them (each import replaces every match of its group); `pyree-build ops` marks group {b.group.index} 'same as #{a.group.index}'",
             )
+
+
+def _check_all_placed(src: Path, spec_text: str, made: list[Generated]) -> None:
+    """Every import of a spec that replaces several groups is placed: one group's matcher can
+    also match ops of another listed group (the same ops on the same types, there made of
+    parts of two groups), and whichever matcher runs first takes them, in any order. The
+    program is compiled to the spec's phase and each import's calls counted."""
+    placed = program.after_spec(src, spec_text)
+    calls = {g.replacement.name: len(re.findall(rf"util\.call @{re.escape(g.replacement.name)}_call\(", placed)) for g in made}
+    never = [g for g in made if calls[g.replacement.name] == 0]
+    if never:
+        counts = ", ".join(f"'{name}' x{n}" for name, n in calls.items())
+        raise PyreeError(
+            f"import '{never[0].replacement.name}' would never be called: another listed group's matcher also matches its group's ops, and takes them first",
+            details=f"calls the spec places: {counts}",
+            fix="replace that group in a spec of its own (another `replace` run and compile), or leave it out",
+        )
 
 
 def _check_names(ops: list[merge.Request], imports: list[str], kind: str) -> None:
