@@ -75,3 +75,15 @@ def test_the_report_says_whether_the_choice_is_a_tie():
     assert "a tie with K=1" in tune.choice_line(tied) and "chosen: K=0" in tune.choice_line(tied)
     clear = _variants([[2.0, 2.1, 2.2], [1.0, 1.01, 1.02]])
     assert tune.choice_line(clear).startswith("chosen: K=1: clearly faster")
+
+
+def test_the_table_puts_the_choice_first_and_says_the_same_in_any_order():
+    """The table's first row is the variant best.json names, and its `chosen:` line agrees,
+    whatever order the variants are handed over in (the table's own order is by median)."""
+    variants = _variants([[1.1, 1.2, 1.15], [1.0, 1.25, 1.05]])  # K=1 has the lower median; they overlap
+    for k, v in enumerate(variants):
+        v.order = k
+    for handed in (variants, variants[::-1], tune.ranked(variants)):
+        assert [v.label for v in tune.ranked(handed)] == ["K=0", "K=1"]
+        assert tune.choice_line(handed).startswith("chosen: K=0: a tie with K=1")
+        assert tune.render(handed).splitlines()[1].split()[:2] == ["1", "K=0"]

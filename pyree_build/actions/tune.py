@@ -95,6 +95,7 @@ class Variant:
     samples_ms: list[float] = field(default_factory=list)
     plugin: str | None = None
     node: str | None = None
+    order: int = 0  # its place in the order declared: among variants noise cannot tell apart, the first wins
 
     @property
     def flags(self) -> list[str]:
@@ -180,7 +181,7 @@ def declared_params(sources: Sequence[PathLike] | PathLike) -> dict[str, list[st
 def variants_of(params: Mapping[str, Sequence[str]]) -> list[Variant]:
     """Every combination of the values (the cartesian product), in the order given."""
     names = list(params)
-    return [Variant(dict(zip(names, values))) for values in itertools.product(*(params[n] for n in names))]
+    return [Variant(dict(zip(names, values)), order=k) for k, values in enumerate(itertools.product(*(params[n] for n in names)))]
 
 
 def _sha256(path: Path) -> str:
@@ -403,8 +404,10 @@ def _fmt(ms: float) -> str:
 
 
 def ranked(variants: Sequence[Variant]) -> list[Variant]:
-    """Measured variants by median time, then the rejected in their given order."""
-    good = sorted((v for v in variants if v.status == "ok" and v.samples_ms), key=lambda v: v.median_ms)
+    """The chosen variant (choose), the other measured ones by median time, then the rejected in
+    their given order."""
+    winner, _ = choose(variants)
+    good = sorted((v for v in variants if v.status == "ok" and v.samples_ms), key=lambda v: (v is not winner, v.median_ms))
     return good + [v for v in variants if v not in good]
 
 
@@ -428,7 +431,7 @@ def choose(variants: Sequence[Variant]) -> tuple[Variant | None, list[Variant]]:
     variant, in the order declared (the simplest first), that no other is clearly faster than:
     among variants whose times overlap, noise would pick a different one each run, the declared
     order picks the same one. There is always one (the variant whose interval starts lowest)."""
-    measured = [v for v in variants if v.status == "ok" and v.samples_ms]
+    measured = sorted((v for v in variants if v.status == "ok" and v.samples_ms), key=lambda v: v.order)
     for v in measured:
         if not any(clearly_faster(o, v) for o in measured if o is not v):
             return v, [o for o in measured if o is not v and not clearly_faster(v, o)]
@@ -594,11 +597,8 @@ def tune(
     out = Path(output)
     key = _content_key(sources, include_dirs, parsed, module, reference, onnx, dict(
         function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
-        defines=list(defines), device=device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds,
-        repetitions=repetitions,
-    ))  # fmt: skip
-    done = _up_to_date(out, key)
-    if done is not None:
+        defines=list(defines), device=device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds, repetitions=repetitions))  # fmt: skip
+    if (done := _up_to_date(out, key)) is not None:
         return done
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
     if onnx is not None and not inputs and not expect_output and reference is None:
@@ -617,10 +617,15 @@ def tune(
     else:
         _sweep_locally(plan, variants, directory, expected, jobs, cases)
     result = _finish(plan, variants, out, expected, cases, key)
-    if depfile is not None:  # CMake: a changed source, header, module or reference tunes again
-        inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
-        files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in (reference, onnx) if r is not None)])
+    if depfile is not None:
+        _write_depfile(depfile, out, plan, [r for r in (reference, onnx) if r is not None])
     return result
+
+
+def _write_depfile(depfile: PathLike, out: Path, plan: Plan, references: Sequence[PathLike]) -> None:
+    """CMake: a changed source, header, module or reference tunes again (unless its bytes are the same: _up_to_date)."""
+    inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
+    files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in references)])
 
 
 def tolerance(rtol: float | None, atol: float | None, expected: Sequence[numpy.ndarray], *, computed: bool) -> tuple[float, float]:
