@@ -106,3 +106,32 @@ def test_a_forked_child_can_start_tools_of_its_own():
         """
     )
     assert out == "from the child\n", out
+
+
+def test_a_stop_between_a_fork_and_its_registration_still_ends_the_tool():
+    """SIGTERM arrives (here: is sent) after the tool is forked and before it is registered: the
+    stop handler raised there, out of the spawn, and the tool ran on with nothing to end it."""
+    out = _run(
+        """
+        import os, signal, time
+        from pyree_build.core import processes
+        started = []
+        real_register = processes._register
+        def register_after_a_stop(pgid, name):
+            started.append(pgid)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the handler runs meanwhile, between two bytecodes
+            real_register(pgid, name)
+        processes._register = register_after_a_stop
+        outcome = "returned"
+        try:
+            with processes.stop_on_signals():
+                processes.spawn(["sleep", "30"], what="a long tool")
+        except processes.Stopped:
+            outcome = "stopped"
+        time.sleep(0.5)
+        alive = os.path.exists(f"/proc/{started[0]}") and open(f"/proc/{started[0]}/stat").read().split(") ")[1][0] != "Z"
+        print(outcome, "tool alive" if alive else "tool ended")
+        """
+    )
+    assert out.split() == ["stopped", "tool", "ended"], out

@@ -225,11 +225,33 @@ def check_stopped() -> None:
 
 
 def _on_stop_signal(signum: int, _frame: object) -> None:
-    """The SIGINT/SIGTERM handler stop_on_signals installs."""
+    """The SIGINT/SIGTERM handler stop_on_signals installs. Between a child's fork and its
+    registration the stop is only recorded: raised there, it left a started tool that nothing
+    would end; registered, the child is ended at once (_register) and the wait that follows
+    raises Stopped."""
     first = _STOP_SIGNAL is None
     request_stop(signum)
-    if first:  # a second signal must not interrupt the cleanup of the first
+    if first and not _SPAWNING:  # a second signal must not interrupt the cleanup of the first
         raise Stopped(signum)
+
+
+# Whether the main thread (where signal handlers run) is between a fork and its registration.
+_SPAWNING = False
+
+
+@contextlib.contextmanager
+def _spawning() -> Iterator[None]:
+    """_SPAWN_LOCK, and for the main thread the stop handler's deferral (_on_stop_signal)."""
+    global _SPAWNING
+    main = threading.current_thread() is threading.main_thread()
+    with _SPAWN_LOCK:
+        if main:
+            _SPAWNING = True
+        try:
+            yield
+        finally:
+            if main:
+                _SPAWNING = False
 
 
 @contextlib.contextmanager
@@ -432,7 +454,7 @@ def _start(args: list[str], *, cwd: str | os.PathLike[str] | None, piped_stdin: 
     try:
         if wrapper and not shutil.which(args[0], path=(env or os.environ).get("PATH")):
             raise FileNotFoundError(2, "No such file or directory")
-        with _SPAWN_LOCK:
+        with _spawning():
             proc = _Tool(
                 [*wrapper, *args], cwd=cwd, stdin=subprocess.PIPE if piped_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
@@ -573,7 +595,7 @@ def stream(
         if wrapper and not shutil.which(args[0]):
             raise FileNotFoundError(2, "No such file or directory")
         # Its own session, like every tool `spawn` starts: a stop ends it and all its jobs.
-        with _SPAWN_LOCK:
+        with _spawning():
             proc = _Tool(
                 [*wrapper, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 errors="replace", bufsize=1, start_new_session=True,
@@ -620,7 +642,7 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    with _SPAWN_LOCK:
+    with _spawning():
         pid = os.fork()
         if pid == 0:  # the child: never returns into the caller's code
             _run_child(fn, args, read_fd, write_fd, max_fd, die_with_parent, dumps)
@@ -651,12 +673,12 @@ def _run_child(
     die_with_parent: Callable[[], None] | None, dumps: Callable[[object], bytes],
 ) -> NoReturn:  # fmt: skip
     """The forked child: run `fn`, write its pickled outcome to `write_fd`, and exit."""
-    global _SPAWN_LOCK, _LIVE_LOCK
+    global _SPAWN_LOCK, _LIVE_LOCK, _SPAWNING
     code = 0
     try:
         # The fork happened under _SPAWN_LOCK (and maybe another thread's _LIVE_LOCK): this
         # child's copies stay held, and the parent's tools are not this child's to end.
-        _SPAWN_LOCK, _LIVE_LOCK = threading.Lock(), threading.RLock()
+        _SPAWN_LOCK, _LIVE_LOCK, _SPAWNING = threading.Lock(), threading.RLock(), False
         _LIVE.clear()
         os.close(read_fd)
         # Nothing of the parent's but the standard streams: other threads' tool pipes (their
