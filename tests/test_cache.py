@@ -74,3 +74,37 @@ def test_cache_info_and_clear(cli, tmp_path, monkeypatch):
     assert "entries: 0" in cli("cache", "info").stdout
     monkeypatch.setenv("PYREE_BUILD_CACHE", "off")
     assert "cache: off" in cli("cache", "info").stdout
+
+
+def test_a_dependency_remembered_by_its_stat_is_not_hashed_again_and_any_write_still_misses(tmp_path, monkeypatch):
+    """The inode cache of dependency hashes: a hit trusts a header's remembered hash while its
+    stat is unchanged (so it is not read again), and an edit of the same size with its mtime set
+    back still misses: the write moved its ctime, which nothing can set back."""
+    import time
+
+    from pyree_build.cache import local
+    from pyree_build.cli import main
+
+    cache = tmp_path / "cache"
+    src = write_plugin(tmp_path / "src", "3.0f")
+    header = src.parent / "include" / "scale.h"
+    time.sleep(2.1)  # only a file unchanged for two seconds is remembered
+    monkeypatch.setenv("PYREE_BUILD_CACHE", str(cache))
+    args = ["plugin", str(src), "-I", str(src.parent / "include")]
+    assert main([*args, "-o", str(tmp_path / "a.so")]) == 0
+    assert main([*args, "-o", str(tmp_path / "b.so")]) == 0  # a hit: hashes every dependency, remembers them
+    hashed: list[str] = []
+    real = local.hash_file
+    monkeypatch.setattr(local, "hash_file", lambda path: hashed.append(str(path)) or real(path))
+    assert main([*args, "-o", str(tmp_path / "c.so")]) == 0
+    assert str(header) not in hashed and len(hashed) <= 3, hashed  # the source (keyed before the lookup) and the output copy
+    assert (tmp_path / "c.so").read_bytes() == (tmp_path / "a.so").read_bytes()
+
+    before = header.stat()
+    header.write_text("#define SCALE 5.0f\n")  # the same size
+    os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert header.stat().st_size == before.st_size and header.stat().st_mtime_ns == before.st_mtime_ns
+    hashed.clear()
+    assert main([*args, "-o", str(tmp_path / "d.so")]) == 0
+    assert str(header) in hashed
+    assert (tmp_path / "d.so").read_bytes() != (tmp_path / "a.so").read_bytes()
