@@ -441,7 +441,8 @@ def load_inline(
     `c_source`: C defining the imports the program calls (`int NAME(void* params, void*
     context, void* reserved)`); the plugin entry that resolves them is generated (C with its
     own `iree_hal_executable_plugin_query` is built as it is). A plugin of `kind` 'system'
-    (default) or 'standalone'. `files`: kernel sources by file name, the suffix picking the
+    (default) or 'standalone'; or `kind='embedded'`: the C is compiled to one object per arch
+    the program names (`kernel_x86_64.o`: STEM_ARCH.o) and linked into the module. `files`: kernel sources by file name, the suffix picking the
     target: `{"kernels.cu": ...}` (PTX per sm the program names, `kernels_sm_80.ptx`),
     `.glsl` (SPIR-V, `NAME.spv`), `.hip` (code objects); `device` defaults to the target's
     first. The import check runs once, here. A build error names the string and its line.

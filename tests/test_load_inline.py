@@ -98,6 +98,22 @@ def test_a_kernel_from_strings_is_a_function_of_arrays(kind):
     assert kernel.plugins and kernel.plugins[0].suffix == {"system": ".so", "standalone": ".sos"}[kind]
 
 
+def test_embedded_objects_from_strings_are_linked_into_the_module(tmp_path):
+    """kind='embedded': the C becomes one object per arch the program names (STEM_ARCH.o, the
+    arch spelled as the MLIR spells it: arm_64), linked into the module; no plugin is loaded."""
+    directory = SAMPLES / "custom_dispatch" / "cpu" / "embedded"
+    mlir = (directory / "example.mlir").read_text()
+    kernel = pb.load_inline(mlir=mlir, files={"functions.c": (directory / "functions.c").read_text()}, function="mixed_invocation",
+                            kind="embedded", build_dir=tmp_path)  # fmt: skip
+    assert not kernel.plugins
+    assert sorted(p.name for p in kernel.module.parent.glob("*.o")) == ["functions_aarch64.o", "functions_riscv64.o", "functions_x86_64.o"]
+    np.testing.assert_array_equal(kernel(np.full(8, 2, np.float32), np.full(8, 4, np.float32)), np.full(8, 96, np.float32))
+
+    with pytest.raises(pb.PyreeError) as caught:
+        pb.load_inline(mlir=mlir, c_source=(directory / "functions.c").read_text(), function="mixed_invocation", kind="embedded")
+    assert "names no object of kernel.c (kernel_ARCH.o)" in caught.value.what
+
+
 def test_the_same_strings_find_the_same_build_and_rebuild_nothing(capfd, monkeypatch):
     monkeypatch.setattr(echo, "VERBOSITY", 1)  # the step lines, whatever an earlier test left set
     first = pb.load_inline(mlir=PROGRAM, c_source=kernel_c(5), function="f")

@@ -187,6 +187,10 @@ class LlvmCpuBackend(Backend):
 
     inline_suffixes = (".c",)
 
+    def build_inline_objects(self, kernel: InlineKernelSource) -> list[Path]:
+        search: list[Path] = _inline.build_objects(kernel)
+        return search
+
     def build_inline_plugins(self, kernel: InlineKernelSource, module: Path) -> list[Path]:
         built: list[Path] = _inline.build_plugin(kernel, module)
         return built

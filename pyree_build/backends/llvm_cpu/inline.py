@@ -1,4 +1,5 @@
-"""`pb.load_inline`'s C kernels: a plugin built from the caller's C.
+"""`pb.load_inline`'s C kernels: a plugin built from the caller's C, or (kind 'embedded')
+objects linked into the module when it is compiled.
 
 C that defines only the import functions (`int NAME(void* params, void* context, void*
 reserved)`) gets the plugin entry generated around it, resolving exactly the imports the
@@ -19,6 +20,7 @@ from pyree_build.core.errors import PyreeError
 
 _QUERY = re.compile(r"\biree_hal_executable_plugin_query\b")
 PLUGIN_SUFFIX = {"system": ".so", "standalone": ".sos"}
+KINDS = (*PLUGIN_SUFFIX, "embedded")
 
 
 def _entry_source(kernel: InlineKernelSource, module: Path) -> Path:
@@ -53,11 +55,40 @@ def _entry_source(kernel: InlineKernelSource, module: Path) -> Path:
     return entry
 
 
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise PyreeError(
+            f"unknown plugin kind {kind!r}",
+            fix="pass kind='system' (a .so for this host), kind='standalone' (a freestanding FatELF) or kind='embedded' (objects linked into the module)",
+        )
+
+
+def build_objects(kernel: InlineKernelSource) -> list[Path]:
+    """Kind 'embedded': one freestanding object per arch the program names for this source
+    (`#hal.executable.object<{path = "STEM_ARCH.o"}>`, the arch spelled as the MLIR spells it),
+    in the build directory, which becomes the compile's object search path."""
+    _check_kind(kernel.kind)
+    if kernel.kind != "embedded":
+        return []
+    stem = kernel.source.stem
+    archs = list(dict.fromkeys(re.findall(rf'"{re.escape(stem)}_(\w+)\.o"', kernel.program)))
+    if not archs:
+        raise PyreeError(
+            f"kind='embedded', but the program names no object of {kernel.source.name} ({stem}_ARCH.o)",
+            file=kernel.source,
+            fix=f'reference one object per arch in the MLIR: #hal.executable.object<{{path = "{stem}_x86_64.o"}}> keyed by '
+            '#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64"> (and arm_64, riscv_64 as needed)',
+        )
+    plugins.objects(kernel.source, kernel.build_dir, archs=archs, include_dirs=[str(d) for d in kernel.include_dirs], defines=kernel.defines)
+    return [kernel.build_dir]
+
+
 def build_plugin(kernel: InlineKernelSource, module: Path) -> list[Path]:
     """The plugin of `kernel.kind` (system or standalone) built from the kernel's C, checked to
-    resolve every import the module calls."""
-    if kernel.kind not in PLUGIN_SUFFIX:
-        raise PyreeError(f"unknown plugin kind {kernel.kind!r}", fix="pass kind='system' (a .so for this host) or kind='standalone' (a freestanding FatELF)")
+    resolve every import the module calls; none for embedded objects (in the module already)."""
+    _check_kind(kernel.kind)
+    if kernel.kind == "embedded":
+        return []
     has_entry = _QUERY.search(kernel.source.read_text()) is not None
     source = kernel.source if has_entry else _entry_source(kernel, module)
     output = kernel.build_dir / f"{kernel.source.stem}{PLUGIN_SUFFIX[kernel.kind]}"
