@@ -42,16 +42,17 @@ _VECTORIZE = [
 ]
 
 
-def knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
+def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True) -> list[str]:
     """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
     given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
     lines = ["// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value."]
-    lines += [
-        "// Reduction steps per block: a load strided along the columns is packed a block at a time.",
-        "#ifndef PYREE_PACK_K",
-        "#define PYREE_PACK_K 64",
-        "#endif",
-    ]
+    if pack:
+        lines += [
+            "// Reduction steps per block: a load strided along the columns is packed a block at a time.",
+            "#ifndef PYREE_PACK_K",
+            "#define PYREE_PACK_K 64",
+            "#endif",
+        ]
     for knob in knobs:
         lines += [f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})", f"#ifndef {knob.name}"]
         if knob.wide_default is not None:  # built for 512-bit vectors (AVX-512): another default
