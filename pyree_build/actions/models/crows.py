@@ -279,7 +279,7 @@ class _RowEmitter:
         operands = list(owner.operation.operands)
         return sorted(map(str, operands)) == sorted(map(str, [block.arguments[0], block.arguments[stage.n_ins + live]]))
 
-    def emit(self, name: str, constants: list[Any]) -> None:
+    def emit(self, constants: list[Any]) -> None:
         nest = self.nest
         self.choose_stored()
         for op in constants:
@@ -314,6 +314,7 @@ class _RowEmitter:
 
 def emit(k: cgen.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedule, *, name: str, constants: list[Any]) -> None:
     """The row-wise nest as C: the knobs into `k.preamble`, the loop over the workgroup's rows
-    into `k.lines`. `k` holds the buffers; `constants` are the group's scalar constant ops."""
+    into `k.lines`. `k` holds the buffers; `constants` are the group's scalar constant ops;
+    `name` (the import's) is taken as cnest.emit takes it, the kernel being one function here."""
     k.preamble = cnest.knob_lines(plan.knobs, pack=False)
-    _RowEmitter(k, nest, plan, k.buffers[nest.result]).emit(name, constants)
+    _RowEmitter(k, nest, plan, k.buffers[nest.result]).emit(constants)
