@@ -13,7 +13,7 @@ A reduction whose body combines its input with its accumulator by one associativ
 (add, multiply, max, min) runs in PYREE_LANES partial results, a vector's lanes, combined in
 lane order at the row's end (PYREE_LANES=1: the IR's order, bit for bit); any other body runs
 in the IR's order. The passes' column loops are marked for the vectorizer; math functions on
-f32 use branch-free float forms here (exp within 2 ulp), so they vectorize too.
+f32 use branch-free float forms here (exp within 1 ulp), so they vectorize too.
 """
 
 from __future__ import annotations
