@@ -260,3 +260,33 @@ def test_a_transposed_weight_is_packed_and_verifies(tmp_path, pack, rows, cols):
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "gemm").returncode == 0
     verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "gemm.so", "--device", "local-task")
     assert verified.returncode == 0, verified
+
+
+def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
+    # pyree_expf (branch-free, so the passes vectorize) against exp rounded from double, over
+    # every range it meets: overflow, the largest and smallest normal results, subnormal
+    # results, underflow to 0, infinities and NaN.
+    import numpy as np
+
+    from pyree_build.actions.models import cgen
+
+    program = tmp_path / "expf.c"
+    program.write_text(
+        "#include <stdint.h>\n#include <stdio.h>\n"
+        + cgen.HELPERS["pyree_expf"]
+        + "\nint main(void) { float x; while (fread(&x, 4, 1, stdin) == 1) { float y = pyree_expf(x); fwrite(&y, 4, 1, stdout); } return 0; }\n"
+    )
+    exe = tmp_path / "expf"
+    zig = toolchain.c_compiler("zig")
+    subprocess.run([*zig.argv, "-O2", str(program), "-o", str(exe)], check=True)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.linspace(-110, 90, 200_001), rng.uniform(-1, 1, 50_000), [88.72283, 88.7229, -87.33655, -103.97, -104.5, 0.0, -0.0]]).astype(
+        np.float32
+    )
+    special = np.array([np.inf, -np.inf, np.nan], np.float32)
+    got = np.frombuffer(subprocess.run([str(exe)], input=np.concatenate([x, special]).tobytes(), capture_output=True, check=True).stdout, np.float32)
+    with np.errstate(over="ignore"):  # past the largest float: inf, as it should be
+        want = np.exp(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got[: len(x)].view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1, (x[ulps.argmax()], got[ulps.argmax()], want[ulps.argmax()])
+    assert got[-3] == np.inf and got[-2] == 0.0 and np.isnan(got[-1])
