@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import run_cli
@@ -50,7 +51,12 @@ def test_a_dense_layer_is_one_nest_with_knobs_and_workgroups(tmp_path):
     assert "restrict" in c_text and "PYREE_VECTORIZE" in c_text
     # The knobs are declared as tune reads them, with their defaults as macros.
     declared = tune.declared_params([out / "dense.c"])
-    assert declared == {k.name: [str(v) for v in k.candidates] for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS)}
+    assert {name: sorted(map(int, values)) for name, values in declared.items()} == {
+        k.name: sorted(k.candidates) for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS)
+    }
+    # Each knob's default is declared first: among variants noise cannot tell apart, tune keeps
+    # the first declared, so a tuned kernel is the untuned one unless another is clearly faster.
+    assert [values[0] for values in declared.values()] == [str(loopnest.TILE_ROWS.default), str(loopnest.TILE_COLS.default)]
     assert f"#define PYREE_TILE_ROWS {loopnest.TILE_ROWS.default}" in c_text
     # 40 rows: one workgroup per ROWS_PER_WORKGROUP rows, each told its id and the count.
     spec_text = (out / "spec.mlir").read_text()
@@ -78,18 +84,82 @@ def test_every_size_and_knob_value_verifies(tmp_path_factory, size, rows, cols, 
     assert verified.returncode == 0, verified
 
 
-def test_the_epilogue_reads_the_accumulator_only_where_it_is_computed(tmp_path):
-    # Softmax reduces, then reads the reduction's result broadcast along the reduced loop:
-    # no one nest computes that, so the per-op reference body is generated (and verifies).
-    model = tmp_path / "softmax.onnx"
-    onnx_models.save(onnx_models.softmax(), model)
-    mlir = tmp_path / "softmax.mlir"
+def _row_model(kind: str, shape: tuple[int, ...], axis: int = -1) -> Any:
+    """Softmax, LogSoftmax or LayerNormalization (with scale and bias) of x[shape] over `axis`."""
+    from onnx import helper
+
+    if kind == "layer_norm":
+        width = shape[-1]
+        nodes = [helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], name="norm", axis=-1, epsilon=1e-5)]
+        weights = [onnx_models._weights(3, "scale", (width,), scale=1.0), onnx_models._weights(4, "bias", (width,))]
+        return onnx_models._model("rows", nodes, {"x": shape}, {"y": shape}, weights)
+    op = {"softmax": "Softmax", "logsoftmax": "LogSoftmax"}[kind]
+    return onnx_models._model("rows", [helper.make_node(op, ["x"], ["y"], name=kind, axis=axis)], {"x": shape}, {"y": shape})
+
+
+def _replaced_rows(directory: Path, proto: Any) -> tuple[Path, Path, Path]:
+    model = directory / "rows.onnx"
+    onnx_models.save(proto, model)
+    mlir = directory / "rows.mlir"
     assert run_cli("import", model, "-o", mlir).returncode == 0
-    out = tmp_path / "k"
-    assert run_cli("replace", mlir, "--ops", "1", "--import", "sm", "-o", out).returncode == 0
-    c_text = (out / "sm.c").read_text()
+    out = directory / "kernels"
+    result = run_cli("replace", mlir, "--ops", "1", "--import", "rows", "-o", out, "--onnx", model)
+    assert result.returncode == 0, result
+    return model, mlir, out
+
+
+def test_a_softmax_is_one_nest_per_row_with_lanes_and_workgroups(tmp_path):
+    # The attention block's softmax group (max, exp(x - max) summed, divide) as one pass per
+    # reduction over each row and one for the result, no scratch tensor; exp computed once per
+    # element (stored in the result's row by the sum's pass, read back by the division's).
+    _, _, out = _replaced_rows(tmp_path, _row_model("softmax", (2, 64, 100)))
+    c_text = (out / "rows.c").read_text()
+    assert "One row at a time" in c_text and "tmp0" not in c_text, c_text
+    assert c_text.count("reduction 1 (") == 1 and c_text.count("reduction 2 (") == 1 and "reduction 3 (" not in c_text
+    assert re.search(r"const float s\d+ = out0\[", c_text), c_text
+    # The max's index result (ONNX's softmax lowers through an argmax) is not computed.
+    assert not re.search(r"const int64_t v\d+ = ", c_text), c_text
+    lanes = tune.declared_params([out / "rows.c"])["PYREE_LANES"]
+    assert sorted(map(int, lanes)) == sorted(loopnest.LANES.candidates) and lanes[0] == str(loopnest.LANES.default)
+    rows = 2 * 64
+    workgroups = min(rows, -(-rows * 100 // loopnest.ELEMENTS_PER_WORKGROUP))
+    assert f"%count = arith.constant {workgroups} : index" in (out / "spec.mlir").read_text()
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kind=st.sampled_from(["softmax", "logsoftmax", "layer_norm"]),
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 9), st.integers(2, 90)),
+    lanes=st.sampled_from(loopnest.LANES.candidates),
+    device=st.sampled_from(["local-sync", "local-task"]),
+)
+def test_every_row_wise_group_size_and_lane_count_verifies(tmp_path_factory, kind, shape, lanes, device):
+    # At sizes no lane count divides (a tail) or below it (the IR's order), for each value of the
+    # knob: the replaced model gives onnxruntime's numbers, with the import called.
+    directory = tmp_path_factory.mktemp("rows")
+    model, mlir, out = _replaced_rows(directory, _row_model(kind, shape))
+    assert "One row at a time" in (out / "rows.c").read_text()
+    plugin = out / "rows.so"
+    built = run_cli("plugin", "--kind", "system", out / "rows.c", "-o", plugin, "-D", f"PYREE_LANES={lanes}")
+    assert built.returncode == 0, built
+    module = out / "rows.vmfb"
+    compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "rows")
+    assert compiled.returncode == 0, compiled
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin, "--device", device)
+    assert verified.returncode == 0, verified
+
+
+def test_a_reduction_over_another_loop_than_the_last_keeps_the_per_op_path(tmp_path):
+    # Softmax over the first axis reduces a loop that is not the contiguous one: neither nest
+    # covers it, so the per-op reference body is generated (and verifies).
+    model, mlir, out = _replaced_rows(tmp_path, _row_model("softmax", (5, 7), axis=0))
+    c_text = (out / "rows.c").read_text()
     assert "pyree-tune:" not in c_text and "tmp0" in c_text
-    assert "%count = arith.constant 1 : index" in (out / "spec.mlir").read_text()
+    module = out / "rows.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "rows").returncode == 0
+    assert run_cli("plugin", "--kind", "system", out / "rows.c", "-o", out / "rows.so").returncode == 0
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "rows.so")
+    assert verified.returncode == 0, verified
 
 
 def test_a_plugin_built_for_another_cpu_than_the_module_is_noted(tmp_path):
@@ -190,3 +260,33 @@ def test_a_transposed_weight_is_packed_and_verifies(tmp_path, pack, rows, cols):
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "gemm").returncode == 0
     verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "gemm.so", "--device", "local-task")
     assert verified.returncode == 0, verified
+
+
+def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
+    # pyree_expf (branch-free, so the passes vectorize) against exp rounded from double, over
+    # every range it meets: overflow, the largest and smallest normal results, subnormal
+    # results, underflow to 0, infinities and NaN.
+    import numpy as np
+
+    from pyree_build.actions.models import cgen
+
+    program = tmp_path / "expf.c"
+    program.write_text(
+        "#include <stdint.h>\n#include <stdio.h>\n"
+        + cgen.HELPERS["pyree_expf"]
+        + "\nint main(void) { float x; while (fread(&x, 4, 1, stdin) == 1) { float y = pyree_expf(x); fwrite(&y, 4, 1, stdout); } return 0; }\n"
+    )
+    exe = tmp_path / "expf"
+    zig = toolchain.c_compiler("zig")
+    subprocess.run([*zig.argv, "-O2", str(program), "-o", str(exe)], check=True)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.linspace(-110, 90, 200_001), rng.uniform(-1, 1, 50_000), [88.72283, 88.7229, -87.33655, -103.97, -104.5, 0.0, -0.0]]).astype(
+        np.float32
+    )
+    special = np.array([np.inf, -np.inf, np.nan], np.float32)
+    got = np.frombuffer(subprocess.run([str(exe)], input=np.concatenate([x, special]).tobytes(), capture_output=True, check=True).stdout, np.float32)
+    with np.errstate(over="ignore"):  # past the largest float: inf, as it should be
+        want = np.exp(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got[: len(x)].view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1, (x[ulps.argmax()], got[ulps.argmax()], want[ulps.argmax()])
+    assert got[-3] == np.inf and got[-2] == 0.0 and np.isnan(got[-1])

@@ -32,6 +32,8 @@ SLICE = {
     "test_unsqueeze_axis_0": "expand_shape root",
     "test_reduce_sum_default_axes_keepdims_example": "a reduction",
     "test_softmax_axis_0": "several reductions fused",
+    "test_softmax_large_number": "a softmax over the last axis: one nest per row, exp of large differences",
+    "test_logsoftmax_large_number": "a log-softmax over the last axis: one nest per row",
     "test_matmul_2d": "fill + matmul",
     "test_transpose_default": "a transpose",
     "test_where_example": "an i1 mask",

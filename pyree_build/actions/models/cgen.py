@@ -54,6 +54,26 @@ HELPERS = {
     "pyree_minimum": "static inline double pyree_minimum(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }",
     "pyree_maxnum": "static inline double pyree_maxnum(double a, double b) { return a != a ? b : (b != b ? a : (a > b ? a : b)); }",
     "pyree_minnum": "static inline double pyree_minnum(double a, double b) { return a != a ? b : (b != b ? a : (a < b ? a : b)); }",
+    # Float forms for loops that vectorize: no conversion to double, no branches, no loops.
+    "pyree_maximumf": "static inline float pyree_maximumf(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }",
+    "pyree_minimumf": "static inline float pyree_minimumf(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }",
+    # e^x = 2^k e^r, k = round(x log2 e) (by adding 1.5 * 2^23), |r| <= ln2/2 with ln2 in two
+    # parts (k times the first is exact), e^r by its Taylor polynomial to r^7 (truncation 5e-9):
+    # within 1 ulp of the rounded exact value (checked over [-110, 90], subnormal results included:
+    # 2^k is two normal factors, so k reaches 128 and -150).
+    "pyree_expf": (
+        "static inline float pyree_expf(float x) {\n"
+        "  float xc = x < -104.0f ? -104.0f : (x > 88.75f ? 88.75f : x);\n"
+        "  float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;\n"
+        "  float r = (xc - k * 0.693145752f) - k * 1.42860677e-6f;\n"
+        "  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f + r * (8.33333377e-3f\n"
+        "      + r * (1.38888892e-3f + r * 1.98412701e-4f))))));\n"
+        "  int32_t n = (int32_t)k, h = n >> 1;\n"
+        "  union { float f; int32_t i; } a, b;\n  a.i = (h + 127) << 23;\n  b.i = (n - h + 127) << 23;\n"
+        "  float y = p * a.f * b.f;\n"
+        "  y = x > 88.7228394f ? 1.0f / 0.0f : (x < -104.0f ? 0.0f : y);\n"
+        "  return x != x ? x : y;\n}"
+    ),
     "pyree_imax": "static inline int64_t pyree_imax(int64_t a, int64_t b) { return a > b ? a : b; }",
     "pyree_imin": "static inline int64_t pyree_imin(int64_t a, int64_t b) { return a < b ? a : b; }",
     "pyree_fabs": "static inline double pyree_fabs(double x) { return x < 0 ? -x : x; }",

@@ -42,18 +42,29 @@ _VECTORIZE = [
 ]
 
 
-def knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
+def declared_order(knob: loopnest.Knob) -> list[int]:
+    """A knob's values as its `pyree-tune:` line lists them: the defaults first. Among variants
+    whose times noise cannot tell apart, tune keeps the first declared, so a tuned kernel is the
+    untuned one unless another variant is clearly faster (declared smallest first, a sweep on a
+    loaded machine chose the smallest tiles, up to 1.2x slower than the defaults)."""
+    first = [knob.default, *([knob.wide_default] if knob.wide_default is not None else [])]
+    return list(dict.fromkeys([*first, *knob.candidates]))
+
+
+def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True) -> list[str]:
     """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
     given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
     lines = ["// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value."]
-    lines += [
-        "// Reduction steps per block: a load strided along the columns is packed a block at a time.",
-        "#ifndef PYREE_PACK_K",
-        "#define PYREE_PACK_K 64",
-        "#endif",
-    ]
+    if pack:
+        lines += [
+            "// Reduction steps per block: a load strided along the columns is packed a block at a time.",
+            "#ifndef PYREE_PACK_K",
+            "#define PYREE_PACK_K 64",
+            "#endif",
+        ]
     for knob in knobs:
-        lines += [f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})", f"#ifndef {knob.name}"]
+        values = ",".join(map(str, declared_order(knob)))
+        lines += [f"// pyree-tune: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
         if knob.wide_default is not None:  # built for 512-bit vectors (AVX-512): another default
             lines += ["#if defined(__AVX512F__)", f"#define {knob.name} {knob.wide_default}", "#else"]
         lines += [f"#define {knob.name} {knob.default}", *(["#endif"] if knob.wide_default is not None else []), "#endif"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyree_build.actions.models import cgen, cnest, groups, loopnest, merge, program, spec
+from pyree_build.actions.models import cgen, cnest, crows, groups, loopnest, merge, program, spec
 from pyree_build.core.errors import PyreeError, as_path
 from pyree_build.core.outputs import replace_directory_files
 
@@ -153,9 +153,13 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
     k = cgen.Kernel()
     for where, buffer in _roles(rep).items():
         k.buffers[program.value_at(where, function)] = buffer
-    nest = loopnest.build([ops[m] for m in members], program.value_at(program.position(group.root.results[0], group.function), function), k.buffers)
-    if nest is None or len(group.root.results) != 1:
+    member_ops = [ops[m] for m in members]
+    result = program.value_at(program.position(group.root.results[0], group.function), function)
+    nest = loopnest.build(member_ops, result, k.buffers)
+    if len(group.root.results) != 1:
         return None
+    if nest is None:
+        return None if rep.dynamic else _row_kernel(k, rep, member_ops, result, [ops[i] for i in constants])
     plan = loopnest.schedule(nest)
     fields = cgen.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
     try:
@@ -164,6 +168,22 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
         return None
     rep.scratch = []
     rep.workgroups = 1 if rep.dynamic else plan.workgroups
+    return k
+
+
+def _row_kernel(k: cgen.Kernel, rep: spec.Replacement, member_ops: list[Any], result: Any, constants: list[Any]) -> cgen.Kernel | None:
+    """A row-wise group (a softmax, a LayerNorm) as one nest per row (loopnest.build_rows, crows's C);
+    None where that model does not cover it either."""
+    rows = loopnest.build_rows(member_ops, result, k.buffers)
+    if rows is None:
+        return None
+    plan = loopnest.schedule_rows(rows)
+    try:
+        crows.emit(k, rows, plan, name=rep.name, constants=constants)
+    except cnest.Unfused:
+        return None
+    rep.scratch = []
+    rep.workgroups = plan.workgroups
     return k
 
 

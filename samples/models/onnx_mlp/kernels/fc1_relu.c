@@ -37,11 +37,11 @@ typedef struct {
 #ifndef PYREE_PACK_K
 #define PYREE_PACK_K 64
 #endif
-// pyree-tune: PYREE_TILE_ROWS=2,4,6,8  (result rows one register block accumulates)
+// pyree-tune: PYREE_TILE_ROWS=8,2,4,6  (result rows one register block accumulates)
 #ifndef PYREE_TILE_ROWS
 #define PYREE_TILE_ROWS 8
 #endif
-// pyree-tune: PYREE_TILE_COLS=8,16,32,64  (result columns (the contiguous loop) of one register block)
+// pyree-tune: PYREE_TILE_COLS=32,64,8,16  (result columns (the contiguous loop) of one register block)
 #ifndef PYREE_TILE_COLS
 #if defined(__AVX512F__)
 #define PYREE_TILE_COLS 64
