@@ -330,13 +330,14 @@ function(pyree_cpu_plugin)
 endfunction()
 
 # pyree_tune(NAME <name> SYSTEM|STANDALONE SRCS <c>... [PARAMS <NAME=V1,V2,...>...] MODULE <target-or-file>
-#            FUNCTION <f> [INPUTS <spec>...] REFERENCE <target-or-file> | EXPECT_OUTPUT <spec>...
-#            [ARCHS ...] [CC ...] [INCLUDE_DIRS ...] [DEFINES ...] [BUDGET <s>] [TIMEOUT <s>])
+#            FUNCTION <f> [INPUTS <spec>...] REFERENCE <target-or-file> | ONNX <model> | EXPECT_OUTPUT <spec>...
+#            [ARCHS ...] [CC ...] [CPU baseline|host] [DEVICE <device>] [INCLUDE_DIRS ...] [DEFINES ...]
+#            [BUDGET <s>] [TIMEOUT <s>])
 # Sweeps the kernel's -D parameters with `pyree-build tune` and writes <name>.json in the binary dir
 # (without PARAMS: the knobs the sources declare, `// pyree-tune: NAME=V1,V2` lines as `replace` writes):
 # pyree_cpu_plugin(... TUNED <name>) then builds the variant it chose.
 function(pyree_tune)
-  _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;CC;BUDGET;TIMEOUT"
+  _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;ONNX;CC;CPU;DEVICE;BUDGET;TIMEOUT"
                "SRCS;PARAMS;INPUTS;EXPECT_OUTPUT;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_tune NAME SRCS MODULE FUNCTION)
   _pyree_require_files(pyree_tune SRCS ${ARG_SRCS})
@@ -356,6 +357,11 @@ function(pyree_tune)
     list(APPEND _flags --reference "${_reference}")
     list(APPEND _depends "${_reference}")
   endif()
+  if(ARG_ONNX)
+    _pyree_artifact("${ARG_ONNX}" _model)
+    list(APPEND _flags --onnx "${_model}")
+    list(APPEND _depends "${_model}")
+  endif()
   foreach(_kw IN ITEMS PARAMS INPUTS EXPECT_OUTPUT)
     string(TOLOWER "${_kw}" _option)
     string(REPLACE "_" "-" _option "${_option}")
@@ -364,7 +370,7 @@ function(pyree_tune)
       list(APPEND _flags "--${_option}" "${_value}")
     endforeach()
   endforeach()
-  foreach(_kw IN ITEMS BUDGET TIMEOUT)
+  foreach(_kw IN ITEMS CPU DEVICE BUDGET TIMEOUT)
     if(ARG_${_kw})
       string(TOLOWER "${_kw}" _option)
       list(APPEND _flags "--${_option}" "${ARG_${_kw}}")

@@ -39,3 +39,33 @@ def test_the_generated_directory_builds_and_verifies_where_it_is_copied(tmp_path
     assert (out / "model_mlir.mlir").is_file() and (out / "model_replaced.vmfb").is_file() and (out / "model_unreplaced.vmfb").is_file()
     result = ctest_run(out, "--output-on-failure")
     assert result.returncode == 0 and "100% tests passed" in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_the_generated_directory_tunes_the_declared_knobs_when_asked(tmp_path):
+    """Issue 36: `replace` writes the CMake that tunes its kernel's declared knobs against
+    onnxruntime (pyree_tune with ONNX) and builds the chosen variant (TUNED); off by default."""
+    import json
+
+    from test_cmake import build, configure, ctest_run
+
+    models.save(models.matmul_add_relu(), tmp_path / "model.onnx")
+    assert run_cli("import", tmp_path / "model.onnx", "-o", tmp_path / "model.mlir").returncode == 0
+    result = run_cli("replace", tmp_path / "model.mlir", "--ops", "1", "--import", "mar", "-o", tmp_path / "kernels", "--onnx", tmp_path / "model.onnx")
+    assert result.returncode == 0, result
+    assert "// pyree-tune:" in (tmp_path / "kernels" / "mar.c").read_text()
+    text = (tmp_path / "kernels" / "CMakeLists.txt").read_text()
+    assert "option(model_TUNE" in text and "pyree_tune(NAME mar_tune SYSTEM SRCS mar.c" in text and "${mar_TUNED}" in text
+
+    untuned = tmp_path / "untuned"
+    configure(tmp_path / "kernels", untuned)
+    build(untuned)
+    assert not (untuned / "mar_tune.json").exists()
+
+    tuned = tmp_path / "tuned"
+    configure(tmp_path / "kernels", tuned, extra=["-Dmodel_TUNE=ON"])
+    build(tuned)
+    best = json.loads((tuned / "mar_tune.json").read_text())
+    assert best["choice"] and len(best["variants"]) > 1, best
+    result = ctest_run(tuned, "--output-on-failure")
+    assert result.returncode == 0 and "100% tests passed" in result.stdout, result.stdout

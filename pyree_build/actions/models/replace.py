@@ -234,7 +234,9 @@ def replace(
     for g in made:
         files[f"{g.replacement.name}.c"] = g.c_source
     out = as_path(output_dir, "output directory")
-    files["CMakeLists.txt"] = cmake_text(src, out.resolve(), imports, kind=kind, onnx=onnx, function=function)
+    tunable = [g.replacement.name for g in made if "// pyree-tune:" in g.c_source]
+    function = function or _public_function(src.read_text(encoding="utf-8", errors="replace"))
+    files["CMakeLists.txt"] = cmake_text(src, out.resolve(), imports, kind=kind, onnx=onnx, function=function, tunable=tunable)
     return _write(out, files, inputs=[src], force=force)
 
 
@@ -289,7 +291,13 @@ def _check_names(ops: list[merge.Request], imports: list[str], kind: str) -> Non
         raise PyreeError("each group and each import name may appear once", fix="give distinct groups and names")
 
 
-def cmake_text(src: Path, out: Path, imports: list[str], *, kind: str, onnx: PathLike | None, function: str | None) -> str:
+def _public_function(text: str) -> str | None:
+    """The program's one public function (an imported model's graph), or None."""
+    names = re.findall(r"^\s*(?:util|func)\.func\s+(?:public\s+)?@([\w$.-]+)\(", text, re.MULTILINE)
+    return names[0] if len(names) == 1 else None
+
+
+def cmake_text(src: Path, out: Path, imports: list[str], *, kind: str, onnx: PathLike | None, function: str | None, tunable: Sequence[str] = ()) -> str:
     """A CMakeLists.txt for the output directory: imports the model (or takes the program) from
     a path set at configure time, builds the import(s), compiles the program with the spec,
     checks that every import is called, and verifies against the framework. It names no path
@@ -324,9 +332,13 @@ def cmake_text(src: Path, out: Path, imports: list[str], *, kind: str, onnx: Pat
         program = f'"${{{variable}}}"'
     cpu = f"{stem}_CPU"
     lines += _cpu_lines(stem)
+    plugins: list[str] = []
+    tune = _tune_lines(stem, variable if model is not None else None, list(tunable), function) if kind == "plugin" else []
+    if not any(line.lstrip().startswith("pyree_tune(") for line in tune):
+        tunable = ()  # nothing to tune against: the plugins are built as generated
     if kind == "plugin":
-        lines += [f"pyree_cpu_plugin(NAME {name}_plugin SYSTEM SRCS {name}.c CPU ${{{stem}_PLUGIN_CPU}})" for name in imports]
-        # A plugin's import is resolved at run time: the module must call it.
+        plugins = [f"pyree_cpu_plugin(NAME {name}_plugin SYSTEM SRCS {name}.c CPU ${{{stem}_PLUGIN_CPU}}{_tuned_argument(name, tunable)})" for name in imports]
+        # A plugin's import is resolved at run time: the module must call it (and need not be built first).
         depends = f"\n  EXPECT_IMPORTS {' '.join(imports)}"
     else:
         lines += [f"pyree_cpu_objects(NAME {name}_objects SRCS {name}.c ARCHS x86_64 aarch64)" for name in imports]
@@ -342,8 +354,41 @@ def cmake_text(src: Path, out: Path, imports: list[str], *, kind: str, onnx: Pat
         f'  TRANSFORM_SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir"{depends}',
         ")",
     ]
+    if plugins:
+        lines += [*tune, "", *plugins]
     lines += _verify_lines(stem, variable if model is not None else None, imports, kind=kind, function=function)
     return "\n".join(lines) + "\n"
+
+
+def _tuned_argument(name: str, tunable: Sequence[str]) -> str:
+    return f" ${{{name}_TUNED}}" if name in tunable else ""
+
+
+def _tune_lines(stem: str, variable: str | None, tunable: list[str], function: str | None) -> list[str]:
+    """An option that sweeps the knobs each generated kernel declares (`// pyree-tune:` lines)
+    against onnxruntime and builds the variant tune chose: off by default, as a tune builds
+    and times every variant (minutes); the choice is keyed by content, so it runs again only
+    when the C, the module or the model changes."""
+    if not tunable:
+        return []
+    if variable is None or function is None:
+        why = "no --onnx model was given to `replace`" if variable is None else "the program has several public functions"
+        return ["", f"# Tuning the kernels' knobs needs a reference and a function ({why}): see pyree_tune in the README."]
+    lines = [
+        "",
+        f"# -D{stem}_TUNE=ON: sweep the knobs the kernels declare (their `// pyree-tune:` lines) against onnxruntime",
+        "# and build the variant each tune chose (the first declared among those noise cannot tell apart).",
+        f'option({stem}_TUNE "tune the knobs of the generated kernels and build the chosen variants" OFF)',
+    ]
+    for name in tunable:
+        lines += [
+            f"set({name}_TUNED)",
+            f"if({stem}_TUNE)",
+            f'  pyree_tune(NAME {name}_tune SYSTEM SRCS {name}.c CPU ${{{stem}_PLUGIN_CPU}} MODULE {stem}_replaced FUNCTION {function} ONNX "${{{variable}}}")',
+            f"  set({name}_TUNED TUNED {name}_tune)",
+            "endif()",
+        ]
+    return lines
 
 
 def _cpu_lines(stem: str) -> list[str]:
