@@ -256,6 +256,12 @@ def test_a_dynamic_batch_is_refused_without_dynamic_and_replaced_with_it(tmp_pat
     assert run_cli("plugin", "--kind", "system", out / "k.c", "-o", out / "k.so").returncode == 0
     compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "k")
     assert compiled.returncode == 0, compiled
-    for rows in (3, 5):
-        verified = run_cli("verify", out / "m.vmfb", "--onnx", model, "--plugin", out / "k.so", "--input", f"{rows}x4xf32=1.5", "--input", f"{rows}x4xf32=-2")
+    # The rows are only known at run time, so the dispatch counts its workgroups from them (one
+    # per 8 rows): 37 rows are 5 workgroups, the last one partial, on one core or on several.
+    assert "workgroups(%rows: index)" in (out / "spec.mlir").read_text()
+    for rows, device in ((3, "local-sync"), (5, "local-task"), (37, "local-sync"), (37, "local-task")):
+        verified = run_cli(
+            "verify", out / "m.vmfb", "--onnx", model, "--plugin", out / "k.so", "--input", f"{rows}x4xf32=1.5", "--input", f"{rows}x4xf32=-2",
+            "--device", device,
+        )  # fmt: skip
         assert verified.returncode == 0, verified

@@ -167,7 +167,9 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
     except cnest.Unfused:
         return None
     rep.scratch = []
-    rep.workgroups = 1 if rep.dynamic else plan.workgroups
+    rep.workgroups = plan.workgroups
+    if rep.dynamic:  # the rows are only known at run time: the spec counts the workgroups from them
+        rep.row_workgroups = (loopnest.ROWS_PER_WORKGROUP, loopnest.MAX_WORKGROUPS)
     return k
 
 

@@ -38,6 +38,9 @@ class Replacement:
     # How many workgroups the dispatch has: the kernel gets its workgroup's id and this count,
     # and computes only its share (the generator's schedule sets it).
     workgroups: int = 1
+    # With general sizes, the count is only known at run time: (rows each workgroup gets at
+    # least, the most workgroups), the rows being the result's elements over its last size.
+    row_workgroups: tuple[int, int] | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -252,11 +255,7 @@ def executable(rep: Replacement, *, embedded: bool) -> list[str]:
         objects = f" attributes {{\n    hal.executable.objects = #hal.executable.objects<{{\n{keyed}\n    }}>\n  }}"
     return [
         f"stream.executable private @{name}_executable{objects} {{",
-        f"  stream.executable.export public @{name}_entry workgroups() -> (index, index, index) {{",
-        "    %c1 = arith.constant 1 : index",
-        f"    %count = arith.constant {rep.workgroups} : index",
-        "    stream.return %count, %c1, %c1 : index, index, index",
-        "  }",
+        *_workgroups_region(rep),
         "  builtin.module {",
         f"    func.func private @{name}({signature}) attributes {{{attrs}}}",
         f"    func.func @{name}_entry({', '.join(params)}) {{",
@@ -265,6 +264,44 @@ def executable(rep: Replacement, *, embedded: bool) -> list[str]:
         "  }",
         "}",
     ]
+
+
+def _workgroups_region(rep: Replacement) -> list[str]:
+    """The export and its workgroup count: the schedule's, or with general sizes computed from
+    the rows the dispatch's workload carries (one per ROWS rows, 1 to MOST)."""
+    head = f"  stream.executable.export public @{rep.name}_entry"
+    if rep.row_workgroups is None:
+        return [
+            f"{head} workgroups() -> (index, index, index) {{",
+            "    %c1 = arith.constant 1 : index",
+            f"    %count = arith.constant {rep.workgroups} : index",
+            "    stream.return %count, %c1, %c1 : index, index, index",
+            "  }",
+        ]
+    rows, most = rep.row_workgroups
+    return [
+        f"{head} workgroups(%rows: index) -> (index, index, index) {{",
+        "    %c1 = arith.constant 1 : index",
+        f"    %most = arith.constant {most} : index",
+        f"    %tiles = affine.apply affine_map<()[s0] -> (s0 ceildiv {rows})>()[%rows]",
+        "    %capped = arith.minui %tiles, %most : index",
+        "    %count = arith.maxui %capped, %c1 : index",
+        "    stream.return %count, %c1, %c1 : index, index, index",
+        "  }",
+    ]
+
+
+def _rows_lines(rep: Replacement) -> tuple[list[str], str]:
+    """Lines computing the rows of the result (every size but the last, multiplied) in the
+    call function, and the dispatch's workload naming them ("" for a count fixed in the spec)."""
+    if rep.row_workgroups is None:
+        return [], ""
+    sizes = [_index_of(d) for d in rep.sizes_of(rep.group.root.results[0])][:-1]
+    lines, rows = ["%rows0 = arith.constant 1 : index"], "%rows0"
+    for k, size in enumerate(sizes, 1):
+        lines.append(f"%rows{k} = arith.muli %rows{k - 1}, {size} : index")
+        rows = f"%rows{k}"
+    return lines, f"[{rows}]"
 
 
 def call_function(rep: Replacement) -> list[str]:
@@ -281,7 +318,11 @@ def call_function(rep: Replacement) -> list[str]:
     operands = [f"%arg{i}" for i in range(len(ins))] + [f"%d{k}" for k in range(len(dims))]
     operand_types = [_shaped(rep, v) for v in ins] + ["i32"] * len(dims)
     result_types = ", ".join(_shaped(rep, v) for v in outs)
-    lines.append(f"%r:{len(outs)} = flow.dispatch @{name}_executable::@{name}_entry({', '.join(operands)}) : ({', '.join(operand_types)}) -> ({result_types})")
+    rows, workload = _rows_lines(rep)
+    lines += rows
+    lines.append(
+        f"%r:{len(outs)} = flow.dispatch @{name}_executable::@{name}_entry{workload}({', '.join(operands)}) : ({', '.join(operand_types)}) -> ({result_types})"
+    )
     returned = ", ".join(f"%r#{j}" for j in range(len(root_types)))
     lines.append(f"util.return {returned} : {', '.join(root_types)}")
     args = ", ".join(f"%arg{i}: {rep.type_of(v)}" for i, v in enumerate(ins))
