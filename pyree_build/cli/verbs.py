@@ -493,6 +493,7 @@ VERIFY = Verb(
             },
         ),  # fmt: skip
         Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "the HAL device the module runs on (default local-sync)"}),
+        _SKIP,
     ),
     description=(
         "Run the module (iree-run-module, with its plugins) and the ONNX model (onnxruntime, "
@@ -516,6 +517,16 @@ OPS = Verb(
     options=(
         Option(("source",), {"metavar": "MODEL.mlir", "help": "the program, e.g. written by `pyree-build import`"}),
         Option(("--json",), {"action": "store_true", "help": "print a JSON list: index, function, root, ops, operands, results, source, replaceable, reason"}),
+        Option(
+            ("--target",),
+            {
+                "dest": "targets",
+                "action": "append",
+                "default": [],
+                "metavar": "vulkan|cuda|hip[,...]",
+                "help": "also say, per group, whether `replace --target` can generate a kernel for these GPU targets, and why not",
+            },
+        ),  # fmt: skip
     ),
     description=(
         "Compile the program as far as IREE's preprocessing (where a transform spec runs) and list "
@@ -523,7 +534,7 @@ OPS = Verb(
         "reads and writes, the ONNX nodes it came from, and whether `replace` can generate it (and "
         "if not, why)."
     ),
-    examples="pyree-build ops build/model.mlir\npyree-build ops build/model.mlir --json",
+    examples="pyree-build ops build/model.mlir\npyree-build ops build/model.mlir --json\npyree-build ops build/model.mlir --target vulkan,cuda",
 )
 
 REPLACE = Verb(
@@ -566,6 +577,15 @@ REPLACE = Verb(
             {"action": "store_true", "help": "generalise every size: the spec matches the group's ops at any shapes, the C reads each size from its arguments"},
         ),  # fmt: skip
         Option(("--force",), {"action": "store_true", "help": "overwrite generated files edited since replace wrote them"}),
+        Option(
+            ("--target",),
+            {
+                "choices": ("llvm-cpu", "vulkan", "cuda", "hip"),
+                "default": "llvm-cpu",
+                "help": "where the kernel runs: llvm-cpu (a C import, the default), or vulkan / cuda / hip: NAME.glsl / NAME.cu / NAME.hip, "
+                "a GPU kernel built and compiled for that target by the CMakeLists.txt",
+            },
+        ),  # fmt: skip
     ),
     description=(
         "For each op group (numbers from `pyree-build ops`), write into DIR: spec.mlir, a transform "
@@ -576,7 +596,8 @@ REPLACE = Verb(
     ),
     examples=(
         "pyree-build replace build/model.mlir --ops 1 --import fc1_relu -o kernels --onnx model.onnx\n"
-        "pyree-build replace build/model.mlir --ops 1,3 --import fc1_relu,my_softmax -o kernels --kind embedded"
+        "pyree-build replace build/model.mlir --ops 1,3 --import fc1_relu,my_softmax -o kernels --kind embedded\n"
+        "pyree-build replace build/model.mlir --ops 1 --import fc1_relu -o kernels --onnx model.onnx --target vulkan"
     ),
 )
 

@@ -20,7 +20,7 @@ from pyree_build.actions import checks
 from pyree_build.actions.models import draws
 from pyree_build.actions.models.importer import INSTALL_ONNX, load_model
 from pyree_build.actions.results import NPY_TENSOR, exported_functions, function_parameters
-from pyree_build.actions.run import run_to_arrays
+from pyree_build.actions.run import require_device, run_to_arrays
 from pyree_build.core import lazy
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import record
@@ -413,6 +413,7 @@ def verify(
     rtol: float | None = None,
     atol: float | None = None,
     device: str = "local-sync",
+    skip_unavailable: bool = False,
 ) -> VerifyResult:
     """Run `module` and the ONNX model on the same inputs and compare every output.
 
@@ -427,8 +428,12 @@ def verify(
     output's largest magnitude (both 4e-3 for float16); integer and bool outputs must be equal. `baseline`: the model compiled without
     the replacement, run on the same inputs, so an output IREE itself computes differently
     from the reference is reported as IREE's difference (verdict iree-differs).
+    `skip_unavailable`: where `device` is absent (no GPU), stop with the exit code ctest reads
+    as skipped (a GPU module's verify test on a machine without one).
     """
     mod = require_file(module, "module")
+    if skip_unavailable:
+        require_device(device, skip_unavailable=True)
     model_path = require_file(onnx_model, "ONNX model")
     base = require_file(baseline, "baseline module") if baseline is not None else None
     model = load_model(model_path)
