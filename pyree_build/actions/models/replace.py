@@ -341,9 +341,7 @@ def _check_names(ops: list[merge.Request], imports: list[str], kind: str) -> Non
         raise PyreeError("each group and each import name may appear once", fix="give distinct groups and names")
 
 
-def cmake_text(
-    src: Path, out: Path, imports: list[str], *, kind: str, onnx: PathLike | None, function: str | None, target: str = "llvm-cpu"
-) -> str:
+def cmake_text(src: Path, out: Path, imports: list[str], *, kind: str, onnx: PathLike | None, function: str | None, target: str = "llvm-cpu") -> str:
     """A CMakeLists.txt for the output directory: imports the model (or takes the program) from
     a path set at configure time, builds the import(s), compiles the program with the spec,
     checks that every import is called, and verifies against the framework. It names no path
