@@ -116,6 +116,12 @@ def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool)
         k.buffers[program.value_at(program.position(value, group.function), function)] = cgen.Buffer(binding.name, binding.dims, binding.ctype)
     generalized_result = program.value_at(program.position(result, group.function), function)
     k.buffers[generalized_result] = cgen.Buffer(out.name, out.dims, out.ctype)
+    # Intermediates are computed where they are read, never stored: their buffers only give the
+    # loop-nest model the sizes of a loop that no input or result dimension names alone.
+    for j, value in enumerate(rep.scratch):
+        shape = program.shape(value.type)
+        if None not in shape:
+            k.buffers[program.value_at(program.position(value, group.function), function)] = cgen.Buffer(f"tmp{j}", [str(d) for d in shape], "")
     nest = loopnest.build(members, generalized_result, k.buffers)
     if nest is None:
         raise gpunest.refuse(

@@ -1,0 +1,236 @@
+"""Issue 37: a model's op replaced by a generated GPU kernel (`replace --target vulkan|cuda|hip`).
+
+The property: every group of the model zoo (tests/onnx_models.py) and of a slice of ONNX's
+node conformance suite that `ops --target vulkan` marks generable is replaced, its GLSL built
+to SPIR-V, the model compiled with the spec for Vulkan (the dispatch proven in the module by
+--expect-import), run on this machine's Vulkan device (lavapipe without a GPU) and verified
+against onnxruntime or the suite's stored outputs. CUDA and HIP replacements compile to PTX
+(sm_80) and code objects (gfx1100) and to modules; on a machine with an NVIDIA GPU the CUDA
+replacement runs and verifies. Everything is real: no tool is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import assert_clean_error, run_cli
+
+import pyree_build as pb
+from pyree_build import backends
+from pyree_build.actions import tune
+from pyree_build.actions.models import gpunest
+from pyree_build.backends.vulkan import devices as vulkan
+from pyree_build.core.errors import PyreeError
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx_models  # noqa: E402
+
+needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=f"no Vulkan device: {vulkan.status()[1]}")
+NODE_DATA = Path(os.environ.get("PYREE_ONNX_NODE_DATA", "/work/onnx_node_data/node"))
+# A slice of ONNX's node tests: elementwise ops and chains, broadcasts, math functions, matmuls, a Gemm.
+NODE_TESTS = (
+    "test_add_bcast",
+    "test_div_bcast",
+    "test_relu",
+    "test_leakyrelu",
+    "test_hardsigmoid",
+    "test_tanh",
+    "test_sigmoid",
+    "test_erf",
+    "test_log",
+    "test_pow",
+    "test_clip_default_min",
+    "test_sum_example",
+    "test_matmul_2d",
+    "test_matmul_3d",
+    "test_gemm_default_no_bias",
+)
+
+
+def _imported(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    model = tmp_path / f"{name}.onnx"
+    onnx_models.save(getattr(onnx_models, name)(), model)
+    mlir = tmp_path / f"{name}.mlir"
+    pb.import_onnx(model, mlir)
+    return model, mlir
+
+
+def _generable(mlir: Path, target: str) -> list[int]:
+    """The groups `ops` says replace generates for `target` (a repeated group is replaced with its first)."""
+    return [g.index for g in pb.ops(mlir, targets=[target]) if g.targets[target] is None and g.same_as is None]
+
+
+def _vulkan_verified(tmp_path: Path, model: Path, mlir: Path, indices: list[int], *, input_files: list[Path] | None = None) -> None:
+    """Replace the groups in one spec (so none of IREE's own dispatches for them is left: some
+    of those use subgroup operations lavapipe's 8-lane subgroups cannot run), build, compile
+    for the Vulkan device here, prove the dispatches are in the module, and verify."""
+    out = tmp_path / "kernels"
+    names = [f"g{index}_kernel" for index in indices]
+    pb.replace(mlir, out, ops=indices, imports=names, onnx=model, target="vulkan")
+    pb.spirv([out / f"{name}.glsl" for name in names], out / "spv")
+    module = pb.compile(mlir, out / "m.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=names, object_search_paths=[out / "spv"])
+    try:
+        result = pb.verify(module, model, device="vulkan", input_files=input_files or ())
+    except PyreeError as e:
+        # IREE's own code for a group left to it (mlp's softmax) may use subgroup operations this
+        # device cannot run; pyree_build refuses to run that module. Skip with that reason, once
+        # it is shown to be about IREE's dispatch (`..._dispatch_N_...`), never about ours.
+        if "compiled for another device" not in e.what or "_dispatch_" not in e.what or any(n in e.what for n in names):
+            raise
+        pytest.skip(f"IREE's own code for a group left to it cannot run on this Vulkan device: {e.what}")
+    assert result.passed, result.render()
+
+
+@needs_vulkan
+@pytest.mark.parametrize("name", sorted(onnx_models.BUILDERS))
+def test_every_vulkan_generable_group_of_the_zoo_runs_on_vulkan_and_verifies(tmp_path, name):
+    model, mlir = _imported(tmp_path, name)
+    listed = pb.ops(mlir, targets=["vulkan"])
+    generable = [g.index for g in listed if g.targets["vulkan"] is None and g.same_as is None]
+    # A group not generated says why (groups the loop-nest model leaves to the CPU's per-op body).
+    assert all(g.targets["vulkan"] for g in listed if g.index not in generable and g.same_as is None)
+    if generable:
+        _vulkan_verified(tmp_path, model, mlir, generable)
+
+
+def test_the_zoo_has_groups_generated_for_every_gpu_target(tmp_path):
+    # The property above is not vacuous: the zoo's dense layers are generated for each target.
+    _, mlir = _imported(tmp_path, "mlp")
+    listed = pb.ops(mlir, targets=list(gpunest.TARGETS))
+    for target in gpunest.TARGETS:
+        assert [g.index for g in listed if g.targets[target] is None] == [1, 2], (target, listed)
+
+
+@needs_vulkan
+@pytest.mark.skipif(not NODE_DATA.is_dir(), reason=f"no ONNX node test data at {NODE_DATA} (onnx's generate_data writes it)")
+@pytest.mark.parametrize("test", NODE_TESTS)
+def test_onnx_node_tests_replaced_for_vulkan_match_the_stored_outputs(tmp_path, test):
+    case = NODE_DATA / test
+    mlir = tmp_path / f"{test}.mlir"
+    assert run_cli("import", case / "model.onnx", "-o", mlir).returncode == 0
+    generable = _generable(mlir, "vulkan")
+    assert generable, pb.ops(mlir, targets=["vulkan"])
+    _vulkan_verified(tmp_path, case / "model.onnx", mlir, generable, input_files=[case / "test_data_set_0"])
+
+
+def test_ops_and_replace_never_disagree_per_target(tmp_path):
+    # `ops --target` asks the same generate() replace runs: a group marked generable is written,
+    # one marked not is refused with that reason, for every target and group of these models.
+    for name in ("mlp", "layer_norm", "elementwise_broadcast"):
+        model, mlir = _imported(tmp_path, name)
+        for group in pb.ops(mlir, targets=list(gpunest.TARGETS)):
+            for target, reason in group.targets.items():
+                out = tmp_path / f"{name}_{group.index}_{target}"
+                if reason is None:
+                    written = pb.replace(mlir, out, ops=[group.index], imports=["k"], target=target)
+                    assert out / f"k{gpunest.SUFFIXES[gpunest.TARGETS[target]]}" in written
+                else:
+                    with pytest.raises(PyreeError) as refused:
+                        pb.replace(mlir, out, ops=[group.index], imports=["k"], target=target)
+                    assert reason.split(" (")[0] in str(refused.value)
+                    assert not out.exists()
+
+
+def test_cuda_and_hip_replacements_compile_to_ptx_code_objects_and_modules(tmp_path):
+    model, mlir = _imported(tmp_path, "matmul_add_relu")
+    for target in ("cuda", "hip"):
+        [index] = _generable(mlir, target)
+        out = tmp_path / target
+        pb.replace(mlir, out, ops=[index], imports=["dense"], onnx=model, target=target)
+        if target == "cuda":
+            objects = pb.ptx(out / "dense.cu", [80], out / "objects")
+            search = out / "objects"
+            module = pb.compile(
+                mlir, out / "m.vmfb", target="cuda", sm=80, transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[search]
+            )
+        else:
+            objects = pb.hsaco(out / "dense.hip", [1100], out / "objects")
+            search = out / "objects" / "gfx1100"
+            module = pb.compile(
+                mlir, out / "m.vmfb", target="hip", gfx=1100, transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[search]
+            )
+        assert objects and module.stat().st_size > 0
+        # The module holds the generated kernel: its object's bytes (PTX text; the code object) are in it.
+        assert objects[0].read_bytes()[:200] in module.read_bytes() if target == "cuda" else b"dense_executable" in module.read_bytes()
+
+
+def test_expect_import_fails_a_gpu_module_whose_spec_matched_nothing(tmp_path):
+    _, mlir = _imported(tmp_path, "matmul_add_relu")
+    _, other = _imported(tmp_path, "two_groups")
+    out = tmp_path / "k"
+    pb.replace(mlir, out, ops=[1], imports=["dense"], target="vulkan")
+    pb.spirv([out / "dense.glsl"], out / "spv")
+    # The spec's matcher is matmul_add_relu's IR: two_groups has no such group, so no dispatch.
+    result = run_cli(
+        "compile", other, "-o", tmp_path / "m.vmfb", "--target", "vulkan", "--vulkan-target", "llvmpipe",
+        "--transform-spec", out / "spec.mlir", "--expect-import", "dense", "--object-search-path", out / "spv",
+    )  # fmt: skip
+    assert_clean_error(result, "does not dispatch dense_executable", "matcher found nothing")
+    assert not (tmp_path / "m.vmfb").exists()
+
+
+def test_vulkan_refuses_types_glsl_cannot_hold_with_the_reason(tmp_path):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"], name="twice")],
+        "twice",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [4])],
+    )
+    model = tmp_path / "twice.onnx"
+    onnx_models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    mlir = tmp_path / "twice.mlir"
+    pb.import_onnx(model, mlir)
+    # GLSL (core Vulkan) has no 8-bit buffers; CUDA C has int8_t.
+    [group] = pb.ops(mlir, targets=["vulkan", "cuda"])
+    assert group.replaceable and group.targets["cuda"] is None
+    assert "i8" in (group.targets["vulkan"] or "") and "GLSL" in (group.targets["vulkan"] or "")
+    refused = run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", tmp_path / "k", "--target", "vulkan")
+    assert_clean_error(refused, "cannot be generated for vulkan", "i8")
+    assert not (tmp_path / "k").exists()
+    # --dynamic is the CPU's form only.
+    _, dense = _imported(tmp_path, "matmul_add_relu")
+    refused = run_cli("replace", dense, "--ops", "1", "--import", "k", "-o", tmp_path / "d", "--target", "cuda", "--dynamic")
+    assert_clean_error(refused, "--dynamic", "cuda")
+    assert not (tmp_path / "d").exists()
+
+
+def test_the_glsl_declares_its_workgroup_size_as_a_tune_knob(tmp_path):
+    _, mlir = _imported(tmp_path, "matmul_add_relu")
+    pb.replace(mlir, tmp_path / "k", ops=[1], imports=["dense"], target="vulkan")
+    assert tune.declared_params(tmp_path / "k" / "dense.glsl") == {"PYREE_WG_SIZE": ["32", "64", "128", "256"]}
+
+
+@needs_vulkan
+def test_a_wrong_vulkan_kernel_fails_verify(tmp_path):
+    # The verify test can fail: a shader that doubles the result is caught.
+    model, mlir = _imported(tmp_path, "matmul_add_relu")
+    out = tmp_path / "k"
+    pb.replace(mlir, out, ops=[1], imports=["dense"], target="vulkan")
+    shader = out / "dense.glsl"
+    text = shader.read_text()
+    store = next(line for line in text.splitlines() if "out0.v[" in line)
+    shader.write_text(text.replace(store, store.replace("= float(", "= 2.0 * float(")))
+    pb.spirv([shader], out / "spv")
+    module = pb.compile(mlir, out / "m.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[out / "spv"])
+    assert not pb.verify(module, model, device="vulkan").passed
+
+
+def test_cuda_replacement_runs_and_verifies_on_a_gpu(tmp_path):
+    usable, reason = backends.get("cuda").probe("cuda")
+    if not usable:
+        pytest.skip(f"no usable CUDA GPU: {reason}")
+    model, mlir = _imported(tmp_path, "matmul_add_relu")
+    out = tmp_path / "k"
+    pb.replace(mlir, out, ops=[1], imports=["dense"], onnx=model, target="cuda")
+    pb.ptx(out / "dense.cu", [80], out / "ptx")
+    module = pb.compile(
+        mlir, out / "m.vmfb", target="cuda", sm=80, transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[out / "ptx"]
+    )
+    result = pb.verify(module, model, device="cuda")
+    assert result.passed, result.render()
