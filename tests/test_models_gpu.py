@@ -234,3 +234,27 @@ def test_cuda_replacement_runs_and_verifies_on_a_gpu(tmp_path):
     )
     result = pb.verify(module, model, device="cuda")
     assert result.passed, result.render()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", tuple(gpunest.TARGETS))
+def test_the_generated_gpu_directory_builds_and_its_verify_test_runs_or_skips(tmp_path, target):
+    # The CMakeLists.txt `replace --target` writes: the kernel built by the target's function,
+    # the module compiled with the spec and EXPECT_IMPORTS, the verify test on the target's device
+    # (run where the device is present, reported skipped with the reason where it is not).
+    from test_cmake import build, configure, ctest_run
+
+    model, mlir = _imported(tmp_path, "matmul_add_relu")
+    out = tmp_path / "kernels"
+    pb.replace(mlir, out, ops=[1], imports=["dense"], onnx=model, target=target)
+    text = (out / "CMakeLists.txt").read_text()
+    assert f"TARGET {target}" in text and "EXPECT_IMPORTS dense" in text and f"DEVICE {target}" in text
+    configure(out, tmp_path / "build")
+    build(tmp_path / "build")
+    assert (tmp_path / "build" / "matmul_add_relu_replaced.vmfb").is_file()
+    result = ctest_run(tmp_path / "build", "--output-on-failure")
+    present = backends.get(target).probe(target)[0]
+    if present:
+        assert result.returncode == 0 and "100% tests passed" in result.stdout, result.stdout
+    else:
+        assert result.returncode == 0 and "***Skipped" in result.stdout and "100% tests passed" in result.stdout, result.stdout
