@@ -182,10 +182,13 @@ class Backend:
         """`compile --expect-import NAME`: raise PyreeError unless the module runs NAME. Here (GPU
         targets): the module holds the precompiled executable NAME_executable that a
         `replace --target` spec dispatches in place of its group. IREE keeps an executable only
-        where a dispatch uses it, and names its data NAME_executable_<format>.fb (checked on 3.13
-        for vulkan-spirv-fb, cuda-nvptx-fb and rocm-hsaco-fb). CPU targets read the imports."""
+        where a dispatch uses it, and names it in the module (NAME_executable_<format>.fb, and
+        in the message for a device without its format); two executables whose objects are the
+        same bytes are folded into one, whose data keeps one name, while both names stay in the
+        messages (checked on 3.13 for vulkan-spirv-fb, cuda-nvptx-fb and rocm-hsaco-fb). CPU
+        targets read the imports instead."""
         data = readers.read_module(module)
-        held = sorted({m.decode() for m in re.findall(rb"([A-Za-z_][\w$.-]*)_executable_[a-z0-9_]+\.fb", data)})
+        held = sorted({m.decode() for m in re.findall(rb"([A-Za-z_][\w$.-]*)_executable(?:_[a-z0-9_]+\.fb|(?![\w$.-]))", data)})
         missing = [n for n in names if n not in held]
         if missing:
             raise PyreeError(

@@ -443,7 +443,7 @@ _GPU_CMAKE = {
 
 
 def _gpu_module_args(stem: str, target: str) -> str:
-    return {"vulkan": "", "cuda": " SM 80", "hip": f" GFX ${{{stem}_GFX}}"}[target]
+    return {"vulkan": f" VULKAN_TARGET ${{{stem}_VULKAN_TARGET}}", "cuda": " SM 80", "hip": f" GFX ${{{stem}_GFX}}"}[target]
 
 
 def _gpu_lines(stem: str, program: str, imports: list[str], target: str) -> list[str]:
@@ -451,8 +451,10 @@ def _gpu_lines(stem: str, program: str, imports: list[str], target: str) -> list
     lines = [""]
     if target == "vulkan":
         lines += [
-            "# The module is compiled for the Vulkan device found at build time (llvmpipe on lavapipe): a module",
-            "# built for another device's target can compute wrong numbers there without any error.",
+            "# auto: the module is compiled for the Vulkan device found at build time (llvmpipe on lavapipe), as a",
+            "# module built for another device's target can compute wrong numbers there without any error;",
+            "# vp_android_baseline_2022: iree-compile's portable target (IREE's own code then uses no subgroup operations).",
+            f'set({stem}_VULKAN_TARGET "auto" CACHE STRING "the Vulkan target the module is compiled for: auto, or an iree-compile target name")',
         ]
     elif target == "cuda":
         lines += ["# sm_80: what IREE 3.13 compiles cuda modules for; newer GPUs (H100) JIT-compile its PTX."]
