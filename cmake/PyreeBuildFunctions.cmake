@@ -759,7 +759,7 @@ endfunction()
 # directory whose stored outputs are the reference, or .pb/.npy files), every output within
 # RTOL/ATOL, else it fails and prints the worst element of each output. BASELINE: the model
 # compiled without the replacement, so an output IREE itself gets wrong is reported as IREE's.
-# Labelled like pyree_add_run_test, plus onnx.
+# Labelled like pyree_add_run_test, plus onnx. A DEVICE absent here is reported skipped (exit 77).
 function(pyree_add_verify_test)
   _pyree_parse(pyree_add_verify_test "" "NAME;MODULE;ONNX;FUNCTION;SEED;TRIALS;RTOL;ATOL;DEVICE;BASELINE" "PLUGINS;INPUTS;INPUT_FILES;LABELS" ${ARGN})
   _pyree_require(pyree_add_verify_test NAME MODULE ONNX)
