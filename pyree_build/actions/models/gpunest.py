@@ -336,6 +336,9 @@ def _glsl_cmpf(op: Any, args: list[str]) -> str:
     if form in ("true", "false"):
         return form
     a, b = f"({args[0]})", f"({args[1]})"
+    # NaN tests by isnan, not x != x: a shader compiler may assume x == x.
+    if form in ("ord", "uno"):
+        return f"(!isnan{a} && !isnan{b})" if form == "ord" else f"(isnan{a} || isnan{b})"
     return "(" + cgen._CMPF[form].replace("a", "\0").replace("b", b).replace("\0", a) + ")"
 
 

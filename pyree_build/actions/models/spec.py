@@ -1,4 +1,5 @@
-"""The transform spec that replaces op groups by calls of C imports.
+"""The transform spec that replaces op groups by calls of C imports, or by dispatches of
+generated GPU kernels (`replace --target vulkan|cuda|hip`: gpu_executable, gpu_call_function).
 
 For each group: a matcher whose body is the group's own ops, cloned from the program and
 printed by MLIR (so it matches this model, constant for constant, type for type); a
