@@ -516,7 +516,10 @@ OPS = Verb(
     "list a program's op groups as a transform spec sees them, numbered for replace",
     options=(
         Option(("source",), {"metavar": "MODEL.mlir", "help": "the program, e.g. written by `pyree-build import`"}),
-        Option(("--json",), {"action": "store_true", "help": "print a JSON list: index, function, root, ops, operands, results, source, replaceable, reason, targets"}),
+        Option(
+            ("--json",),
+            {"action": "store_true", "help": "print a JSON list: index, function, root, ops, operands, results, source, replaceable, reason, targets"},
+        ),
         Option(
             ("--target",),
             {
