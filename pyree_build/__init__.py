@@ -376,7 +376,7 @@ def verify(
     trials: int = 3,
     rtol: float | None = None,
     atol: float | None = None,
-    device: str = "local-sync",
+    device: str | None = None,
     skip_unavailable: bool = False,
 ) -> VerifyResult:
     """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx]).

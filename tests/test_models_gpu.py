@@ -21,6 +21,7 @@ import pyree_build as pb
 from pyree_build import backends
 from pyree_build.actions import tune
 from pyree_build.actions.models import gpunest
+from pyree_build.actions.models import verify as verify_module
 from pyree_build.backends.vulkan import devices as vulkan
 from pyree_build.core.errors import PyreeError
 
@@ -261,3 +262,18 @@ def test_the_generated_gpu_directory_builds_and_its_verify_test_runs_or_skips(tm
         assert result.returncode == 0 and "100% tests passed" in result.stdout, result.stdout
     else:
         assert result.returncode == 0 and "***Skipped" in result.stdout and "100% tests passed" in result.stdout, result.stdout
+
+
+@needs_vulkan
+def test_verify_runs_each_module_on_its_own_device_by_default(tmp_path):
+    # No --device: the GPU module runs on vulkan (it would only say "HAL device not found" on
+    # local-sync) and a CPU baseline on local-sync, each on the device it was compiled for.
+    model, mlir = _imported(tmp_path, "matmul_add_relu")
+    out = tmp_path / "k"
+    pb.replace(mlir, out, ops=[1], imports=["dense"], target="vulkan")
+    pb.spirv([out / "dense.glsl"], out / "spv")
+    module = pb.compile(mlir, out / "m.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[out / "spv"])
+    baseline = pb.compile(mlir, tmp_path / "cpu.vmfb")
+    assert verify_module.module_device(module) == "vulkan" and verify_module.module_device(baseline) == "local-sync"
+    result = run_cli("verify", module, "--onnx", model, "--baseline", baseline)
+    assert result.returncode == 0 and "verified" in result.output, result

@@ -492,7 +492,14 @@ VERIFY = Verb(
                 "help": "absolute tolerance (default: 1e-5 times each output's largest magnitude; integer outputs are exact)",
             },
         ),  # fmt: skip
-        Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "the HAL device the module runs on (default local-sync)"}),
+        Option(
+            ("--device",),
+            {
+                "default": None,
+                "choices": DEVICES,
+                "help": "the HAL device the module runs on (default: the module's, vulkan, cuda or hip for a GPU module, else local-sync)",
+            },
+        ),  # fmt: skip
         _SKIP,
     ),
     description=(
