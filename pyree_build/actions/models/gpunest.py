@@ -23,6 +23,7 @@ tensors (and i1 inside a body).
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,11 @@ def bindings(target: str, inputs: list[Any], result: Any, input_names: list[str]
         ins.append(Binding(f"in{i}", _buffer_type(target, value), dims, f"{value.type}, input {i}: {input_names[i]}"))
     if None in program.shape(result.type):
         raise refuse(target, f"the result has a size only known at run time ({result.type})")
+    if TARGETS[target] == "glsl":
+        # GLSL indexes in 32-bit int (no 64-bit integers without extensions).
+        for value in [*inputs, result]:
+            if math.prod(d or 0 for d in program.shape(value.type)) >= 2**31:
+                raise refuse(target, f"a tensor of 2^31 elements or more ({value.type}): GLSL indexes with 32-bit integers")
     out = Binding("out0", _buffer_type(target, result), [str(d) for d in program.shape(result.type)], f"{result.type}, result 0")
     return ins, out, [d for b in ins for d in b.dims]
 
