@@ -16,14 +16,18 @@ operands are the push constants in order (GLSL: one push_constant block; CUDA an
 kernel's parameters after the buffer pointers). The sizes passed are the inputs' sizes, as
 the C kernel takes them.
 
-Element types a language cannot hold are refused for that target: GLSL (core Vulkan) has no
-8- or 16-bit buffers and no 64-bit types without extensions, so vulkan takes f32 and i32
-tensors (and i1 inside a body).
+Element types a language cannot hold are refused for that target. GLSL holds f32 and i32 in
+core Vulkan; f16, i8, i16, i64 and i1 (stored as a byte, as IREE stores it) through
+GL_EXT_shader_explicit_arithmetic_types and 8/16-bit storage, declared only in a shader that
+uses them, so the device needs those features (lavapipe has them: checked on ONNX's Where,
+Greater, Not, Max int64 and Add uint8 node tests). f64, bf16 and f8 types are refused, and so
+is a tensor of 2^31 elements or more (GLSL indexes with 32-bit ints).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +43,18 @@ WORKGROUP_SIZE = loopnest.Knob("PYREE_WG_SIZE", 64, (32, 64, 128, 256), "invocat
 # beyond it each invocation computes several elements.
 MAX_WORKGROUPS = 65535
 
-_GLSL_TYPES = {"f32": "float", "i32": "int", "i1": "bool", "index": "int"}
-_GLSL_BUFFER_TYPES = {"f32": "float", "i32": "int"}
+# Types beyond f32 and i32 need GL_EXT_shader_explicit_arithmetic_types (and 8/16-bit storage
+# for buffers), so the device's shaderInt8/Int16/Int64/Float16 and 8/16-bit storage features.
+_GLSL_TYPES = {"f32": "float", "i32": "int", "i1": "bool", "index": "int", "f16": "float16_t", "i8": "int8_t", "i16": "int16_t", "i64": "int64_t"}
+# IREE stores i1 as one byte an element.
+_GLSL_BUFFER_TYPES = {"f32": "float", "i32": "int", "f16": "float16_t", "i8": "int8_t", "i16": "int16_t", "i64": "int64_t", "i1": "int8_t"}
+_GLSL_UNSIGNED = {"i1": "uint", "i8": "uint8_t", "i16": "uint16_t", "i32": "uint", "i64": "uint64_t", "index": "uint"}
+_GLSL_EXTENSIONS = [
+    "// 8-, 16- and 64-bit types: the device needs their features (shaderInt8, storageBuffer8BitAccess, ...).",
+    "#extension GL_EXT_shader_explicit_arithmetic_types : require",
+    "#extension GL_EXT_shader_8bit_storage : require",
+    "#extension GL_EXT_shader_16bit_storage : require",
+]
 
 
 class Unfused(Exception):
@@ -58,7 +72,7 @@ def refuse(target: str, what: str, op_name: str = "") -> PyreeError:
 def glsl_type(type_: Any, op_name: str = "") -> str:
     name = program.element_type(type_)
     if name not in _GLSL_TYPES:
-        raise refuse("vulkan", f"element type {name} has no GLSL type without extensions (f32, i32 and i1 do)", op_name or str(type_))
+        raise refuse("vulkan", f"element type {name} has no GLSL type here (f32, f16, i64, i32, i16, i8 and i1 do)", op_name or str(type_))
     return _GLSL_TYPES[name]
 
 
@@ -94,7 +108,7 @@ def _buffer_type(target: str, value: Any) -> str:
     element = program.element_type(value.type)
     if TARGETS[target] == "glsl":
         if element not in _GLSL_BUFFER_TYPES:
-            raise refuse(target, f"a tensor of {element} ({value.type}): GLSL buffers hold f32 and i32 without extensions")
+            raise refuse(target, f"a tensor of {element} ({value.type}): GLSL buffers here hold f32, f16, i64, i32, i16, i8 and i1")
         return _GLSL_BUFFER_TYPES[element]
     return cgen.c_type(value.type)
 
@@ -136,7 +150,10 @@ class _Emitter:
             name = self.k.fresh("a")
             index = cgen.linear_index(coords, buffer.dims)
             load = f"{buffer.pointer}.v[{index}]" if self.lang == "glsl" else f"{buffer.pointer}[{index}]"
-            self.line(indent, self.declare(buffer.ctype, name, load))
+            if self.lang == "glsl" and program.element_type(value.type) == "i1":
+                self.line(indent, f"bool {name} = ({load} != int8_t(0));")  # stored as a byte
+            else:
+                self.line(indent, self.declare(buffer.ctype, name, load))
         memo[key] = name
         return name
 
@@ -197,25 +214,29 @@ class _Emitter:
             number = int(str(op.attributes["predicate"]).split(":")[0].strip())
             kind = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")[number]
             if kind.startswith("u"):
-                return f"(uint({args[0]}) {cgen._CMPI[kind]} uint({args[1]}))"
+                unsigned = _GLSL_UNSIGNED[operand_types[0]]
+                return f"({unsigned}({args[0]}) {cgen._CMPI[kind]} {unsigned}({args[1]}))"
             return f"({args[0]} {cgen._CMPI[kind]} {args[1]})"
         if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast", "arith.index_castui", "arith.sitofp", "arith.fptosi"):
             if operand_types[0] == "i1" and name == "arith.extsi":
-                return f"({args[0]} ? -1 : 0)"
+                return f"{gtype}({args[0]} ? -1 : 0)"
             if gtype == "bool":
-                return f"(({args[0]} & 1) != 0)"
+                return f"((int({args[0]}) & 1) != 0)"
+            return f"{gtype}({args[0]})"
+        if name in ("arith.extf", "arith.truncf"):
             return f"{gtype}({args[0]})"
         if name == "arith.uitofp":
-            return f"float(uint({args[0]}))" if operand_types[0] != "i1" else f"float({args[0]})"
+            return f"{gtype}({_GLSL_UNSIGNED[operand_types[0]]}({args[0]}))" if operand_types[0] != "i1" else f"{gtype}({args[0]})"
         if name == "arith.fptoui":
-            return f"int(uint({args[0]}))"
+            return f"{gtype}({_GLSL_UNSIGNED[program.element_type(op.results[0].type)]}({args[0]}))"
         if name == "arith.constant":
             return _glsl_literal(op.attributes["value"], gtype)
         if name == "linalg.index":
             return coords[int(program.ir.IntegerAttr(op.attributes["dim"]).value)]
         if name in ("arith.divui", "arith.remui"):
             symbol = {"arith.divui": "/", "arith.remui": "%"}[name]
-            return f"int(uint({args[0]}) {symbol} uint({args[1]}))"
+            unsigned = _GLSL_UNSIGNED[operand_types[0]]
+            return f"{gtype}({unsigned}({args[0]}) {symbol} {unsigned}({args[1]}))"
         if name == "math.fma":
             return f"({args[0]} * {args[1]} + {args[2]})"
         raise refuse(self.target, f"{name} has no GLSL form in the generator", name)
@@ -262,7 +283,8 @@ class _Emitter:
         result = self.value(nest.result, at, indent, {}, acc, at)
         store = cgen.linear_index(at, self.out.dims)
         if self.lang == "glsl":
-            self.line(indent, f"out0.v[{store}] = {self.out.ctype}({result});")
+            stored = f"({result} ? 1 : 0)" if program.element_type(nest.result.type) == "i1" else result
+            self.line(indent, f"out0.v[{store}] = {self.out.ctype}({stored});")
         else:
             self.line(indent, f"out0[{store}] = ({self.out.ctype})({result});")
 
@@ -352,14 +374,20 @@ def _glsl_literal(attr: Any, gtype: str) -> str:
     """A constant exactly: a float by its bits (GLSL has no hex floats)."""
     if isinstance(attr, program.ir.FloatAttr):
         bits = struct.unpack("<I", struct.pack("<f", float(attr.value)))[0]
-        return f"uintBitsToFloat(0x{bits:08x}u)"
+        exact = f"uintBitsToFloat(0x{bits:08x}u)"
+        return exact if gtype == "float" else f"{gtype}({exact})"  # an f16 value is an f32 one too
+    if str(attr) in ("true", "false"):  # an i1 constant (a BoolAttr)
+        return str(attr) if gtype == "bool" else f"{gtype}({int(str(attr) == 'true')})"
     if isinstance(attr, program.ir.IntegerAttr):
         value = int(attr.value)
         if gtype == "bool":
             return "true" if value else "false"
+        if gtype == "int64_t":
+            return f"int64_t({value}l)"
         if not -(2**31) <= value < 2**31:
             raise refuse("vulkan", f"an integer constant {value} beyond 32 bits", "arith.constant")
-        return f"({value})" if value < 0 else str(value)
+        text = f"({value})" if value < 0 else str(value)
+        return text if gtype == "int" else f"{gtype}({text})"
     raise refuse("vulkan", f"a constant {attr} that is not a number", "arith.constant")
 
 
@@ -439,6 +467,8 @@ def emit(
             "  }",
             "}",
         ]
+        if re.search(r"\b(u?int(8|16|64)_t|float16_t)\b", "\n".join(lines)):
+            lines[1:1] = _GLSL_EXTENSIONS
         return "\n".join(lines) + "\n"
     qualifier = "__device__ static inline "
     helpers = [h.replace("static inline ", qualifier, 1) for h in cgen.helpers_text(k)]
