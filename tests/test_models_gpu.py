@@ -208,11 +208,14 @@ def test_vulkan_refuses_what_glsl_cannot_index_and_dynamic_sizes_with_the_reason
     refused = run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", tmp_path / "k", "--target", "vulkan")
     assert_clean_error(refused, "cannot be generated for vulkan", "2^31")
     assert not (tmp_path / "k").exists()
-    # --dynamic is the CPU's form only.
+    # --dynamic and --kind embedded are the CPU's forms only; ops names the GPU targets it knows.
     _, dense = _imported(tmp_path, "matmul_add_relu")
     refused = run_cli("replace", dense, "--ops", "1", "--import", "k", "-o", tmp_path / "d", "--target", "cuda", "--dynamic")
     assert_clean_error(refused, "--dynamic", "cuda")
+    refused = run_cli("replace", dense, "--ops", "1", "--import", "k", "-o", tmp_path / "d", "--target", "hip", "--kind", "embedded")
+    assert_clean_error(refused, "--kind embedded", "hip")
     assert not (tmp_path / "d").exists()
+    assert_clean_error(run_cli("ops", dense, "--target", "metal"), "unknown GPU target 'metal'", "vulkan, cuda, hip")
 
 
 def test_the_glsl_declares_its_workgroup_size_as_a_tune_knob(tmp_path):

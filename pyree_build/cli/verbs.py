@@ -549,7 +549,7 @@ OPS = Verb(
 
 REPLACE = Verb(
     "replace",
-    "generate a transform spec, a C import and a CMakeLists.txt replacing op groups of a program",
+    "generate a transform spec, a C import (or a GPU kernel: --target) and a CMakeLists.txt replacing op groups of a program",
     options=(
         Option(("source",), {"metavar": "MODEL.mlir"}),
         Option(
@@ -602,7 +602,9 @@ REPLACE = Verb(
         "spec whose matcher is the group's own IR and whose rewrite calls the import NAME; NAME.c, the "
         "import with its argument block documented and a correct naive body generated from the ops; "
         "and CMakeLists.txt, which builds it, compiles the program with the spec and EXPECT_IMPORTS, "
-        "and adds the verify test. A file you edited is never overwritten (unless --force)."
+        "and adds the verify test. With --target vulkan|cuda|hip the kernel is NAME.glsl, NAME.cu or NAME.hip, "
+        "generated from the same loop-nest model, dispatched as a precompiled GPU executable. "
+        "A file you edited is never overwritten (unless --force)."
     ),
     examples=(
         "pyree-build replace build/model.mlir --ops 1 --import fc1_relu -o kernels --onnx model.onnx\n"
