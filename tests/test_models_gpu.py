@@ -31,7 +31,6 @@ pytest.importorskip("onnxruntime")
 import onnx_models  # noqa: E402
 
 needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=f"no Vulkan device: {vulkan.status()[1]}")
-PORTABLE = "vp_android_baseline_2022"  # iree-compile's default Vulkan target
 # A slice of ONNX's node tests: elementwise ops and chains, broadcasts, math functions, matmuls, a Gemm,
 # and the 8- and 64-bit and bool tensors GLSL holds through its extensions (i1 stored as a byte).
 NODE_TESTS = (
@@ -74,14 +73,9 @@ def _vulkan_verified(tmp_path: Path, model: Path, mlir: Path, indices: list[int]
     names = [f"g{index}_kernel" for index in indices]
     pb.replace(mlir, out, ops=indices, imports=names, onnx=model, target="vulkan")
     pb.spirv([out / f"{name}.glsl" for name in names], out / "spv")
-    # The portable target: IREE's own code for the groups left to it then has no subgroup
-    # operations. For the llvmpipe target (`auto` on lavapipe) its reductions use 8-lane ones,
-    # right on lavapipe (checked by hand against onnxruntime) but refused by the Vulkan
-    # backend's module check, which assumes every target's subgroup code needs 16 lanes or more.
-    module = pb.compile(
-        mlir, out / "m.vmfb", target="vulkan", vulkan_target=PORTABLE, transform_spec=out / "spec.mlir", expect_imports=names,
-        object_search_paths=[out / "spv"],
-    )  # fmt: skip
+    # The Vulkan target of the device here (auto: llvmpipe on lavapipe), as a user compiles: IREE's
+    # own code for the groups left to it (reductions with 8-lane subgroup operations) runs too.
+    module = pb.compile(mlir, out / "m.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=names, object_search_paths=[out / "spv"])
     result = pb.verify(module, model, device="vulkan", input_files=input_files or ())
     assert result.passed, result.render()
 
@@ -291,3 +285,16 @@ def test_verify_runs_each_module_on_its_own_device_by_default(tmp_path):
     assert verify_module.module_device(module) == "vulkan" and verify_module.module_device(baseline) == "local-sync"
     result = run_cli("verify", module, "--onnx", model, "--baseline", baseline)
     assert result.returncode == 0 and "verified" in result.output, result
+
+
+def test_a_module_names_the_subgroup_sizes_its_vulkan_code_assumes(tmp_path):
+    # The lavapipe check holds the device to the sizes the module's target declares: llvmpipe's
+    # code (auto on lavapipe) assumes 8 lanes, lavapipe's own; a GPU target's, 16 or more.
+    from pyree_build.backends.vulkan import modules
+
+    _, mlir = _imported(tmp_path, "layer_norm")  # a reduction IREE compiles with subgroup operations
+    sizes = {}
+    for target in ("llvmpipe", "rdna3"):
+        module = pb.compile(mlir, tmp_path / f"{target}.vmfb", target="vulkan", vulkan_target=target)
+        sizes[target] = modules.declared_subgroup_sizes(module.read_bytes())
+    assert sizes["llvmpipe"] == [8] and min(sizes["rdna3"]) >= modules.SMALLEST_ASSUMED_SUBGROUP, sizes

@@ -453,7 +453,7 @@ def _gpu_lines(stem: str, program: str, imports: list[str], target: str) -> list
         lines += [
             "# auto: the module is compiled for the Vulkan device found at build time (llvmpipe on lavapipe), as a",
             "# module built for another device's target can compute wrong numbers there without any error;",
-            "# vp_android_baseline_2022: iree-compile's portable target (IREE's own code then uses no subgroup operations).",
+            "# or any iree-compile Vulkan target name (vp_android_baseline_2022: the portable one).",
             f'set({stem}_VULKAN_TARGET "auto" CACHE STRING "the Vulkan target the module is compiled for: auto, or an iree-compile target name")',
         ]
     elif target == "cuda":
