@@ -41,6 +41,7 @@ NODE_TESTS = (
     "test_tanh",
     "test_erf",
     "test_pow",
+    "test_gelu_tanh_1_expanded",
     "test_clip_default_min",
     "test_matmul_2d",
     "test_gemm_default_no_bias",

@@ -203,6 +203,8 @@ class _Emitter:
             function = _GLSL_CALLS[name]
             if function.startswith("pyree_"):
                 self._helper(function)
+            if name == "math.fpowi":  # the exponent may be any integer type; the helper takes an int
+                args = [args[0], f"int({args[1]})"]
             return f"{function}({', '.join(args)})"
         if name == "arith.negf":
             return f"(-{args[0]})"
