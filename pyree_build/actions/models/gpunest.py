@@ -205,6 +205,9 @@ class _Emitter:
                 self._helper(function)
             if name == "math.fpowi":  # the exponent may be any integer type; the helper takes an int
                 args = [args[0], f"int({args[1]})"]
+            if function.startswith("pyree_") and gtype == "float16_t":  # the helpers compute in f32
+                args = [f"float({a})" if program.element_type(v.type) == "f16" else a for a, v in zip(args, op.operands)]
+                return f"float16_t({function}({', '.join(args)}))"
             return f"{function}({', '.join(args)})"
         if name == "arith.negf":
             return f"(-{args[0]})"
