@@ -299,3 +299,17 @@ def test_a_module_names_the_subgroup_sizes_its_vulkan_code_assumes(tmp_path):
         module = pb.compile(mlir, tmp_path / f"{target}.vmfb", target="vulkan", vulkan_target=target)
         sizes[target] = modules.declared_subgroup_sizes(module.read_bytes())
     assert sizes["llvmpipe"] == [8] and min(sizes["rdna3"]) >= modules.SMALLEST_ASSUMED_SUBGROUP, sizes
+
+
+@needs_vulkan
+@pytest.mark.parametrize("size", ("32", "256"))
+def test_any_workgroup_size_the_knob_takes_computes_every_element(tmp_path, size):
+    # The spec's workgroup count is made for the default size (64); the invocations stride over
+    # the result, so a shader built with another size (what tune tries) is still right.
+    model, mlir = _imported(tmp_path, "matmul_add_relu")
+    out = tmp_path / "k"
+    pb.replace(mlir, out, ops=[1], imports=["dense"], target="vulkan")
+    pb.spirv([out / "dense.glsl"], out / "spv", defines=[f"PYREE_WG_SIZE={size}"])
+    module = pb.compile(mlir, out / "m.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[out / "spv"])
+    result = pb.verify(module, model)
+    assert result.passed, result.render()
