@@ -137,7 +137,7 @@ def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool)
         f"from: {', '.join(source_names(group)) or 'unknown'}",
         "",
         "A correct, naive kernel: one invocation per result element. Make it fast; then",
-        "`pyree-build verify --device " + ("vulkan" if target == "vulkan" else target) + "` checks the numbers against the framework's own.",
+        f"`pyree-build verify` (on --device {target}, the module's own) checks the numbers against the framework's own.",
     ]
     try:
         source = gpunest.emit(target, k, nest, name=rep.name, inputs=ins, out=out, sizes=sizes, constants=constants, header=header)
