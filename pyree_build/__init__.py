@@ -380,6 +380,8 @@ def verify(
     skip_unavailable: bool = False,
 ) -> VerifyResult:
     """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx]).
+    `device`: where the module runs (default: the device its executables are for, vulkan, cuda or
+    hip for a GPU module, else local-sync); `skip_unavailable`: exit as skipped where it is absent.
 
     Example: pb.verify("build/mlp.vmfb", "mlp.onnx", plugins=["build/kernels/fc1_relu.so"]).passed  # -> True
     """
