@@ -12,10 +12,13 @@ replacement runs and verifies. Everything is real: no tool is mocked.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_clean_error, run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import pyree_build as pb
 from pyree_build import backends
@@ -313,3 +316,50 @@ def test_any_workgroup_size_the_knob_takes_computes_every_element(tmp_path, size
     module = pb.compile(mlir, out / "m.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[out / "spv"])
     result = pb.verify(module, model)
     assert result.passed, result.render()
+
+
+# Elementwise ONNX ops the property below chains: (op, arity). Each keeps values finite on [-1, 1].
+_CHAIN_OPS = (("Add", 2), ("Sub", 2), ("Mul", 2), ("Max", 2), ("Min", 2), ("Relu", 1), ("Tanh", 1), ("Sigmoid", 1), ("Abs", 1), ("Neg", 1), ("Erf", 1))
+
+
+@needs_vulkan
+@settings(
+    max_examples=int(os.environ.get("PYREE_FUZZ_EXAMPLES", "4")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    chain=st.lists(st.sampled_from(_CHAIN_OPS), min_size=1, max_size=4),
+    rows=st.integers(1, 70),
+    cols=st.integers(1, 70),
+    weights_first=st.booleans(),
+)
+def test_random_elementwise_chains_on_vulkan_match_onnxruntime(tmp_path_factory, chain, rows, cols, weights_first):
+    # A chain of elementwise ops on x[rows, cols], the binary ones with a weight row broadcast
+    # along the rows (on either side): every group generated for vulkan, replaced, run on the
+    # device and compared with onnxruntime. Sizes that no workgroup size divides included.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    tmp = tmp_path_factory.mktemp("chain")
+    nodes, weights, value = [], [], "x"
+    for n, (op, arity) in enumerate(chain):
+        inputs = [value]
+        if arity == 2:
+            weight = f"w{n}"
+            weights.append(numpy_helper.from_array(np.random.default_rng(n).uniform(-1, 1, cols).astype(np.float32), weight))
+            inputs = [weight, value] if weights_first else [value, weight]
+        nodes.append(helper.make_node(op, inputs, [f"v{n}"], name=f"{op.lower()}{n}"))
+        value = f"v{n}"
+    nodes[-1].output[0] = "y"
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])], weights,
+    )  # fmt: skip
+    model = tmp / "chain.onnx"
+    onnx_models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    mlir = tmp / "chain.mlir"
+    pb.import_onnx(model, mlir)
+    generable = _generable(mlir, "vulkan")
+    assert generable, pb.ops(mlir, targets=["vulkan"])  # elementwise chains are in the loop-nest model
+    _vulkan_verified(tmp, model, mlir, generable)
