@@ -363,3 +363,19 @@ def test_random_elementwise_chains_on_vulkan_match_onnxruntime(tmp_path_factory,
     generable = _generable(mlir, "vulkan")
     assert generable, pb.ops(mlir, targets=["vulkan"])  # elementwise chains are in the loop-nest model
     _vulkan_verified(tmp, model, mlir, generable)
+
+
+@needs_vulkan
+@settings(
+    max_examples=int(os.environ.get("PYREE_FUZZ_EXAMPLES", "3")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(m=st.integers(1, 40), k=st.integers(1, 40), n=st.integers(1, 40))
+def test_dense_layers_of_any_size_on_vulkan_match_onnxruntime(tmp_path_factory, m, k, n):
+    # MatMul + Add + Relu at sizes the reduction loop and the workgroups meet unevenly.
+    tmp = tmp_path_factory.mktemp("dense")
+    model, mlir = tmp / "dense.onnx", tmp / "dense.mlir"
+    onnx_models.save(onnx_models.dense_layer(m, k, n), model)
+    pb.import_onnx(model, mlir)
+    _vulkan_verified(tmp, model, mlir, _generable(mlir, "vulkan"))
