@@ -396,6 +396,36 @@ def _glsl_literal(attr: Any, gtype: str) -> str:
     raise refuse("vulkan", f"a constant {attr} that is not a number", "arith.constant")
 
 
+@dataclass
+class _Parts:
+    """What both languages' files are made of: the header comment, the statements before the
+    element loop (constants), the loop's body, the element count and the loop's comment."""
+
+    head: list[str]
+    prologue: list[str]
+    body: list[str]
+    total: str
+    comment: list[str]
+
+
+# NVRTC has no <stdint.h>: the fixed-width types a body uses, as LP64 defines them.
+_CUDA_INCLUDES = [
+    "// NVRTC has no <stdint.h>: the fixed-width types the body uses, as LP64 defines them.",
+    "#if defined(__CUDACC_RTC__)",
+    "typedef signed char int8_t;",
+    "typedef short int16_t;",
+    "typedef int int32_t;",
+    "typedef long long int64_t;",
+    "typedef unsigned char uint8_t;",
+    "typedef unsigned short uint16_t;",
+    "typedef unsigned int uint32_t;",
+    "typedef unsigned long long uint64_t;",
+    "#else",
+    "#include <stdint.h>",
+    "#endif",
+]
+
+
 def emit(
     target: str,
     k: cgen.Kernel,
@@ -415,103 +445,92 @@ def emit(
     lang = TARGETS[target]
     emitter = _Emitter(target, k, nest, out)
     index_type = "int" if lang == "glsl" else "int64_t"
-    indent = "    "
     for op in constants:
         ctype = emitter.scalar_type(op.results[0].type, op.name)
         const = k.fresh("c")
         literal = _glsl_literal(op.attributes["value"], ctype) if lang == "glsl" else cgen.literal(op.attributes["value"], ctype)
         k.lines.append(f"  {ctype} {const} = {literal};" if lang == "glsl" else f"  const {ctype} {const} = {literal};")
         k.scalars[op.results[0]] = const
-    total = " * ".join(_index(nest.sizes[d], index_type) for d in nest.result_loops) or "1"
-    prologue = list(k.lines)
-    k.lines = []
-    emitter.element(index_type, indent)
-    body = k.lines
-    comment = [
-        f"// One invocation per element of the result ({', '.join(nest.kinds)} loops): it splits its index into",
-        "// the result's loops, runs the reduction in the IR's order, applies the epilogue and stores.",
-        "// The invocations stride over the result, so any workgroup size and count are correct.",
-    ]
+    prologue, k.lines = list(k.lines), []
+    emitter.element(index_type, "    ")
+    parts = _Parts(
+        head=[*(f"// {h}" if h else "//" for h in header), ""],
+        prologue=prologue,
+        body=k.lines,
+        total=" * ".join(_index(nest.sizes[d], index_type) for d in nest.result_loops) or "1",
+        comment=[
+            f"// One invocation per element of the result ({', '.join(nest.kinds)} loops): it splits its index into",
+            "// the result's loops, runs the reduction in the IR's order, applies the epilogue and stores.",
+            "// The invocations stride over the result, so any workgroup size and count are correct.",
+        ],
+    )
+    if lang == "glsl":
+        return _glsl_file(parts, inputs, out, sizes, emitter.glsl_helpers)
+    return _cuda_file(parts, lang, name, inputs, out, sizes, cgen.helpers_text(k))
+
+
+def _glsl_file(parts: _Parts, inputs: list[Binding], out: Binding, sizes: list[str], helpers: set[str]) -> str:
     knob = WORKGROUP_SIZE
-    knob_lines = [
+    buffers = [
+        f"layout(set = 0, binding = {n}) buffer {'readonly ' if b.name.startswith('in') else 'writeonly '}"
+        f"Binding{n} {{ {b.ctype} v[]; }} {b.name};  // {b.about}"
+        for n, b in enumerate([*inputs, out])
+    ]
+    pushed = [f"layout(push_constant) uniform Sizes {{ {' '.join(f'int {s};' for s in sizes)} }} sizes;"] if sizes else []
+    lines = [
+        "#version 450",
+        *parts.head,
         "// Schedule knob: -DPYREE_WG_SIZE=N overrides it; `pyree-build tune` with no --param tries each listed value.",
         f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})",
         f"#ifndef {knob.name}",
         f"#define {knob.name} {knob.default}",
         "#endif",
+        "layout(local_size_x = PYREE_WG_SIZE, local_size_y = 1, local_size_z = 1) in;",
+        "",
+        "// IREE binds the dispatch's tensors in order (inputs, then the result), and passes the",
+        "// inputs' sizes as push constants, 4 bytes each, in order.",
+        *buffers,
+        *pushed,
+        "",
+        *(_GLSL_HELPERS[h] for h in _GLSL_HELPERS if h in helpers),
+        "",
+        "void main() {",
+        *(f"  int {s} = sizes.{s};" for s in sizes),
+        *parts.prologue,
+        *(f"  {c}" for c in parts.comment),
+        f"  int total = {parts.total};",
+        "  int invocations = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);",
+        "  for (int i = int(gl_GlobalInvocationID.x); i < total; i += invocations) {",
+        *parts.body,
+        "  }",
+        "}",
     ]
-    head = [*(f"// {h}" if h else "//" for h in header), ""]
-    if lang == "glsl":
-        buffers = [
-            f"layout(set = 0, binding = {n}) buffer {'readonly ' if b.name.startswith('in') else 'writeonly '}"
-            f"Binding{n} {{ {b.ctype} v[]; }} {b.name};  // {b.about}"
-            for n, b in enumerate([*inputs, out])
-        ]
-        pushed = [f"layout(push_constant) uniform Sizes {{ {' '.join(f'int {s};' for s in sizes)} }} sizes;"] if sizes else []
-        lines = [
-            "#version 450",
-            *head,
-            *knob_lines,
-            "layout(local_size_x = PYREE_WG_SIZE, local_size_y = 1, local_size_z = 1) in;",
-            "",
-            "// IREE binds the dispatch's tensors in order (inputs, then the result), and passes the",
-            "// inputs' sizes as push constants, 4 bytes each, in order.",
-            *buffers,
-            *pushed,
-            "",
-            *(_GLSL_HELPERS[h] for h in _GLSL_HELPERS if h in emitter.glsl_helpers),
-            "",
-            "void main() {",
-            *(f"  int {s} = sizes.{s};" for s in sizes),
-            *prologue,
-            *(f"  {c}" for c in comment),
-            f"  int total = {total};",
-            "  int invocations = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);",
-            "  for (int i = int(gl_GlobalInvocationID.x); i < total; i += invocations) {",
-            *body,
-            "  }",
-            "}",
-        ]
-        if re.search(r"\b(u?int(8|16|64)_t|float16_t)\b", "\n".join(lines)):
-            lines[1:1] = _GLSL_EXTENSIONS
-        return "\n".join(lines) + "\n"
-    qualifier = "__device__ static inline "
-    helpers = [h.replace("static inline ", qualifier, 1) for h in cgen.helpers_text(k)]
+    if re.search(r"\b(u?int(8|16|64)_t|float16_t)\b", "\n".join(lines)):
+        lines[1:1] = _GLSL_EXTENSIONS
+    return "\n".join(lines) + "\n"
+
+
+def _cuda_file(parts: _Parts, lang: str, name: str, inputs: list[Binding], out: Binding, sizes: list[str], helpers: list[str]) -> str:
+    """CUDA C or HIP C: the cgen helpers as device functions, the kernel taking IREE's parameters."""
+    device_helpers = [h.replace("static inline ", "__device__ static inline ", 1) for h in helpers]
     params = [f"const {b.ctype}* __restrict__ {b.name}" for b in inputs] + [f"{out.ctype}* __restrict__ {out.name}"]
     params += [f"int32_t {s}" for s in sizes]
-    if lang == "cuda":
-        includes = [
-            "// NVRTC has no <stdint.h>: the fixed-width types the body uses, as LP64 defines them.",
-            "#if defined(__CUDACC_RTC__)",
-            "typedef signed char int8_t;",
-            "typedef short int16_t;",
-            "typedef int int32_t;",
-            "typedef long long int64_t;",
-            "typedef unsigned char uint8_t;",
-            "typedef unsigned short uint16_t;",
-            "typedef unsigned int uint32_t;",
-            "typedef unsigned long long uint64_t;",
-            "#else",
-            "#include <stdint.h>",
-            "#endif",
-        ]
-    else:
-        includes = ["#include <hip/hip_runtime.h>", "#include <stdint.h>"]
+    includes = _CUDA_INCLUDES if lang == "cuda" else ["#include <hip/hip_runtime.h>", "#include <stdint.h>"]
     lines = [
-        *head,
+        *parts.head,
         *includes,
         "",
-        *([*helpers, ""] if helpers else []),
+        *([*device_helpers, ""] if device_helpers else []),
         "// IREE passes the dispatch's buffers as pointers, in order (inputs, then the result), then",
         "// its i32 operands (the inputs' sizes). The block size is the workgroup_size of the spec's",
         f"// export ({WORKGROUP_SIZE.default}); any block and grid size compute every element once.",
         f'extern "C" __global__ void {name}(\n    {", ".join(params)}) {{',
-        *prologue,
-        *(f"  {c}" for c in comment),
-        f"  const int64_t total = {total};",
+        *parts.prologue,
+        *(f"  {c}" for c in parts.comment),
+        f"  const int64_t total = {parts.total};",
         "  const int64_t invocations = (int64_t)gridDim.x * blockDim.x;",
         "  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += invocations) {",
-        *body,
+        *parts.body,
         "  }",
         "}",
     ]

@@ -462,18 +462,29 @@ def verify(
     device = device or module_device(mod)
     if skip_unavailable:
         require_device(device, skip_unavailable=True)
-    results = []
-    for drawn in sets:
-        used, names, expected, reference = _reference(model_path, model, drawn)
-        actual = _run_module(mod, fn, used.arrays, plugins, device, model_path)
-        _require_matching(mod, fn, actual, names, expected)
-        own: list[numpy.ndarray] | None = None
-        if base is not None:
-            own = _run_module(base, base_fn, used.arrays, (), base_device, model_path)
-            _require_matching(base, base_fn, own, names, expected)
-        outputs = tuple(
-            _judge(compare(j, names[j], a, e, rtol, atol, reference), a, e, own[j] if own is not None else None, rtol, atol)
-            for j, (a, e) in enumerate(zip(actual, expected))
-        )
-        results.append(TrialResult(used.label, outputs))
+    results = [
+        _trial(model_path, model, drawn, (mod, fn, plugins, device), (base, base_fn, base_device) if base is not None else None, rtol, atol) for drawn in sets
+    ]
     return VerifyResult(mod, model_path, fn, tuple(results), rtol, atol, seed, base)
+
+
+def _trial(
+    model_path: Path, model: onnx_types.ModelProto, drawn: draws.Draw, run: tuple[Path, str, Sequence[PathLike], str],
+    baseline: tuple[Path, str, str] | None, rtol: float | None, atol: float | None,
+) -> TrialResult:  # fmt: skip
+    """One set of inputs: the module (`run`: module, function, plugins, device) and the baseline
+    (module, function, device) against the reference, every output judged."""
+    mod, fn, plugins, device = run
+    used, names, expected, reference = _reference(model_path, model, drawn)
+    actual = _run_module(mod, fn, used.arrays, plugins, device, model_path)
+    _require_matching(mod, fn, actual, names, expected)
+    own: list[numpy.ndarray] | None = None
+    if baseline is not None:
+        base, base_fn, base_device = baseline
+        own = _run_module(base, base_fn, used.arrays, (), base_device, model_path)
+        _require_matching(base, base_fn, own, names, expected)
+    outputs = tuple(
+        _judge(compare(j, names[j], a, e, rtol, atol, reference), a, e, own[j] if own is not None else None, rtol, atol)
+        for j, (a, e) in enumerate(zip(actual, expected))
+    )
+    return TrialResult(used.label, outputs)
