@@ -227,6 +227,8 @@ class _Emitter:
                 return f"{gtype}({args[0]} ? -1 : 0)"
             if gtype == "bool":
                 return f"((int({args[0]}) & 1) != 0)"
+            if gtype == "int64_t" and operand_types[0] in ("i8", "i16", "i32", "index"):
+                return _glsl_widen(args[0], operand_types[0], unsigned=name in ("arith.extui", "arith.index_castui"))
             return f"{gtype}({args[0]})"
         if name in ("arith.extf", "arith.truncf"):
             return f"{gtype}({args[0]})"
@@ -373,6 +375,17 @@ def _glsl_cmpf(op: Any, args: list[str]) -> str:
     if form in ("ord", "uno"):
         return f"(!isnan{a} && !isnan{b})" if form == "ord" else f"(isnan{a} || isnan{b})"
     return "(" + cgen._CMPF[form].replace("a", "\0").replace("b", b).replace("\0", a) + ")"
+
+
+def _glsl_widen(value: str, element: str, *, unsigned: bool) -> str:
+    """A 32-bit-or-narrower integer as int64_t, from its two halves: lavapipe (Mesa, LLVM 15)
+    computed int64_t(x) of an int wrong (Trilu's index compare: every element 0), while
+    packInt2x32 of the value and its sign gives the right one."""
+    low = f"int({value})"
+    if unsigned:
+        mask = {"i8": " & 0xff", "i16": " & 0xffff"}.get(element, "")
+        return f"packInt2x32(ivec2({low}{mask}, 0))"
+    return f"packInt2x32(ivec2({low}, {low} >> 31))"
 
 
 def _glsl_literal(attr: Any, gtype: str) -> str:
