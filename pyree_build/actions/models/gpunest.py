@@ -17,10 +17,11 @@ kernel's parameters after the buffer pointers). The sizes passed are the inputs'
 the C kernel takes them.
 
 Element types a language cannot hold are refused for that target. GLSL holds f32 and i32 in
-core Vulkan; f16, i8, i16, i64 and i1 (stored as a byte, as IREE stores it) through
+core Vulkan; i8, i16, i64 and i1 (stored as a byte, as IREE stores it) through
 GL_EXT_shader_explicit_arithmetic_types and 8/16-bit storage, declared only in a shader that
 uses them, so the device needs those features (lavapipe has them: checked on ONNX's Where,
-Greater, Not, Max int64 and Add uint8 node tests). f64, bf16 and f8 types are refused, and so
+Greater, Not, Max int64 and Add uint8 node tests). f16 (wrong on lavapipe in an attention
+test, not yet understood), f64, bf16 and f8 types are refused, and so
 is a tensor of 2^31 elements or more (GLSL indexes with 32-bit ints).
 """
 
@@ -45,9 +46,11 @@ MAX_WORKGROUPS = 65535
 
 # Types beyond f32 and i32 need GL_EXT_shader_explicit_arithmetic_types (and 8/16-bit storage
 # for buffers), so the device's shaderInt8/Int16/Int64/Float16 and 8/16-bit storage features.
-_GLSL_TYPES = {"f32": "float", "i32": "int", "i1": "bool", "index": "int", "f16": "float16_t", "i8": "int8_t", "i16": "int16_t", "i64": "int64_t"}
+# f16 is not generated: f16 kernels gave wrong results on lavapipe in ONNX's attention test with
+# an f16 mask (onnx_conformance --target vulkan), not yet understood.
+_GLSL_TYPES = {"f32": "float", "i32": "int", "i1": "bool", "index": "int", "i8": "int8_t", "i16": "int16_t", "i64": "int64_t"}
 # IREE stores i1 as one byte an element.
-_GLSL_BUFFER_TYPES = {"f32": "float", "i32": "int", "f16": "float16_t", "i8": "int8_t", "i16": "int16_t", "i64": "int64_t", "i1": "int8_t"}
+_GLSL_BUFFER_TYPES = {"f32": "float", "i32": "int", "i8": "int8_t", "i16": "int16_t", "i64": "int64_t", "i1": "int8_t"}
 _GLSL_UNSIGNED = {"i1": "uint", "i8": "uint8_t", "i16": "uint16_t", "i32": "uint", "i64": "uint64_t", "index": "uint"}
 _GLSL_EXTENSIONS = [
     "// 8-, 16- and 64-bit types: the device needs their features (shaderInt8, storageBuffer8BitAccess, ...).",
@@ -72,7 +75,7 @@ def refuse(target: str, what: str, op_name: str = "") -> PyreeError:
 def glsl_type(type_: Any, op_name: str = "") -> str:
     name = program.element_type(type_)
     if name not in _GLSL_TYPES:
-        raise refuse("vulkan", f"element type {name} has no GLSL type here (f32, f16, i64, i32, i16, i8 and i1 do)", op_name or str(type_))
+        raise refuse("vulkan", f"element type {name} has no GLSL type here (f32, i64, i32, i16, i8 and i1 do)", op_name or str(type_))
     return _GLSL_TYPES[name]
 
 
@@ -108,7 +111,7 @@ def _buffer_type(target: str, value: Any) -> str:
     element = program.element_type(value.type)
     if TARGETS[target] == "glsl":
         if element not in _GLSL_BUFFER_TYPES:
-            raise refuse(target, f"a tensor of {element} ({value.type}): GLSL buffers here hold f32, f16, i64, i32, i16, i8 and i1")
+            raise refuse(target, f"a tensor of {element} ({value.type}): GLSL buffers here hold f32, i64, i32, i16, i8 and i1")
         return _GLSL_BUFFER_TYPES[element]
     return cgen.c_type(value.type)
 
