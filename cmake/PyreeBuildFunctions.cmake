@@ -765,7 +765,7 @@ endfunction()
 # directory whose stored outputs are the reference, or .pb/.npy files), every output within
 # RTOL/ATOL, else it fails and prints the worst element of each output. BASELINE: the model
 # compiled without the replacement, so an output IREE itself gets wrong is reported as IREE's.
-# Labelled like pyree_add_run_test, plus onnx.
+# Labelled like pyree_add_run_test, plus onnx. A DEVICE absent here is reported skipped (exit 77).
 function(pyree_add_verify_test)
   _pyree_parse(pyree_add_verify_test "" "NAME;MODULE;ONNX;FUNCTION;SEED;TRIALS;RTOL;ATOL;DEVICE;BASELINE" "PLUGINS;INPUTS;INPUT_FILES;LABELS" ${ARGN})
   _pyree_require(pyree_add_verify_test NAME MODULE ONNX)
@@ -816,11 +816,13 @@ function(pyree_add_verify_test)
     list(APPEND _args --inputs ${_stored_paths})
   endif()
   _pyree_inputs_and_plugins(_args)
+  # A GPU device that is absent (no GPU here) skips the test with the reason, never passes it.
+  list(APPEND _args --skip-unavailable)
   add_test(NAME ${ARG_NAME} COMMAND ${PYREE_BUILD_COMMAND} verify "${_module}" ${_args}
            WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")
   string(REGEX REPLACE ":.*$" "" _labels "${ARG_DEVICE}")
   if(_labels MATCHES "^local-")
     set(_labels cpu)
   endif()
-  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${_labels};onnx;${ARG_LABELS}")
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${_labels};onnx;${ARG_LABELS}" SKIP_RETURN_CODE ${PYREE_BUILD_SKIP_CODE})
 endfunction()

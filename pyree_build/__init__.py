@@ -376,9 +376,12 @@ def verify(
     trials: int = 3,
     rtol: float | None = None,
     atol: float | None = None,
-    device: str = "local-sync",
+    device: str | None = None,
+    skip_unavailable: bool = False,
 ) -> VerifyResult:
     """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx]).
+    `device`: where the module runs (default: the device its executables are for, vulkan, cuda or
+    hip for a GPU module, else local-sync); `skip_unavailable`: exit as skipped where it is absent.
 
     Example: pb.verify("build/mlp.vmfb", "mlp.onnx", plugins=["build/kernels/fc1_relu.so"]).passed  # -> True
     """
@@ -386,8 +389,9 @@ def verify(
 
 
 @_verb(".actions.models.ops", "ops")
-def ops(source: PathLike) -> list[OpGroup]:
+def ops(source: PathLike, *, targets: Sequence[str] = ()) -> list[OpGroup]:
     """The op groups of a program as a transform spec sees them, numbered for `replace`.
+    `targets` (vulkan, cuda, hip): also whether each group's kernel can be generated for them.
 
     Example: [g.root for g in pb.ops("build/mlp.mlir")] -> ['linalg.generic', 'linalg.matmul', 'linalg.generic']
     """
@@ -406,12 +410,14 @@ def replace(
     function: str | None = None,
     dynamic: bool = False,
     force: bool = False,
+    target: str = "llvm-cpu",
 ) -> list[Path]:
     """Generate the transform spec, the C import (a correct naive body) and a CMakeLists.txt that
     replace op groups `ops` of a program with calls of `imports`; returns the written files.
     An entry of `ops` that is itself a sequence merges those connected groups into one kernel
     (`ops=[(1, 2, 3)]`, the CLI's `--ops 1+2+3`): a Gemm with its activation, for example.
     `dynamic`: match the groups' ops at any sizes (the C reads every size from its arguments).
+    `target`: vulkan, cuda or hip writes a GPU kernel (GLSL, CUDA C, HIP C) instead of the C import.
 
     Example: pb.replace("build/mlp.mlir", "build/kernels", ops=[1], imports=["fc1_relu"], onnx="mlp.onnx")
     """

@@ -86,6 +86,12 @@ def _cuda_gpu() -> bool:
     return cuda_status()[0]
 
 
+def _vulkan_device() -> bool:
+    from pyree_build.backends.vulkan.devices import status
+
+    return status()[0]
+
+
 def _importable(*modules: str) -> Callable[[], bool]:
     import importlib.util
 
@@ -101,6 +107,7 @@ def _needs() -> dict[str, Callable[[], bool]]:
         "nvrtc": _have_tool(toolchain.nvrtc),
         "glslang": _have_tool(lambda: (toolchain.glsl_compiler(), toolchain.spirv_val())),
         "a CUDA GPU": _cuda_gpu,
+        "a Vulkan device": _vulkan_device,
         "pyree_build installed from a wheel": _installed_wheel,
         "onnx": _importable("onnx", "onnxruntime"),
         "torch": _importable("torch", "onnx", "onnxruntime"),

@@ -21,7 +21,6 @@ from pyree_build.actions import releases
 from pyree_build.actions.specs import pipeline_files, spec_flags
 from pyree_build.actions.specs import preprocess as run_preprocess
 from pyree_build.backends.base import Backend, CompileJob
-from pyree_build.backends.llvm_cpu.imports import require_imports
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, formats, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
@@ -222,7 +221,7 @@ def post_checks(state: CompileState, deps: list[str]) -> Path:
     out = state.job.output
     if state.request.expect_imports:
         try:
-            require_imports(out, state.request.expect_imports, what="compiled module")
+            state.backend.require_imports(out, state.request.expect_imports)
         except PyreeError as err:
             out.unlink(missing_ok=True)  # a module that lacks the call must not look built
             placed = _placed_by_spec(state, [n for n in state.request.expect_imports if repr(n) in err.what])

@@ -13,10 +13,13 @@ This module is imported by every command, so it imports nothing heavy.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyree_build.core import readers
+from pyree_build.core.errors import PyreeError
 from pyree_build.core.records import field, record
 from pyree_build.core.toolchain import Tool
 
@@ -174,6 +177,28 @@ class Backend:
     def explain(self, job: CompileJob, compiler_output: str) -> str | None:
         """A better message for an iree-compile failure on this target, or None."""
         return None
+
+    def require_imports(self, module: Path, names: Sequence[str]) -> None:
+        """`compile --expect-import NAME`: raise PyreeError unless the module runs NAME. Here (GPU
+        targets): the module holds the precompiled executable NAME_executable that a
+        `replace --target` spec dispatches in place of its group. IREE keeps an executable only
+        where a dispatch uses it, and names it in the module (NAME_executable_<format>.fb, and
+        in the message for a device without its format); two executables whose objects are the
+        same bytes are folded into one, whose data keeps one name, while both names stay in the
+        messages (checked on 3.13 for vulkan-spirv-fb, cuda-nvptx-fb and rocm-hsaco-fb). CPU
+        targets read the imports instead."""
+        data = readers.read_module(module)
+        held = sorted({m.decode() for m in re.findall(rb"([A-Za-z_][\w$.-]*)_executable(?:_[a-z0-9_]+\.fb|(?![\w$.-]))", data)})
+        missing = [n for n in names if n not in held]
+        if missing:
+            raise PyreeError(
+                f"the compiled module does not dispatch {', '.join(f'{m}_executable' for m in missing)} "
+                f"(the kernel{'s' if len(missing) > 1 else ''} of {', '.join(repr(m) for m in missing)})",
+                file=module,
+                details="precompiled executables it holds: " + (", ".join(f"{h}_executable" for h in held) or "none"),
+                fix="if a transform spec should have placed the dispatch, its matcher found nothing: compare it with the program "
+                "(`pyree-build ops` lists the groups it can match)",
+            )
 
     def missing_object_hint(self, name: str, search_paths: Sequence[Path]) -> str:
         """A line added under an object iree-compile could not find (e.g. the name it has under

@@ -162,7 +162,7 @@ def import_command(a: argparse.Namespace) -> None:
 def verify_command(a: argparse.Namespace) -> None:
     result = _verify.verify(
         a.module, a.onnx_model, function=a.function, inputs=a.inputs, input_files=a.input_files, plugins=a.plugins, baseline=a.baseline,
-        seed=a.seed, trials=a.trials, rtol=a.rtol, atol=a.atol, device=a.device,
+        seed=a.seed, trials=a.trials, rtol=a.rtol, atol=a.atol, device=a.device, skip_unavailable=a.skip_unavailable,
     )  # fmt: skip
     if not a.quiet:
         print(result.render())
@@ -204,14 +204,15 @@ def _split(values: list[str]) -> list[str]:
 
 
 def ops_command(a: argparse.Namespace) -> None:
-    print(_ops.render(_ops.ops(a.source), as_json=a.json))
+    print(_ops.render(_ops.ops(a.source, targets=_split(a.targets)), as_json=a.json))
 
 
 def replace_command(a: argparse.Namespace) -> None:
     numbers = [_merge.parse(value) for value in _split(a.ops)]
     written = _replace.replace(
-        a.source, a.output_dir, ops=numbers, imports=_split(a.imports), kind=a.kind, onnx=a.onnx, function=a.function, dynamic=a.dynamic, force=a.force
-    )
+        a.source, a.output_dir, ops=numbers, imports=_split(a.imports), kind=a.kind, onnx=a.onnx, function=a.function, dynamic=a.dynamic, force=a.force,
+        target=a.target,
+    )  # fmt: skip
     for path in written:
         echo.log_step(f"wrote {path}")
 

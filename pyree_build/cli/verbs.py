@@ -492,7 +492,15 @@ VERIFY = Verb(
                 "help": "absolute tolerance (default: 1e-5 times each output's largest magnitude; integer outputs are exact)",
             },
         ),  # fmt: skip
-        Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "the HAL device the module runs on (default local-sync)"}),
+        Option(
+            ("--device",),
+            {
+                "default": None,
+                "choices": DEVICES,
+                "help": "the HAL device the module runs on (default: the module's, vulkan, cuda or hip for a GPU module, else local-sync)",
+            },
+        ),  # fmt: skip
+        _SKIP,
     ),
     description=(
         "Run the module (iree-run-module, with its plugins) and the ONNX model (onnxruntime, "
@@ -515,7 +523,20 @@ OPS = Verb(
     "list a program's op groups as a transform spec sees them, numbered for replace",
     options=(
         Option(("source",), {"metavar": "MODEL.mlir", "help": "the program, e.g. written by `pyree-build import`"}),
-        Option(("--json",), {"action": "store_true", "help": "print a JSON list: index, function, root, ops, operands, results, source, replaceable, reason"}),
+        Option(
+            ("--json",),
+            {"action": "store_true", "help": "print a JSON list: index, function, root, ops, operands, results, source, replaceable, reason, targets"},
+        ),
+        Option(
+            ("--target",),
+            {
+                "dest": "targets",
+                "action": "append",
+                "default": [],
+                "metavar": "vulkan|cuda|hip[,...]",
+                "help": "also say, per group, whether `replace --target` can generate a kernel for these GPU targets, and why not",
+            },
+        ),  # fmt: skip
     ),
     description=(
         "Compile the program as far as IREE's preprocessing (where a transform spec runs) and list "
@@ -523,12 +544,12 @@ OPS = Verb(
         "reads and writes, the ONNX nodes it came from, and whether `replace` can generate it (and "
         "if not, why)."
     ),
-    examples="pyree-build ops build/model.mlir\npyree-build ops build/model.mlir --json",
+    examples="pyree-build ops build/model.mlir\npyree-build ops build/model.mlir --json\npyree-build ops build/model.mlir --target vulkan,cuda",
 )
 
 REPLACE = Verb(
     "replace",
-    "generate a transform spec, a C import and a CMakeLists.txt replacing op groups of a program",
+    "generate a transform spec, a C import (or a GPU kernel: --target) and a CMakeLists.txt replacing op groups of a program",
     options=(
         Option(("source",), {"metavar": "MODEL.mlir"}),
         Option(
@@ -566,17 +587,29 @@ REPLACE = Verb(
             {"action": "store_true", "help": "generalise every size: the spec matches the group's ops at any shapes, the C reads each size from its arguments"},
         ),  # fmt: skip
         Option(("--force",), {"action": "store_true", "help": "overwrite generated files edited since replace wrote them"}),
+        Option(
+            ("--target",),
+            {
+                "choices": ("llvm-cpu", "vulkan", "cuda", "hip"),
+                "default": "llvm-cpu",
+                "help": "where the kernel runs: llvm-cpu (a C import, the default), or vulkan / cuda / hip: NAME.glsl / NAME.cu / NAME.hip, "
+                "a GPU kernel built and compiled for that target by the CMakeLists.txt",
+            },
+        ),  # fmt: skip
     ),
     description=(
         "For each op group (numbers from `pyree-build ops`), write into DIR: spec.mlir, a transform "
         "spec whose matcher is the group's own IR and whose rewrite calls the import NAME; NAME.c, the "
         "import with its argument block documented and a correct naive body generated from the ops; "
         "and CMakeLists.txt, which builds it, compiles the program with the spec and EXPECT_IMPORTS, "
-        "and adds the verify test. A file you edited is never overwritten (unless --force)."
+        "and adds the verify test. With --target vulkan|cuda|hip the kernel is NAME.glsl, NAME.cu or NAME.hip, "
+        "generated from the same loop-nest model, dispatched as a precompiled GPU executable. "
+        "A file you edited is never overwritten (unless --force)."
     ),
     examples=(
         "pyree-build replace build/model.mlir --ops 1 --import fc1_relu -o kernels --onnx model.onnx\n"
-        "pyree-build replace build/model.mlir --ops 1,3 --import fc1_relu,my_softmax -o kernels --kind embedded"
+        "pyree-build replace build/model.mlir --ops 1,3 --import fc1_relu,my_softmax -o kernels --kind embedded\n"
+        "pyree-build replace build/model.mlir --ops 1 --import fc1_relu -o kernels --onnx model.onnx --target vulkan"
     ),
 )
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyree_build.actions.models import groups, program, replace
@@ -44,6 +45,9 @@ class OpGroup:
     matched_by_name: list[str]
     # an earlier group with the same ops on the same types: one matcher finds both
     same_as: int | None = None
+    # per GPU target asked for (ops --target): None where `replace --target` generates the
+    # group's kernel, else why not
+    targets: dict[str, str | None] = field(default_factory=dict)
 
     def render(self) -> str:
         mark = "yes" if self.replaceable else f"no: {self.reason}"
@@ -59,6 +63,8 @@ class OpGroup:
             f"    source:   {', '.join(self.source) or 'unknown'}",
             f"    replace:  {mark}",
         ]
+        for target, reason in self.targets.items():
+            lines.append(f"    {target + ':':<9} {'yes' if reason is None else f'no: {reason}'}")
         return "\n".join(lines)
 
 
@@ -76,7 +82,23 @@ def _tensor(value: Any) -> TensorInfo:
     return TensorInfo(str(value.type), shape, program.element_type(value.type), origin)
 
 
-def _listed(group: groups.Group, text: str, seen: dict[Any, int]) -> OpGroup:
+def _reason(e: PyreeError) -> str:
+    return e.what.split(": ", 1)[-1] + (f" ({e.details})" if e.details else "")
+
+
+def target_reason(group: groups.Group, text: str, target: str) -> str | None:
+    """None where `replace --target` generates the group's kernel for `target`, else why not:
+    the same call replace makes, so the two never disagree."""
+    if group.refusal:
+        return group.refusal
+    try:
+        replace.generate(text, group.index, "check", target=target)
+    except PyreeError as e:
+        return _reason(e)
+    return None
+
+
+def _listed(group: groups.Group, text: str, seen: dict[Any, int], targets: Sequence[str] = ()) -> OpGroup:
     reason = group.refusal
     same_as = None
     if reason is None:
@@ -85,7 +107,7 @@ def _listed(group: groups.Group, text: str, seen: dict[Any, int]) -> OpGroup:
             same_as = seen.setdefault(key, group.index)
             same_as = None if same_as == group.index else same_as
         except PyreeError as e:
-            reason = e.what.split(": ", 1)[-1] + (f" ({e.details})" if e.details else "")
+            reason = _reason(e)
     root = group.root.name if group.root is not None else group.members[-1].name
     outputs = list(group.root.results) if group.root is not None else group.outputs
     return OpGroup(
@@ -100,18 +122,24 @@ def _listed(group: groups.Group, text: str, seen: dict[Any, int]) -> OpGroup:
         reason=reason,
         matched_by_name=[d for op, d in zip(group.members, replace.describe_ops(group)) if op in group.by_name],
         same_as=same_as,
+        targets={t: target_reason(group, text, t) for t in targets},
     )
 
 
-def ops(source: PathLike) -> list[OpGroup]:
+def ops(source: PathLike, *, targets: Sequence[str] = ()) -> list[OpGroup]:
     """The op groups of program `source` (an MLIR file, e.g. from `pyree-build import`),
-    numbered as `replace --ops` takes them.
+    numbered as `replace --ops` takes them; `targets` (vulkan, cuda, hip): also whether each
+    group's kernel can be generated for each of them, and if not, why.
 
     Example: [g.root for g in pb.ops("mlp.mlir")] -> ['linalg.generic', 'linalg.matmul', 'linalg.generic']
     """
+    gpu = [t for t in replace.TARGETS if t != "llvm-cpu"]
+    for target in targets:
+        if target not in gpu:
+            raise PyreeError(f"unknown GPU target '{target}' for ops --target", fix=f"use one of: {', '.join(gpu)}")
     text = program.spec_view_text(source)
     seen: dict[Any, int] = {}
-    return [_listed(group, text, seen) for group in groups.find_groups(program.parse(text))]
+    return [_listed(group, text, seen, list(dict.fromkeys(targets))) for group in groups.find_groups(program.parse(text))]
 
 
 def render(found: list[OpGroup], *, as_json: bool = False) -> str:

@@ -18,21 +18,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyree_build.actions.models import cgen, cnest, crows, groups, loopnest, merge, program, spec
+from pyree_build.actions.models import cgen, cnest, crows, gpunest, groups, loopnest, merge, program, spec
 from pyree_build.core.errors import PyreeError, as_path
 from pyree_build.core.outputs import replace_directory_files
 
 PathLike = str | os.PathLike[str]
 KINDS = ("plugin", "embedded")
+# Where the replacing kernel runs: a CPU import (C), or a GPU target's precompiled kernel.
+TARGETS = ("llvm-cpu", *gpunest.TARGETS)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
 class Generated:
-    """One replaced group: its spec pieces and its C file."""
+    """One replaced group: its spec pieces and its kernel's source (C, or the GPU target's language)."""
 
     replacement: spec.Replacement
     c_source: str
+    suffix: str = ".c"
 
 
 def source_names(group: groups.Group) -> list[str]:
@@ -66,10 +69,12 @@ def describe_ops(group: groups.Group) -> list[str]:
     return out
 
 
-def generate(text: str, index: merge.Request, name: str, *, dynamic: bool = False) -> Generated:
+def generate(text: str, index: merge.Request, name: str, *, dynamic: bool = False, target: str = "llvm-cpu") -> Generated:
     """Both generated pieces for group `index` (from 1; a tuple: those groups merged into one
     kernel) of the program `text`, or a PyreeError saying why that group cannot be replaced.
-    `dynamic`: the form that matches any sizes."""
+    `dynamic`: the form that matches any sizes. `target`: llvm-cpu (a C import) or a GPU
+    target (vulkan, cuda, hip: a kernel in its language). `ops` calls this too, so it never
+    promises what replace refuses."""
     group = merge.select(groups.find_groups(program.parse(text)), index)
     index = merge.label(index)  # type: ignore[assignment]  # as the messages name it: 3 or 1+2+3
     if group.refusal:
@@ -79,11 +84,67 @@ def generate(text: str, index: merge.Request, name: str, *, dynamic: bool = Fals
         )
     rep = spec.replacement(name, group)
     try:
+        if target != "llvm-cpu":
+            return Generated(rep, _gpu_source(text, rep, target, dynamic=dynamic), gpunest.SUFFIXES[gpunest.TARGETS[target]])
         c_text = _c_source(text, rep, dynamic=dynamic)
     except PyreeError as e:
         e.what = f"op group {index}: {e.what}"
         raise
     return Generated(rep, c_text)
+
+
+def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool) -> str:
+    """The group's kernel for a GPU target, one invocation per result element, from the loop-nest
+    model (gpunest's emitters); a PyreeError where the model does not cover the group or the
+    target's language cannot hold its types or ops."""
+    group = rep.group
+    if dynamic:
+        raise gpunest.refuse(target, "--dynamic (sizes known only at run time) is generated for the CPU only", group.root.name)
+    if len(group.root.results) != 1:
+        raise gpunest.refuse(target, f"the group has {len(group.root.results)} results; a generated GPU kernel writes one", group.root.name)
+    function_index = [program.symbol_name(f) for f in program.functions(group.module)].index(program.symbol_name(group.function))
+    generalized = program.parse(text, generalize=True)  # kept alive while its ops are read
+    function = program.functions(generalized)[function_index]
+    ops = program.body_ops(function)
+    body = program.body_ops(group.function)
+    members = [ops[body.index(op)] for op in group.members]
+    constants = [ops[body.index(op)] for op in group.constants]
+    result = group.root.results[0]
+    ins, out, sizes = gpunest.bindings(target, list(group.inputs), result, [_value_name(v) for v in group.inputs])
+    k = cgen.Kernel()
+    for value, binding in zip(group.inputs, ins):
+        k.buffers[program.value_at(program.position(value, group.function), function)] = cgen.Buffer(binding.name, binding.dims, binding.ctype)
+    generalized_result = program.value_at(program.position(result, group.function), function)
+    k.buffers[generalized_result] = cgen.Buffer(out.name, out.dims, out.ctype)
+    # Intermediates are computed where they are read, never stored: their buffers only give the
+    # loop-nest model the sizes of a loop that no input or result dimension names alone.
+    for j, value in enumerate(rep.scratch):
+        shape = program.shape(value.type)
+        if None not in shape:
+            k.buffers[program.value_at(program.position(value, group.function), function)] = cgen.Buffer(f"tmp{j}", [str(d) for d in shape], "")
+    nest = loopnest.build(members, generalized_result, k.buffers)
+    if nest is None:
+        raise gpunest.refuse(
+            target,
+            "the loop-nest model does not cover this group (two reductions, a reshape, a stage with two results, or a value read at "
+            "another point): only the CPU's per-op reference body is generated for it",
+            group.root.name,
+        )
+    header = [
+        f"{rep.name}: generated by `pyree-build replace --target {target}` for op group {group.index} ({group.root.name}) of "
+        f"{program.symbol_name(group.function)}.",
+        f"ops: {', '.join(describe_ops(group))}",
+        f"from: {', '.join(source_names(group)) or 'unknown'}",
+        "",
+        "A correct, naive kernel: one invocation per result element. Make it fast; then",
+        f"`pyree-build verify` (on --device {target}, the module's own) checks the numbers against the framework's own.",
+    ]
+    try:
+        source = gpunest.emit(target, k, nest, name=rep.name, inputs=ins, out=out, sizes=sizes, constants=constants, header=header)
+    except gpunest.Unfused as e:
+        raise gpunest.refuse(target, f"{e}: the per-element kernel cannot compute it", group.root.name) from None
+    rep.target, rep.scratch = target, []
+    return source
 
 
 def _roles(rep: spec.Replacement) -> dict[tuple[int, int], cgen.Buffer]:
@@ -210,35 +271,45 @@ def replace(
     function: str | None = None,
     dynamic: bool = False,
     force: bool = False,
+    target: str = "llvm-cpu",
 ) -> list[Path]:
     """Replace op groups `ops` (numbers from `pyree-build ops`; a tuple of numbers: those
     connected groups merged into one kernel) of the program `source` with calls of the imports
     `imports` (one name per group or merged groups). Writes into `output_dir`:
     spec.mlir, NAME.c for each import, CMakeLists.txt. Returns the written paths. `dynamic`:
     the matcher takes the group's ops at any sizes, and the C reads every size from its arguments.
+    `target`: llvm-cpu (C imports), or vulkan / cuda / hip: NAME.glsl / NAME.cu / NAME.hip, a
+    kernel dispatched in place of the group, built and compiled for that target by the CMakeLists.txt.
 
     Example: pb.replace("mlp.mlir", "kernels", ops=[1], imports=["fc1_relu"], onnx="mlp.onnx")
     """
     ops, imports = list(ops), list(imports)
     _check_names(ops, imports, kind)
+    _check_target(target, kind)
     src = Path(source).resolve()
     text = program.spec_view_text(src)
-    made = [generate(text, index, name, dynamic=dynamic) for index, name in zip(ops, imports)]
+    made = [generate(text, index, name, dynamic=dynamic, target=target) for index, name in zip(ops, imports)]
     _check_distinct(made)
+    on = f" --target {target}" if target != "llvm-cpu" else ""
     header = [
-        f"Generated by `pyree-build replace {src.name} --ops {','.join(map(merge.label, ops))} --import {','.join(imports)}`.",
+        f"Generated by `pyree-build replace {src.name} --ops {','.join(map(merge.label, ops))} --import {','.join(imports)}{on}`.",
         "Each import replaces every match of its group, in every function, with a dispatch whose only",
         "work is a call of the import; `pyree-build compile --expect-import NAME` proves the call is there.",
     ]
+    if target != "llvm-cpu":
+        header[1:] = [
+            "Each NAME replaces every match of its group, in every function, with a dispatch of the",
+            "precompiled kernel NAME_executable; `pyree-build compile --expect-import NAME` proves it is there.",
+        ]
     files = {"spec.mlir": spec.spec_text([g.replacement for g in made], header=header, embedded=kind == "embedded")}
     if len(made) > 1:
         _check_all_placed(src, files["spec.mlir"], made)
     for g in made:
-        files[f"{g.replacement.name}.c"] = g.c_source
+        files[f"{g.replacement.name}{g.suffix}"] = g.c_source
     out = as_path(output_dir, "output directory")
     tunable = [g.replacement.name for g in made if "// pyree-tune:" in g.c_source]
     function = function or _public_function(src.read_text(encoding="utf-8", errors="replace"))
-    files["CMakeLists.txt"] = cmake_text(src, out.resolve(), imports, kind=kind, onnx=onnx, function=function, tunable=tunable)
+    files["CMakeLists.txt"] = cmake_text(src, out.resolve(), imports, kind=kind, onnx=onnx, function=function, tunable=tunable, target=target)
     return _write(out, files, inputs=[src], force=force)
 
 
@@ -280,6 +351,13 @@ def _check_all_placed(src: Path, spec_text: str, made: list[Generated]) -> None:
         )
 
 
+def _check_target(target: str, kind: str) -> None:
+    if target not in TARGETS:
+        raise PyreeError(f"unknown target '{target}' for replace", fix=f"use one of: {', '.join(TARGETS)}")
+    if target != "llvm-cpu" and kind != "plugin":
+        raise PyreeError(f"--kind {kind} is a CPU form; a {target} kernel is a precompiled GPU executable", fix="leave out --kind with --target")
+
+
 def _check_names(ops: list[merge.Request], imports: list[str], kind: str) -> None:
     if kind not in KINDS:
         raise PyreeError(f"unknown kind '{kind}'", fix=f"use one of: {', '.join(KINDS)}")
@@ -299,7 +377,9 @@ def _public_function(text: str) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def cmake_text(src: Path, out: Path, imports: list[str], *, kind: str, onnx: PathLike | None, function: str | None, tunable: Sequence[str] = ()) -> str:
+def cmake_text(
+    src: Path, out: Path, imports: list[str], *, kind: str, onnx: PathLike | None, function: str | None, tunable: Sequence[str] = (), target: str = "llvm-cpu"
+) -> str:
     """A CMakeLists.txt for the output directory: imports the model (or takes the program) from
     a path set at configure time, builds the import(s), compiles the program with the spec,
     checks that every import is called, and verifies against the framework. It names no path
@@ -332,6 +412,10 @@ def cmake_text(src: Path, out: Path, imports: list[str], *, kind: str, onnx: Pat
     else:
         lines += [f'set({variable} "{_cmake_path(src, out)}" CACHE FILEPATH "the program whose ops spec.mlir replaces")']
         program = f'"${{{variable}}}"'
+    if target != "llvm-cpu":
+        lines += _gpu_lines(stem, program, imports, target)
+        lines += _verify_lines(stem, variable if model is not None else None, imports, kind=kind, function=function, target=target)
+        return "\n".join(lines) + "\n"
     cpu = f"{stem}_CPU"
     lines += _cpu_lines(stem)
     plugins: list[str] = []
@@ -418,23 +502,68 @@ def _cmake_path(path: Path, out: Path) -> str:
         return path.resolve().as_posix()
 
 
-def _verify_lines(stem: str, variable: str | None, imports: list[str], *, kind: str, function: str | None) -> list[str]:
+# Per GPU target: the CMake function building the kernels, its target's name and sources'
+# suffix, the module arguments choosing the GPU, and the device verify runs on.
+_GPU_CMAKE = {
+    "vulkan": ("pyree_vulkan_spirv", "spirv", ".glsl", "", "vulkan"),
+    "cuda": ("pyree_cuda_ptx", "ptx", ".cu", " SMS 80", "cuda"),
+    "hip": ("pyree_hip_hsaco", "hsaco", ".hip", " GFX ${{{stem}_GFX}}", "hip"),
+}
+
+
+def _gpu_module_args(stem: str, target: str) -> str:
+    return {"vulkan": f" VULKAN_TARGET ${{{stem}_VULKAN_TARGET}}", "cuda": " SM 80", "hip": f" GFX ${{{stem}_GFX}}"}[target]
+
+
+def _gpu_lines(stem: str, program: str, imports: list[str], target: str) -> list[str]:
+    function, suffix, ext, arguments, _ = _GPU_CMAKE[target]
+    lines = [""]
+    if target == "vulkan":
+        lines += [
+            "# auto: the module is compiled for the Vulkan device found at build time (llvmpipe on lavapipe), as a",
+            "# module built for another device's target can compute wrong numbers there without any error;",
+            "# or any iree-compile Vulkan target name (vp_android_baseline_2022: the portable one).",
+            f'set({stem}_VULKAN_TARGET "auto" CACHE STRING "the Vulkan target the module is compiled for: auto, or an iree-compile target name")',
+        ]
+    elif target == "cuda":
+        lines += ["# sm_80: what IREE 3.13 compiles cuda modules for; newer GPUs (H100) JIT-compile its PTX."]
+    else:
+        lines += [f'set({stem}_GFX "1100" CACHE STRING "the AMD GPU (gfx number) the kernels and the module are built for")']
+    lines += [f"{function}(NAME {name}_{suffix} SRCS {name}{ext}{arguments.format(stem=stem)})" for name in imports]
+    lines += [
+        "",
+        "pyree_iree_module(",
+        f"  NAME {stem}_replaced",
+        f"  SRC {program}",
+        f"  TARGET {target}{_gpu_module_args(stem, target)}",
+        '  TRANSFORM_SPEC "${CMAKE_CURRENT_SOURCE_DIR}/spec.mlir"',
+        f"  EXPECT_IMPORTS {' '.join(imports)}",
+        f"  DEPENDS {' '.join(f'{n}_{suffix}' for n in imports)}",
+        ")",
+    ]
+    return lines
+
+
+def _verify_lines(stem: str, variable: str | None, imports: list[str], *, kind: str, function: str | None, target: str = "llvm-cpu") -> list[str]:
     if variable is None:
         return ["", "# No --onnx model was given to `replace`: add pyree_add_verify_test(... ONNX model.onnx) to check the numbers."]
-    plugins = f"\n  PLUGINS {' '.join(f'{n}_plugin' for n in imports)}" if kind == "plugin" else ""
+    gpu = target != "llvm-cpu"
+    plugins = f"\n  PLUGINS {' '.join(f'{n}_plugin' for n in imports)}" if kind == "plugin" and not gpu else ""
     function_line = f"\n  FUNCTION {function}" if function else ""
+    device_line = f"\n  DEVICE {_GPU_CMAKE[target][4]}" if gpu else ""
+    module_target = f"{target}{_gpu_module_args(stem, target)}" if gpu else f"llvm-cpu CPU ${{{stem}_CPU}}"
     return [
         "",
         "# The model without the replacement: verify's baseline, so an output IREE itself computes",
         "# differently from onnxruntime is reported as IREE's, not the kernel's.",
-        f"pyree_iree_module(NAME {stem}_unreplaced SRC {stem}_mlir TARGET llvm-cpu CPU ${{{stem}_CPU}})",
+        f"pyree_iree_module(NAME {stem}_unreplaced SRC {stem}_mlir TARGET {module_target})",
         "",
         "# The replaced model against the framework (onnxruntime), on verify's seeded draws.",
         "pyree_add_verify_test(",
         f"  NAME {stem}_replaced.verify",
         f"  MODULE {stem}_replaced",
         f'  ONNX "${{{variable}}}"',
-        f"  BASELINE {stem}_unreplaced{function_line}{plugins}",
+        f"  BASELINE {stem}_unreplaced{function_line}{plugins}{device_line}",
         ")",
     ]
 

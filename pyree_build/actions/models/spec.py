@@ -1,4 +1,5 @@
-"""The transform spec that replaces op groups by calls of C imports.
+"""The transform spec that replaces op groups by calls of C imports, or by dispatches of
+generated GPU kernels (`replace --target vulkan|cuda|hip`: gpu_executable, gpu_call_function).
 
 For each group: a matcher whose body is the group's own ops, cloned from the program and
 printed by MLIR (so it matches this model, constant for constant, type for type); a
@@ -12,6 +13,7 @@ so the C reference body needs no allocator and runs freestanding.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,8 @@ class Replacement:
     # With general sizes, the count is only known at run time: (rows each workgroup gets at
     # least, the most workgroups), the rows being the result's elements over its last size.
     row_workgroups: tuple[int, int] | None = None
+    # The GPU target whose kernel replaces the group (vulkan, cuda, hip); None: a CPU import.
+    target: str | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -304,8 +308,76 @@ def _rows_lines(rep: Replacement) -> tuple[list[str], str]:
     return lines, f"[{rows}]"
 
 
+# A GPU target's precompiled kernel: the executable target its object is keyed by (the generic
+# key matches every variant the module is compiled for, so the spec names no GPU model) and the
+# object's file name, as pyree-build spirv / ptx (sm_80: what IREE 3.13 compiles cuda modules
+# for; newer GPUs JIT-compile its PTX) / hsaco (the module's own gfx directory) write it.
+GPU_OBJECTS = {
+    "vulkan": ('#hal.executable.target<"vulkan-spirv", "vulkan-spirv-fb">', "{name}.spv"),
+    "cuda": ('#hal.executable.target<"cuda", "cuda-nvptx-fb">', "{name}_sm_80.ptx"),
+    "hip": ('#hal.executable.target<"rocm", "rocm-hsaco-fb">', "{name}.co"),
+}
+GPU_WORKGROUP_SIZE = 64  # the generated kernel's default (gpunest.WORKGROUP_SIZE): any size is correct
+GPU_MAX_WORKGROUPS = 65535
+
+
+def gpu_entry(rep: Replacement) -> str:
+    """The kernel's name in its object: a GLSL shader's entry point is `main`."""
+    return "main" if rep.target == "vulkan" else rep.name
+
+
+def _elements(rep: Replacement) -> int:
+    return math.prod(d or 0 for d in program.shape(rep.group.root.results[0].type))
+
+
+def gpu_executable(rep: Replacement) -> list[str]:
+    """The hal.executable.source holding the precompiled kernel: one export, its bindings the
+    inputs (read-only) then the result, its push constants the inputs' sizes (i32), and as many
+    workgroups as the result has elements per workgroup (at most GPU_MAX_WORKGROUPS: the
+    kernel strides over the rest). Checked on IREE 3.13 with Vulkan (lavapipe)."""
+    assert rep.target is not None
+    key, path = GPU_OBJECTS[rep.target]
+    bindings = ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * len(rep.group.inputs) + ["#hal.pipeline.binding<storage_buffer>"]
+    # CUDA and HIP launch blocks of the export's workgroup_size; a Vulkan shader declares its own.
+    size = "" if rep.target == "vulkan" else f" <workgroup_size = [{GPU_WORKGROUP_SIZE} : index, 1 : index, 1 : index]>"
+    return [
+        f"hal.executable.source private @{rep.name}_executable <{{objects = #hal.executable.objects<{{",
+        f'  {key} = [#hal.executable.object<{{path = "{path.format(name=rep.name)}"}}>]',
+        "}>}> {",
+        f"  hal.executable.export public @{gpu_entry(rep)} ordinal(0)",
+        f"      layout(#hal.pipeline.layout<constants = {len(_input_dims(rep))}, bindings = [",
+        *[f"        {b}{',' if n < len(bindings) - 1 else ''}" for n, b in enumerate(bindings)],
+        "      ]>) count(%device: !hal.device, %n: index) -> (index, index, index) {",
+        f"    %groups = affine.apply affine_map<()[s0] -> (s0 ceildiv {GPU_WORKGROUP_SIZE})>()[%n]",
+        f"    %most = arith.constant {GPU_MAX_WORKGROUPS} : index",
+        "    %count = arith.minui %groups, %most : index",
+        "    %one = arith.constant 1 : index",
+        "    hal.return %count, %one, %one : index, index, index",
+        f"  }}{size}",
+        "}",
+    ]
+
+
+def gpu_call_function(rep: Replacement) -> list[str]:
+    """The function the rewrite calls: it dispatches the kernel over the result's elements,
+    with the inputs' sizes as push constants (before the tensors, as IREE's samples write it)."""
+    name, ins = rep.name, rep.group.inputs
+    result_type = rep.type_of(rep.group.root.results[0])
+    dims = _input_dims(rep)
+    lines = [f"%d{k} = arith.constant {size} : i32" for k, (_, _, size) in enumerate(dims)]
+    lines.append(f"%n = arith.constant {_elements(rep)} : index")
+    operands = [f"%d{k}" for k in range(len(dims))] + [f"%arg{i}" for i in range(len(ins))]
+    operand_types = ["i32"] * len(dims) + [rep.type_of(v) for v in ins]
+    lines.append(f"%r = flow.dispatch @{name}_executable::@{gpu_entry(rep)}[%n]({', '.join(operands)}) : ({', '.join(operand_types)}) -> {result_type}")
+    lines.append(f"util.return %r : {result_type}")
+    args = ", ".join(f"%arg{i}: {rep.type_of(v)}" for i, v in enumerate(ins))
+    return [f"util.func private @{name}_call({args}) -> {result_type} {{", *[f"  {line}" for line in lines], "}"]
+
+
 def call_function(rep: Replacement) -> list[str]:
     """The function the rewrite calls with the matched inputs: it dispatches the executable."""
+    if rep.target is not None:
+        return gpu_call_function(rep)
     name, ins = rep.name, rep.group.inputs
     outs = [*rep.group.root.results, *rep.scratch]
     root_types = [rep.type_of(r) for r in rep.group.root.results]
@@ -394,7 +466,8 @@ def spec_text(reps: list[Replacement], *, header: list[str], embedded: bool) -> 
         aliases = _renamed_aliases(reps)
     body: list[str] = []
     for rep in reps:
-        body += ["", *executable(rep, embedded=embedded), "", *call_function(rep), "", *matcher(rep), "", *rewriter(rep)]
+        made = gpu_executable(rep) if rep.target is not None else executable(rep, embedded=embedded)
+        body += ["", *made, "", *call_function(rep), "", *matcher(rep), "", *rewriter(rep)]
     body += ["", *entry(reps)]
     lines = [*(f"// {h}" if h else "//" for h in header), *aliases, "", "module attributes {transform.with_named_sequence} {"]
     lines += [f"  {line}" if line else "" for line in body]

@@ -20,7 +20,7 @@ from pyree_build.actions import checks
 from pyree_build.actions.models import draws
 from pyree_build.actions.models.importer import INSTALL_ONNX, load_model
 from pyree_build.actions.results import NPY_TENSOR, exported_functions, function_parameters
-from pyree_build.actions.run import run_to_arrays
+from pyree_build.actions.run import require_device, run_to_arrays
 from pyree_build.core import lazy
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import record
@@ -303,6 +303,18 @@ def _demoted(module: Path, function: str, which: str, seen: str) -> PyreeError:
     )
 
 
+# The HAL executable formats of GPU targets, and the device each runs on.
+_FORMAT_DEVICES = ((b"vulkan-spirv-fb", "vulkan"), (b"cuda-nvptx-fb", "cuda"), (b"rocm-hsaco-fb", "hip"))
+
+
+def module_device(module: Path) -> str:
+    """The device a module runs on: the GPU its executables are for (the format the module names
+    for its executables), else local-sync. A module compiled for vulkan run on local-sync only
+    says its HAL device is unavailable."""
+    data = module.read_bytes()  # a file that is no module is named as such by the run
+    return next((device for fmt, device in _FORMAT_DEVICES if fmt in data), "local-sync")
+
+
 def _run_module(
     module: Path, function: str, arrays: Sequence[numpy.ndarray], plugins: Sequence[PathLike], device: str, model_path: Path
 ) -> list[numpy.ndarray]:
@@ -412,7 +424,8 @@ def verify(
     trials: int = draws.DEFAULT_TRIALS,
     rtol: float | None = None,
     atol: float | None = None,
-    device: str = "local-sync",
+    device: str | None = None,
+    skip_unavailable: bool = False,
 ) -> VerifyResult:
     """Run `module` and the ONNX model on the same inputs and compare every output.
 
@@ -421,12 +434,15 @@ def verify(
     across their type; a few values only, so elements tie), or the given `inputs` (`--input`
     specs: `4x16xf32=1`, `@x.npy`), or `input_files`: an ONNX test directory (input_N.pb,
     with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
-    with iree-run-module (`plugins` loaded, on `device`); `function` defaults to the graph's
+    with iree-run-module (`plugins` loaded, on `device`: by default the device its executables
+    are for, vulkan, cuda or hip for a GPU module, else local-sync); `function` defaults to the graph's
     name or the module's only function. A float output passes where every element is within
     `atol + rtol * |reference|`, `rtol` defaulting to 1e-4 and `atol` to 1e-5 times the
     output's largest magnitude (both 4e-3 for float16); integer and bool outputs must be equal. `baseline`: the model compiled without
     the replacement, run on the same inputs, so an output IREE itself computes differently
     from the reference is reported as IREE's difference (verdict iree-differs).
+    `skip_unavailable`: where `device` is absent (no GPU), stop with the exit code ctest reads
+    as skipped (a GPU module's verify test on a machine without one).
     """
     mod = require_file(module, "module")
     model_path = require_file(onnx_model, "ONNX model")
@@ -442,18 +458,33 @@ def verify(
     _require_parameters(mod, fn, sets[0].arrays, model_path, input_names)
     if base is not None:
         _require_parameters(base, base_fn, sets[0].arrays, model_path, input_names)
-    results = []
-    for drawn in sets:
-        used, names, expected, reference = _reference(model_path, model, drawn)
-        actual = _run_module(mod, fn, used.arrays, plugins, device, model_path)
-        _require_matching(mod, fn, actual, names, expected)
-        own: list[numpy.ndarray] | None = None
-        if base is not None:
-            own = _run_module(base, base_fn, used.arrays, (), device, model_path)
-            _require_matching(base, base_fn, own, names, expected)
-        outputs = tuple(
-            _judge(compare(j, names[j], a, e, rtol, atol, reference), a, e, own[j] if own is not None else None, rtol, atol)
-            for j, (a, e) in enumerate(zip(actual, expected))
-        )
-        results.append(TrialResult(used.label, outputs))
+    base_device = device or (module_device(base) if base is not None else "local-sync")
+    device = device or module_device(mod)
+    if skip_unavailable:
+        require_device(device, skip_unavailable=True)
+    results = [
+        _trial(model_path, model, drawn, (mod, fn, plugins, device), (base, base_fn, base_device) if base is not None else None, rtol, atol) for drawn in sets
+    ]
     return VerifyResult(mod, model_path, fn, tuple(results), rtol, atol, seed, base)
+
+
+def _trial(
+    model_path: Path, model: onnx_types.ModelProto, drawn: draws.Draw, run: tuple[Path, str, Sequence[PathLike], str],
+    baseline: tuple[Path, str, str] | None, rtol: float | None, atol: float | None,
+) -> TrialResult:  # fmt: skip
+    """One set of inputs: the module (`run`: module, function, plugins, device) and the baseline
+    (module, function, device) against the reference, every output judged."""
+    mod, fn, plugins, device = run
+    used, names, expected, reference = _reference(model_path, model, drawn)
+    actual = _run_module(mod, fn, used.arrays, plugins, device, model_path)
+    _require_matching(mod, fn, actual, names, expected)
+    own: list[numpy.ndarray] | None = None
+    if baseline is not None:
+        base, base_fn, base_device = baseline
+        own = _run_module(base, base_fn, used.arrays, (), base_device, model_path)
+        _require_matching(base, base_fn, own, names, expected)
+    outputs = tuple(
+        _judge(compare(j, names[j], a, e, rtol, atol, reference), a, e, own[j] if own is not None else None, rtol, atol)
+        for j, (a, e) in enumerate(zip(actual, expected))
+    )
+    return TrialResult(used.label, outputs)

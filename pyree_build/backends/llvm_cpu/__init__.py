@@ -14,6 +14,7 @@ from pyree_build.core import lazy, toolchain
 # Loaded on first use: declaring the backend (help, doctor, the registry) reads it not.
 _loader = lazy.module("pyree_build.backends.llvm_cpu.loader")
 _inline = lazy.module("pyree_build.backends.llvm_cpu.inline")
+_imports = lazy.module("pyree_build.backends.llvm_cpu.imports")
 
 _SOURCES_PLUGIN = "pyree_build.backends.llvm_cpu.plugins"
 _FATELF = "pyree_build.backends.llvm_cpu.fatelf"
@@ -172,6 +173,9 @@ class LlvmCpuBackend(Backend):
 
     def before_compile(self, job: CompileJob) -> None:
         _loader.warn_without_bareptr(job.source, job.text, job.spec_files)
+
+    def require_imports(self, module: Path, names: Sequence[str]) -> None:
+        _imports.require_imports(module, names, what="compiled module")
 
     def missing_object_hint(self, name: str, search_paths: Sequence[Path]) -> str:
         return _loader.arch_spelling_hint(name, search_paths)
