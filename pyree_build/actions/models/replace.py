@@ -416,10 +416,23 @@ def cmake_text(
         lines += _gpu_lines(stem, program, imports, target)
         lines += _verify_lines(stem, variable if model is not None else None, imports, kind=kind, function=function, target=target)
         return "\n".join(lines) + "\n"
+    lines += _cpu_build_lines(
+        stem,
+        program,
+        imports,
+        kind=kind,
+        tune=_tune_lines(stem, variable if model is not None else None, list(tunable), function) if kind == "plugin" else [],
+        tunable=tunable,
+    )
+    lines += _verify_lines(stem, variable if model is not None else None, imports, kind=kind, function=function)
+    return "\n".join(lines) + "\n"
+
+
+def _cpu_build_lines(stem: str, program: str, imports: list[str], *, kind: str, tune: list[str], tunable: Sequence[str]) -> list[str]:
+    """The CPU's: the kernels as plugins (tuned where asked) or embedded objects, and the module."""
     cpu = f"{stem}_CPU"
-    lines += _cpu_lines(stem)
+    lines = _cpu_lines(stem)
     plugins: list[str] = []
-    tune = _tune_lines(stem, variable if model is not None else None, list(tunable), function) if kind == "plugin" else []
     if not any(line.lstrip().startswith("pyree_tune(") for line in tune):
         tunable = ()  # nothing to tune against: the plugins are built as generated
     if kind == "plugin":
@@ -442,8 +455,7 @@ def cmake_text(
     ]
     if plugins:
         lines += [*tune, "", *plugins]
-    lines += _verify_lines(stem, variable if model is not None else None, imports, kind=kind, function=function)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _tuned_argument(name: str, tunable: Sequence[str]) -> str:
