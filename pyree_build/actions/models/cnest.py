@@ -13,6 +13,7 @@ contiguous in the result, marked for the vectorizer; pointers are `restrict`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pyree_build.actions.models import cgen, loopnest
@@ -132,23 +133,7 @@ class _Emitter:
         self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
     ) -> str:
         """The stage's body at `coords` (its loops' values); `out_arg`: what its output block argument reads."""
-        values: dict[Any, str] = {}
-        for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments)):
-            if not list(arg.uses):
-                continue
-            if n >= stage.n_ins and out_arg is not None:
-                values[arg] = out_arg
-            else:
-                values[arg] = self.value(operand, [_coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
-        yielded = None
-        for inner in stage.body.operations:
-            op = inner.operation
-            if op.name == "linalg.yield":
-                yielded = cgen._operand(self.k, values, op.operands[0], op.name)
-            else:
-                cgen._emit_body_op(self.k, op, values, indent, coords, [])
-        assert yielded is not None
-        return yielded
+        return emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: cgen._emit_body_op(self.k, op, values, indent, coords, []))
 
     def emit(self, name: str, fields: list[cgen.Parameter], constants: list[Any]) -> None:
         """The tile function (into the preamble, after the knobs) and the kernel's loop over its
@@ -271,6 +256,32 @@ class _Emitter:
         self.line(body, text)
         self.line(indent, "  }")
         self.line(indent, "}")
+
+
+def emit_stage(
+    emitter: Any, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str],
+    out_arg: str | None, body_op: Callable[[Any, dict[Any, str]], None],
+) -> str:  # fmt: skip
+    """A stage's body at `coords`, for any emitter that has `k` and `value(...)` (each operand read
+    at its map's point; `out_arg`: what the output block argument reads), each scalar op written
+    by `body_op` (the language's); returns the yielded value's name."""
+    values: dict[Any, str] = {}
+    for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments)):
+        if not list(arg.uses):
+            continue
+        if n >= stage.n_ins and out_arg is not None:
+            values[arg] = out_arg
+        else:
+            values[arg] = emitter.value(operand, [_coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
+    yielded = None
+    for inner in stage.body.operations:
+        op = inner.operation
+        if op.name == "linalg.yield":
+            yielded = cgen._operand(emitter.k, values, op.operands[0], op.name)
+        else:
+            body_op(op, values)
+    assert yielded is not None
+    return yielded
 
 
 def _coordinate(expr: Any, coords: list[str]) -> str:

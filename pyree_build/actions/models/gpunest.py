@@ -33,7 +33,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from pyree_build.actions.models import cgen, loopnest, program
+from pyree_build.actions.models import cgen, cnest, loopnest, program
 from pyree_build.core.errors import PyreeError
 
 # Each GPU target, the language its kernel is generated in, and that file's suffix.
@@ -163,25 +163,13 @@ class _Emitter:
     def stage(
         self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
     ) -> str:
-        values: dict[Any, str] = {}
-        for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments)):
-            if not list(arg.uses):
-                continue
-            if n >= stage.n_ins and out_arg is not None:
-                values[arg] = out_arg
-            else:
-                values[arg] = self.value(operand, [_coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
-        yielded = None
-        for inner in stage.body.operations:
-            op = inner.operation
-            if op.name == "linalg.yield":
-                yielded = cgen._operand(self.k, values, op.operands[0], op.name)
-            elif self.lang == "glsl":
+        def body_op(op: Any, values: dict[Any, str]) -> None:
+            if self.lang == "glsl":
                 self.glsl_op(op, values, indent, coords)
             else:
                 cgen._emit_body_op(self.k, op, values, indent, coords, [])
-        assert yielded is not None
-        return yielded
+
+        return cnest.emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, body_op)
 
     def glsl_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
         if len(op.results) != 1:
