@@ -88,26 +88,14 @@ class _Emitter:
         """A C name holding `value` at the point `coords`: a constant, the accumulator (the
         reduction's result where the nest computes it), a stage's body evaluated there, or a
         load from an input's buffer."""
-        key = (value, tuple(coords))
-        if key in memo:
-            return memo[key]
-        if value in self.k.scalars:
-            return self.k.scalars[value]
-        reduction = self.nest.reduction
-        if reduction is not None and value == reduction.result:
-            if acc is None or coords != at:
-                raise Unfused("the reduction's result is read at another point than the one being computed")
-            return acc
-        stage = self.nest.stages.get(value)
-        if stage is not None:
-            name = self.stage(stage, coords, indent, memo, acc, at)
-        else:
-            buffer = self.k.buffers.get(value)
-            if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
-                raise Unfused("a value that is neither an input, a constant nor computed by the nest")
-            name = self.k.fresh("a")
-            self.line(indent, f"const {buffer.ctype} {name} = {self._load(buffer, coords)};")
-        memo[key] = name
+        return emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
+
+    def _load_into(self, value: Any, coords: list[str], indent: str) -> str:
+        buffer = self.k.buffers.get(value)
+        if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
+            raise Unfused("a value that is neither an input, a constant nor computed by the nest")
+        name = self.k.fresh("a")
+        self.line(indent, f"const {buffer.ctype} {name} = {self._load(buffer, coords)};")
         return name
 
     def _load(self, buffer: cgen.Buffer, coords: list[str]) -> str:
@@ -256,6 +244,29 @@ class _Emitter:
         self.line(body, text)
         self.line(indent, "  }")
         self.line(indent, "}")
+
+
+def emit_value(
+    emitter: Any, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str],
+    load: Callable[[Any, list[str], str], str],
+) -> str:  # fmt: skip
+    """The name holding `value` at the point `coords`, for any emitter of a nest (`k`, `nest`,
+    `stage(...)`): a constant, the accumulator (the reduction's result where the nest computes
+    it), a stage's body evaluated there, or what `load` (the language's) reads from an input."""
+    key = (value, tuple(coords))
+    if key in memo:
+        return memo[key]
+    if value in emitter.k.scalars:
+        return emitter.k.scalars[value]  # type: ignore[no-any-return]
+    reduction = emitter.nest.reduction
+    if reduction is not None and value == reduction.result:
+        if acc is None or coords != at:
+            raise Unfused("the reduction's result is read at another point than the one being computed")
+        return acc
+    stage = emitter.nest.stages.get(value)
+    name: str = emitter.stage(stage, coords, indent, memo, acc, at) if stage is not None else load(value, coords, indent)
+    memo[key] = name
+    return name
 
 
 def emit_stage(

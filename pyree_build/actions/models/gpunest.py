@@ -60,8 +60,9 @@ _GLSL_EXTENSIONS = [
 ]
 
 
-class Unfused(Exception):
-    """The nest reads a value it cannot compute where it is read (per element)."""
+# The nest reads a value it cannot compute where it is read (per element): cnest's, as the
+# value and stage resolution is cnest's (emit_value, emit_stage).
+Unfused = cnest.Unfused
 
 
 def refuse(target: str, what: str, op_name: str = "") -> PyreeError:
@@ -133,31 +134,19 @@ class _Emitter:
         return f"{ctype} {name} = {expression};" if self.lang == "glsl" else f"const {ctype} {name} = ({ctype})({expression});"
 
     def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
-        key = (value, tuple(coords))
-        if key in memo:
-            return memo[key]
-        if value in self.k.scalars:
-            return self.k.scalars[value]
-        reduction = self.nest.reduction
-        if reduction is not None and value == reduction.result:
-            if acc is None or coords != at:
-                raise Unfused("the reduction's result is read at another point than the one being computed")
-            return acc
-        stage = self.nest.stages.get(value)
-        if stage is not None:
-            name = self.stage(stage, coords, indent, memo, acc, at)
+        return cnest.emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
+
+    def _load_into(self, value: Any, coords: list[str], indent: str) -> str:
+        buffer = self.k.buffers.get(value)
+        if buffer is None or buffer.pointer is None or not buffer.pointer.startswith("in"):
+            raise Unfused("a value that is neither an input, a constant nor computed by the nest")
+        name = self.k.fresh("a")
+        index = cgen.linear_index(coords, buffer.dims)
+        load = f"{buffer.pointer}.v[{index}]" if self.lang == "glsl" else f"{buffer.pointer}[{index}]"
+        if self.lang == "glsl" and program.element_type(value.type) == "i1":
+            self.line(indent, f"bool {name} = ({load} != int8_t(0));")  # stored as a byte
         else:
-            buffer = self.k.buffers.get(value)
-            if buffer is None or buffer.pointer is None or not buffer.pointer.startswith("in"):
-                raise Unfused("a value that is neither an input, a constant nor computed by the nest")
-            name = self.k.fresh("a")
-            index = cgen.linear_index(coords, buffer.dims)
-            load = f"{buffer.pointer}.v[{index}]" if self.lang == "glsl" else f"{buffer.pointer}[{index}]"
-            if self.lang == "glsl" and program.element_type(value.type) == "i1":
-                self.line(indent, f"bool {name} = ({load} != int8_t(0));")  # stored as a byte
-            else:
-                self.line(indent, self.declare(buffer.ctype, name, load))
-        memo[key] = name
+            self.line(indent, self.declare(buffer.ctype, name, load))
         return name
 
     def stage(
