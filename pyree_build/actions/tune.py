@@ -116,7 +116,8 @@ class Variant:
 
 @dataclass
 class TuneResult:
-    """The variants sorted fastest first (measured ones), then the rejected; `best` is the winner."""
+    """The variants as `ranked` orders them (the winner, the other measured ones by median, the
+    rejected); `best` is the winner."""
 
     variants: list[Variant]
     best: Variant | None
