@@ -56,6 +56,7 @@ SKIP_EXIT_CODE = 77
 DEFAULT_RUN_TIMEOUT_S = 300.0
 # iree-run-module elides results longer than this (1024 by default) with "...".
 _NO_ELISION = f"--output_max_element_count={1 << 30}"
+_RESULT_HEADING = re.compile(r"^result\[\d+\]:", re.MULTILINE)  # compiled in the server, not in each worker
 
 
 class DeviceUnavailable(PyreeError):
@@ -276,7 +277,7 @@ def _run_bounded(
         argv = _run_argv(mod, function, device, plugin_flags, inputs, files, npy, flags)
         result, seconds = _spawn_run(argv, mod, function, device, plugins, npy, timeout)
         stdout = result.stdout
-        produced = sum(f.is_file() for f in files) if npy else len(re.findall(r"^result\[\d+\]:", stdout, re.MULTILINE))
+        produced = sum(f.is_file() for f in files) if npy else len(_RESULT_HEADING.findall(stdout))
         if signature is not None:
             _require_all_results(produced, signature[0], mod, function, plugins, stdout + result.stderr)
         outputs: Callable[[], list[numpy.ndarray]] = _TextOutputs(stdout)

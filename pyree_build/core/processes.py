@@ -514,10 +514,25 @@ def end_descendants(pipes: Sequence[object] = (), tool: tuple[int, int] | None =
             _end_orphans(tool, ours)
 
 
+def _born_since(first: int) -> Iterator[int]:
+    """The pids that can belong to processes started since pid `first` was: the kernel hands
+    out pids in increasing order, so unless the numbers wrapped since (the last one handed out,
+    ns_last_pid, is below `first`) only `first` to that one. Reading every process's stat
+    cost ~2 ms of each run; this reads the few a tool's run started."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = -1
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (last < first or first <= int(entry.name) <= last):
+            yield int(entry.name)
+
+
 def _end_orphans(tool: tuple[int, int], ours: set[int]) -> None:
     me = str(os.getpid()).encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or (pid := int(entry.name)) in ours:
+    for pid in _born_since(tool[0]):
+        if pid in ours:
             continue
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
