@@ -189,7 +189,7 @@ def test_a_killed_client_stops_its_work(tmp_path):
 def test_a_killed_worker_is_reported_by_its_client_and_in_the_log(tmp_path):
     """SIGKILL of the worker serving a command (the OOM killer, a crash): its client says so,
     naming the server's log, and exits 1; the log names the signal; the worker's tools die
-    with it (setpriv's pdeathsig); the server goes on serving."""
+    with it (the server ends them: see the next test); the server goes on serving."""
     before = _ensure_server()
     src = _slow_c_source(tmp_path / "slow.c")
     watched = Watched(
@@ -216,6 +216,36 @@ def test_a_killed_worker_is_reported_by_its_client_and_in_the_log(tmp_path):
     assert watched.survivors() == []
     after = _status()
     assert after is not None and after["pid"] == before["pid"]
+
+
+def test_the_tool_of_a_killed_worker_is_ended_by_the_server(tmp_path, system_module):
+    """A worker execs its tools directly (no setpriv wrapper: processes.parent_ends_tools); when
+    it is killed, its hanging iree-run-module is reparented to the server, a subreaper, which
+    ends it. The plugin never returns, so only the server's sweep can end the tool."""
+    _ensure_server()
+    hang = _plugin_variant(tmp_path, "hang", "  { extern unsigned int sleep(unsigned int); for (;;) sleep(1); }")
+    argv = [sys.executable, "-m", "pyree_build", "run", system_module, *RUN_ARGS, "--plugin", hang, "--timeout", "600"]
+    client = subprocess.Popen(argv, env=_env("on"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, tools = time.monotonic() + 60, []
+        while not tools and time.monotonic() < deadline:
+            time.sleep(0.1)
+            table = _process_table()
+            tools = [pid for pid, row in table.items() if "iree-run-module" in row[4] and os.fspath(hang) in row[4]]
+        assert len(tools) == 1, "iree-run-module never started"
+        tool, worker = tools[0], table[tools[0]][0]
+        assert is_server_process(table[worker][4]), table[worker]
+        os.kill(worker, signal.SIGKILL)
+        client.communicate(timeout=60)
+        deadline = time.monotonic() + 30
+        while tool in _process_table() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tool not in _process_table(), "the killed worker's iree-run-module still runs"
+    finally:
+        client.kill()
+        for pid, row in _process_table().items():
+            if os.fspath(hang) in row[4]:
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_killed_server_is_replaced():

@@ -55,7 +55,7 @@ _REQUEST_TIMEOUT_S = 30.0
 # _REPORT_EVERY reports.
 _SETTLED_BELOW, _SETTLED_AFTER, _REPORT_EVERY = 16, 8, 64
 _PR_SET_PDEATHSIG = 1  # for a client to send its request once connected
-_SPARES = 2  # spare workers kept waiting: see _Pool
+_SPARES, _QUIET_S = 2, 0.05  # spare workers kept waiting, and when they are forked: see _Pool
 
 
 @dataclass
@@ -81,6 +81,7 @@ class State:
     # so the only context it may serve.
     context: bytes = b""
     bound: str = ""  # the name the listening socket was bound to: a client's end reports it as its peer
+    reaps: bool = False  # the server is a subreaper: a killed worker's tools become its children (_Pool.reap)
 
     def _figure(self, index: int) -> int:
         return int(struct.unpack_from("<Q", self.shared, 8 * index)[0])
@@ -212,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     os.chdir("/")  # no client's directory is held busy
+    state.reaps = processes.become_subreaper()
     sock, state.inode, state.bound = _listen(a.socket)
     _log(f"pid {os.getpid()} listening on {a.socket}")
     try:
@@ -222,18 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _reap(children: set[int]) -> None:
+def _reap(children: dict[int, int]) -> list[tuple[int, int]]:
     """Forget the workers that ended; the log names any a signal killed (its client then saw
-    the connection close without an exit code)."""
-    for pid in list(children):
+    the connection close without an exit code). Returns those that failed or were killed
+    (pid, start ticks): the tools they left are orphans of the server's."""
+    failed = []
+    for pid, ticks in list(children.items()):
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             done, status = pid, 0
         if done:
-            children.discard(pid)
+            del children[pid]
             if os.WIFSIGNALED(status):
                 _log(f"worker {pid} was killed by {signal.Signals(os.WTERMSIG(status)).name}")
+            if status:
+                failed.append((pid, ticks))
+    return failed
 
 
 def _die_with_parent(parent: int | None) -> None:
@@ -254,6 +261,7 @@ class _Spare:
 
     pid: int
     go: int
+    ticks: int  # when it started (/proc/PID/stat): what it starts is no older
     told: bool = False
 
     def tell(self) -> None:
@@ -279,7 +287,7 @@ def _spare(sock: socket.socket, state: State, notices: int) -> _Spare:
     pid = os.fork()
     if pid:
         os.close(go_r)
-        return _Spare(pid, go_w)
+        return _Spare(pid, go_w, processes.start_ticks(pid) or 0)
     gc.enable()
     try:
         os.close(go_w)
@@ -335,23 +343,32 @@ class _Pool:
 
     A fork write-locks memory-map structures the server shares with its workers, so a fork
     while a command runs stalled it by 1-3 ms; a pool of spares lets the server fork only when
-    no command runs, or when none is left to take the next client."""
+    no command has run for _QUIET_S (a command typed or run by a build right after another
+    finds a spare forked before both), or when a client waits and no spare is left."""
 
     sock: socket.socket
     state: State
     notices: int  # the pipe's write end, which the spares inherit
     notices_r: int
     spares: dict[int, _Spare] = field(default_factory=dict)
-    children: set[int] = field(default_factory=set)  # workers not reaped
+    children: dict[int, int] = field(default_factory=dict)  # workers not reaped, and their start ticks
     busy: set[int] = field(default_factory=set)  # workers whose command is not done (they may still be reporting)
+    last_done: float = 0.0  # when a command last ended (time.monotonic())
 
-    def refill(self) -> bool:
-        """Fork spares up to _SPARES where no command runs, or one where none is left; True if it forked."""
+    def quiet_in(self) -> float | None:
+        """Seconds until the pool may be topped up (0: now), None while a command runs or it is full."""
+        if self.busy or len(self.spares) >= _SPARES:
+            return None
+        return max(0.0, self.last_done + _QUIET_S - time.monotonic())
+
+    def refill(self, client_waiting: bool) -> bool:
+        """Fork a spare for a waiting client if none is left; top the pool up once quiet. True if it forked."""
         forked = False
-        while len(self.spares) < _SPARES and (not self.busy or not self.spares):
+        while (not self.spares and client_waiting) or (len(self.spares) < _SPARES and self.quiet_in() == 0):
             spare = _spare(self.sock, self.state, self.notices)
             self.spares[spare.pid] = spare
             forked = True
+            client_waiting = False
         if not self.busy:
             for spare in self.spares.values():
                 spare.tell()
@@ -359,19 +376,30 @@ class _Pool:
 
     def note(self, kind: bytes, pid: int) -> None:
         if kind == b"a":
-            self.children.add(pid)
             self.busy.add(pid)
             spare = self.spares.pop(pid, None)
             if spare is not None:
                 os.close(spare.go)
-        else:
+                self.children[pid] = spare.ticks
+        elif pid in self.busy:
             self.busy.discard(pid)
+            self.last_done = time.monotonic()
 
     def reap(self) -> None:
-        _reap(self.children)
-        self.busy &= self.children
-        for pid in [pid for pid in self.spares if os.waitpid(pid, os.WNOHANG)[0]]:  # a spare killed while it waited
-            os.close(self.spares.pop(pid).go)
+        """Forget the workers and spares that ended. The tools one that failed or was killed
+        left running were reparented here (the server is a subreaper): they are ended, as a
+        pdeathsig wrapper would have ended them (processes.parent_ends_tools)."""
+        failed = _reap(self.children)
+        if self.busy - set(self.children):
+            self.busy &= set(self.children)
+            self.last_done = time.monotonic()
+        for pid, spare in list(self.spares.items()):  # killed while it waited, or before its notice came
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                os.close(self.spares.pop(pid).go)
+                failed += [(pid, spare.ticks)] if status else []
+        for worker in failed:
+            processes.end_orphans(worker, set(self.children) | set(self.spares), sessions=True)
 
     def kill_spares(self) -> None:
         """On the way out: the spares that have no client of their own to finish."""
@@ -391,8 +419,15 @@ def serve(sock: socket.socket, state: State) -> None:
     sock.setblocking(False)  # for the spares: see _wait_for_client
     reports, state.report = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     reports.setblocking(False)
+    # A worker's end is seen at once (SIGCHLD wakes the loop), so the tools of one that was
+    # killed are ended at once too.
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     pool = _Pool(sock, state, notices_w, notices_r)
-    pool.refill()
+    pool.refill(client_waiting=False)
     last = time.monotonic()
     try:
         while True:
@@ -402,12 +437,18 @@ def serve(sock: socket.socket, state: State) -> None:
                 last = now
             elif now - last >= state.idle_s or not _ours(state):
                 return
-            ready, _, _ = select.select([notices_r, reports.fileno()], [], [], max(0.0, min(1.0, state.idle_s - (now - last))))
+            # The listening socket only when no spare is left to take a client (else they do).
+            waits: list[int | socket.socket] = [notices_r, reports.fileno(), wake_r, *([] if pool.spares else [sock])]
+            quiet = pool.quiet_in()
+            timeout = max(0.0, min(1.0, state.idle_s - (now - last), quiet if quiet is not None else 1.0))
+            ready, _, _ = select.select(waits, [], [], timeout)
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
             _learn(reports, state)
             for kind, pid in _drain(notices_r) if notices_r in ready else []:
                 pool.note(kind, pid)
             pool.reap()
-            if pool.refill():
+            if pool.refill(client_waiting=sock in ready):
                 last = time.monotonic()
     finally:
         # Only the server: a forked worker must never get here (_spare), as its copies of the
@@ -475,6 +516,7 @@ def worker(conn: socket.socket, state: State, copied: set[int], notices: int) ->
     It tells the server (`notices`) when its command is done, before its own report."""
     code = 1
     try:
+        signal.set_wakeup_fd(-1)  # the server's, which its SIGCHLDs wake
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -654,6 +696,8 @@ def run(conn: socket.socket, state: State, request: dict[str, object], fds: list
     _reply(conn, f"ok {os.getpid()}")
     cli_main = importlib.import_module("pyree_build.cli").main
     processes.become_subreaper()  # the worker is the command's whole process: a tool's orphans reparent here
+    if state.reaps:
+        processes.parent_ends_tools()
     try:
         code = int(cli_main(sys.argv[1:]))
     except SystemExit as err:
