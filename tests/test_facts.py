@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 from conftest import PLUGIN_SAMPLE
@@ -155,4 +156,30 @@ def test_runs_through_remembered_facts_equal_runs_without_them(tmp_path, monkeyp
 def _fresh_memory():
     facts.forget_in_process()
     yield
+    facts.forget_in_process()
+
+
+def test_a_file_rewritten_after_its_digest_was_remembered_is_hashed_again(tmp_path, monkeypatch):
+    """The in-process memo of digests (which workers hand back to the server) keeps a digest
+    with the file's stat, and only for a file unchanged for two seconds: a later write changes
+    the stat, so the same path with other bytes of the same size is a new fact."""
+    monkeypatch.setenv("PYREE_BUILD_CACHE", "off")  # only the in-process memo answers
+    facts.forget_in_process()
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"a" * 64)
+    asks: list[bytes] = []
+
+    def ask() -> str:
+        asks.append(path.read_bytes())
+        return asks[-1][:1].decode()
+
+    assert facts.remembered("first-byte", [path], ask) == "a"
+    assert not [e for e in facts.learned() if e[0] == "digest"], "a digest remembered for a file written just now"
+    os.utime(path, (1, 1))  # mtime back in time; the ctime this sets is now, so still too young
+    time.sleep(2.1)
+    assert facts.remembered("first-byte", [path], ask) == "a" and len(asks) == 1
+    assert [e for e in facts.learned() if e[0] == "digest"], "no digest remembered for a file unchanged for 2 s"
+    path.write_bytes(b"b" * 64)  # same size, same inode
+    os.utime(path, (1, 1))  # even the same mtime: the ctime still changed
+    assert facts.remembered("first-byte", [path], ask) == "b" and len(asks) == 2
     facts.forget_in_process()

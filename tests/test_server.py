@@ -361,6 +361,25 @@ def _event(mask: int, name: bytes) -> bytes:
     return struct.pack("iIII", 1, mask, 0, len(padded)) + padded
 
 
+def test_what_a_worker_learns_about_files_the_next_workers_know(runtime, system_module, system_plugin):
+    """A served `run` reads the module's signature and the plugin's imports (cache/facts.py)
+    and hashes both; its worker hands that back to the server, so the workers forked after it
+    know it without reading the disk. A status answered by such a worker counts it."""
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime))
+    assert _cli("--version", env=env).returncode == 0
+    assert "facts known: 0 " in _cli("server", "status", env=env).stdout
+    ran = _cli("run", system_module, *RUN_ARGS, "--plugin", system_plugin, env=env)
+    assert ran.returncode == 0, ran.stderr
+    known = 0
+    for _ in range(40):  # the spares forked before the report do not know it; those forked after do
+        time.sleep(0.1)
+        status = _cli("server", "status", env=env).stdout
+        known = int(status.split("facts known: ")[1].split()[0])
+        if known:
+            break
+    assert known >= 3, status  # the module's metadata, the plugin's resolves, and their digests
+
+
 def test_a_change_is_an_event_on_a_source_or_an_install_and_never_on_pycache():
     created, modified, overflow = 0x100, 0x2, 0x4000
     assert not watch._relevant(_event(created, b"__pycache__"))

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pyree_build.cache import local
 
@@ -27,8 +29,16 @@ T = TypeVar("T")
 
 FACTS_DIR = "facts"
 _FORMAT = "pyree_build.fact.v1"
-# Per process: a server child or a Python session asks again without reading the file.
+# Per process: a server child or a Python session asks again without reading the file. What a
+# process learns is also kept in _NEW, which a server's worker hands back to the server
+# (learned/absorb), so the workers forked next start knowing it: a fresh worker read each
+# fact from disk and hashed each file again (~1 ms of every served `run`).
 _KNOWN: dict[str, object] = {}
+# A file's SHA-256 (or a tool's identity) with the stat it had, by path; the rule of
+# local._DepHashes: only for a file unchanged for two seconds, whose stat then says it is unchanged.
+_DIGESTS: dict[str, tuple[list[int], str]] = {}
+_NEW: list[tuple[str, str, Any]] = []
+_MAX_KNOWN = 4096  # past it, a process starts over: a long-lived server never grows without bound
 
 
 def remembered(
@@ -37,7 +47,7 @@ def remembered(
     """`compute()`'s answer about `files`, remembered by their content. `compute` returns a
     JSON value (lists, dicts, strings, numbers), or None for no answer; an answer `keep`
     refuses (one that depends on more than the files) is returned but not remembered."""
-    digests = [local.hash_file(Path(f)) for f in files]
+    digests = [_memo(f"file:{os.fspath(f)}", Path(f), local.hash_file) for f in files]
     if any(d is None for d in digests):
         return compute()
     key = local.digest(_FORMAT, kind, *(d or "" for d in digests), *depends_on)
@@ -46,12 +56,12 @@ def remembered(
     directory = local.work_dir(FACTS_DIR)
     stored = local.read_json(directory / f"{key}.json") if directory is not None else None
     if isinstance(stored, dict) and stored.get("format") == _FORMAT and stored.get("kind") == kind and "answer" in stored:
-        _KNOWN[key] = stored["answer"]
+        _learn_fact(key, stored["answer"])
         return stored["answer"]  # type: ignore[no-any-return]
     answer = compute()
     if answer is None or not keep(answer):
         return answer
-    _KNOWN[key] = answer
+    _learn_fact(key, answer)
     if directory is not None:
         with contextlib.suppress(OSError):
             local.write_json(directory / f"{key}.json", {"format": _FORMAT, "kind": kind, "files": [os.fspath(f) for f in files], "answer": answer})
@@ -63,7 +73,8 @@ def tool_identity(path: Path) -> str:
     a tool of 100 MB is hashed once), else its path, size and modification time."""
     directory = local.work_dir(FACTS_DIR)
     if directory is not None:
-        return local.tool_digest(directory.parent, path)
+        root = directory.parent
+        return _memo(f"tool:{root}:{path}", path, lambda p: local.tool_digest(root, p)) or "missing"
     try:
         st = path.stat()
     except OSError:
@@ -71,6 +82,69 @@ def tool_identity(path: Path) -> str:
     return f"{path.resolve()} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
 
 
+def _memo(name: str, path: Path, compute: Callable[[Path], str | None]) -> str | None:
+    """compute(path), remembered in this process by the file's stat (see _DIGESTS)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return compute(path)
+    sig = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    known = _DIGESTS.get(name)
+    if known is not None and known[0] == sig:
+        return known[1]
+    digest = compute(path)
+    if digest is not None and stat.S_ISREG(st.st_mode) and time.time_ns() - st.st_ctime_ns > 2_000_000_000:
+        with contextlib.suppress(OSError):
+            again = os.stat(path)
+            if [again.st_dev, again.st_ino, again.st_size, again.st_mtime_ns, again.st_ctime_ns] == sig:
+                _remember("digest", name, [sig, digest])
+    return digest
+
+
+def _learn_fact(key: str, answer: object) -> None:
+    _remember("fact", key, answer)
+
+
+def _remember(kind: str, name: str, value: Any) -> None:
+    table: dict[str, Any] = _KNOWN if kind == "fact" else _DIGESTS
+    if len(table) >= _MAX_KNOWN:
+        table.clear()
+    table[name] = value if kind == "fact" else (value[0], value[1])
+    if len(_NEW) < _MAX_KNOWN:
+        _NEW.append((kind, name, value))
+
+
+def learned() -> list[tuple[str, str, Any]]:
+    """What this process learned since it started (a fork: since it was forked), as JSON values."""
+    return list(_NEW)
+
+
+def absorb(entries: object) -> None:
+    """Take what a worker learned (`learned()`, decoded from JSON; anything malformed is skipped)."""
+    if not isinstance(entries, list):
+        return
+    for entry in entries:
+        if isinstance(entry, list) and len(entry) == 3 and entry[0] == "fact" and isinstance(entry[1], str):
+            _remember("fact", entry[1], entry[2])
+        elif isinstance(entry, list) and len(entry) == 3 and entry[0] == "digest" and isinstance(entry[1], str) and _digest_entry(entry[2]):
+            _remember("digest", entry[1], entry[2])
+    _NEW.clear()  # the server's own: none of it is news to the workers it forks
+
+
+def _digest_entry(value: object) -> bool:
+    return (
+        isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)
+        and isinstance(value[0], list) and len(value[0]) == 5 and all(isinstance(n, int) for n in value[0])
+    )  # fmt: skip
+
+
+def known_count() -> int:
+    """How many facts (and file digests) this process knows without reading the disk."""
+    return len(_KNOWN) + len(_DIGESTS)
+
+
 def forget_in_process() -> None:
     """Drop what this process remembers (the stored facts stay): for tests that count asks."""
     _KNOWN.clear()
+    _DIGESTS.clear()
+    _NEW.clear()

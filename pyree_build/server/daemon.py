@@ -34,6 +34,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+from pyree_build.cache import facts
 from pyree_build.core import lazy, libc, processes
 from pyree_build.core import server_protocol as protocol
 from pyree_build.server import prefault
@@ -55,6 +56,8 @@ _REQUEST_TIMEOUT_S = 30.0
 # _REPORT_EVERY reports.
 _SETTLED_BELOW, _SETTLED_AFTER, _REPORT_EVERY = 16, 8, 64
 _PR_SET_PDEATHSIG = 1  # for a client to send its request once connected
+# A worker's report (_report) is one datagram: its kind, then pages or facts (JSON).
+_PAGES, _FACTS, _MAX_REPORT = b"P", b"F", 1 << 18  # the default socket buffer caps a datagram about there
 _SPARES, _QUIET_S = 2, 0.05  # spare workers kept waiting, and when they are forked: see _Pool
 
 
@@ -204,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     state = State(a.socket, idle, Watch())  # before the imports: an edit during them is seen
     gc.disable()  # no collection in the server: it would leave freed holes in pages its workers share
     _preload()
+    facts.absorb([])  # what the imports learned is the server's own: no worker reports it back
     libc.function("prctl")  # looked up before the forks
     context = protocol.context()
     if context is None:
@@ -458,13 +462,18 @@ def serve(sock: socket.socket, state: State) -> None:
 
 
 def _learn(reports: socket.socket, state: State) -> None:
-    """Add the pages workers reported to those the next spares copy ahead."""
+    """Take what workers reported: the pages they wrote, which the next spares copy ahead; the
+    facts they learned (cache/facts.py), which the next spares then know."""
     while True:
         try:
-            data = reports.recv(8 * prefault.MAX_LEARNED)
+            data = reports.recv(_MAX_REPORT)
         except BlockingIOError:
             return
-        new = set(prefault.decode(data)) - state.learned
+        if data[:1] == _FACTS:
+            with contextlib.suppress(ValueError):
+                facts.absorb(json.loads(data[1:]))
+            continue
+        new = set(prefault.decode(data[1:])) - state.learned
         state.settled = state.settled + 1 if len(new) < _SETTLED_BELOW else 0
         state.learned.update(list(new)[: prefault.MAX_LEARNED - len(state.learned)])
         state._set_figure(2, len(state.learned))
@@ -474,13 +483,19 @@ def _report(state: State, copied: set[int]) -> None:
     """Tell the server which pages this worker wrote that its spare had not copied ahead. A
     scan of pagemap costs a few ms of CPU: once reports add almost nothing, one worker in
     _REPORT_EVERY still reports (a verb not seen yet)."""
+    if state.report is None:
+        return
+    learned = facts.learned()
+    if learned:
+        with contextlib.suppress(OSError, ValueError):  # never waits: a server gone or busy (or a report too long) misses it
+            state.report.send(_FACTS + json.dumps(learned).encode(), socket.MSG_DONTWAIT)
     if state.settled >= _SETTLED_AFTER and state.requests % _REPORT_EVERY:
         return
-    if state.report is None or state.learned_pages >= prefault.MAX_LEARNED:
+    if state.learned_pages >= prefault.MAX_LEARNED:
         return
     new = [page for page in prefault.written_since_fork() if page not in copied and page not in state.learned]
-    with contextlib.suppress(OSError):  # never waits: a server gone or busy misses this report
-        state.report.send(prefault.encode(new[: prefault.MAX_LEARNED]), socket.MSG_DONTWAIT)
+    with contextlib.suppress(OSError):
+        state.report.send(_PAGES + prefault.encode(new[: prefault.MAX_LEARNED]), socket.MSG_DONTWAIT)
 
 
 def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
@@ -547,6 +562,7 @@ def status(state: State) -> dict[str, object]:
         "python": sys.executable,
         "identity": protocol.identity(),
         "learned_pages": state.learned_pages,
+        "facts_known": facts.known_count(),
     }
 
 
