@@ -1,0 +1,162 @@
+"""Issue 37: `tune` of a GPU kernel that `replace --target` wrote. Each variant is the kernel built
+with its -D values by the target's backend and the program compiled again with the spec against
+that object (its own module), checked against onnxruntime on the target's device and timed there;
+the choice and best.json are the CPU tune's. On this machine the device is lavapipe (a CPU
+Vulkan driver); CUDA and HIP variants build and compile, then the tune says it needs the GPU.
+Everything is real: no tool is mocked. Sweeps are two values, few rounds (CI time).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import assert_clean_error, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pyree_build as pb
+from pyree_build import backends
+from pyree_build.actions import tune_gpu
+from pyree_build.backends.vulkan import devices as vulkan
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx_models  # noqa: E402
+
+needs_vulkan = pytest.mark.skipif(not vulkan.status()[0], reason=f"no Vulkan device: {vulkan.status()[1]}")
+FUNCTION = "matmul_add_relu"
+QUICK = ("--max-rounds", "3", "--budget", "2", "--repetitions", "2")
+
+
+def _replaced(tmp_path: Path, target: str) -> tuple[Path, Path, Path]:
+    """The model, its program and replace's directory for group 1 (the dense layer) as `dense`."""
+    model = tmp_path / "m.onnx"
+    onnx_models.save(onnx_models.matmul_add_relu(), model)
+    mlir = tmp_path / "m.mlir"
+    pb.import_onnx(model, mlir)
+    out = tmp_path / target
+    pb.replace(mlir, out, ops=[1], imports=["dense"], onnx=model, target=target)
+    return model, mlir, out
+
+
+def _tune_args(kernel: Path, mlir: Path, out: Path, model: Path, best: Path, target: str, *params: str) -> list[object]:
+    param_args = [a for p in params for a in ("--param", p)]
+    return ["tune", kernel, "--target", target, "--program", mlir, "--spec", out / "spec.mlir", "--function", FUNCTION, "--onnx", model,
+            *param_args, *QUICK, "-o", best]  # fmt: skip
+
+
+@needs_vulkan
+def test_a_vulkan_kernel_is_tuned_over_its_workgroup_size_and_the_applied_winner_verifies(tmp_path):
+    model, mlir, out = _replaced(tmp_path, "vulkan")
+    best = tmp_path / "best.json"
+    result = run_cli(*_tune_args(out / "dense.glsl", mlir, out, model, best, "vulkan", "PYREE_WG_SIZE=64,32"))
+    assert result.returncode == 0, result
+    record = json.loads(best.read_text())
+    declared = pb.tune.declared_params(out / "dense.glsl")["PYREE_WG_SIZE"]
+    winner = record["winner"]["params"]["PYREE_WG_SIZE"]
+    assert winner in declared and winner in ("64", "32")
+    # Every variant was checked against onnxruntime on the Vulkan device and measured.
+    assert sorted(v["params"]["PYREE_WG_SIZE"] for v in record["variants"]) == ["32", "64"]
+    assert all(v["status"] == "ok" and v["samples_ms"] for v in record["variants"]), record["variants"]
+    assert record["measured"]["device"] == "vulkan" and record["build"]["target"] == "vulkan"
+    # Each variant has its own module, compiled with its own SPIR-V (the object is embedded).
+    variants = tmp_path / "best.variants"
+    assert (variants / "PYREE_WG_SIZE=32" / "dense.vmfb").read_bytes() != (variants / "PYREE_WG_SIZE=64" / "dense.vmfb").read_bytes()
+    # --apply: the winner's object, byte for byte, and a module compiled with it verifies.
+    applied = run_cli("tune", out / "dense.glsl", "--target", "vulkan", "--apply", best, "-o", tmp_path / "spv")
+    assert applied.returncode == 0 and f"-DPYREE_WG_SIZE={winner}" in applied.output, applied
+    assert (tmp_path / "spv" / "dense.spv").read_bytes() == (variants / f"PYREE_WG_SIZE={winner}" / "objects" / "dense.spv").read_bytes()
+    module = pb.compile(
+        mlir, tmp_path / "tuned.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[tmp_path / "spv"]
+    )
+    verified = pb.verify(module, model, device="vulkan")
+    assert verified.passed, verified.render()
+
+
+@needs_vulkan
+def test_a_vulkan_variant_that_computes_a_wrong_result_is_rejected_and_never_chosen(tmp_path):
+    # A copy of the kernel that doubles its result when built with -DPYREE_BREAK=1: the variant
+    # builds, compiles and runs, and only the check against onnxruntime can tell.
+    model, mlir, out = _replaced(tmp_path, "vulkan")
+    shader = out / "broken.glsl"
+    text = (out / "dense.glsl").read_text()
+    store = next(line for line in text.splitlines() if "out0.v[" in line)
+    broken = text.replace(store, store.replace("= float(", "= (PYREE_BREAK != 0 ? 2.0 : 1.0) * float("))
+    shader.write_text(broken.replace("#version 450\n", "#version 450\n#ifndef PYREE_BREAK\n#define PYREE_BREAK 0\n#endif\n", 1))
+    # The spec names the object `dense.spv`: the broken copy is built under that name in its own directory.
+    (tmp_path / "copy").mkdir()
+    kernel = tmp_path / "copy" / "dense.glsl"
+    kernel.write_text(shader.read_text())
+    best = tmp_path / "best.json"
+    result = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan", "PYREE_BREAK=1,0"))
+    assert result.returncode == 0, result
+    assert re.search(r"PYREE_BREAK=1\s+WRONG RESULT", result.stdout), result.stdout
+    record = json.loads(best.read_text())
+    assert record["winner"]["params"] == {"PYREE_BREAK": "0"}
+    assert {v["params"]["PYREE_BREAK"]: v["status"] for v in record["variants"]} == {"0": "ok", "1": "wrong result"}
+
+
+@pytest.mark.parametrize("target", ("cuda", "hip"))
+def test_a_cuda_or_hip_tune_without_the_gpu_builds_every_variant_then_says_it_needs_the_device(tmp_path, target):
+    if backends.get(target).probe(target)[0]:
+        pytest.skip(f"a {target} GPU is here: the tune runs")
+    model, mlir, out = _replaced(tmp_path, target)
+    kernel = out / ("dense.cu" if target == "cuda" else "dense.hip")
+    best = tmp_path / "best.json"
+    result = run_cli(*_tune_args(kernel, mlir, out, model, best, target, "PYREE_WG_SIZE=64,128"))
+    assert_clean_error(result, "2 variant(s) of the", f"needs a {target} device", "--apply best.json")
+    assert not best.exists()
+    # Built and compiled, each with the block size it names: the export's workgroup_size (CUDA and HIP launch it).
+    for size in ("64", "128"):
+        where = tmp_path / "best.variants" / f"PYREE_WG_SIZE={size}"
+        assert (where / "dense.vmfb").is_file()
+        assert f"<workgroup_size = [{size} : index, 1 : index, 1 : index]>" in (where / "spec.mlir").read_text()
+
+
+def test_gpu_tune_mistakes_are_named(tmp_path):
+    model, mlir, out = _replaced(tmp_path, "vulkan")
+    kernel, best = out / "dense.glsl", tmp_path / "best.json"
+    no_spec = run_cli("tune", kernel, "--target", "vulkan", "--program", mlir, "--function", FUNCTION, "--onnx", model, "-o", best)
+    assert_clean_error(no_spec, "a vulkan tune needs the program and the spec", "--spec DIR/spec.mlir")
+    with_module = run_cli("tune", kernel, "--target", "vulkan", "--module", tmp_path / "m.vmfb", "--function", FUNCTION, "-o", best)
+    assert_clean_error(with_module, "each variant is compiled anew", "--program PROGRAM.mlir --spec")
+    wrong_device = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--device", "local-sync")
+    assert_clean_error(wrong_device, "cannot run on --device local-sync")
+    assert not best.exists()
+
+
+def test_applying_a_cpu_tune_to_a_gpu_kernel_is_refused(tmp_path):
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps({"format": pb.tune.FORMAT, "winner": {"params": {"TILE": "4"}}, "build": {}}))
+    kernel = tmp_path / "k.glsl"
+    kernel.write_text("#version 450\nvoid main() {}\n")
+    result = run_cli("tune", kernel, "--target", "vulkan", "--apply", best, "-o", tmp_path / "spv")
+    assert_clean_error(result, "was tuned for the CPU, not vulkan", "--target llvm-cpu")
+    assert not (tmp_path / "spv").exists()
+
+
+_EXPORT = """hal.executable.source private @{name}_executable <{{objects = #hal.executable.objects<{{}}>}}> {{
+  hal.executable.export public @{name} ordinal(0)
+      layout(#hal.pipeline.layout<constants = 1, bindings = []>) count(%device: !hal.device, %n: index) -> (index, index, index) {{
+    hal.return %n, %n, %n : index, index, index
+  }} <workgroup_size = [64 : index, 1 : index, 1 : index]>
+}}
+"""
+
+
+@settings(max_examples=30, deadline=None)
+@given(size=st.integers(1, 1024), others=st.lists(st.sampled_from(["a", "b", "dense2"]), unique=True, max_size=2), first=st.booleans())
+def test_a_variant_spec_sets_only_its_own_exports_workgroup_size(size, others, first):
+    # CUDA and HIP launch the export's workgroup_size: the variant's spec sets the tuned kernel's,
+    # and leaves every other kernel's (other groups the same spec replaces) as it was.
+    names = [*others, "dense"] if not first else ["dense", *others]
+    text = "".join(_EXPORT.format(name=n) for n in names)
+    tuned = tune_gpu.variant_spec(text, "dense", [f"PYREE_WG_SIZE={size}", "OTHER=3"])
+    for n in names:
+        block = tuned[tuned.index(f"@{n}_executable") :].split("\n}\n", 1)[0]
+        assert f"<workgroup_size = [{size if n == 'dense' else 64} : index" in block
+    assert tune_gpu.variant_spec(text, "dense", ["OTHER=3"]) == text
