@@ -160,3 +160,27 @@ def test_a_variant_spec_sets_only_its_own_exports_workgroup_size(size, others, f
         block = tuned[tuned.index(f"@{n}_executable") :].split("\n}\n", 1)[0]
         assert f"<workgroup_size = [{size if n == 'dense' else 64} : index" in block
     assert tune_gpu.variant_spec(text, "dense", ["OTHER=3"]) == text
+
+
+@needs_vulkan
+@pytest.mark.slow
+def test_the_vulkan_directory_built_with_tune_on_builds_the_chosen_spirv_and_verifies(tmp_path):
+    # replace's CMakeLists.txt for vulkan: -D<stem>_TUNE=ON sweeps the shader's declared sizes on
+    # the Vulkan device (pyree_tune TARGET vulkan) and builds the chosen variant's SPIR-V
+    # (pyree_vulkan_spirv TUNED), which the module embeds; its verify test passes.
+    from test_cmake import build, configure, ctest_run
+
+    model, mlir, out = _replaced(tmp_path, "vulkan")
+    text = (out / "CMakeLists.txt").read_text()
+    assert "option(m_TUNE" in text and "pyree_tune(NAME dense_tune TARGET vulkan SRCS dense.glsl" in text and "${dense_TUNED}" in text
+    tuned = tmp_path / "tuned"
+    configure(out, tuned, extra=["-Dm_TUNE=ON"])
+    build(tuned)
+    best = json.loads((tuned / "dense_tune.json").read_text())
+    assert {v["params"]["PYREE_WG_SIZE"] for v in best["variants"]} == set(pb.tune.declared_params(out / "dense.glsl")["PYREE_WG_SIZE"])
+    winner = best["winner"]["params"]["PYREE_WG_SIZE"]
+    assert (tuned / "dense_spirv" / "dense.spv").read_bytes() == (
+        tuned / "dense_tune.variants" / f"PYREE_WG_SIZE={winner}" / "objects" / "dense.spv"
+    ).read_bytes()
+    result = ctest_run(tuned, "--output-on-failure")
+    assert result.returncode == 0 and "100% tests passed" in result.stdout, result.stdout
