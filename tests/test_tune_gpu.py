@@ -75,6 +75,25 @@ def test_a_vulkan_kernel_is_tuned_over_its_workgroup_size_and_the_applied_winner
     )
     verified = pb.verify(module, model, device="vulkan")
     assert verified.passed, verified.render()
+    # Keyed by content (the kernel, the program, the spec): the same sweep again is not run again.
+    again = run_cli(*_tune_args(out / "dense.glsl", mlir, out, model, best, "vulkan", "PYREE_WG_SIZE=64,32"))
+    assert again.returncode == 0 and "is up to date" in again.output, again
+    (out / "spec.mlir").write_text((out / "spec.mlir").read_text() + "\n// edited\n")
+    # An edited spec (a comment is enough: it is read by content) tunes again.
+    edited = run_cli(*_tune_args(out / "dense.glsl", mlir, out, model, best, "vulkan", "PYREE_WG_SIZE=64,32"))
+    assert edited.returncode == 0 and "is up to date" not in edited.output, edited
+
+
+@needs_vulkan
+def test_pb_tune_takes_the_target_program_and_spec_as_the_cli_does(tmp_path):
+    model, mlir, out = _replaced(tmp_path, "vulkan")
+    result = pb.tune(
+        [out / "dense.glsl"], tmp_path / "best.json", target="vulkan", program=mlir, spec=out / "spec.mlir", function=FUNCTION, onnx=model,
+        params={"PYREE_WG_SIZE": [64]}, max_rounds=3, budget=1,
+    )  # fmt: skip
+    assert result.best is not None and result.best.params == {"PYREE_WG_SIZE": "64"} and result.best.status == "ok"
+    written = pb.tune.build_tuned([out / "dense.glsl"], tmp_path / "spv", tuned=tmp_path / "best.json", target="vulkan")
+    assert written == tmp_path / "spv" / "dense.spv" and written.read_bytes()[:4] == b"\x03\x02\x23\x07"
 
 
 @needs_vulkan
