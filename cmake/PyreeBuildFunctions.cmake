@@ -334,14 +334,14 @@ endfunction()
 #            [ARCHS ...] [CC ...] [CPU baseline|host] [DEVICE <device>] [INCLUDE_DIRS ...] [DEFINES ...]
 #            [BUDGET <s>] [TIMEOUT <s>] [MAX_ROUNDS <n>])
 # pyree_tune(NAME <name> TARGET vulkan|cuda|hip SRCS <kernel> PROGRAM <target-or-file> SPEC <spec.mlir>
-#            FUNCTION <f> ... as above, without MODULE)
+#            FUNCTION <f> [VULKAN_TARGET <t>|SM <sm>|GFX <gfx>] ... as above, without MODULE)
 # Sweeps the kernel's -D parameters with `pyree-build tune` and writes <name>.json in the binary dir
 # (without PARAMS: the knobs the sources declare, `// pyree-tune: NAME=V1,V2` lines as `replace` writes):
 # pyree_cpu_plugin(... TUNED <name>) then builds the variant it chose. TARGET: a GPU kernel (what
 # `replace --target` writes), each variant compiled from PROGRAM with SPEC and run on the target's
 # device; pyree_vulkan_spirv(... TUNED <name>) builds the chosen variant.
 function(pyree_tune)
-  _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;ONNX;CC;CPU;DEVICE;BUDGET;TIMEOUT;MAX_ROUNDS;TARGET;PROGRAM;SPEC"
+  _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;ONNX;CC;CPU;DEVICE;BUDGET;TIMEOUT;MAX_ROUNDS;TARGET;PROGRAM;SPEC;VULKAN_TARGET;SM;GFX"
                "SRCS;PARAMS;INPUTS;EXPECT_OUTPUT;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
   if(ARG_TARGET AND NOT ARG_TARGET STREQUAL "llvm-cpu")
     _pyree_require(pyree_tune NAME SRCS PROGRAM SPEC FUNCTION)
@@ -388,7 +388,7 @@ function(pyree_tune)
       list(APPEND _flags "--${_option}" "${_value}")
     endforeach()
   endforeach()
-  foreach(_kw IN ITEMS CPU DEVICE BUDGET TIMEOUT MAX_ROUNDS)
+  foreach(_kw IN ITEMS CPU DEVICE BUDGET TIMEOUT MAX_ROUNDS VULKAN_TARGET SM GFX)
     if(ARG_${_kw})
       string(TOLOWER "${_kw}" _option)
       string(REPLACE "_" "-" _option "${_option}")

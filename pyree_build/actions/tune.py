@@ -766,6 +766,7 @@ def _plan(sources: Sequence[PathLike], kind: str, module: PathLike | None, funct
     checks.parse_inputs(inputs)
     where = dict(target=target, program="", spec="", target_options=dict(target_options or {}))
     if target != _tune_gpu.CPU:
+        where["target_options"] = _tune_gpu.check_options(target, target_options or {})
         where["program"], where["spec"] = _tune_gpu.check_inputs(target, program, spec, module, len(srcs))
         mod, device = "", _tune_gpu.device_of(target, device)
     else:
@@ -879,13 +880,15 @@ def build_tuned(
     cpu: str = "baseline",
     target: str = "llvm-cpu",
     spec: PathLike | None = None,
+    target_options: Mapping[str, Any] | None = None,
 ) -> Path:
     """Build the plugin with the variant a tune chose (CMake: pyree_cpu_plugin(... TUNED best.json)).
     `target` vulkan, cuda or hip: the kernel's object into the directory `output` (and the spec
     there, where the winner's differs: the block size CUDA and HIP launch)."""
     data = read_best(tuned)
     if target != _tune_gpu.CPU:
-        return _apply_gpu(sources, output, data, tuned=tuned, target=target, spec=spec, include_dirs=include_dirs, defines=defines, depfile=depfile)
+        return _apply_gpu(sources, output, data, tuned=tuned, target=target, spec=spec, include_dirs=include_dirs, defines=defines, depfile=depfile,
+                          options=target_options)  # fmt: skip
     recorded = {Path(s["path"]).name: s.get("sha256") for s in data.get("build", {}).get("sources", [])}
     for src in sources:
         digest = recorded.get(Path(src).name)
@@ -902,7 +905,7 @@ def build_tuned(
 
 
 def _apply_gpu(sources: Sequence[PathLike], output: PathLike, data: Mapping[str, Any], *, tuned: PathLike, target: str, spec: PathLike | None,
-               include_dirs: Sequence[str], defines: Sequence[str], depfile: PathLike | None) -> Path:  # fmt: skip
+               include_dirs: Sequence[str], defines: Sequence[str], depfile: PathLike | None, options: Mapping[str, Any] | None) -> Path:  # fmt: skip
     build = data.get("build", {})
     if build.get("target", _tune_gpu.CPU) != target:
         raise PyreeError(f"{tuned} was tuned for {build.get('target', 'the CPU')}, not {target}", file=tuned,
@@ -912,7 +915,7 @@ def _apply_gpu(sources: Sequence[PathLike], output: PathLike, data: Mapping[str,
         raise PyreeError(f"applying a {target} tune needs the spec", file=tuned, fix="pass --spec DIR/spec.mlir")
     source = [os.fspath(s) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
     written = _tune_gpu.apply(source[0], output, target=target, spec=require_file(spec_path, "transform spec"), defines=[*defines, *tuned_defines(tuned)],
-                              include_dirs=include_dirs, options=build.get("target_options") or {})  # fmt: skip
+                              include_dirs=include_dirs, options=_tune_gpu.check_options(target, options or build.get("target_options") or {}))  # fmt: skip
     if depfile is not None:  # a new tune, or an edited kernel or spec, builds the object again
         files.write_depfile(depfile, written[0], [*source, os.fspath(spec_path), str(Path(tuned).resolve())], written)
     return written[0]

@@ -34,6 +34,19 @@ WORKGROUP_KNOB = gpunest.WORKGROUP_SIZE.name
 TARGET_KEYWORDS = ("sm", "vulkan_target", "gfx")
 
 
+def check_options(target: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that pick the GPU (`sm`, `gfx`, `vulkan_target`: compile's), each one of the
+    target's own: another target's would be ignored without a word."""
+    if target not in gpunest.TARGETS:
+        raise PyreeError(f"unknown target '{target}' for tune", fix=f"use one of: {CPU}, {', '.join(gpunest.TARGETS)}")
+    own = {o.dest: o.flags[0] for o in backends.get(target).compile_options}
+    for key, value in options.items():
+        if key not in own and value is not None:
+            flag = "--" + key.replace("_", "-")
+            raise PyreeError(f"{flag} is not an option of the {target} target", fix=f"leave out {flag}; {target} takes {', '.join(own.values()) or 'none'}")
+    return {k: v for k, v in options.items() if v is not None}
+
+
 def check_inputs(target: str, program: PathLike | None, spec: PathLike | None, module: PathLike | None, sources: int) -> tuple[str, str]:
     """The program and spec of a GPU tune, resolved; a PyreeError naming what is missing or extra."""
     if target not in gpunest.TARGETS:

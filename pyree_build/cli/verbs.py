@@ -264,6 +264,10 @@ TUNE = Verb(
         ),  # fmt: skip
         Option(("--program",), {"metavar": "PROGRAM.mlir", "help": "GPU: the program each variant is compiled from (replace's input)"}),
         Option(("--spec",), {"metavar": "spec.mlir", "help": "GPU: the transform spec that dispatches the kernel (replace's spec.mlir)"}),
+        # The GPU a variant's kernel and module are built for, as compile takes it.
+        Option(("--vulkan-target",), {"default": None, "help": "vulkan: the module's Vulkan target, as for compile (default auto: the device here)"}),
+        Option(("--sm",), {"default": None, "help": "cuda: the sm the PTX and the module are built for (default 80)"}),
+        Option(("--gfx",), {"default": None, "help": "hip: the gfx the code object and the module are built for (default 942)"}),
         Option(("--kind",), {"choices": ("system", "standalone"), "default": "system", "help": "the plugin kind, as for `plugin` (default system)"}),
         Option(
             ("--param",),

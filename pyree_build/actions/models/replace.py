@@ -553,7 +553,7 @@ def _gpu_tune_lines(stem: str, variable: str | None, tunable: list[str], functio
             f"set({name}_TUNED)",
             f"if({stem}_TUNE)",
             f"  pyree_tune(NAME {name}_tune TARGET vulkan SRCS {name}{ext} PROGRAM {program}",
-            f'             SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir" FUNCTION {function} ONNX "${{{variable}}}")',
+            f'             SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir" FUNCTION {function} ONNX "${{{variable}}}"{_gpu_module_args(stem, target)})',
             f"  set({name}_TUNED TUNED {name}_tune)",
             "endif()",
         ]
