@@ -119,6 +119,19 @@ def test_a_vulkan_variant_that_computes_a_wrong_result_is_rejected_and_never_cho
     assert {v["params"]["PYREE_BREAK"]: v["status"] for v in record["variants"]} == {"0": "ok", "1": "wrong result"}
 
 
+@needs_vulkan
+def test_a_vulkan_variant_that_does_not_build_is_reported_and_the_others_are_tuned(tmp_path):
+    # A workgroup of 4096 invocations is past what GLSL allows (glslang refuses it): that variant
+    # is BUILD FAILED in the table and best.json, and the sweep goes on with the rest.
+    model, mlir, out = _replaced(tmp_path, "vulkan")
+    best = tmp_path / "best.json"
+    result = run_cli(*_tune_args(out / "dense.glsl", mlir, out, model, best, "vulkan", "PYREE_WG_SIZE=4096,64"))
+    assert result.returncode == 0, result
+    assert re.search(r"PYREE_WG_SIZE=4096\s+BUILD FAILED: compiling dense.glsl with glslang", result.stdout), result.stdout
+    statuses = {v["params"]["PYREE_WG_SIZE"]: v["status"] for v in json.loads(best.read_text())["variants"]}
+    assert statuses == {"64": "ok", "4096": "build failed"}
+
+
 @pytest.mark.parametrize("target", ("cuda", "hip"))
 def test_a_cuda_or_hip_tune_without_the_gpu_builds_every_variant_then_says_it_needs_the_device(tmp_path, target):
     if backends.get(target).probe(target)[0]:
