@@ -464,16 +464,21 @@ endfunction()
 
 # pyree_vulkan_spirv(NAME <name> SRCS <glsl>... [COMPILER glslang|glslc]
 #                    [INCLUDE_DIRS <dir>...] [DEFINES <d>...] [OUTPUT_DIR <dir>]
-#                    [TUNED <best.json>|<pyree_tune target>])
+#                    [TUNED <best.json>|<pyree_tune target> [SPEC <spec.mlir>]])
 # One validated SPIR-V module per GLSL compute shader in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or
 # OUTPUT_DIR), named <stem>.spv; a module that DEPENDS on <name> finds them by search path. TUNED
-# (one shader): the variant a `pyree_tune(... TARGET vulkan)` chose (a new tune result rebuilds it).
+# (one shader): the variant a `pyree_tune(... TARGET vulkan)` chose (a new tune result rebuilds it),
+# and <dir>/spec.mlir: SPEC (default: the spec the tune used) with the winner's workgroup count,
+# the spec to compile the module with (another TUNED call's spec.mlir as SPEC holds both choices).
 function(pyree_vulkan_spirv)
-  _pyree_parse(pyree_vulkan_spirv "" "NAME;COMPILER;OUTPUT_DIR;TUNED" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_vulkan_spirv "" "NAME;COMPILER;OUTPUT_DIR;TUNED;SPEC" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_vulkan_spirv NAME SRCS)
   _pyree_require_files(pyree_vulkan_spirv SRCS ${ARG_SRCS})
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)  # -I and -D mean the same to glslang and glslc
+  if(ARG_SPEC AND NOT ARG_TUNED)
+    message(FATAL_ERROR "pyree_vulkan_spirv(${ARG_NAME}): SPEC goes with TUNED (the spec the tuned workgroup count is written into)")
+  endif()
   _pyree_output_dir(_dir ${ARG_NAME})
   set(_all "")
   if(ARG_TUNED)
@@ -490,8 +495,14 @@ function(pyree_vulkan_spirv)
     if(TARGET "${ARG_TUNED}")
       list(APPEND _depends "${ARG_TUNED}")
     endif()
-    _pyree_action("${_dir}/${_stem}.spv" "${_depends}" "SPIR-V ${_stem} (tuned)" tune --target vulkan --apply "${_tuned}" ${_flags} "${_srcs}" -o "${_dir}")
-    _pyree_artifact_target(${ARG_NAME} "${_dir}/${_stem}.spv" "${_dir}")
+    if(ARG_SPEC)
+      get_filename_component(_spec "${ARG_SPEC}" ABSOLUTE)
+      list(APPEND _depends "${_spec}")
+      list(APPEND _flags --spec "${_spec}")
+    endif()
+    _pyree_action("${_dir}/${_stem}.spv;${_dir}/spec.mlir" "${_depends}" "SPIR-V ${_stem} (tuned)" tune --target vulkan --apply "${_tuned}" ${_flags}
+                  "${_srcs}" -o "${_dir}")
+    _pyree_artifact_target(${ARG_NAME} "${_dir}/${_stem}.spv;${_dir}/spec.mlir" "${_dir}")
     return()
   endif()
   if(ARG_COMPILER)

@@ -63,16 +63,22 @@ def test_a_vulkan_kernel_is_tuned_over_its_workgroup_size_and_the_applied_winner
     assert sorted(v["params"]["PYREE_WG_SIZE"] for v in record["variants"]) == ["32", "64"]
     assert all(v["status"] == "ok" and v["samples_ms"] for v in record["variants"]), record["variants"]
     assert record["measured"]["device"] == "vulkan" and record["build"]["target"] == "vulkan"
-    # Each variant has its own module, compiled with its own SPIR-V (the object is embedded).
+    # Each variant has its own module, compiled with its own SPIR-V (the object is embedded) and
+    # its own spec: the workgroups counted for its size.
     variants = tmp_path / "best.variants"
     assert (variants / "PYREE_WG_SIZE=32" / "dense.vmfb").read_bytes() != (variants / "PYREE_WG_SIZE=64" / "dense.vmfb").read_bytes()
-    # --apply: the winner's object, byte for byte, and a module compiled with it verifies.
+    assert "ceildiv 32)" in (variants / "PYREE_WG_SIZE=32" / "spec.mlir").read_text()
+    assert (variants / "PYREE_WG_SIZE=64" / "spec.mlir").read_text() == (out / "spec.mlir").read_text()  # the default: as replace wrote it
+    # --apply: the winner's object and spec, byte for byte, and a module compiled with them verifies.
     applied = run_cli("tune", out / "dense.glsl", "--target", "vulkan", "--apply", best, "-o", tmp_path / "spv")
     assert applied.returncode == 0 and f"-DPYREE_WG_SIZE={winner}" in applied.output, applied
-    assert (tmp_path / "spv" / "dense.spv").read_bytes() == (variants / f"PYREE_WG_SIZE={winner}" / "objects" / "dense.spv").read_bytes()
+    chosen = variants / f"PYREE_WG_SIZE={winner}"
+    assert (tmp_path / "spv" / "dense.spv").read_bytes() == (chosen / "objects" / "dense.spv").read_bytes()
+    assert (tmp_path / "spv" / "spec.mlir").read_bytes() == (chosen / "spec.mlir").read_bytes()
     module = pb.compile(
-        mlir, tmp_path / "tuned.vmfb", target="vulkan", transform_spec=out / "spec.mlir", expect_imports=["dense"], object_search_paths=[tmp_path / "spv"]
-    )
+        mlir, tmp_path / "tuned.vmfb", target="vulkan", transform_spec=tmp_path / "spv" / "spec.mlir", expect_imports=["dense"],
+        object_search_paths=[tmp_path / "spv"],
+    )  # fmt: skip
     verified = pb.verify(module, model, device="vulkan")
     assert verified.passed, verified.render()
     # Keyed by content (the kernel, the program, the spec): the same sweep again is not run again.
@@ -146,7 +152,8 @@ def test_a_cuda_or_hip_tune_without_the_gpu_builds_every_variant_then_says_it_ne
     for size in ("64", "128"):
         where = tmp_path / "best.variants" / f"PYREE_WG_SIZE={size}"
         assert (where / "dense.vmfb").is_file()
-        assert f"<workgroup_size = [{size} : index, 1 : index, 1 : index]>" in (where / "spec.mlir").read_text()
+        spec = (where / "spec.mlir").read_text()
+        assert f"<workgroup_size = [{size} : index, 1 : index, 1 : index]>" in spec and f"ceildiv {size})" in spec
 
 
 def test_gpu_tune_mistakes_are_named(tmp_path):
@@ -173,48 +180,90 @@ def test_applying_a_cpu_tune_to_a_gpu_kernel_is_refused(tmp_path):
     assert not (tmp_path / "spv").exists()
 
 
-_EXPORT = """hal.executable.source private @{name}_executable <{{objects = #hal.executable.objects<{{}}>}}> {{
-  hal.executable.export public @{name} ordinal(0)
-      layout(#hal.pipeline.layout<constants = 1, bindings = []>) count(%device: !hal.device, %n: index) -> (index, index, index) {{
-    hal.return %n, %n, %n : index, index, index
-  }} <workgroup_size = [64 : index, 1 : index, 1 : index]>
-}}
+_EXECUTABLE = """  hal.executable.source private @{name}_executable <{{objects = #hal.executable.objects<{{}}>}}> {{
+    hal.executable.export public @{entry} ordinal(0)
+        layout(#hal.pipeline.layout<constants = 1, bindings = []>) count(%device: !hal.device, %n: index) -> (index, index, index) {{
+      %groups = affine.apply affine_map<()[s0] -> (s0 ceildiv 64)>()[%n]
+      hal.return %groups, %one, %one : index, index, index
+    }}{size}
+  }}
+  util.func private @{name}_call(%arg0: tensor<8xf32>) -> tensor<8xf32> {{
+    %n = arith.constant 8 : index
+  }}
 """
 
 
 @settings(max_examples=30, deadline=None)
-@given(size=st.integers(1, 1024), others=st.lists(st.sampled_from(["a", "b", "dense2"]), unique=True, max_size=2), first=st.booleans())
-def test_a_variant_spec_sets_only_its_own_exports_workgroup_size(size, others, first):
-    # CUDA and HIP launch the export's workgroup_size: the variant's spec sets the tuned kernel's,
-    # and leaves every other kernel's (other groups the same spec replaces) as it was.
+@given(
+    size=st.integers(1, 1024),
+    others=st.lists(st.sampled_from(["a", "b", "dense2"]), unique=True, max_size=2),
+    first=st.booleans(),
+    launched=st.booleans(),
+)
+def test_a_variant_spec_sets_only_its_own_kernels_workgroups(size, others, first, launched):
+    # The tuned kernel's executable gets the variant's size: its workgroup count (the result's
+    # elements over the size) and, where the export names the block (CUDA, HIP), that block;
+    # every other kernel the same spec replaces keeps its own. A Vulkan export is `main` in each.
     names = [*others, "dense"] if not first else ["dense", *others]
-    text = "".join(_EXPORT.format(name=n) for n in names)
+    block = " <workgroup_size = [64 : index, 1 : index, 1 : index]>" if launched else ""
+    text = "".join(_EXECUTABLE.format(name=n, entry=n if launched else "main", size=block) for n in names)
     tuned = tune_gpu.variant_spec(text, "dense", [f"PYREE_WG_SIZE={size}", "OTHER=3"])
     for n in names:
-        block = tuned[tuned.index(f"@{n}_executable") :].split("\n}\n", 1)[0]
-        assert f"<workgroup_size = [{size if n == 'dense' else 64} : index" in block
+        executable = tuned[tuned.index(f"@{n}_executable") :].split("util.func", 1)[0]
+        expected = size if n == "dense" else 64
+        assert f"ceildiv {expected})" in executable
+        assert (f"<workgroup_size = [{expected} : index" in executable) == launched
     assert tune_gpu.variant_spec(text, "dense", ["OTHER=3"]) == text
+    changed = tuned.count(f"ceildiv {size})") + tuned.count(f"workgroup_size = [{size} :")
+    assert len(tuned) - len(text) == (len(str(size)) - 2) * (1 + launched) and changed >= 1 + launched
 
 
 @needs_vulkan
 @pytest.mark.slow
-def test_the_vulkan_directory_built_with_tune_on_builds_the_chosen_spirv_and_verifies(tmp_path):
-    # replace's CMakeLists.txt for vulkan: -D<stem>_TUNE=ON sweeps the shader's declared sizes on
-    # the Vulkan device (pyree_tune TARGET vulkan) and builds the chosen variant's SPIR-V
-    # (pyree_vulkan_spirv TUNED), which the module embeds; its verify test passes.
+def test_the_vulkan_directory_built_with_tune_on_builds_the_chosen_kernels_and_verifies(tmp_path):
+    # replace's CMakeLists.txt for vulkan with two kernels in one spec: -D<stem>_TUNE=ON sweeps each
+    # shader's declared sizes on the Vulkan device (pyree_tune TARGET vulkan; each variant's module
+    # also holds the other kernel, built as generated), builds each chosen SPIR-V (pyree_vulkan_spirv
+    # TUNED) and the spec with both chosen workgroup counts, chained; the module's verify passes.
     from test_cmake import build, configure, ctest_run
 
-    model, mlir, out = _replaced(tmp_path, "vulkan")
+    model = tmp_path / "mlp.onnx"
+    onnx_models.save(onnx_models.mlp(), model)
+    mlir = tmp_path / "mlp.mlir"
+    pb.import_onnx(model, mlir)
+    out = tmp_path / "vulkan"
+    pb.replace(mlir, out, ops=[1, 2], imports=["fc1", "fc2"], onnx=model, target="vulkan")
     text = (out / "CMakeLists.txt").read_text()
-    assert "option(m_TUNE" in text and "pyree_tune(NAME dense_tune TARGET vulkan SRCS dense.glsl" in text and "${dense_TUNED}" in text
+    assert "option(mlp_TUNE" in text and "pyree_tune(NAME fc2_tune TARGET vulkan SRCS fc2.glsl" in text and 'TRANSFORM_SPEC "${mlp_SPEC}"' in text
     tuned = tmp_path / "tuned"
-    configure(out, tuned, extra=["-Dm_TUNE=ON"])
+    configure(out, tuned, extra=["-Dmlp_TUNE=ON"])
     build(tuned)
-    best = json.loads((tuned / "dense_tune.json").read_text())
-    assert {v["params"]["PYREE_WG_SIZE"] for v in best["variants"]} == set(pb.tune.declared_params(out / "dense.glsl")["PYREE_WG_SIZE"])
-    winner = best["winner"]["params"]["PYREE_WG_SIZE"]
-    assert (tuned / "dense_spirv" / "dense.spv").read_bytes() == (
-        tuned / "dense_tune.variants" / f"PYREE_WG_SIZE={winner}" / "objects" / "dense.spv"
-    ).read_bytes()
+    final = (tuned / "fc2_spirv" / "spec.mlir").read_text()
+    for name in ("fc1", "fc2"):
+        best = json.loads((tuned / f"{name}_tune.json").read_text())
+        declared = pb.tune.declared_params(out / f"{name}.glsl")["PYREE_WG_SIZE"]
+        assert {v["params"]["PYREE_WG_SIZE"] for v in best["variants"]} == set(declared)
+        size = best["winner"]["params"]["PYREE_WG_SIZE"]
+        winner = tuned / f"{name}_tune.variants" / f"PYREE_WG_SIZE={size}"
+        assert (tuned / f"{name}_spirv" / f"{name}.spv").read_bytes() == (winner / "objects" / f"{name}.spv").read_bytes()
+        # The module's spec holds each kernel's chosen count, in its own executable.
+        executable = final[final.index(f"@{name}_executable") :].split("util.func", 1)[0]
+        assert f"ceildiv {size})" in executable
     result = ctest_run(tuned, "--output-on-failure")
     assert result.returncode == 0 and "100% tests passed" in result.stdout, result.stdout
+
+
+def test_a_spec_whose_other_kernel_is_missing_is_named(tmp_path):
+    # One spec, two kernels: a variant's module needs the other's object, built from its source
+    # beside the spec; without it the tune says which and where, before any variant is built.
+    model = tmp_path / "mlp.onnx"
+    onnx_models.save(onnx_models.mlp(), model)
+    mlir = tmp_path / "mlp.mlir"
+    pb.import_onnx(model, mlir)
+    out = tmp_path / "vulkan"
+    pb.replace(mlir, out, ops=[1, 2], imports=["fc1", "fc2"], onnx=model, target="vulkan")
+    (out / "fc2.glsl").unlink()
+    best = tmp_path / "best.json"
+    result = run_cli(*_tune_args(out / "fc1.glsl", mlir, out, model, best, "vulkan", "PYREE_WG_SIZE=64"))
+    assert_clean_error(result, "the spec also dispatches the kernel 'fc2', whose source fc2.glsl is not beside it", "every kernel it names")
+    assert not best.exists() and not (tmp_path / "best.variants").exists()

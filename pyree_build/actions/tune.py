@@ -259,10 +259,10 @@ def build_variant(plan: Plan, variant: Variant, directory: Path) -> Path:
     defines = [*plan.defines, *variant.flags]
     if plan.gpu:
         source, where = plan.sources[0], directory / variant.directory
-        obj, spec = _tune_gpu.build(source, plan.target, spec=plan.spec, include_dirs=plan.include_dirs, defines=defines, options=plan.target_options,
-                                    out_dir=where)  # fmt: skip
+        obj, spec, search = _tune_gpu.build(source, plan.target, spec=plan.spec, include_dirs=plan.include_dirs, defines=defines,
+                                            options=plan.target_options, out_dir=where)  # fmt: skip
         variant.plugin = str(obj)
-        module = _tune_gpu.compile_variant(plan.program, plan.target, spec=spec, objects=obj, import_name=Path(source).stem, options=plan.target_options,
+        module = _tune_gpu.compile_variant(plan.program, plan.target, spec=spec, search=search, import_name=Path(source).stem, options=plan.target_options,
                                            out=where / f"{Path(source).stem}.vmfb")  # fmt: skip
         variant.module = str(module)
         return module
@@ -767,7 +767,7 @@ def _plan(sources: Sequence[PathLike], kind: str, module: PathLike | None, funct
     where = dict(target=target, program="", spec="", target_options=dict(target_options or {}))
     if target != _tune_gpu.CPU:
         where["target_options"] = _tune_gpu.check_options(target, target_options or {})
-        where["program"], where["spec"] = _tune_gpu.check_inputs(target, program, spec, module, len(srcs))
+        where["program"], where["spec"] = _tune_gpu.check_inputs(target, program, spec, module, srcs)
         mod, device = "", _tune_gpu.device_of(target, device)
     else:
         if module is None:

@@ -21,7 +21,6 @@ from typing import Any
 from pyree_build import backends
 from pyree_build.actions import compile as compile_action
 from pyree_build.actions.models import gpunest
-from pyree_build.actions.models import spec as spec_module
 from pyree_build.backends.base import InlineKernelSource
 from pyree_build.core import echo, files
 from pyree_build.core.errors import PyreeError, require_file
@@ -47,12 +46,13 @@ def check_options(target: str, options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
-def check_inputs(target: str, program: PathLike | None, spec: PathLike | None, module: PathLike | None, sources: int) -> tuple[str, str]:
-    """The program and spec of a GPU tune, resolved; a PyreeError naming what is missing or extra."""
+def check_inputs(target: str, program: PathLike | None, spec: PathLike | None, module: PathLike | None, sources: Sequence[str]) -> tuple[str, str]:
+    """The program and spec of a GPU tune, resolved; a PyreeError naming what is missing or extra
+    (the sources of the spec's other kernels included: before any variant is built)."""
     if target not in gpunest.TARGETS:
         raise PyreeError(f"unknown target '{target}' for tune", fix=f"use one of: {CPU}, {', '.join(gpunest.TARGETS)}")
-    if sources != 1:
-        raise PyreeError(f"a {target} tune takes one kernel source, got {sources}", fix="tune each kernel replace wrote on its own")
+    if len(sources) != 1:
+        raise PyreeError(f"a {target} tune takes one kernel source, got {len(sources)}", fix="tune each kernel replace wrote on its own")
     if module is not None:
         raise PyreeError(
             f"--module is the CPU's shared module; a {target} kernel is embedded in the module at compile time, so each variant is compiled anew",
@@ -63,57 +63,97 @@ def check_inputs(target: str, program: PathLike | None, spec: PathLike | None, m
             f"a {target} tune needs the program and the spec that dispatches the kernel (each variant compiles them with its own kernel)",
             fix=f"pyree-build tune DIR/NAME{gpunest.SUFFIXES[gpunest.TARGETS[target]]} --program PROGRAM.mlir --spec DIR/spec.mlir --target {target} ...",
         )
-    return str(require_file(program, "program").resolve()), str(require_file(spec, "transform spec").resolve())
+    checked_program, checked_spec = require_file(program, "program").resolve(), require_file(spec, "transform spec").resolve()
+    others_of(checked_spec.read_text(encoding="utf-8", errors="replace"), Path(sources[0]).stem, checked_spec, target)
+    return str(checked_program), str(checked_spec)
 
 
-def variant_spec(spec_text: str, entry: str, flags: Sequence[str]) -> str:
-    """The spec a variant compiles with: where the kernel's export carries a workgroup_size (the
-    block CUDA and HIP launch), it is the variant's PYREE_WG_SIZE; a Vulkan shader declares its
-    own size, so its spec is the same for every variant."""
+def variant_spec(spec_text: str, kernel: str, flags: Sequence[str]) -> str:
+    """The spec a variant compiles with: in the kernel's executable (`@<kernel>_executable`, as
+    replace names it), the workgroups counted for the variant's PYREE_WG_SIZE (the count region
+    divides the result's elements by it) and, where the export carries a workgroup_size (the
+    block CUDA and HIP launch), that size too; other kernels' executables are left as they are.
+    A Vulkan shader declares its own size: there the count is what changes."""
     size = dict(f.split("=", 1) for f in flags).get(WORKGROUP_KNOB)
-    if size is None or not size.isdigit():
+    if size is None or not size.isdigit() or int(size) < 1:
         return spec_text
-    # Within the kernel's own export: never past the next export or executable (another kernel's size).
-    export = re.compile(rf"(hal\.executable\.export public @{re.escape(entry)} (?:(?!hal\.executable\.).)*?<workgroup_size = \[)\d+( : index)", re.DOTALL)
-    return export.sub(rf"\g<1>{size}\g<2>", spec_text, count=1)
-
-
-def entry_of(source: PathLike, target: str) -> str:
-    """The kernel's name in its object, as replace's spec exports it: a shader's is `main`."""
-    return "main" if target == "vulkan" else Path(source).stem
+    # Never past the kernel's executable: the next executable or the call function that follows it.
+    within = rf"(@{re.escape(kernel)}_executable\b(?:(?!hal\.executable\.source|util\.func).)*?"
+    for marker in (r"ceildiv )\d+", r"<workgroup_size = \[)\d+"):
+        spec_text = re.sub(within + marker, rf"\g<1>{size}", spec_text, count=1, flags=re.DOTALL)
+    return spec_text
 
 
 def build(
-    source: PathLike, target: str, *, spec: PathLike, include_dirs: Sequence[PathLike], defines: Sequence[str], options: Mapping[str, Any], out_dir: Path
-) -> tuple[Path, Path]:
-    """The kernel built into `out_dir` with `defines` (its target's backend, cached), and the spec
-    the variant's module compiles with: (the object, the spec)."""
+    source: PathLike,
+    target: str,
+    *,
+    spec: PathLike,
+    include_dirs: Sequence[PathLike],
+    defines: Sequence[str],
+    options: Mapping[str, Any],
+    out_dir: Path,
+    others: bool = True,
+) -> tuple[Path, Path, list[Path]]:
+    """The kernel built into `out_dir` with `defines` (its target's backend, cached), the spec the
+    variant's module compiles with, and every directory its objects are searched in (with
+    `others`, the spec's other kernels too, built as they are from their sources beside it):
+    (object, spec, search)."""
     src = Path(source)
     spec_text = Path(spec).read_text(encoding="utf-8")
-    kernel = InlineKernelSource(
-        source=src, program=spec_text, build_dir=out_dir / "objects", kind="system", include_dirs=[Path(d) for d in include_dirs],
-        defines=list(defines), options=dict(options),
-    )  # fmt: skip
-    with echo.muted_commands():
-        search = backends.get(target).build_inline_objects(kernel)
-    found = sorted(p for d in search for p in Path(d).iterdir() if p.is_file() and p.name.startswith(src.stem) and p.suffix not in (".d", ".json"))
+    search = _build_kernel(src, target, spec_text, include_dirs, defines, options, out_dir / "objects")
+    found = sorted(p for d in search for p in Path(d).iterdir() if p.is_file() and p.suffix not in (".d", ".json") and _kernel_of(p.name) == src.stem)
     if not found:
         raise PyreeError(f"the {target} backend built no object for {src.name} in {', '.join(map(str, search))}", file=src,
                          fix="build it by hand (pyree-build spirv / ptx / hsaco) to see why")  # fmt: skip
+    for other in others_of(spec_text, src.stem, Path(spec), target) if others else []:
+        search += _build_kernel(other, target, spec_text, include_dirs, [], options, out_dir / "others")
     variant_spec_path = out_dir / "spec.mlir"
-    text = variant_spec(spec_text, entry_of(src, target), [d for d in defines if "=" in d])
+    text = variant_spec(spec_text, src.stem, [d for d in defines if "=" in d])
     if not variant_spec_path.is_file() or variant_spec_path.read_text(encoding="utf-8") != text:
         with files.atomic_output(variant_spec_path) as tmp:
             tmp.write_text(text, encoding="utf-8")
-    return found[0], variant_spec_path
+    return found[0], variant_spec_path, list(dict.fromkeys(search))
 
 
-def compile_variant(program: PathLike, target: str, *, spec: Path, objects: Path, import_name: str, options: Mapping[str, Any], out: Path) -> Path:
+def _build_kernel(src: Path, target: str, spec_text: str, include_dirs: Sequence[PathLike], defines: Sequence[str], options: Mapping[str, Any],
+                  build_dir: Path) -> list[Path]:  # fmt: skip
+    kernel = InlineKernelSource(
+        source=src, program=spec_text, build_dir=build_dir, kind="system", include_dirs=[Path(d) for d in include_dirs], defines=list(defines),
+        options=dict(options),
+    )  # fmt: skip
+    with echo.muted_commands():
+        return [Path(d) for d in backends.get(target).build_inline_objects(kernel)]
+
+
+def _kernel_of(object_name: str) -> str:
+    """The kernel an object is built from, by replace's names: NAME.spv, NAME_sm_80.ptx, NAME.co."""
+    return re.sub(r"_(sm_\d+[a-z]?|gfx\w+)$", "", object_name.rsplit(".", 1)[0])
+
+
+def others_of(spec_text: str, kernel: str, spec: Path, target: str) -> list[Path]:
+    """The sources of the spec's other kernels (one spec replaces several groups): a variant's
+    module needs their objects too. They are beside the spec, where replace wrote them."""
+    suffix = gpunest.SUFFIXES[gpunest.TARGETS[target]]
+    names = dict.fromkeys(_kernel_of(Path(p).name) for p in re.findall(r'#hal\.executable\.object<\{path = "([^"]+)"', spec_text))
+    sources = []
+    for name in (n for n in names if n != kernel):
+        source = spec.parent / f"{name}{suffix}"
+        if not source.is_file():
+            raise PyreeError(
+                f"the spec also dispatches the kernel '{name}', whose source {source.name} is not beside it: each variant's module needs its object",
+                file=spec, fix=f"tune with the directory `replace` wrote (spec.mlir and every kernel it names, {name}{suffix} included)",
+            )  # fmt: skip
+        sources.append(source)
+    return sources
+
+
+def compile_variant(program: PathLike, target: str, *, spec: Path, search: Sequence[Path], import_name: str, options: Mapping[str, Any], out: Path) -> Path:
     """The program compiled with the variant's spec and kernel (the dispatch proven in the module)."""
     keywords = {k: v for k, v in options.items() if k in TARGET_KEYWORDS and v is not None}
     with echo.muted_commands():
         return compile_action.compile(
-            program, out, target=target, transform_spec=spec, object_search_paths=[objects.parent], expect_imports=[import_name], **keywords
+            program, out, target=target, transform_spec=spec, object_search_paths=list(search), expect_imports=[import_name], **keywords
         )
 
 
@@ -147,16 +187,15 @@ def require_device(target: str, device: str, built: int, directory: Path) -> Non
 
 def apply(source: PathLike, output_dir: PathLike, *, target: str, spec: PathLike, defines: Sequence[str], include_dirs: Sequence[PathLike] = (),
           options: Mapping[str, Any] | None = None) -> list[Path]:  # fmt: skip
-    """The winner's object into `output_dir` (the directory a module's object search path names),
-    and, where the winner's spec differs from `spec` (the export's workgroup_size), that spec
-    as `output_dir`/spec.mlir; the paths written."""
+    """The winner's object into `output_dir` (the directory a module's object search path names)
+    and the spec it was timed with (`spec` with the winner's workgroups: variant_spec) as
+    `output_dir`/spec.mlir; the paths written. Given another kernel's applied spec as `spec`,
+    the result holds both kernels' choices (each changes only its own executable)."""
     out = Path(output_dir)
     with files.scratch_dir(out, "tune-apply") as build_dir:
-        obj, tuned_spec = build(source, target, spec=spec, include_dirs=include_dirs, defines=defines, options=options or {}, out_dir=build_dir)
-        written = [_place(obj, out / obj.relative_to(build_dir / "objects"))]
-        if tuned_spec.read_bytes() != Path(spec).read_bytes():
-            written.append(_place(tuned_spec, out / "spec.mlir"))
-    return written
+        obj, tuned_spec, _ = build(source, target, spec=spec, include_dirs=include_dirs, defines=defines, options=options or {}, out_dir=build_dir,
+                                   others=False)  # fmt: skip
+        return [_place(obj, out / obj.relative_to(build_dir / "objects")), _place(tuned_spec, out / "spec.mlir")]
 
 
 def _place(built: Path, target_path: Path) -> Path:
@@ -164,7 +203,3 @@ def _place(built: Path, target_path: Path) -> Path:
     with files.atomic_output(target_path) as tmp:
         shutil.copyfile(built, tmp)
     return target_path
-
-
-# The spec's default block size, for the messages: the variants that keep it compile with the spec as given.
-DEFAULT_WORKGROUP_SIZE = spec_module.GPU_WORKGROUP_SIZE

@@ -545,8 +545,10 @@ def _gpu_tune_lines(stem: str, variable: str | None, tunable: list[str], functio
     lines = [
         "",
         f"# -D{stem}_TUNE=ON: sweep each kernel's workgroup size (its `// pyree-tune:` line) against onnxruntime on the",
-        "# Vulkan device, each variant compiled with the spec, and build the SPIR-V of the variant each tune chose.",
+        "# Vulkan device, each variant compiled with the spec, and build the SPIR-V of the variant each tune chose; the",
+        f"# module is compiled with {stem}_SPEC, the spec with each chosen workgroup count (each tuned kernel's in turn).",
         f'option({stem}_TUNE "tune the workgroup size of the generated kernels and build the chosen variants" OFF)',
+        f'set({stem}_SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir")',
     ]
     for name in tunable:
         lines += [
@@ -554,7 +556,8 @@ def _gpu_tune_lines(stem: str, variable: str | None, tunable: list[str], functio
             f"if({stem}_TUNE)",
             f"  pyree_tune(NAME {name}_tune TARGET vulkan SRCS {name}{ext} PROGRAM {program}",
             f'             SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir" FUNCTION {function} ONNX "${{{variable}}}"{_gpu_module_args(stem, target)})',
-            f"  set({name}_TUNED TUNED {name}_tune)",
+            f'  set({name}_TUNED TUNED {name}_tune SPEC "${{{stem}_SPEC}}")',
+            f'  set({stem}_SPEC "${{CMAKE_CURRENT_BINARY_DIR}}/{name}_spirv/spec.mlir")',
             "endif()",
         ]
     return lines
@@ -578,13 +581,14 @@ def _gpu_lines(stem: str, program: str, imports: list[str], target: str, *, tune
         lines += [f'set({stem}_GFX "1100" CACHE STRING "the AMD GPU (gfx number) the kernels and the module are built for")']
     lines += [*tune, ""] if tune else []
     lines += [f"{function}(NAME {name}_{suffix} SRCS {name}{ext}{arguments.format(stem=stem)}{_tuned_argument(name, tunable)})" for name in imports]
+    spec_path = f"${{{stem}_SPEC}}" if tunable else "${CMAKE_CURRENT_SOURCE_DIR}/spec.mlir"
     lines += [
         "",
         "pyree_iree_module(",
         f"  NAME {stem}_replaced",
         f"  SRC {program}",
         f"  TARGET {target}{_gpu_module_args(stem, target)}",
-        '  TRANSFORM_SPEC "${CMAKE_CURRENT_SOURCE_DIR}/spec.mlir"',
+        f'  TRANSFORM_SPEC "{spec_path}"',
         f"  EXPECT_IMPORTS {' '.join(imports)}",
         f"  DEPENDS {' '.join(f'{n}_{suffix}' for n in imports)}",
         ")",
