@@ -267,3 +267,19 @@ def test_a_spec_whose_other_kernel_is_missing_is_named(tmp_path):
     result = run_cli(*_tune_args(out / "fc1.glsl", mlir, out, model, best, "vulkan", "PYREE_WG_SIZE=64"))
     assert_clean_error(result, "the spec also dispatches the kernel 'fc2', whose source fc2.glsl is not beside it", "every kernel it names")
     assert not best.exists() and not (tmp_path / "best.variants").exists()
+
+
+@needs_vulkan
+def test_a_vulkan_tune_against_a_cpu_reference_module_runs_each_on_its_own_device(tmp_path):
+    # --reference: the program without the kernel, compiled for the CPU, runs on local-sync (on
+    # vulkan it would only say its HAL device is missing); its results for the given inputs and
+    # for random inputs of the same shapes are what each variant must reproduce on Vulkan.
+    _, mlir, out = _replaced(tmp_path, "vulkan")
+    reference = pb.compile(mlir, tmp_path / "cpu.vmfb")
+    best = tmp_path / "best.json"
+    args = ["tune", out / "dense.glsl", "--target", "vulkan", "--program", mlir, "--spec", out / "spec.mlir", "--function", FUNCTION]
+    result = run_cli(*args, "--input", "8x12xf32=0.5", "--reference", reference, "--param", "PYREE_WG_SIZE=64,32", *QUICK, "-o", best)
+    assert result.returncode == 0, result
+    record = json.loads(best.read_text())
+    assert all(v["status"] == "ok" for v in record["variants"]) and record["measured"]["device"] == "vulkan"
+    assert len(list((tmp_path / "best.variants" / "random_inputs").glob("*.npy"))) == 2

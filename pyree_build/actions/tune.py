@@ -219,13 +219,19 @@ def expected_outputs(
     if reference is not None:
         ref = require_file(reference, "reference module")
         with echo.Stopwatch(f"reference results from {ref.name}"):
-            return run_action.run(ref, plan.function, inputs=plan.inputs, plugins=plugins, device=plan.device, timeout=plan.timeout).outputs
+            return run_action.run(ref, plan.function, inputs=plan.inputs, plugins=plugins, device=reference_device(plan, ref), timeout=plan.timeout).outputs
     if onnx is not None:
         model_path = require_file(onnx, "ONNX model")
         model = _importer.load_model(model_path)
         arrays = _verify.given_inputs(model, plan.inputs, model_path)
         return list(_verify.reference_outputs(model_path, model, arrays)[1])
     return [checks.spec_array(e if not str(e).endswith(".npy") or str(e).startswith("@") else f"@{e}") for e in expect_output]
+
+
+def reference_device(plan: Plan, reference: Path) -> str:
+    """Where the reference module runs: a CPU tune's device; a GPU kernel's reference on the
+    device it was compiled for (the program without the kernel, for the CPU or for the GPU)."""
+    return _verify.module_device(reference) if plan.gpu else plan.device
 
 
 def drawn_inputs(onnx: PathLike, directory: Path) -> list[str]:
@@ -323,7 +329,7 @@ def random_cases(plan: Plan, reference: PathLike, directory: Path, count: int = 
             np.save(path, values)
             specs.append(f"@{path}")
         with echo.muted_commands():
-            outputs = run_action.run(reference, plan.function, inputs=specs, device=plan.device, timeout=plan.timeout).outputs
+            outputs = run_action.run(reference, plan.function, inputs=specs, device=reference_device(plan, Path(reference)), timeout=plan.timeout).outputs
         cases.append(Case(specs, list(outputs)))
     return cases
 
