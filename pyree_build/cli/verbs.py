@@ -339,7 +339,8 @@ TUNE = Verb(
         "is reported and never chosen), benchmark the rest one at a time with iree-benchmark-module (rounds until "
         "the spread is small or the budget is spent), print a table by median time and write best.json: the "
         "winner, its -D flags and every measurement. --ray runs the builds and checks as Ray tasks and the "
-        "benchmarks on the nodes with --ray-resources."
+        "benchmarks on the nodes with --ray-resources. --target vulkan|cuda|hip tunes a GPU kernel `replace --target` "
+        "wrote: each variant compiles --program with --spec against its own object and runs on the target's device."
     ),
     examples=(
         "pyree-build tune kernel.c --param TILE=1,2,4,8 --module build/m.vmfb --function f --input 64x64xf32=1 "
