@@ -154,6 +154,17 @@ def test_a_cuda_or_hip_tune_without_the_gpu_builds_every_variant_then_says_it_ne
         assert (where / "dense.vmfb").is_file()
         spec = (where / "spec.mlir").read_text()
         assert f"<workgroup_size = [{size} : index, 1 : index, 1 : index]>" in spec and f"ceildiv {size})" in spec
+    # A best.json from the GPU machine applies here: the object and the spec with its block size,
+    # and the module compiles with them (compile-only).
+    record = {"format": pb.tune.FORMAT, "winner": {"params": {"PYREE_WG_SIZE": "128"}}, "build": {"target": target, "spec": str(out / "spec.mlir")}}
+    best.write_text(json.dumps(record))
+    applied = run_cli("tune", kernel, "--target", target, "--apply", best, "-o", tmp_path / "objects")
+    assert applied.returncode == 0, applied
+    written = (tmp_path / "objects" / "spec.mlir").read_text()
+    assert written == (tmp_path / "best.variants" / "PYREE_WG_SIZE=128" / "spec.mlir").read_text()
+    module = pb.compile(mlir, tmp_path / "m.vmfb", target=target, transform_spec=tmp_path / "objects" / "spec.mlir", expect_imports=["dense"],
+                        object_search_paths=[tmp_path / "objects"])  # fmt: skip
+    assert module.is_file()
 
 
 def test_gpu_tune_mistakes_are_named(tmp_path):
