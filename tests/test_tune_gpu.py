@@ -176,6 +176,8 @@ def test_gpu_tune_mistakes_are_named(tmp_path):
     assert_clean_error(with_module, "each variant is compiled anew", "--program PROGRAM.mlir --spec")
     wrong_device = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--device", "local-sync")
     assert_clean_error(wrong_device, "cannot run on --device local-sync")
+    cpu_form = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--kind", "standalone")
+    assert_clean_error(cpu_form, "--kind and --arch are a CPU plugin's")
     other_gpu = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--sm", "80")
     assert_clean_error(other_gpu, "--sm is not an option of the vulkan target", "--vulkan-target")
     assert not best.exists()

@@ -335,9 +335,10 @@ def random_cases(plan: Plan, reference: PathLike, directory: Path, count: int = 
 
 
 def check_variant(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = ()) -> tuple[str, str]:
-    """Run the variant and compare its results, then call it CHECK_CALLS times in one process
-    (the plugin kept loaded), and once with each of `cases`' inputs, and compare every
-    call's: ("ok", "") or (status, why)."""
+    """Run the variant (`plugin`: what it runs with, runs_with) and compare its results, then
+    call it CHECK_CALLS times in one process (the plugin kept loaded; a GPU kernel's module:
+    one run per case), and once with each of `cases`' inputs, and compare every call's:
+    ("ok", "") or (status, why)."""
     module, plugins = runs_with(plan, plugin)
     try:
         with echo.muted_commands():
@@ -772,6 +773,8 @@ def _plan(sources: Sequence[PathLike], kind: str, module: PathLike | None, funct
     checks.parse_inputs(inputs)
     where = dict(target=target, program="", spec="", target_options=dict(target_options or {}))
     if target != _tune_gpu.CPU:
+        if kind != "system" or archs:
+            raise PyreeError(f"--kind and --arch are a CPU plugin's; a {target} kernel is built for its GPU", fix="leave them out with --target")
         where["target_options"] = _tune_gpu.check_options(target, target_options or {})
         where["program"], where["spec"] = _tune_gpu.check_inputs(target, program, spec, module, srcs)
         mod, device = "", _tune_gpu.device_of(target, device)
