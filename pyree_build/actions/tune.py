@@ -6,6 +6,10 @@ such and never chosen. Builds go through the plugin action, so each variant is c
 shared through the remote cache) like any build. Builds and checks run in parallel (-j);
 benchmarks run one at a time so they do not disturb each other. `ray=` hands the same steps
 to a Ray cluster (actions/tune_ray.py, imported only then).
+
+A GPU kernel (`target` vulkan, cuda, hip: what `replace --target` writes) goes through the same
+steps: only how a variant is built and which module it runs with differ (actions/tune_gpu.py:
+its object, the program compiled with the spec against it, on the target's device).
 """
 
 from __future__ import annotations

@@ -195,7 +195,9 @@ def apply(source: PathLike, output_dir: PathLike, *, target: str, spec: PathLike
     with files.scratch_dir(out, "tune-apply") as build_dir:
         obj, tuned_spec, _ = build(source, target, spec=spec, include_dirs=include_dirs, defines=defines, options=options or {}, out_dir=build_dir,
                                    others=False)  # fmt: skip
-        return [_place(obj, out / obj.relative_to(build_dir / "objects")), _place(tuned_spec, out / "spec.mlir")]
+        written = [_place(obj, out / obj.relative_to(build_dir / "objects")), _place(tuned_spec, out / "spec.mlir")]
+    echo.log_step(f"wrote {written[1]} (the spec the winner was timed with: compile the module with it and --object-search-path {out})")
+    return written
 
 
 def _place(built: Path, target_path: Path) -> Path:
