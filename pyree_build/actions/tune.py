@@ -671,11 +671,11 @@ def tune(
     `output` (best.json). `target` vulkan, cuda or hip: a GPU kernel; each variant compiles `program` with `spec`."""
     parsed = parse_params(params) if params else _declared_or_refuse(sources)
     out = Path(output)
-    settings = dict(function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
-                    defines=list(defines), device=device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds,
-                    repetitions=repetitions, target=target, target_options=dict(target_options or {}))  # fmt: skip
     plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, checks.DEFAULT_RTOL, checks.DEFAULT_ATOL,
                  timeout, spread, budget, max_rounds, repetitions, gpu=(target, program, spec, target_options))  # fmt: skip
+    settings = dict(function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
+                    defines=list(defines), device=plan.device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds,
+                    repetitions=repetitions, **({"target": target, "target_options": plan.target_options} if plan.gpu else {}))  # fmt: skip
     key = _content_key(plan.sources, include_dirs, parsed, plan.module or plan.program, reference, onnx, settings, plan.spec)
     if (done := _up_to_date(out, key)) is not None:
         return done
@@ -810,7 +810,9 @@ def _content_key(sources: Sequence[PathLike], include_dirs: Sequence[PathLike], 
                  reference: PathLike | None, onnx: PathLike | None, settings: Mapping[str, object], spec: PathLike = "") -> str:  # fmt: skip
     """What a tune's result depends on, by content: the sources and the headers they include,
     the module (a GPU kernel's: the program and the spec), the reference, the parameters and
-    every setting. Equal keys: the same sweep."""
+    every setting (the device as resolved; the target only for a GPU kernel, so a CPU tune's key
+    is the one it had before GPU kernels and its best.json stays up to date). Equal keys: the
+    same sweep."""
     named = [*map(Path, sources), *included_files(map(Path, sources), [os.fspath(d) for d in include_dirs]), Path(module)]
     named += [Path(spec)] if spec else []
     named += [Path(r) for r in (reference, onnx) if r is not None and Path(r).is_file()]
