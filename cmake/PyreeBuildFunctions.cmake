@@ -332,14 +332,22 @@ endfunction()
 # pyree_tune(NAME <name> SYSTEM|STANDALONE SRCS <c>... [PARAMS <NAME=V1,V2,...>...] MODULE <target-or-file>
 #            FUNCTION <f> [INPUTS <spec>...] REFERENCE <target-or-file> | ONNX <model> | EXPECT_OUTPUT <spec>...
 #            [ARCHS ...] [CC ...] [CPU baseline|host] [DEVICE <device>] [INCLUDE_DIRS ...] [DEFINES ...]
-#            [BUDGET <s>] [TIMEOUT <s>])
+#            [BUDGET <s>] [TIMEOUT <s>] [MAX_ROUNDS <n>])
+# pyree_tune(NAME <name> TARGET vulkan|cuda|hip SRCS <kernel> PROGRAM <target-or-file> SPEC <spec.mlir>
+#            FUNCTION <f> [VULKAN_TARGET <t>|SM <sm>|GFX <gfx>] ... as above, without MODULE)
 # Sweeps the kernel's -D parameters with `pyree-build tune` and writes <name>.json in the binary dir
 # (without PARAMS: the knobs the sources declare, `// pyree-tune: NAME=V1,V2` lines as `replace` writes):
-# pyree_cpu_plugin(... TUNED <name>) then builds the variant it chose.
+# pyree_cpu_plugin(... TUNED <name>) then builds the variant it chose. TARGET: a GPU kernel (what
+# `replace --target` writes), each variant compiled from PROGRAM with SPEC and run on the target's
+# device; pyree_vulkan_spirv(... TUNED <name>) builds the chosen variant.
 function(pyree_tune)
-  _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;ONNX;CC;CPU;DEVICE;BUDGET;TIMEOUT"
+  _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;ONNX;CC;CPU;DEVICE;BUDGET;TIMEOUT;MAX_ROUNDS;TARGET;PROGRAM;SPEC;VULKAN_TARGET;SM;GFX"
                "SRCS;PARAMS;INPUTS;EXPECT_OUTPUT;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
-  _pyree_require(pyree_tune NAME SRCS MODULE FUNCTION)
+  if(ARG_TARGET AND NOT ARG_TARGET STREQUAL "llvm-cpu")
+    _pyree_require(pyree_tune NAME SRCS PROGRAM SPEC FUNCTION)
+  else()
+    _pyree_require(pyree_tune NAME SRCS MODULE FUNCTION)
+  endif()
   _pyree_require_files(pyree_tune SRCS ${ARG_SRCS})
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)
@@ -349,9 +357,19 @@ function(pyree_tune)
       list(APPEND _flags --arch "${_arch}")
     endforeach()
   endif()
-  _pyree_artifact("${ARG_MODULE}" _module)
-  set(_depends ${_srcs} "${_module}")
-  list(APPEND _flags --module "${_module}" --function "${ARG_FUNCTION}")
+  set(_depends ${_srcs})
+  if(ARG_MODULE)
+    _pyree_artifact("${ARG_MODULE}" _module)
+    list(APPEND _depends "${_module}")
+    list(APPEND _flags --module "${_module}")
+  endif()
+  if(ARG_PROGRAM)  # a GPU kernel's: each variant compiles the program with the spec and its object
+    _pyree_artifact("${ARG_PROGRAM}" _program)
+    get_filename_component(_spec "${ARG_SPEC}" ABSOLUTE)
+    list(APPEND _depends "${_program}" "${_spec}")
+    list(APPEND _flags --target "${ARG_TARGET}" --program "${_program}" --spec "${_spec}")
+  endif()
+  list(APPEND _flags --function "${ARG_FUNCTION}")
   if(ARG_REFERENCE)
     _pyree_artifact("${ARG_REFERENCE}" _reference)
     list(APPEND _flags --reference "${_reference}")
@@ -370,9 +388,10 @@ function(pyree_tune)
       list(APPEND _flags "--${_option}" "${_value}")
     endforeach()
   endforeach()
-  foreach(_kw IN ITEMS CPU DEVICE BUDGET TIMEOUT)
+  foreach(_kw IN ITEMS CPU DEVICE BUDGET TIMEOUT MAX_ROUNDS VULKAN_TARGET SM GFX)
     if(ARG_${_kw})
       string(TOLOWER "${_kw}" _option)
+      string(REPLACE "_" "-" _option "${_option}")
       list(APPEND _flags "--${_option}" "${ARG_${_kw}}")
     endif()
   endforeach()
@@ -444,20 +463,51 @@ function(pyree_cuda_bitcode)
 endfunction()
 
 # pyree_vulkan_spirv(NAME <name> SRCS <glsl>... [COMPILER glslang|glslc]
-#                    [INCLUDE_DIRS <dir>...] [DEFINES <d>...] [OUTPUT_DIR <dir>])
+#                    [INCLUDE_DIRS <dir>...] [DEFINES <d>...] [OUTPUT_DIR <dir>]
+#                    [TUNED <best.json>|<pyree_tune target> [SPEC <spec.mlir>]])
 # One validated SPIR-V module per GLSL compute shader in ${CMAKE_CURRENT_BINARY_DIR}/<name>/ (or
-# OUTPUT_DIR), named <stem>.spv; a module that DEPENDS on <name> finds them by search path.
+# OUTPUT_DIR), named <stem>.spv; a module that DEPENDS on <name> finds them by search path. TUNED
+# (one shader): the variant a `pyree_tune(... TARGET vulkan)` chose (a new tune result rebuilds it),
+# and <dir>/spec.mlir: SPEC (default: the spec the tune used) with the winner's workgroup count,
+# the spec to compile the module with (another TUNED call's spec.mlir as SPEC holds both choices).
 function(pyree_vulkan_spirv)
-  _pyree_parse(pyree_vulkan_spirv "" "NAME;COMPILER;OUTPUT_DIR" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
+  _pyree_parse(pyree_vulkan_spirv "" "NAME;COMPILER;OUTPUT_DIR;TUNED;SPEC" "SRCS;INCLUDE_DIRS;DEFINES" ${ARGN})
   _pyree_require(pyree_vulkan_spirv NAME SRCS)
   _pyree_require_files(pyree_vulkan_spirv SRCS ${ARG_SRCS})
   _pyree_absolute(_srcs ${ARG_SRCS})
   _pyree_c_flags(_flags)  # -I and -D mean the same to glslang and glslc
-  if(ARG_COMPILER)
-    list(APPEND _flags --compiler "${ARG_COMPILER}")
+  if(ARG_SPEC AND NOT ARG_TUNED)
+    message(FATAL_ERROR "pyree_vulkan_spirv(${ARG_NAME}): SPEC goes with TUNED (the spec the tuned workgroup count is written into)")
   endif()
   _pyree_output_dir(_dir ${ARG_NAME})
   set(_all "")
+  if(ARG_TUNED)
+    list(LENGTH _srcs _count)
+    if(ARG_COMPILER)
+      message(FATAL_ERROR "pyree_vulkan_spirv(${ARG_NAME}): TUNED builds with glslang, as the tune built its variants; leave out COMPILER")
+    endif()
+    if(NOT _count EQUAL 1)
+      message(FATAL_ERROR "pyree_vulkan_spirv(${ARG_NAME}): TUNED builds one shader (a tune sweeps one kernel); give one SRCS per call")
+    endif()
+    _pyree_artifact("${ARG_TUNED}" _tuned)
+    get_filename_component(_stem "${_srcs}" NAME_WE)
+    set(_depends "${_srcs}" "${_tuned}")
+    if(TARGET "${ARG_TUNED}")
+      list(APPEND _depends "${ARG_TUNED}")
+    endif()
+    if(ARG_SPEC)
+      get_filename_component(_spec "${ARG_SPEC}" ABSOLUTE)
+      list(APPEND _depends "${_spec}")
+      list(APPEND _flags --spec "${_spec}")
+    endif()
+    _pyree_action("${_dir}/${_stem}.spv;${_dir}/spec.mlir" "${_depends}" "SPIR-V ${_stem} (tuned)" tune --target vulkan --apply "${_tuned}" ${_flags}
+                  "${_srcs}" -o "${_dir}")
+    _pyree_artifact_target(${ARG_NAME} "${_dir}/${_stem}.spv;${_dir}/spec.mlir" "${_dir}")
+    return()
+  endif()
+  if(ARG_COMPILER)
+    list(APPEND _flags --compiler "${ARG_COMPILER}")
+  endif()
   foreach(_src IN LISTS _srcs)
     get_filename_component(_stem "${_src}" NAME_WE)
     _pyree_action("${_dir}/${_stem}.spv" "${_src}" "SPIR-V ${_stem}" spirv ${_flags} "${_src}" -o "${_dir}")

@@ -285,13 +285,13 @@ def bench(
     raise NotImplementedError
 
 
-@_verb(".actions.tune", "tune", optional=("reference", "onnx", "build_dir", "ray", "ray_resources"))
+@_verb(".actions.tune", "tune", optional=("module", "device", "reference", "onnx", "build_dir", "ray", "ray_resources", "program", "spec", "target_options"))
 def tune(
     sources: PathLike | Sequence[PathLike],
     output: PathLike,
     *,
     params: Mapping[str, Sequence[str]] | Sequence[str] = (),
-    module: PathLike,
+    module: PathLike | None = None,
     function: str,
     inputs: str | Sequence[str] = (),
     kind: str = "system",
@@ -303,7 +303,7 @@ def tune(
     cpu: str = "baseline",
     include_dirs: PathLike | Sequence[PathLike] = (),
     defines: str | Sequence[str] = (),
-    device: str = "local-sync",
+    device: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     timeout: float = 60.0,
@@ -316,6 +316,10 @@ def tune(
     ray: str | None = None,
     ray_resources: Mapping[str, float] | None = None,
     depfile: PathLike | None = None,
+    target: str = "llvm-cpu",
+    program: PathLike | None = None,
+    spec: PathLike | None = None,
+    target_options: Mapping[str, Any] | None = None,
 ) -> TuneResult:
     """Sweep a kernel's -D parameters (`params`; none: the knobs its source declares with
     `// pyree-tune: NAME=V1,V2` lines, as `replace` writes them): build each combination (cached), check it against the
@@ -323,6 +327,10 @@ def tune(
     at a time and write `output` (best.json: the winner, its flags, the measurements). `ray`: a Ray
     cluster's address (or "auto") runs the sweep there. `pb.tune.build_tuned(...)` builds the
     chosen variant, `pb.tune.tuned_defines("best.json")` gives its -D values.
+
+    A GPU kernel that `replace --target vulkan|cuda|hip` wrote: `target` names it, `program` and
+    `spec` are what each variant compiles (its object embedded), on the target's device by default;
+    `target_options` pick the GPU (`sm`, `gfx`, `vulkan_target`). `device`: local-sync for a plugin.
 
     Example: pb.tune("kernel.c", "build/best.json", params={"TILE": [1, 2, 4]}, module="build/m.vmfb", function="f", inputs=["64xf32=1"], reference="build/ref.vmfb").best.label
     """

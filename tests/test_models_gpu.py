@@ -217,10 +217,16 @@ def test_vulkan_refuses_what_glsl_cannot_index_and_dynamic_sizes_with_the_reason
     assert_clean_error(run_cli("ops", dense, "--target", "metal"), "unknown GPU target 'metal'", "vulkan, cuda, hip")
 
 
-def test_the_glsl_declares_its_workgroup_size_as_a_tune_knob(tmp_path):
+@pytest.mark.parametrize("target", tuple(gpunest.TARGETS))
+def test_every_gpu_kernel_declares_its_workgroup_size_as_a_tune_knob_default_first(tmp_path, target):
+    # The same knob line in GLSL, CUDA and HIP, the default (64, the spec's) first as the C's knobs:
+    # among variants noise cannot tell apart, tune keeps the untuned kernel. The #ifndef default
+    # lets a build without -D compile.
     _, mlir = _imported(tmp_path, "matmul_add_relu")
-    pb.replace(mlir, tmp_path / "k", ops=[1], imports=["dense"], target="vulkan")
-    assert tune.declared_params(tmp_path / "k" / "dense.glsl") == {"PYREE_WG_SIZE": ["32", "64", "128", "256"]}
+    pb.replace(mlir, tmp_path / "k", ops=[1], imports=["dense"], target=target)
+    source = tmp_path / "k" / f"dense{gpunest.SUFFIXES[gpunest.TARGETS[target]]}"
+    assert tune.declared_params(source) == {"PYREE_WG_SIZE": ["64", "32", "128", "256"]}
+    assert "#ifndef PYREE_WG_SIZE\n#define PYREE_WG_SIZE 64\n#endif" in source.read_text()
 
 
 @needs_vulkan

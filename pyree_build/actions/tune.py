@@ -6,6 +6,10 @@ such and never chosen. Builds go through the plugin action, so each variant is c
 shared through the remote cache) like any build. Builds and checks run in parallel (-j);
 benchmarks run one at a time so they do not disturb each other. `ray=` hands the same steps
 to a Ray cluster (actions/tune_ray.py, imported only then).
+
+A GPU kernel (`target` vulkan, cuda, hip: what `replace --target` writes) goes through the same
+steps: only how a variant is built and which module it runs with differ (actions/tune_gpu.py:
+its object, the program compiled with the spec against it, on the target's device).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ _tune_ray = lazy.module("pyree_build.actions.tune_ray")
 _verify = lazy.module("pyree_build.actions.models.verify")
 _importer = lazy.module("pyree_build.actions.models.importer")
 _draws = lazy.module("pyree_build.actions.models.draws")
+_tune_gpu = lazy.module("pyree_build.actions.tune_gpu")
 
 PathLike = str | os.PathLike[str]
 
@@ -79,6 +84,16 @@ class Plan:
     max_rounds: int = 20
     repetitions: int = 3
     min_time: float = 0.05
+    # A GPU kernel (target vulkan, cuda, hip): each variant compiles `program` with `spec` and its
+    # own object (tune_gpu.py), so `module` is unused; `target_options` pick the GPU (sm, gfx, ...).
+    target: str = "llvm-cpu"
+    program: str = ""
+    spec: str = ""
+    target_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpu(self) -> bool:
+        return self.target != _tune_gpu.CPU
 
     @property
     def suffix(self) -> str:
@@ -93,7 +108,8 @@ class Variant:
     status: str = "pending"
     reason: str = ""
     samples_ms: list[float] = field(default_factory=list)
-    plugin: str | None = None
+    plugin: str | None = None  # what was built: the CPU's plugin, a GPU kernel's object
+    module: str | None = None  # a GPU kernel's: the program compiled with this variant's object
     node: str | None = None
     order: int = 0  # its place in the order declared: among variants noise cannot tell apart, the first wins
 
@@ -108,6 +124,11 @@ class Variant:
     @property
     def directory(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "_".join(self.flags)) or "default"
+
+    @property
+    def runs_with(self) -> str | None:
+        """What its check and benchmark are given: its own module (a GPU kernel's), else its plugin."""
+        return self.module or self.plugin
 
     @property
     def median_ms(self) -> float:
@@ -202,13 +223,19 @@ def expected_outputs(
     if reference is not None:
         ref = require_file(reference, "reference module")
         with echo.Stopwatch(f"reference results from {ref.name}"):
-            return run_action.run(ref, plan.function, inputs=plan.inputs, plugins=plugins, device=plan.device, timeout=plan.timeout).outputs
+            return run_action.run(ref, plan.function, inputs=plan.inputs, plugins=plugins, device=reference_device(plan, ref), timeout=plan.timeout).outputs
     if onnx is not None:
         model_path = require_file(onnx, "ONNX model")
         model = _importer.load_model(model_path)
         arrays = _verify.given_inputs(model, plan.inputs, model_path)
         return list(_verify.reference_outputs(model_path, model, arrays)[1])
     return [checks.spec_array(e if not str(e).endswith(".npy") or str(e).startswith("@") else f"@{e}") for e in expect_output]
+
+
+def reference_device(plan: Plan, reference: Path) -> str:
+    """Where the reference module runs: a CPU tune's device; a GPU kernel's reference on the
+    device it was compiled for (the program without the kernel, for the CPU or for the GPU)."""
+    return _verify.module_device(reference) if plan.gpu else plan.device
 
 
 def drawn_inputs(onnx: PathLike, directory: Path) -> list[str]:
@@ -236,9 +263,19 @@ def drawn_inputs(onnx: PathLike, directory: Path) -> list[str]:
 
 
 def build_variant(plan: Plan, variant: Variant, directory: Path) -> Path:
-    """The variant's plugin, built (or taken from the cache) by the plugin action."""
+    """What the variant runs with, built (or taken from the cache): the CPU's plugin (the plugin
+    action); a GPU kernel's object (its backend), then the program compiled with it (`variant.module`)."""
     out = directory / variant.directory / f"{Path(plan.sources[0]).stem}{plan.suffix}"
     defines = [*plan.defines, *variant.flags]
+    if plan.gpu:
+        source, where = plan.sources[0], directory / variant.directory
+        obj, spec, search = _tune_gpu.build(source, plan.target, spec=plan.spec, include_dirs=plan.include_dirs, defines=defines,
+                                            options=plan.target_options, out_dir=where)  # fmt: skip
+        variant.plugin = str(obj)
+        module = _tune_gpu.compile_variant(plan.program, plan.target, spec=spec, search=search, import_name=Path(source).stem, options=plan.target_options,
+                                           out=where / f"{Path(source).stem}.vmfb")  # fmt: skip
+        variant.module = str(module)
+        return module
     with echo.muted_commands():
         return plugin_action.plugin(
             plan.sources, out, kind=plan.kind, archs=plan.archs, cc=plan.cc, include_dirs=plan.include_dirs, defines=defines, jobs=1, cpu=plan.cpu
@@ -296,22 +333,50 @@ def random_cases(plan: Plan, reference: PathLike, directory: Path, count: int = 
             np.save(path, values)
             specs.append(f"@{path}")
         with echo.muted_commands():
-            outputs = run_action.run(reference, plan.function, inputs=specs, device=plan.device, timeout=plan.timeout).outputs
+            outputs = run_action.run(reference, plan.function, inputs=specs, device=reference_device(plan, Path(reference)), timeout=plan.timeout).outputs
         cases.append(Case(specs, list(outputs)))
     return cases
 
 
 def check_variant(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = ()) -> tuple[str, str]:
-    """Run the variant and compare its results, then call it CHECK_CALLS times in one process
-    (the plugin kept loaded), and once with each of `cases`' inputs, and compare every
-    call's: ("ok", "") or (status, why)."""
+    """Run the variant (`plugin`: what it runs with, runs_with) and compare its results, then
+    call it CHECK_CALLS times in one process (the plugin kept loaded; a GPU kernel's module:
+    one run per case), and once with each of `cases`' inputs, and compare every call's:
+    ("ok", "") or (status, why)."""
+    module, plugins = runs_with(plan, plugin)
     try:
         with echo.muted_commands():
-            outputs = run_action.run(plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device, timeout=plan.timeout).outputs
+            outputs = run_action.run(module, plan.function, inputs=plan.inputs, plugins=plugins, device=plan.device, timeout=plan.timeout).outputs
     except PyreeError as error:
         return classify(error), error.what
     status, why = _compare(plan, plugin, outputs, expected)
-    return (status, why) if status != "ok" else _check_repeated_calls(plan, plugin, expected, cases)
+    if status != "ok":
+        return status, why
+    if not plan.gpu:
+        return _check_repeated_calls(plan, plugin, expected, cases)
+    return _check_cases_by_runs(plan, module, cases)
+
+
+def runs_with(plan: Plan, built: PathLike) -> tuple[str, list[str]]:
+    """The module a variant runs with and the plugins it loads: the shared module and the
+    variant's plugin (CPU), or the variant's own module (a GPU kernel, embedded in it)."""
+    return (os.fspath(built), []) if plan.gpu else (plan.module, [os.fspath(built)])
+
+
+def _check_cases_by_runs(plan: Plan, module: PathLike, cases: Sequence[Case]) -> tuple[str, str]:
+    """A GPU variant's other inputs, one iree-run-module each: the repeated calls in one process
+    need IREE's Python runtime, which cannot read results back on every device (lavapipe), and
+    a GPU kernel keeps no state of its own between dispatches (it has no globals a plugin has)."""
+    for case in cases:
+        try:
+            with echo.muted_commands():
+                outputs = run_action.run(module, plan.function, inputs=case.inputs, device=plan.device, timeout=plan.timeout).outputs
+        except PyreeError as error:
+            return classify(error), error.what
+        status, why = _compare(plan, module, outputs, case.expected)
+        if status != "ok":
+            return status, f"random inputs {' '.join(case.inputs)}: {why}"
+    return "ok", ""
 
 
 def _check_repeated_calls(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray], cases: Sequence[Case]) -> tuple[str, str]:
@@ -356,7 +421,8 @@ def build_and_check(plan: Plan, variant: Variant, directory: Path, expected: Seq
     except PyreeError as error:
         variant.status, variant.reason = BUILD_FAILED, error.what
         return variant
-    variant.plugin = str(plugin)
+    if not plan.gpu:
+        variant.plugin = str(plugin)
     variant.status, variant.reason = check_variant(plan, plugin, expected, cases)
     return variant
 
@@ -383,18 +449,19 @@ def measure(plan: Plan, plugin: PathLike) -> list[float]:
 
 def _one_round(plan: Plan, plugin: PathLike) -> float:
     """One benchmark round: the median of `repetitions`, in ms (summed over the function's benchmarks)."""
+    module, plugins = runs_with(plan, plugin)
     with echo.muted_commands():
         result = bench_action.bench(
-            plan.module, plan.function, inputs=plan.inputs, plugins=[plugin], device=plan.device,
+            module, plan.function, inputs=plan.inputs, plugins=plugins, device=plan.device,
             repetitions=plan.repetitions, min_time=plan.min_time, timeout=plan.timeout,
         )  # fmt: skip
     return sum(t.median_ms for t in result.timings)
 
 
 def measure_variant(plan: Plan, variant: Variant) -> Variant:
-    assert variant.plugin is not None
+    assert variant.runs_with is not None
     try:
-        variant.samples_ms = measure(plan, variant.plugin)
+        variant.samples_ms = measure(plan, variant.runs_with)
     except PyreeError as error:
         variant.status, variant.reason = classify(error), f"in the benchmark: {error.what}"
     return variant
@@ -450,9 +517,9 @@ def separate(plan: Plan, variants: Sequence[Variant]) -> None:
         if winner is None or not faster or time.monotonic() >= deadline:
             return
         for v in (winner, *faster):
-            assert v.plugin is not None
+            assert v.runs_with is not None
             try:
-                v.samples_ms.append(_one_round(plan, v.plugin))
+                v.samples_ms.append(_one_round(plan, v.runs_with))
             except PyreeError as error:
                 v.status, v.reason = classify(error), f"in the benchmark: {error.what}"
                 return
@@ -488,7 +555,7 @@ def render(variants: Sequence[Variant]) -> str:
 
 
 def _variant_record(v: Variant) -> dict[str, Any]:
-    record = {k: value for k, value in asdict(v).items() if k not in ("plugin",)}
+    record = {k: value for k, value in asdict(v).items() if k not in ("plugin", "module")}
     if v.samples_ms:
         record.update(median_ms=v.median_ms, min_ms=min(v.samples_ms), max_ms=max(v.samples_ms))
     return record
@@ -508,9 +575,10 @@ def best_record(plan: Plan, variants: Sequence[Variant], best: Variant) -> dict[
             "cpu": plan.cpu,
             "include_dirs": plan.include_dirs,
             "defines": plan.defines,
+            **({"target": plan.target, "program": plan.program, "spec": plan.spec, "target_options": plan.target_options} if plan.gpu else {}),
         },  # fmt: skip
         "measured": {
-            "module": plan.module,
+            "module": plan.module or best.module or "",
             "function": plan.function,
             "inputs": plan.inputs,
             "device": plan.device,
@@ -553,8 +621,11 @@ def _sweep_locally(plan: Plan, variants: list[Variant], directory: Path, expecte
         separate(plan, variants)
 
 
-def _require_ray() -> None:
+def _require_ray(plan: Plan) -> None:
     """Ray is imported here, and only here, when a sweep asks for it."""
+    if plan.gpu:
+        raise PyreeError(f"--ray sweeps CPU plugins; a {plan.target} kernel's variants are modules of their own, not sent through Ray yet",
+                         fix="leave out --ray: the variants build in parallel here (-j) and run on this machine's device")  # fmt: skip
     try:
         importlib.import_module("ray")
     except ImportError as exc:
@@ -566,7 +637,7 @@ def tune(
     output: PathLike,
     *,
     params: Mapping[str, Sequence[str]] | Sequence[str] = (),
-    module: PathLike,
+    module: PathLike | None = None,
     function: str,
     inputs: Sequence[str] = (),
     kind: str = "system",
@@ -578,7 +649,7 @@ def tune(
     cpu: str = "baseline",
     include_dirs: Sequence[PathLike] = (),
     defines: Sequence[str] = (),
-    device: str = "local-sync",
+    device: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
@@ -591,41 +662,77 @@ def tune(
     ray: str | None = None,
     ray_resources: Mapping[str, float] | None = None,
     depfile: PathLike | None = None,
+    target: str = "llvm-cpu",
+    program: PathLike | None = None,
+    spec: PathLike | None = None,
+    target_options: Mapping[str, Any] | None = None,
 ) -> TuneResult:
-    """Sweep every combination of `params` (-D values; none given: the knobs the sources declare
-    with `// pyree-tune: NAME=V1,V2`), check, benchmark; write `output` (best.json)."""
+    """Sweep every combination of `params` (-D values; none: the sources' `// pyree-tune:` knobs), check, benchmark, write
+    `output` (best.json). `target` vulkan, cuda or hip: a GPU kernel; each variant compiles `program` with `spec`."""
     parsed = parse_params(params) if params else _declared_or_refuse(sources)
     out = Path(output)
-    key = _content_key(sources, include_dirs, parsed, module, reference, onnx, dict(
-        function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
-        defines=list(defines), device=device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds, repetitions=repetitions))  # fmt: skip
+    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, checks.DEFAULT_RTOL, checks.DEFAULT_ATOL,
+                 timeout, spread, budget, max_rounds, repetitions, gpu=(target, program, spec, target_options))  # fmt: skip
+    settings = dict(function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
+                    defines=list(defines), device=plan.device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds,
+                    repetitions=repetitions, **({"target": target, "target_options": plan.target_options} if plan.gpu else {}))  # fmt: skip
+    key = _content_key(plan.sources, include_dirs, parsed, plan.module or plan.program, reference, onnx, settings, plan.spec)
     if (done := _up_to_date(out, key)) is not None:
         return done
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
-    if onnx is not None and not inputs and not expect_output and reference is None:
-        inputs = drawn_inputs(onnx, directory / "inputs")
-    plan = _plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, checks.DEFAULT_RTOL, checks.DEFAULT_ATOL,
-                 timeout, spread, budget, max_rounds, repetitions)  # fmt: skip
     if ray is not None:
-        _require_ray()
-    expected = expected_outputs(plan, reference=reference, onnx=onnx, expect_output=expect_output)
-    checked_rtol, checked_atol = tolerance(rtol, atol, expected, computed=not expect_output)
-    plan = replace(plan, rtol=checked_rtol, atol=checked_atol)
-    cases = random_cases(plan, reference, directory) if reference is not None else []
+        _require_ray(plan)
     variants = variants_of(parsed)
+    _build_where_no_device(plan, variants, directory, jobs)
+    plan, expected, cases = _references(plan, directory, reference, onnx, expect_output, rtol, atol)
     if ray is not None:
         _tune_ray.sweep(plan, variants, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
     else:
         _sweep_locally(plan, variants, directory, expected, jobs, cases)
     result = _finish(plan, variants, out, expected, cases, key)
-    if depfile is not None:
-        _write_depfile(depfile, out, plan, [r for r in (reference, onnx) if r is not None])
+    _write_depfile(depfile, out, plan, [r for r in (reference, onnx) if r is not None])
     return result
 
 
-def _write_depfile(depfile: PathLike, out: Path, plan: Plan, references: Sequence[PathLike]) -> None:
+def _references(plan: Plan, directory: Path, reference: PathLike | None, onnx: PathLike | None, expect_output: Sequence[str], rtol: float | None,
+                atol: float | None) -> tuple[Plan, list[numpy.ndarray], list[Case]]:  # fmt: skip
+    """The results each variant must reproduce, the plan with its inputs (verify's draw where an
+    ONNX model is given without them) and tolerance, and the random cases a reference module gives."""
+    if onnx is not None and not plan.inputs and not expect_output and reference is None:
+        plan = replace(plan, inputs=drawn_inputs(onnx, directory / "inputs"))
+    expected = expected_outputs(plan, reference=reference, onnx=onnx, expect_output=expect_output)
+    checked_rtol, checked_atol = tolerance(rtol, atol, expected, computed=not expect_output)
+    plan = replace(plan, rtol=checked_rtol, atol=checked_atol)
+    return plan, expected, random_cases(plan, reference, directory) if reference is not None else []
+
+
+def _build_where_no_device(plan: Plan, variants: list[Variant], directory: Path, jobs: int | None) -> None:
+    """A GPU tune on a machine without the target's device: every variant built and compiled
+    (a kernel or spec that does not build is found here too), then the error that says so."""
+    if not plan.gpu or _tune_gpu.device_usable(plan.target, plan.device):
+        return
+    with echo.Stopwatch(f"build {len(variants)} variant(s)"), _quiet_steps(), processes.thread_pool(jobs) as pool:
+        list(pool.map(lambda v: _build_only(plan, v, directory), variants))
+    failed = [v for v in variants if v.status == BUILD_FAILED]
+    if failed:
+        raise PyreeError(f"{len(failed)} variant(s) of {Path(plan.sources[0]).name} did not build", file=plan.sources[0], details=render(variants),
+                         fix="fix the kernel or the spec (each variant's reason is above)")  # fmt: skip
+    _tune_gpu.require_device(plan.target, plan.device, len(variants), directory)
+
+
+def _build_only(plan: Plan, variant: Variant, directory: Path) -> Variant:
+    try:
+        build_variant(plan, variant, directory)
+    except PyreeError as error:
+        variant.status, variant.reason = BUILD_FAILED, error.what
+    return variant
+
+
+def _write_depfile(depfile: PathLike | None, out: Path, plan: Plan, references: Sequence[PathLike]) -> None:
     """CMake: a changed source, header, module or reference tunes again (unless its bytes are the same: _up_to_date)."""
-    inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), plan.module]
+    if depfile is None:
+        return
+    inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), *filter(None, (plan.module, plan.program, plan.spec))]
     files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in references)])
 
 
@@ -654,10 +761,12 @@ def _declared_or_refuse(sources: Sequence[PathLike] | PathLike) -> dict[str, lis
     return declared
 
 
-def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: str, inputs: Sequence[str], archs: Sequence[str], cc: str, cpu: str,
-          include_dirs: Sequence[PathLike], defines: Sequence[str], device: str, rtol: float, atol: float, timeout: float, spread: float,
-          budget: float, max_rounds: int, repetitions: int) -> Plan:  # fmt: skip
-    srcs = [str(require_file(s, "C source").resolve()) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
+def _plan(sources: Sequence[PathLike], kind: str, module: PathLike | None, function: str, inputs: Sequence[str], archs: Sequence[str], cc: str,
+          cpu: str, include_dirs: Sequence[PathLike], defines: Sequence[str], device: str | None, rtol: float, atol: float, timeout: float,
+          spread: float, budget: float, max_rounds: int, repetitions: int,
+          gpu: tuple[str, PathLike | None, PathLike | None, Mapping[str, Any] | None] = ("llvm-cpu", None, None, None)) -> Plan:  # fmt: skip
+    target, program, spec, target_options = gpu
+    srcs = [str(require_file(s, "kernel source").resolve()) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
     if kind not in ("system", "standalone"):
         raise PyreeError(f"unknown plugin kind '{kind}'", fix="use --kind system or --kind standalone")
     for name, value in (("--timeout", timeout), ("--budget", budget)):
@@ -666,9 +775,20 @@ def _plan(sources: Sequence[PathLike], kind: str, module: PathLike, function: st
     if not spread >= 0 or max_rounds < 1 or repetitions < 1:
         raise PyreeError("--spread must be >= 0, --max-rounds and --repetitions >= 1", fix="e.g. --spread 0.05 --max-rounds 20 --repetitions 3")
     checks.parse_inputs(inputs)
-    mod = require_file(module, "module")
-    return Plan(srcs, kind, str(mod.resolve()), function, list(inputs), list(archs), cc, cpu, [str(Path(d).resolve()) for d in include_dirs],
-                list(defines), device, rtol, atol, timeout, spread, budget, max_rounds, repetitions)  # fmt: skip
+    where = dict(target=target, program="", spec="", target_options=dict(target_options or {}))
+    if target != _tune_gpu.CPU:
+        if kind != "system" or archs:
+            raise PyreeError(f"--kind and --arch are a CPU plugin's; a {target} kernel is built for its GPU", fix="leave them out with --target")
+        where["target_options"] = _tune_gpu.check_options(target, target_options or {})
+        where["program"], where["spec"] = _tune_gpu.check_inputs(target, program, spec, module, srcs)
+        mod, device = "", _tune_gpu.device_of(target, device)
+    else:
+        if module is None:
+            raise PyreeError("tune needs --module: the program that calls the kernel's import",
+                             fix="pyree-build tune SRC.c --module M.vmfb --function F --reference REF.vmfb -o best.json")  # fmt: skip
+        mod, device = str(require_file(module, "module").resolve()), device or "local-sync"
+    return Plan(srcs, kind, mod, function, list(inputs), list(archs), cc, cpu, [str(Path(d).resolve()) for d in include_dirs],
+                list(defines), device, rtol, atol, timeout, spread, budget, max_rounds, repetitions, **where)  # type: ignore[arg-type]  # fmt: skip
 
 
 def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[numpy.ndarray], cases: Sequence[Case]) -> Variant | None:
@@ -678,19 +798,23 @@ def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[nump
         best, _ = choose(variants)
         if best is None:
             return None
-        if best.plugin is None or not Path(best.plugin).is_file():  # built on another node (Ray): checked there
+        if best.runs_with is None or not Path(best.runs_with).is_file():  # built on another node (Ray): checked there
             return best
-        status, why = check_variant(plan, best.plugin, expected, cases)
+        status, why = check_variant(plan, best.runs_with, expected, cases)
         if status == "ok":
             return best
         best.status, best.reason = status, f"after its benchmark: {why}"
 
 
 def _content_key(sources: Sequence[PathLike], include_dirs: Sequence[PathLike], params: Mapping[str, Sequence[str]], module: PathLike,
-                 reference: PathLike | None, onnx: PathLike | None, settings: Mapping[str, object]) -> str:  # fmt: skip
+                 reference: PathLike | None, onnx: PathLike | None, settings: Mapping[str, object], spec: PathLike = "") -> str:  # fmt: skip
     """What a tune's result depends on, by content: the sources and the headers they include,
-    the module, the reference, the parameters and every setting. Equal keys: the same sweep."""
+    the module (a GPU kernel's: the program and the spec), the reference, the parameters and
+    every setting (the device as resolved; the target only for a GPU kernel, so a CPU tune's key
+    is the one it had before GPU kernels and its best.json stays up to date). Equal keys: the
+    same sweep."""
     named = [*map(Path, sources), *included_files(map(Path, sources), [os.fspath(d) for d in include_dirs]), Path(module)]
+    named += [Path(spec)] if spec else []
     named += [Path(r) for r in (reference, onnx) if r is not None and Path(r).is_file()]
     digest = hashlib.sha256(json.dumps({"params": params, "settings": settings, "reference": os.fspath(reference or "")}, sort_keys=True,
                                        default=str).encode())  # fmt: skip
@@ -769,9 +893,17 @@ def build_tuned(
     depfile: PathLike | None = None,
     jobs: int | None = None,
     cpu: str = "baseline",
+    target: str = "llvm-cpu",
+    spec: PathLike | None = None,
+    target_options: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Build the plugin with the variant a tune chose (CMake: pyree_cpu_plugin(... TUNED best.json))."""
+    """Build the plugin with the variant a tune chose (CMake: pyree_cpu_plugin(... TUNED best.json)).
+    `target` vulkan, cuda or hip: the kernel's object into the directory `output` (and the spec
+    there, where the winner's differs: the block size CUDA and HIP launch)."""
     data = read_best(tuned)
+    if target != _tune_gpu.CPU:
+        return _apply_gpu(sources, output, data, tuned=tuned, target=target, spec=spec, include_dirs=include_dirs, defines=defines, depfile=depfile,
+                          options=target_options)  # fmt: skip
     recorded = {Path(s["path"]).name: s.get("sha256") for s in data.get("build", {}).get("sources", [])}
     for src in sources:
         digest = recorded.get(Path(src).name)
@@ -785,6 +917,23 @@ def build_tuned(
         deps = files.parse_depfile(depfile)
         files.write_depfile(depfile, out, [*deps, str(Path(tuned).resolve())])
     return out
+
+
+def _apply_gpu(sources: Sequence[PathLike], output: PathLike, data: Mapping[str, Any], *, tuned: PathLike, target: str, spec: PathLike | None,
+               include_dirs: Sequence[str], defines: Sequence[str], depfile: PathLike | None, options: Mapping[str, Any] | None) -> Path:  # fmt: skip
+    build = data.get("build", {})
+    if build.get("target", _tune_gpu.CPU) != target:
+        raise PyreeError(f"{tuned} was tuned for {build.get('target', 'the CPU')}, not {target}", file=tuned,
+                         fix=f"apply it with --target {build.get('target', 'llvm-cpu')}, or tune the {target} kernel")  # fmt: skip
+    spec_path = spec if spec is not None else build.get("spec")
+    if not spec_path:
+        raise PyreeError(f"applying a {target} tune needs the spec", file=tuned, fix="pass --spec DIR/spec.mlir")
+    source = [os.fspath(s) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
+    written = _tune_gpu.apply(source[0], output, target=target, spec=require_file(spec_path, "transform spec"), defines=[*defines, *tuned_defines(tuned)],
+                              include_dirs=include_dirs, options=_tune_gpu.check_options(target, options or build.get("target_options") or {}))  # fmt: skip
+    if depfile is not None:  # a new tune, or an edited kernel or spec, builds the object again
+        files.write_depfile(depfile, written[0], [*source, os.fspath(spec_path), str(Path(tuned).resolve())], written)
+    return written[0]
 
 
 def materialize(blobs: Mapping[str, bytes], root: PathLike | None = None) -> Path:

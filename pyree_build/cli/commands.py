@@ -130,21 +130,23 @@ def _ray_resources(text: str | None) -> dict[str, float]:
 
 def tune_command(a: argparse.Namespace) -> None:
     c_options = dict(kind=a.kind, archs=a.archs, cc=a.cc, include_dirs=a.include_dirs, defines=a.defines, cpu=a.cpu)
+    gpu = {dest: getattr(a, dest) for dest in ("vulkan_target", "sm", "gfx") if getattr(a, dest) is not None}
     if a.apply:
-        out = _tune.build_tuned(a.sources, a.output, tuned=a.apply, depfile=a.depfile, jobs=a.jobs, **c_options)
+        out = _tune.build_tuned(
+            a.sources, a.output, tuned=a.apply, depfile=a.depfile, jobs=a.jobs, target=a.target, spec=a.spec, target_options=gpu, **c_options
+        )
         echo.log_step(f"wrote {out} ({' '.join('-D' + d for d in _tune.tuned_defines(a.apply))})")
         return
     # No --param: tune sweeps the knobs the source declares (`// pyree-tune:` lines).
-    missing = [name for name, value in (("--module", a.module), ("--function", a.function)) if not value]
-    if missing:
+    if not a.function:
         raise PyreeError(
-            f"tune needs {', '.join(missing)}", fix="pyree-build tune SRC.c --param NAME=V1,V2 --module M.vmfb --function F --reference REF.vmfb -o best.json"
+            "tune needs --function", fix="pyree-build tune SRC.c --param NAME=V1,V2 --module M.vmfb --function F --reference REF.vmfb -o best.json"
         )
     result = _tune.tune(
         a.sources, a.output, params=a.params, module=a.module, function=a.function, inputs=a.inputs, reference=a.reference, onnx=a.onnx,
         expect_output=a.expect_output, device=a.device, rtol=a.rtol, atol=a.atol, timeout=a.timeout, spread=a.spread, budget=a.budget,
         max_rounds=a.max_rounds, repetitions=a.repetitions, build_dir=a.build_dir, jobs=a.jobs, ray=a.ray,
-        ray_resources=_ray_resources(a.ray_resources), depfile=a.depfile, **c_options,
+        ray_resources=_ray_resources(a.ray_resources), depfile=a.depfile, target=a.target, program=a.program, spec=a.spec, target_options=gpu, **c_options,
     )  # fmt: skip
     if not a.quiet:
         print(result.render())

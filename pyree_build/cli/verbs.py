@@ -247,8 +247,27 @@ TUNE = Verb(
     "tune",
     "sweep a kernel's -D parameters: build, check against a reference, benchmark, write best.json",
     options=(
-        Option(("sources",), {"nargs": "+", "metavar": "SRC.c", "help": "the kernel's C sources (a whole plugin, as for `plugin`)"}),
-        Option(("-o", "--output"), {"required": True, "metavar": "best.json", "help": "the result (with --apply: the plugin to build)"}),
+        Option(
+            ("sources",), {"nargs": "+", "metavar": "SRC.c", "help": "the kernel's C sources (a whole plugin, as for `plugin`), or one GPU kernel (--target)"}
+        ),
+        Option(
+            ("-o", "--output"),
+            {"required": True, "metavar": "best.json", "help": "the result (with --apply: the plugin to build; a GPU kernel's: the object directory)"},
+        ),
+        Option(
+            ("--target",),
+            {
+                "choices": ("llvm-cpu", "vulkan", "cuda", "hip"),
+                "default": "llvm-cpu",
+                "help": "llvm-cpu (default: a plugin), or the GPU target of a kernel `replace --target` wrote (.glsl, .cu, .hip)",
+            },
+        ),  # fmt: skip
+        Option(("--program",), {"metavar": "PROGRAM.mlir", "help": "GPU: the program each variant is compiled from (replace's input)"}),
+        Option(("--spec",), {"metavar": "spec.mlir", "help": "GPU: the transform spec that dispatches the kernel (replace's spec.mlir)"}),
+        # The GPU a variant's kernel and module are built for, as compile takes it.
+        Option(("--vulkan-target",), {"default": None, "help": "vulkan: the module's Vulkan target, as for compile (default auto: the device here)"}),
+        Option(("--sm",), {"default": None, "help": "cuda: the sm the PTX and the module are built for (default 80)"}),
+        Option(("--gfx",), {"default": None, "help": "hip: the gfx the code object and the module are built for (default 942)"}),
         Option(("--kind",), {"choices": ("system", "standalone"), "default": "system", "help": "the plugin kind, as for `plugin` (default system)"}),
         Option(
             ("--param",),
@@ -260,7 +279,7 @@ TUNE = Verb(
                 "help": "a -D macro and its values (repeatable: every combination); none: the knobs the source declares (`// pyree-tune: NAME=V1,V2` lines, as `replace` writes)",
             },
         ),
-        Option(("--module",), {"metavar": "M.vmfb", "help": "the program that calls the kernel's import"}),
+        Option(("--module",), {"metavar": "M.vmfb", "help": "CPU: the module that calls the kernel's import"}),
         Option(("--function",), {"help": "the function of --module to run and time"}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" or @x.npy (repeatable)'}),
         Option(("--reference",), {"metavar": "REF.vmfb", "help": "the results to reproduce: this module's (e.g. the program without the spec)"}),
@@ -280,7 +299,7 @@ TUNE = Verb(
         ),  # fmt: skip
         Option(("--arch",), {"dest": "archs", "action": "append", "default": [], "help": "standalone: x86_64, aarch64, riscv64 (repeatable)"}),
         Option(("--cpu",), {"choices": ("baseline", "host"), "default": "baseline", "help": "system: baseline (default) or host"}),
-        Option(("--device",), {"default": "local-sync", "choices": DEVICES, "help": "where the variants run (default local-sync)"}),
+        Option(("--device",), {"default": None, "choices": DEVICES, "help": "where the variants run (default local-sync; a GPU kernel's: its target's)"}),
         Option(
             ("--rtol",),
             {
@@ -320,13 +339,16 @@ TUNE = Verb(
         "is reported and never chosen), benchmark the rest one at a time with iree-benchmark-module (rounds until "
         "the spread is small or the budget is spent), print a table by median time and write best.json: the "
         "winner, its -D flags and every measurement. --ray runs the builds and checks as Ray tasks and the "
-        "benchmarks on the nodes with --ray-resources."
+        "benchmarks on the nodes with --ray-resources. --target vulkan|cuda|hip tunes a GPU kernel `replace --target` "
+        "wrote: each variant compiles --program with --spec against its own object and runs on the target's device."
     ),
     examples=(
         "pyree-build tune kernel.c --param TILE=1,2,4,8 --module build/m.vmfb --function f --input 64x64xf32=1 "
         "--reference build/ref.vmfb -o build/best.json\n"
         "pyree-build tune kernels/dense.c --module build/m.vmfb --function main --onnx model.onnx -o build/best.json   # replace's knobs\n"
         "pyree-build tune kernel.c --apply build/best.json -o build/kernel.so   # the chosen variant\n"
+        "pyree-build tune k/dense.glsl --target vulkan --program m.mlir --spec k/spec.mlir --function main --onnx m.onnx -o build/best.json\n"
+        "pyree-build tune k/dense.glsl --target vulkan --apply build/best.json -o build/spv   # the chosen variant's SPIR-V\n"
         "pyree-build tune kernel.c ... --ray 10.0.0.1:6379 --ray-resources '{\"bench_node\": 1}'"
     ),
 )

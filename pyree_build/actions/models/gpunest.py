@@ -474,10 +474,7 @@ def _glsl_file(parts: _Parts, inputs: list[Binding], out: Binding, sizes: list[s
         "#version 450",
         *parts.head,
         "// Schedule knob: -DPYREE_WG_SIZE=N overrides it; `pyree-build tune` with no --param tries each listed value.",
-        f"// pyree-tune: {knob.name}={','.join(map(str, knob.candidates))}  ({knob.about})",
-        f"#ifndef {knob.name}",
-        f"#define {knob.name} {knob.default}",
-        "#endif",
+        *_knob_lines(knob),
         "layout(local_size_x = PYREE_WG_SIZE, local_size_y = 1, local_size_z = 1) in;",
         "",
         "// IREE binds the dispatch's tensors in order (inputs, then the result), and passes the",
@@ -503,6 +500,14 @@ def _glsl_file(parts: _Parts, inputs: list[Binding], out: Binding, sizes: list[s
     return "\n".join(lines) + "\n"
 
 
+def _knob_lines(knob: loopnest.Knob) -> list[str]:
+    """A knob as every language declares it: the `pyree-tune:` line tune reads, the default first as
+    the C's (cnest.declared_order: among variants noise cannot tell apart, tune keeps the untuned
+    kernel), and the default."""
+    values = ",".join(map(str, cnest.declared_order(knob)))
+    return [f"// pyree-tune: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}", f"#define {knob.name} {knob.default}", "#endif"]
+
+
 def _cuda_file(parts: _Parts, lang: str, name: str, inputs: list[Binding], out: Binding, sizes: list[str], helpers: list[str]) -> str:
     """CUDA C or HIP C: the cgen helpers as device functions, the kernel taking IREE's parameters."""
     device_helpers = [h.replace("static inline ", "__device__ static inline ", 1) for h in helpers]
@@ -514,9 +519,13 @@ def _cuda_file(parts: _Parts, lang: str, name: str, inputs: list[Binding], out: 
         *includes,
         "",
         *([*device_helpers, ""] if device_helpers else []),
+        "// Schedule knob: the block size is the workgroup_size of the spec's export, which `pyree-build tune`",
+        "// sets to each listed value in the spec of that variant (with -DPYREE_WG_SIZE=N for the kernel's own use);",
+        "// any block and grid size compute every element once.",
+        *_knob_lines(WORKGROUP_SIZE),
+        "",
         "// IREE passes the dispatch's buffers as pointers, in order (inputs, then the result), then",
-        "// its i32 operands (the inputs' sizes). The block size is the workgroup_size of the spec's",
-        f"// export ({WORKGROUP_SIZE.default}); any block and grid size compute every element once.",
+        "// its i32 operands (the inputs' sizes).",
         f'extern "C" __global__ void {name}(\n    {", ".join(params)}) {{',
         *parts.prologue,
         *(f"  {c}" for c in parts.comment),

@@ -413,7 +413,8 @@ def cmake_text(
         lines += [f'set({variable} "{_cmake_path(src, out)}" CACHE FILEPATH "the program whose ops spec.mlir replaces")']
         program = f'"${{{variable}}}"'
     if target != "llvm-cpu":
-        lines += _gpu_lines(stem, program, imports, target)
+        tune = _gpu_tune_lines(stem, variable if model is not None else None, list(tunable), function, program, target)
+        lines += _gpu_lines(stem, program, imports, target, tune=tune, tunable=tunable)
         lines += _verify_lines(stem, variable if model is not None else None, imports, kind=kind, function=function, target=target)
         return "\n".join(lines) + "\n"
     lines += _cpu_build_lines(
@@ -527,8 +528,45 @@ def _gpu_module_args(stem: str, target: str) -> str:
     return {"vulkan": f" VULKAN_TARGET ${{{stem}_VULKAN_TARGET}}", "cuda": " SM 80", "hip": f" GFX ${{{stem}_GFX}}"}[target]
 
 
-def _gpu_lines(stem: str, program: str, imports: list[str], target: str) -> list[str]:
+def _gpu_tune_lines(stem: str, variable: str | None, tunable: list[str], function: str | None, program: str, target: str) -> list[str]:
+    """The CPU's tune option for a GPU kernel: each kernel's workgroup size swept on the target's
+    device against onnxruntime, the chosen variant's object built. Vulkan only: a CUDA or HIP
+    kernel's block size is the spec's (each variant's spec differs), and no machine here has
+    their GPU to time it on; the comment says how to tune one where the GPU is."""
+    if not tunable:
+        return []
+    ext = _GPU_CMAKE[target][2]
+    if target != "vulkan":
+        return ["", f"# Tune the kernels' block size on a machine with the GPU: pyree-build tune NAME{ext} --target {target} --program PROGRAM",
+                "# --spec spec.mlir --function F --onnx MODEL -o best.json (README: Tuning), then use the spec.mlir its --apply writes."]  # fmt: skip
+    if variable is None or function is None:
+        why = "no --onnx model was given to `replace`" if variable is None else "the program has several public functions"
+        return ["", f"# Tuning the kernels' workgroup size needs a reference and a function ({why}): see pyree_tune in the README."]
+    lines = [
+        "",
+        f"# -D{stem}_TUNE=ON: sweep each kernel's workgroup size (its `// pyree-tune:` line) against onnxruntime on the",
+        "# Vulkan device, each variant compiled with the spec, and build the SPIR-V of the variant each tune chose; the",
+        f"# module is compiled with {stem}_SPEC, the spec with each chosen workgroup count (each tuned kernel's in turn).",
+        f'option({stem}_TUNE "tune the workgroup size of the generated kernels and build the chosen variants" OFF)',
+        f'set({stem}_SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir")',
+    ]
+    for name in tunable:
+        lines += [
+            f"set({name}_TUNED)",
+            f"if({stem}_TUNE)",
+            f"  pyree_tune(NAME {name}_tune TARGET vulkan SRCS {name}{ext} PROGRAM {program}",
+            f'             SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir" FUNCTION {function} ONNX "${{{variable}}}"{_gpu_module_args(stem, target)})',
+            f'  set({name}_TUNED TUNED {name}_tune SPEC "${{{stem}_SPEC}}")',
+            f'  set({stem}_SPEC "${{CMAKE_CURRENT_BINARY_DIR}}/{name}_spirv/spec.mlir")',
+            "endif()",
+        ]
+    return lines
+
+
+def _gpu_lines(stem: str, program: str, imports: list[str], target: str, *, tune: Sequence[str] = (), tunable: Sequence[str] = ()) -> list[str]:
     function, suffix, ext, arguments, _ = _GPU_CMAKE[target]
+    if not any(line.lstrip().startswith("pyree_tune(") for line in tune):
+        tunable = ()  # nothing tuned: the kernels are built as generated
     lines = [""]
     if target == "vulkan":
         lines += [
@@ -541,14 +579,16 @@ def _gpu_lines(stem: str, program: str, imports: list[str], target: str) -> list
         lines += ["# sm_80: what IREE 3.13 compiles cuda modules for; newer GPUs (H100) JIT-compile its PTX."]
     else:
         lines += [f'set({stem}_GFX "1100" CACHE STRING "the AMD GPU (gfx number) the kernels and the module are built for")']
-    lines += [f"{function}(NAME {name}_{suffix} SRCS {name}{ext}{arguments.format(stem=stem)})" for name in imports]
+    lines += [*tune, ""] if tune else []
+    lines += [f"{function}(NAME {name}_{suffix} SRCS {name}{ext}{arguments.format(stem=stem)}{_tuned_argument(name, tunable)})" for name in imports]
+    spec_path = f"${{{stem}_SPEC}}" if tunable else "${CMAKE_CURRENT_SOURCE_DIR}/spec.mlir"
     lines += [
         "",
         "pyree_iree_module(",
         f"  NAME {stem}_replaced",
         f"  SRC {program}",
         f"  TARGET {target}{_gpu_module_args(stem, target)}",
-        '  TRANSFORM_SPEC "${CMAKE_CURRENT_SOURCE_DIR}/spec.mlir"',
+        f'  TRANSFORM_SPEC "{spec_path}"',
         f"  EXPECT_IMPORTS {' '.join(imports)}",
         f"  DEPENDS {' '.join(f'{n}_{suffix}' for n in imports)}",
         ")",
