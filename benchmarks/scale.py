@@ -1,6 +1,6 @@
 """How pyree_build's cost grows with the work: a generated CMake project of N kernels.
 
-    python benchmarks/scale.py [--n 10,50,200] [--repeat 3] [--jobs 2] [--no-remote]
+    python benchmarks/scale.py [--n 10,50,200] [--repeat 3] [--jobs 2] [--no-remote] [--ctest-only]
 
 Each kernel is a system plugin, a 3-arch standalone plugin (FatELF), 3-arch embedded objects,
 PTX for one sm through NVRTC (no GPU needed), a module (iree-compile) and a ctest that runs
@@ -288,13 +288,7 @@ def measure(n: int, work: Path, repeat: int, jobs: int, remote: bool) -> dict[st
     noop = [t.build(build, t.env(cache)) for _ in range(max(repeat, 3))]
     print(f"  no-op rebuild    {statistics.median(noop):.3f} s (min {min(noop):.3f}, max {max(noop):.3f})")
 
-    ctest, ctest_raw = [], []
-    for _ in range(repeat):
-        ctest.append(t.run([*t.ctest, "--test-dir", str(build), f"-j{jobs}"], t.env(cache)))
-        for f in raw.glob("k*/test.out"):
-            f.unlink()
-        ctest_raw.append(t.raw(raw, "tests", t.env("off")))
-    print(f"  ctest            pyree {statistics.median(ctest):7.1f} s   raw {statistics.median(ctest_raw):7.1f} s   ratio {spread(ctest_raw, ctest)}")
+    ctest, ctest_raw = _ctest_rounds(t, build, raw, cache, repeat, jobs)
 
     result = {"cold": statistics.median(cold), "raw": statistics.median(cold_raw), "warm": statistics.median(warm),
               "noop": statistics.median(noop), "ctest": statistics.median(ctest), "ctest_raw": statistics.median(ctest_raw)}  # fmt: skip
@@ -320,6 +314,33 @@ def measure(n: int, work: Path, repeat: int, jobs: int, remote: bool) -> dict[st
     return result
 
 
+def _ctest_rounds(t: Timer, build: Path, raw: Path, cache: Path, repeat: int, jobs: int) -> tuple[list[float], list[float]]:
+    """`ctest` of the built tree against the same runs from the raw Ninja rules, alternating."""
+    ctest, ctest_raw = [], []
+    for _ in range(repeat):
+        ctest.append(t.run([*t.ctest, "--test-dir", str(build), f"-j{jobs}"], t.env(cache)))
+        for f in raw.glob("k*/test.out"):
+            f.unlink()
+        ctest_raw.append(t.raw(raw, "tests", t.env("off")))
+    print(f"  ctest            pyree {statistics.median(ctest):7.1f} s   raw {statistics.median(ctest_raw):7.1f} s   ratio {spread(ctest_raw, ctest)}")
+    return ctest, ctest_raw
+
+
+def measure_ctest(n: int, work: Path, repeat: int, jobs: int) -> dict[str, float]:
+    """Only the ctest row: one build of each side (the cache on), then the alternating rounds."""
+    root = work / f"n{n}"
+    src, raw = generate(root, n)
+    t = Timer(jobs, work)
+    t.warm_zig(root)
+    build, cache = root / "build", root / "cache"
+    t.configure(src, build, t.env(cache))
+    seconds = t.build(build, t.env(cache))
+    t.raw(raw, "all", t.env("off"))
+    print(f"\nN = {n}: {n} tests (built in {seconds:.1f} s, jobs {jobs}, load {os.getloadavg()[0]:.1f})")
+    ctest, ctest_raw = _ctest_rounds(t, build, raw, cache, repeat, jobs)
+    return {"ctest": statistics.median(ctest), "ctest_raw": statistics.median(ctest_raw)}
+
+
 def slope(ns: list[int], values: list[float]) -> tuple[float, float]:
     """Least-squares seconds per kernel and intercept."""
     if len(ns) < 2:
@@ -336,12 +357,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no-remote", action="store_true", help="skip the nginx remote-cache section")
     parser.add_argument("--keep", action="store_true", help="keep the generated projects")
+    parser.add_argument("--ctest-only", action="store_true", help="only the ctest row (one build of each side first)")
     args = parser.parse_args()
     ns = sorted(int(x) for x in args.n.split(","))
     work = Path(tempfile.mkdtemp(prefix="pyree-scale."))
     print(f"scale benchmark: N = {ns}, {args.repeat} rounds, -j{args.jobs}, {os.cpu_count()} cores, work in {work}")
     try:
-        results = [measure(n, work, args.repeat, args.jobs, not args.no_remote) for n in ns]
+        if args.ctest_only:
+            results = [measure_ctest(n, work, args.repeat, args.jobs) for n in ns]
+        else:
+            results = [measure(n, work, args.repeat, args.jobs, not args.no_remote) for n in ns]
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
