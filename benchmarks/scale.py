@@ -315,14 +315,23 @@ def measure(n: int, work: Path, repeat: int, jobs: int, remote: bool) -> dict[st
 
 
 def _ctest_rounds(t: Timer, build: Path, raw: Path, cache: Path, repeat: int, jobs: int) -> tuple[list[float], list[float]]:
-    """`ctest` of the built tree against the same runs from the raw Ninja rules, alternating."""
-    ctest, ctest_raw = [], []
+    """`ctest` of the built tree against the same runs from the raw Ninja rules, alternating;
+    and ctest's own cost, the same number of tests that each run /bin/true."""
+    n = len(list(raw.glob("k*")))
+    noop = raw.parent / "ctest_noop"
+    noop.mkdir(parents=True, exist_ok=True)
+    tests = "".join(f"add_test(NAME t{i} COMMAND true)\n" for i in range(n))
+    (noop / "CMakeLists.txt").write_text(f"cmake_minimum_required(VERSION 3.20)\nproject(noop NONE)\nenable_testing()\n{tests}")
+    t.run([*t.cmake, "-G", "Ninja", "-S", str(noop), "-B", str(noop / "build"), f"-DCMAKE_MAKE_PROGRAM={t.ninja}"], t.env("off"))
+    ctest, ctest_raw, floor = [], [], []
     for _ in range(repeat):
         ctest.append(t.run([*t.ctest, "--test-dir", str(build), f"-j{jobs}"], t.env(cache)))
         for f in raw.glob("k*/test.out"):
             f.unlink()
         ctest_raw.append(t.raw(raw, "tests", t.env("off")))
+        floor.append(t.run([*t.ctest, "--test-dir", str(noop / "build"), f"-j{jobs}"], t.env("off")))
     print(f"  ctest            pyree {statistics.median(ctest):7.1f} s   raw {statistics.median(ctest_raw):7.1f} s   ratio {spread(ctest_raw, ctest)}")
+    print(f"  ctest's own      {n} tests of `true`: {statistics.median(floor):.2f} s, {spread(ctest_raw, floor)} the raw runs")
     return ctest, ctest_raw
 
 
