@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, install_backend
 from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source, is_server_process
 
@@ -401,6 +403,25 @@ def test_workers_report_the_pages_they_wrote_for_the_next_spares(runtime):
     assert report and int(str(report["learned_pages"])) > 0, report
     assert re.search(r"pages copied ahead: [1-9]\d*", _cli("server", "status", env=env).stdout)
     _cli("server", "stop", env=env)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 40), max_size=12), max_size=12), st.integers(1, 16))
+def test_the_learned_pages_are_the_most_recently_reported_up_to_the_limit(reports, limit):
+    """prefault.learn keeps the pages in the order they were last reported and only the newest
+    `limit` of them, so what spares copy ahead follows what workers write now and never grows
+    past the limit; it counts the pages it had not known."""
+    learned: dict[int, None] = {}
+    order: list[int] = []  # the model: every page, in the order last reported
+    for report in reports:
+        known = set(learned)
+        new = prefault.learn(learned, report, limit)
+        assert new == sum(1 for i, p in enumerate(report) if p not in known and p not in report[:i])
+        for page in report:
+            if page in order:
+                order.remove(page)
+            order.append(page)
+        assert list(learned) == order[-limit:]
 
 
 def _private_pages(pages: int) -> tuple[mmap.mmap, frozenset[int]]:

@@ -73,7 +73,7 @@ class State:
     inode: int = 0
     # The pages workers wrote (server/prefault.py), which the next spares copy ahead; workers
     # report them on `report`, a datagram socket the server reads.
-    learned: set[int] = field(default_factory=set)
+    learned: dict[int, None] = field(default_factory=dict)  # in the order last reported (prefault.learn)
     report: socket.socket | None = None
     # Figures the server updates and every worker reads as they are now, not as they were when
     # it was forked (a spare waits through other commands): a page shared by all of them.
@@ -473,9 +473,8 @@ def _learn(reports: socket.socket, state: State) -> None:
             with contextlib.suppress(ValueError):
                 facts.absorb(json.loads(data[1:]))
             continue
-        new = set(prefault.decode(data[1:])) - state.learned
-        state.settled = state.settled + 1 if len(new) < _SETTLED_BELOW else 0
-        state.learned.update(list(new)[: prefault.MAX_LEARNED - len(state.learned)])
+        new = prefault.learn(state.learned, prefault.decode(data[1:]))
+        state.settled = state.settled + 1 if new < _SETTLED_BELOW else 0
         state._set_figure(2, len(state.learned))
 
 
@@ -490,8 +489,6 @@ def _report(state: State, copied: set[int]) -> None:
         with contextlib.suppress(OSError, ValueError):  # never waits: a server gone or busy (or a report too long) misses it
             state.report.send(_FACTS + json.dumps(learned).encode(), socket.MSG_DONTWAIT)
     if state.settled >= _SETTLED_AFTER and state.requests % _REPORT_EVERY:
-        return
-    if state.learned_pages >= prefault.MAX_LEARNED:
         return
     new = [page for page in prefault.written_since_fork() if page not in copied and page not in state.learned]
     with contextlib.suppress(OSError):
