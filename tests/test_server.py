@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, install_backend
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, install_backend
 from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source, is_server_process
 
 from pyree_build.core import server_protocol
