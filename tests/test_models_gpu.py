@@ -135,6 +135,22 @@ def test_row_wise_groups_are_generated_for_every_gpu_target(tmp_path, name):
     assert "int64_t" not in text
 
 
+def test_a_softmax_over_another_axis_than_the_last_is_refused_for_gpus_with_the_reason(tmp_path):
+    # Reductions over the first of two loops are neither nest's: `ops` says so per target, and
+    # replace refuses with that reason, writing nothing (the CPU's per-op body still replaces it).
+    from onnx import helper
+
+    model = tmp_path / "softmax0.onnx"
+    onnx_models.save(onnx_models._model("softmax0", [helper.make_node("Softmax", ["x"], ["y"], axis=0)], {"x": (4, 10)}, {"y": (4, 10)}), model)
+    mlir = tmp_path / "softmax0.mlir"
+    pb.import_onnx(model, mlir)
+    [group] = pb.ops(mlir, targets=list(gpunest.TARGETS))
+    assert group.replaceable and all("not over the last loop" in (reason or "") for reason in group.targets.values()), group.targets
+    refused = run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", tmp_path / "k", "--target", "hip")
+    assert_clean_error(refused, "cannot be generated for hip", "does not cover this group", "not over the last loop")
+    assert not (tmp_path / "k").exists()
+
+
 @pytest.fixture(scope="module")
 def node_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The slice's node tests, written by onnx's own tool (through the conformance harness)."""
