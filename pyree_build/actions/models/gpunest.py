@@ -152,13 +152,13 @@ class _Emitter:
     def stage(
         self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
     ) -> str:
-        def body_op(op: Any, values: dict[Any, str]) -> None:
-            if self.lang == "glsl":
-                self.glsl_op(op, values, indent, coords)
-            else:
-                cgen._emit_body_op(self.k, op, values, indent, coords, [])
+        return cnest.emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: self.body_op(op, values, indent, coords))
 
-        return cnest.emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, body_op)
+    def body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
+        if self.lang == "glsl":
+            self.glsl_op(op, values, indent, coords)
+        else:
+            cgen._emit_body_op(self.k, op, values, indent, coords, [])
 
     def glsl_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
         if len(op.results) != 1:
@@ -239,41 +239,137 @@ class _Emitter:
     def element(self, index_type: str, indent: str) -> None:
         """The statements computing result element `i` (already declared) into out0."""
         nest = self.nest
+        self.split_index(index_type, indent)
         loops = ["0"] * len(nest.sizes)
-        self.line(indent, f"{index_type} q = i;")
-        for position, d in reversed(list(enumerate(nest.result_loops))):
+        for d in nest.result_loops:
             loops[d] = f"l{d}"
-            if position:
-                self.line(indent, f"{index_type} l{d} = q % {_index(nest.sizes[d], index_type)};")
-                self.line(indent, f"q /= {_index(nest.sizes[d], index_type)};")
-            else:
-                self.line(indent, f"{index_type} l{d} = q;")
         for d in nest.reduction_loops:
             loops[d] = f"k{d}"
         at = [loops[d] for d in nest.result_loops]
         acc = None
         reduction = nest.reduction
         if reduction is not None:
-            rtype = self.scalar_type(reduction.result.type, reduction.op.name)
-            init = self.value(reduction.op.operands[reduction.n_ins], at, indent, {}, None, at)
-            self.line(indent, f"{rtype} acc = {init};")
-            inner = indent
-            for d in nest.reduction_loops:
-                self.line(inner, f"for ({index_type} k{d} = 0; k{d} < {_index(nest.sizes[d], index_type)}; ++k{d}) {{")
-                inner += "  "
-            step = self.stage(reduction, loops, inner, {}, None, at, out_arg="acc")
-            self.line(inner, f"acc = {step};")
-            for _ in nest.reduction_loops:
-                inner = inner[:-2]
-                self.line(inner, "}")
             acc = "acc"
-        result = self.value(nest.result, at, indent, {}, acc, at)
+            self.reduce(reduction, acc, at, loops, index_type, indent, lambda inner: self.stage(reduction, loops, inner, {}, None, at, out_arg=acc))
+        self.store(self.value(nest.result, at, indent, {}, acc, at), at, indent)
+
+    def split_index(self, index_type: str, indent: str) -> None:
+        """The result loops' variables (l<d>) from the element's index `i`."""
+        nest = self.nest
+        self.line(indent, f"{index_type} q = i;")
+        for position, d in reversed(list(enumerate(nest.result_loops))):
+            if position:
+                self.line(indent, f"{index_type} l{d} = q % {_index(nest.sizes[d], index_type)};")
+                self.line(indent, f"q /= {_index(nest.sizes[d], index_type)};")
+            else:
+                self.line(indent, f"{index_type} l{d} = q;")
+
+    def reduce(self, stage: loopnest.Stage, acc: str, init_at: list[str], loops: list[str], index_type: str, indent: str, step: Any) -> None:
+        """A reduction into the register `acc`: its initial value at `init_at`, then its loops (the
+        `loops` named k<d>) in the IR's order, each step's value `step(indent)`."""
+        live = self.live(stage)
+        init = stage.op.operands[stage.n_ins + live]
+        rtype = self.scalar_type(stage.op.results[live].type, stage.op.name)
+        self.line(indent, f"{rtype} {acc} = {self.value(init, init_at, indent, {}, None, init_at)};")
+        inner = indent
+        reduced = [d for d, loop in enumerate(loops) if loop == f"k{d}"]
+        for d in reduced:
+            self.line(inner, f"for ({index_type} k{d} = 0; k{d} < {_index(self.nest.sizes[d], index_type)}; ++k{d}) {{")
+            inner += "  "
+        self.line(inner, f"{acc} = {step(inner)};")
+        for _ in reduced:
+            inner = inner[:-2]
+            self.line(inner, "}")
+
+    def live(self, stage: loopnest.Stage) -> int:
+        """The result of a reduction the nest reads (its only one, in a per-element nest)."""
+        return 0
+
+    def store(self, result: str, at: list[str], indent: str) -> None:
         store = cgen.linear_index(at, self.out.dims)
         if self.lang == "glsl":
-            stored = f"({result} ? 1 : 0)" if program.element_type(nest.result.type) == "i1" else result
+            stored = f"({result} ? 1 : 0)" if program.element_type(self.nest.result.type) == "i1" else result
             self.line(indent, f"out0.v[{store}] = {self.out.ctype}({stored});")
         else:
             self.line(indent, f"out0[{store}] = ({self.out.ctype})({result});")
+
+
+class _RowEmitter(_Emitter):
+    """Statements of one result element of a row-wise nest (loopnest.RowNest: a softmax, a
+    LayerNorm): the element's row's reductions first, in program order, each in its own loop
+    over the last (contiguous) loop with its own register, reading the earlier ones' results
+    by name; then the element from the stages and those per-row values. Every element of a
+    row recomputes its row's reductions (O(n^2) per row of n): naive and correct.
+
+    The element itself is an elementwise nest over the result's loops (`self.nest`) whose
+    reads of a reduction's result, at the element's row, are the registers computed first."""
+
+    def __init__(self, target: str, k: cgen.Kernel, rows: loopnest.RowNest, out: Binding) -> None:
+        rank = len(rows.sizes)
+        super().__init__(target, k, loopnest.Nest(list(rows.sizes), ["parallel"] * rank, list(range(rank)), None, rows.stages, rows.result), out)
+        self.rows = rows
+        self.point = [f"l{d}" for d in range(rank)]
+        self.per_row: dict[Any, str] = {}  # each reduction's live result computed so far: its register
+
+    def live(self, stage: loopnest.Stage) -> int:
+        return next(j for s, j in self.rows.reductions if s.op == stage.op)
+
+    def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
+        while value in self.rows.reshapes:  # a unit-dimension reshape: its source, at the same element
+            source = self.rows.reshapes[value]
+            kept = [c for c, d in zip(coords, program.shape(value.type)) if d != 1]
+            coords = ["0" if d == 1 else kept.pop(0) for d in program.shape(source.type)]
+            value = source
+        if value in self.per_row:
+            if not self._at_row(value, coords):
+                raise Unfused("a reduction's result is read at another row than the element's")
+            return self.per_row[value]
+        return super().value(value, coords, indent, memo, acc, at)
+
+    def _at_row(self, value: Any, coords: list[str]) -> bool:
+        stage, live = next((s, j) for s, j in self.rows.reductions if s.op.results[j] == value)
+        expected = [cnest._coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+        shape = program.shape(value.type)
+        return [c for c, d in zip(coords, shape) if d != 1] == [c for c, d in zip(expected, shape) if d != 1]
+
+    def element(self, index_type: str, indent: str) -> None:
+        """The statements computing result element `i` (already declared) into out0."""
+        self.split_index(index_type, indent)
+        last = len(self.point) - 1
+        loops = [*self.point[:-1], f"k{last}"]
+        for n, (stage, live) in enumerate(self.rows.reductions):
+            names = ", ".join(program.location_names(stage.op.location)) or "?"
+            self.line(indent, f"// reduction {n + 1} ({names}): one value for the element's row")
+            acc = f"row{n}"
+            init_at = [cnest._coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+            self.reduce(stage, acc, init_at, loops, index_type, indent, lambda inner: self._step(stage, live, loops, inner, acc))  # noqa: B023
+            self.per_row[stage.op.results[live]] = acc
+        self.store(self.value(self.rows.result, self.point, indent, {}, None, self.point), self.point, indent)
+
+    def _step(self, stage: loopnest.Stage, live: int, coords: list[str], indent: str, acc: str) -> str:
+        """A reduction step: the body's ops its live result needs (a max's, not its index's),
+        the live accumulator read from `acc`; the yielded value's name."""
+        block = stage.body
+        ops = [inner.operation for inner in block.operations]
+        arguments = list(block.arguments)
+        producers = {r: n for n, op in enumerate(ops) for r in op.results}
+        needed: set[int] = set()
+        pending = [ops[-1].operands[live]]
+        while pending:
+            n = producers.get(pending.pop())
+            if n is not None and n not in needed:
+                needed.add(n)
+                pending.extend(ops[n].operands)
+        memo: dict[Any, str] = {}
+        values = {arguments[stage.n_ins + live]: acc}
+        for n, (operand, arg) in enumerate(zip(stage.op.operands[: stage.n_ins], arguments)):
+            if list(arg.uses):
+                values[arg] = self.value(operand, [cnest._coordinate(e, coords) for e in stage.maps[n]], indent, memo, None, coords)
+        for n in sorted(needed):
+            if any(v in arguments and v not in values for v in ops[n].operands):
+                raise Unfused("a reduction's step reads the accumulator of a result nothing needs")
+            self.body_op(ops[n], values, indent, coords)
+        return cgen._operand(self.k, values, ops[-1].operands[live], stage.op.name)
 
 
 def _index(size: str, index_type: str) -> str:
@@ -422,7 +518,7 @@ _CUDA_INCLUDES = [
 def emit(
     target: str,
     k: cgen.Kernel,
-    nest: loopnest.Nest,
+    nest: loopnest.Nest | loopnest.RowNest,
     *,
     name: str,
     inputs: list[Binding],
@@ -434,32 +530,50 @@ def emit(
     """The whole kernel source for `target`. `k` holds the buffers by value (pointers named as
     `inputs` and `out`); `constants` are the group's scalar constant ops; `sizes` the push
     constants (the inputs' sizes, in order). Raises Unfused where the per-element form cannot
-    compute the nest, a PyreeError where the language cannot hold a type or op."""
+    compute the nest, a PyreeError where the language cannot hold a type or op. A row-wise nest
+    (a softmax, a LayerNorm) is computed by each element from its row's reductions (_RowEmitter)."""
     lang = TARGETS[target]
-    emitter = _Emitter(target, k, nest, out)
+    emitter = _RowEmitter(target, k, nest, out) if isinstance(nest, loopnest.RowNest) else _Emitter(target, k, nest, out)
     index_type = "int" if lang == "glsl" else "int64_t"
+    declared = []
     for op in constants:
         ctype = emitter.scalar_type(op.results[0].type, op.name)
         const = k.fresh("c")
         literal = _glsl_literal(op.attributes["value"], ctype) if lang == "glsl" else cgen.literal(op.attributes["value"], ctype)
-        k.lines.append(f"  {ctype} {const} = {literal};" if lang == "glsl" else f"  const {ctype} {const} = {literal};")
+        declared.append((const, f"  {ctype} {const} = {literal};" if lang == "glsl" else f"  const {ctype} {const} = {literal};"))
         k.scalars[op.results[0]] = const
     prologue, k.lines = list(k.lines), []
     emitter.element(index_type, "    ")
+    # Only the constants the kernel reads (a max's index constant is not: its i64 would need the
+    # device's 64-bit integer feature for nothing).
+    body = "\n".join(k.lines)
+    prologue += [line for const, line in declared if re.search(rf"\b{const}\b", body)]
     parts = _Parts(
         head=[*(f"// {h}" if h else "//" for h in header), ""],
         prologue=prologue,
         body=k.lines,
-        total=" * ".join(_index(nest.sizes[d], index_type) for d in nest.result_loops) or "1",
-        comment=[
-            f"// One invocation per element of the result ({', '.join(nest.kinds)} loops): it splits its index into",
-            "// the result's loops, runs the reduction in the IR's order, applies the epilogue and stores.",
-            "// The invocations stride over the result, so any workgroup size and count are correct.",
-        ],
+        total=" * ".join(_index(emitter.nest.sizes[d], index_type) for d in emitter.nest.result_loops) or "1",
+        comment=_comment(nest),
     )
     if lang == "glsl":
         return _glsl_file(parts, inputs, out, sizes, emitter.glsl_helpers)
     return _cuda_file(parts, lang, name, inputs, out, sizes, cgen.helpers_text(k))
+
+
+def _comment(nest: loopnest.Nest | loopnest.RowNest) -> list[str]:
+    if isinstance(nest, loopnest.RowNest):
+        return [
+            f"// One invocation per element of the result ({len(nest.sizes)} loops, the last reduced {len(nest.reductions)} times): it splits",
+            "// its index into the result's loops, computes its row's reductions in the IR's order, each in its own",
+            "// loop over the row, then the element from them, and stores. Naive: every element of a row recomputes",
+            "// the row's reductions (O(n^2) per row of n elements). The invocations stride over the result, so any",
+            "// workgroup size and count are correct.",
+        ]
+    return [
+        f"// One invocation per element of the result ({', '.join(nest.kinds)} loops): it splits its index into",
+        "// the result's loops, runs the reduction in the IR's order, applies the epilogue and stores.",
+        "// The invocations stride over the result, so any workgroup size and count are correct.",
+    ]
 
 
 def _glsl_file(parts: _Parts, inputs: list[Binding], out: Binding, sizes: list[str], helpers: set[str]) -> str:

@@ -95,7 +95,7 @@ def generate(text: str, index: merge.Request, name: str, *, dynamic: bool = Fals
 
 def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool) -> str:
     """The group's kernel for a GPU target, one invocation per result element, from the loop-nest
-    model (gpunest's emitters); a PyreeError where the model does not cover the group or the
+    model (gpunest's emitters: the per-element nest, else the row-wise one); a PyreeError where the model does not cover the group or the
     target's language cannot hold its types or ops."""
     group = rep.group
     if dynamic:
@@ -122,12 +122,16 @@ def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool)
         shape = program.shape(value.type)
         if None not in shape:
             k.buffers[program.value_at(program.position(value, group.function), function)] = cgen.Buffer(f"tmp{j}", [str(d) for d in shape], "")
-    nest = loopnest.build(members, generalized_result, k.buffers)
+    # The per-element nest (at most one reduction); else the row-wise one (a softmax, a LayerNorm).
+    nest: loopnest.Nest | loopnest.RowNest | None = loopnest.build(members, generalized_result, k.buffers)
+    if nest is None:
+        nest = loopnest.build_rows(members, generalized_result, k.buffers)
     if nest is None:
         raise gpunest.refuse(
             target,
-            "the loop-nest model does not cover this group (two reductions, a reshape, a stage with two results, or a value read at "
-            "another point): only the CPU's per-op reference body is generated for it",
+            "the loop-nest model does not cover this group (a reshape that moves data, a reduction not over the last loop or "
+            "with two results read, a stage with two results, or a value read at another point): only the CPU's per-op "
+            "reference body is generated for it",
             group.root.name,
         )
     header = [
@@ -136,7 +140,9 @@ def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool)
         f"ops: {', '.join(describe_ops(group))}",
         f"from: {', '.join(source_names(group)) or 'unknown'}",
         "",
-        "A correct, naive kernel: one invocation per result element. Make it fast; then",
+        "A correct, naive kernel: one invocation per result element"
+        + (", which recomputes its row's reductions (O(n^2) per row)." if isinstance(nest, loopnest.RowNest) else ".")
+        + " Make it fast; then",
         f"`pyree-build verify` (on --device {target}, the module's own) checks the numbers against the framework's own.",
     ]
     try:
