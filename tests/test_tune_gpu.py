@@ -233,6 +233,18 @@ def test_a_variant_spec_sets_only_its_own_kernels_workgroups(size, others, first
     assert len(tuned) - len(text) == (len(str(size)) - 2) * (1 + launched) and changed >= 1 + launched
 
 
+def _mlp_two_kernels(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The mlp model, its import, and `replace --target vulkan` of both its dense layers into one
+    spec (fc1, fc2): the model, the program and the directory."""
+    model = tmp_path / "mlp.onnx"
+    onnx_models.save(onnx_models.mlp(), model)
+    mlir = tmp_path / "mlp.mlir"
+    pb.import_onnx(model, mlir)
+    out = tmp_path / "vulkan"
+    pb.replace(mlir, out, ops=[1, 2], imports=["fc1", "fc2"], onnx=model, target="vulkan")
+    return model, mlir, out
+
+
 @needs_vulkan
 @pytest.mark.slow
 def test_the_vulkan_directory_built_with_tune_on_builds_the_chosen_kernels_and_verifies(tmp_path):
@@ -242,12 +254,7 @@ def test_the_vulkan_directory_built_with_tune_on_builds_the_chosen_kernels_and_v
     # TUNED) and the spec with both chosen workgroup counts, chained; the module's verify passes.
     from test_cmake import build, configure, ctest_run
 
-    model = tmp_path / "mlp.onnx"
-    onnx_models.save(onnx_models.mlp(), model)
-    mlir = tmp_path / "mlp.mlir"
-    pb.import_onnx(model, mlir)
-    out = tmp_path / "vulkan"
-    pb.replace(mlir, out, ops=[1, 2], imports=["fc1", "fc2"], onnx=model, target="vulkan")
+    _, _, out = _mlp_two_kernels(tmp_path)
     text = (out / "CMakeLists.txt").read_text()
     assert "option(mlp_TUNE" in text and "pyree_tune(NAME fc2_tune TARGET vulkan SRCS fc2.glsl" in text and 'TRANSFORM_SPEC "${mlp_SPEC}"' in text
     tuned = tmp_path / "tuned"
@@ -271,12 +278,7 @@ def test_the_vulkan_directory_built_with_tune_on_builds_the_chosen_kernels_and_v
 def test_a_spec_whose_other_kernel_is_missing_is_named(tmp_path):
     # One spec, two kernels: a variant's module needs the other's object, built from its source
     # beside the spec; without it the tune says which and where, before any variant is built.
-    model = tmp_path / "mlp.onnx"
-    onnx_models.save(onnx_models.mlp(), model)
-    mlir = tmp_path / "mlp.mlir"
-    pb.import_onnx(model, mlir)
-    out = tmp_path / "vulkan"
-    pb.replace(mlir, out, ops=[1, 2], imports=["fc1", "fc2"], onnx=model, target="vulkan")
+    model, mlir, out = _mlp_two_kernels(tmp_path)
     (out / "fc2.glsl").unlink()
     best = tmp_path / "best.json"
     result = run_cli(*_tune_args(out / "fc1.glsl", mlir, out, model, best, "vulkan", "PYREE_WG_SIZE=64"))

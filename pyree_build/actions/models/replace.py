@@ -469,6 +469,15 @@ def _tuned_argument(name: str, tunable: Sequence[str]) -> str:
     return f" ${{{name}_TUNED}}" if name in tunable else ""
 
 
+def _tune_needs(variable: str | None, function: str | None, knob: str) -> list[str]:
+    """The comment in place of the tune option where a tune cannot run (no reference model, or
+    no one function to call); nothing where it can."""
+    if variable is not None and function is not None:
+        return []
+    why = "no --onnx model was given to `replace`" if variable is None else "the program has several public functions"
+    return ["", f"# Tuning the kernels' {knob} needs a reference and a function ({why}): see pyree_tune in the README."]
+
+
 def _tune_lines(stem: str, variable: str | None, tunable: list[str], function: str | None) -> list[str]:
     """An option that sweeps the knobs each generated kernel declares (`// pyree-tune:` lines)
     against onnxruntime and builds the variant tune chose: off by default, as a tune builds
@@ -476,9 +485,9 @@ def _tune_lines(stem: str, variable: str | None, tunable: list[str], function: s
     when the C, the module or the model changes."""
     if not tunable:
         return []
-    if variable is None or function is None:
-        why = "no --onnx model was given to `replace`" if variable is None else "the program has several public functions"
-        return ["", f"# Tuning the kernels' knobs needs a reference and a function ({why}): see pyree_tune in the README."]
+    missing = _tune_needs(variable, function, "knobs")
+    if missing:
+        return missing
     lines = [
         "",
         f"# -D{stem}_TUNE=ON: sweep the knobs the kernels declare (their `// pyree-tune:` lines) against onnxruntime",
@@ -545,9 +554,9 @@ def _gpu_tune_lines(stem: str, variable: str | None, tunable: list[str], functio
     if target != "vulkan":
         return ["", f"# Tune the kernels' block size on a machine with the GPU: pyree-build tune NAME{ext} --target {target} --program PROGRAM",
                 "# --spec spec.mlir --function F --onnx MODEL -o best.json (README: Tuning), then use the spec.mlir its --apply writes."]  # fmt: skip
-    if variable is None or function is None:
-        why = "no --onnx model was given to `replace`" if variable is None else "the program has several public functions"
-        return ["", f"# Tuning the kernels' workgroup size needs a reference and a function ({why}): see pyree_tune in the README."]
+    missing = _tune_needs(variable, function, "workgroup size")
+    if missing:
+        return missing
     lines = [
         "",
         f"# -D{stem}_TUNE=ON: sweep each kernel's workgroup size (its `// pyree-tune:` line) against onnxruntime on the",
