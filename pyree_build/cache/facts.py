@@ -56,12 +56,12 @@ def remembered(
     directory = local.work_dir(FACTS_DIR)
     stored = local.read_json(directory / f"{key}.json") if directory is not None else None
     if isinstance(stored, dict) and stored.get("format") == _FORMAT and stored.get("kind") == kind and "answer" in stored:
-        _learn_fact(key, stored["answer"])
+        _remember("fact", key, stored["answer"])
         return stored["answer"]  # type: ignore[no-any-return]
     answer = compute()
     if answer is None or not keep(answer):
         return answer
-    _learn_fact(key, answer)
+    _remember("fact", key, answer)
     if directory is not None:
         with contextlib.suppress(OSError):
             local.write_json(directory / f"{key}.json", {"format": _FORMAT, "kind": kind, "files": [os.fspath(f) for f in files], "answer": answer})
@@ -99,10 +99,6 @@ def _memo(name: str, path: Path, compute: Callable[[Path], str | None]) -> str |
             if [again.st_dev, again.st_ino, again.st_size, again.st_mtime_ns, again.st_ctime_ns] == sig:
                 _remember("digest", name, [sig, digest])
     return digest
-
-
-def _learn_fact(key: str, answer: object) -> None:
-    _remember("fact", key, answer)
 
 
 def _remember(kind: str, name: str, value: Any) -> None:

@@ -118,6 +118,10 @@ class State:
     def learned_pages(self) -> int:
         return self._figure(2)
 
+    @learned_pages.setter
+    def learned_pages(self, value: int) -> None:
+        self._set_figure(2, value)
+
 
 def _log(text: str) -> None:
     """One line to the server's log (its stderr), timestamped. A write that fails (a full
@@ -475,7 +479,7 @@ def _learn(reports: socket.socket, state: State) -> None:
             continue
         new = prefault.learn(state.learned, prefault.decode(data[1:]))
         state.settled = state.settled + 1 if new < _SETTLED_BELOW else 0
-        state._set_figure(2, len(state.learned))
+        state.learned_pages = len(state.learned)
 
 
 def _report(state: State, copied: set[int]) -> None:
