@@ -115,6 +115,13 @@ def learned() -> list[tuple[str, str, Any]]:
     return list(_NEW)
 
 
+def hand_over() -> list[tuple[str, str, Any]]:
+    """learned(), which the caller passes on: the next call returns only what is learned after."""
+    new = list(_NEW)
+    _NEW.clear()
+    return new
+
+
 def absorb(entries: object) -> None:
     """Take what a worker learned (`learned()`, decoded from JSON; anything malformed is skipped)."""
     if not isinstance(entries, list):

@@ -268,7 +268,8 @@ def server_command(a: argparse.Namespace) -> None:
         f"server: running\npid: {report['pid']}\nsocket: {report['socket']}\nuptime: {report['uptime_s']} s\n"
         f"requests: {report['requests']}\nidle timeout: {report['idle_timeout_s']:g} s\npython: {report['python']}\n"
         f"pages copied ahead: {report.get('learned_pages', 0)} (what earlier workers wrote, copied by the next ones while they wait)\n"
-        f"facts known: {report.get('facts_known', 0)} (what earlier workers read or found out about files, known to the next ones)"
+        f"facts known: {report.get('facts_known', 0)} (what earlier workers read or found out about files, known to the next ones)\n"
+        f"served again: {report.get('served_again', 0)} (commands a worker served after an earlier one, put back as it was forked)"
     )
 
 

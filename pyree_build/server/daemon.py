@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pyree_build.cache import facts
 from pyree_build.core import lazy, libc, processes
 from pyree_build.core import server_protocol as protocol
-from pyree_build.server import prefault
+from pyree_build.server import prefault, reuse
 from pyree_build.server.watch import Watch
 
 # Every module of pyree_build is imported by the server, and every module they name lazily
@@ -59,6 +59,9 @@ _PR_SET_PDEATHSIG = 1  # for a client to send its request once connected
 # A worker's report (_report) is one datagram: its kind, then pages or facts (JSON).
 _PAGES, _FACTS, _MAX_REPORT = b"P", b"F", 1 << 18  # the default socket buffer caps a datagram about there
 _SPARES, _QUIET_S = 2, 0.05  # spare workers kept waiting, and when they are forked: see _Pool
+# A worker serves at most _COMMANDS commands (server/reuse.py), and waits for the next one at
+# most _AGAIN_S: the workers a parallel build left beyond the pool's size then exit.
+_COMMANDS, _AGAIN_S = 500, 20.0
 
 
 @dataclass
@@ -77,13 +80,14 @@ class State:
     report: socket.socket | None = None
     # Figures the server updates and every worker reads as they are now, not as they were when
     # it was forked (a spare waits through other commands): a page shared by all of them.
-    shared: mmap.mmap = field(default_factory=lambda: mmap.mmap(-1, 3 * 8))
+    shared: mmap.mmap = field(default_factory=lambda: mmap.mmap(-1, 4 * 8))
     # A record lock (per process, unlike flock's per open file) for workers' increments.
     lock: int = field(default_factory=lambda: os.memfd_create("pyree_build-server-lock"))
     # server_protocol.context() of the server, after its imports: what every worker runs with,
     # so the only context it may serve.
     context: bytes = b""
     bound: str = ""  # the name the listening socket was bound to: a client's end reports it as its peer
+    plan: reuse.Plan = field(default_factory=reuse.Plan)  # where pyree_build keeps state (server/reuse.py)
     reaps: bool = False  # the server is a subreaper: a killed worker's tools become its children (_Pool.reap)
 
     def _figure(self, index: int) -> int:
@@ -99,11 +103,22 @@ class State:
         return self._figure(0)
 
     def count_request(self) -> None:
+        self._add(0)
+
+    def _add(self, index: int) -> None:
         fcntl.lockf(self.lock, fcntl.LOCK_EX)
         try:
-            self._set_figure(0, self.requests + 1)
+            self._set_figure(index, self._figure(index) + 1)
         finally:
             fcntl.lockf(self.lock, fcntl.LOCK_UN)
+
+    @property
+    def again(self) -> int:
+        """Commands served by a worker that had served one before (server/reuse.py)."""
+        return self._figure(3)
+
+    def count_again(self) -> None:
+        self._add(3)
 
     @property
     def settled(self) -> int:
@@ -123,13 +138,13 @@ class State:
         self._set_figure(2, value)
 
 
-def _log(text: str) -> None:
+def _log(text: str, fd: int = 2) -> None:
     """One line to the server's log (its stderr), timestamped. A write that fails (a full
     disk, the log on /dev/full) loses the line, never the server: a failing print() raised
     in the accept loop and took it down, and every new server died at its first line."""
     line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n".encode(errors="backslashreplace")
     with contextlib.suppress(OSError):
-        os.write(2, line)
+        os.write(fd, line)
 
 
 def _preload() -> None:
@@ -212,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.disable()  # no collection in the server: it would leave freed holes in pages its workers share
     _preload()
     facts.absorb([])  # what the imports learned is the server's own: no worker reports it back
+    state.plan = reuse.Plan.of_loaded()
     libc.function("prctl")  # looked up before the forks
     context = protocol.context()
     if context is None:
@@ -268,20 +284,21 @@ class _Spare:
     no worker is busy, so it may copy pages ahead (_wait_for_client)."""
 
     pid: int
-    go: int
+    go: int  # -1 for a worker back from a command: it copies nothing ahead
     ticks: int  # when it started (/proc/PID/stat): what it starts is no older
     told: bool = False
 
     def tell(self) -> None:
-        if not self.told:
+        if not self.told and self.go >= 0:
             self.told = True
             with contextlib.suppress(OSError):
                 os.write(self.go, b"g")
 
 
 def _notice(kind: bytes) -> bytes:
-    """What a spare ("a": it took a client) or a worker ("d": its command is done) tells the
-    server: one pipe write under PIPE_BUF, so notices from several processes never interleave."""
+    """What a spare ("a": it took a client) or a worker ("d": its command is done and it exits;
+    "r": done, and it waits for another client) tells the server: one pipe write under PIPE_BUF,
+    so notices from several processes never interleave."""
     return kind + struct.pack("<i", os.getpid())
 
 
@@ -301,14 +318,14 @@ def _spare(sock: socket.socket, state: State, notices: int) -> _Spare:
         os.close(go_w)
         _die_with_parent(parent)
         conn, copied = _wait_for_client(sock, state, go_r)
+        assert conn is not None  # no timeout: it waits until a client comes or the server ends
         _die_with_parent(None)
         os.write(notices, _notice(b"a"))
         os.close(go_r)
     except BaseException:  # noqa: BLE001 - a spare killed while it waits (the server exiting)
         os._exit(0)
-    sock.close()
     try:
-        worker(conn, state, copied, notices)  # never returns
+        worker(conn, sock, state, copied, notices)  # never returns
     finally:
         # Nor may an exception: unwinding here would run serve()'s and main()'s cleanup in this
         # worker, which SIGKILLs the server's other spares (by then maybe other commands'
@@ -316,15 +333,19 @@ def _spare(sock: socket.socket, state: State, notices: int) -> _Spare:
         os._exit(1)
 
 
-def _wait_for_client(sock: socket.socket, state: State, go: int) -> tuple[socket.socket, set[int]]:
+def _wait_for_client(sock: socket.socket, state: State, go: int, timeout: float | None = None) -> tuple[socket.socket | None, set[int]]:
     """Wait for a client (the listening socket is non-blocking, so of the spares woken by one
     client, those that lose the race to accept go on waiting), copying pages ahead once the
     server says no command runs: a copy made while a command runs takes the CPU from it on a
-    machine with few cores. A client that comes first is served at once, without the copies."""
+    machine with few cores. A client that comes first is served at once, without the copies.
+    No connection (None) after `timeout` seconds; `go` -1: no copies (a worker back from a command)."""
     copied: set[int] = set()
-    waiting: list[socket.socket | int] = [sock, go]
+    waiting: list[socket.socket | int] = [sock, go] if go >= 0 else [sock]
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        ready, _, _ = select.select(waiting, [], [])
+        ready, _, _ = select.select(waiting, [], [], None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not ready and deadline is not None and time.monotonic() >= deadline:
+            return None, copied
         if go in ready:
             waiting = [sock]
             copied = prefault.copy_ahead(frozenset(state.learned), lambda: bool(select.select([sock], [], [], 0)[0]))
@@ -387,11 +408,14 @@ class _Pool:
             self.busy.add(pid)
             spare = self.spares.pop(pid, None)
             if spare is not None:
-                os.close(spare.go)
+                _close(spare.go)
                 self.children[pid] = spare.ticks
-        elif pid in self.busy:
+            return
+        if pid in self.busy:
             self.busy.discard(pid)
             self.last_done = time.monotonic()
+        if kind == b"r" and pid in self.children:  # a spare again, until its next client ("a") or its exit
+            self.spares[pid] = _Spare(pid, -1, self.children.pop(pid), told=True)
 
     def reap(self) -> None:
         """Forget the workers and spares that ended. The tools one that failed or was killed
@@ -404,7 +428,7 @@ class _Pool:
         for pid, spare in list(self.spares.items()):  # killed while it waited, or before its notice came
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                os.close(self.spares.pop(pid).go)
+                _close(self.spares.pop(pid).go)
                 failed += [(pid, spare.ticks)] if status else []
         for worker in failed:
             processes.end_orphans(worker, set(self.children) | set(self.spares), sessions=True)
@@ -417,6 +441,11 @@ class _Pool:
         for pid in self.spares:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
 
 
 def serve(sock: socket.socket, state: State) -> None:
@@ -482,17 +511,18 @@ def _learn(reports: socket.socket, state: State) -> None:
         state.learned_pages = len(state.learned)
 
 
-def _report(state: State, copied: set[int]) -> None:
-    """Tell the server which pages this worker wrote that its spare had not copied ahead. A
+def _report(state: State, copied: set[int] | None) -> None:
+    """Tell the server the facts this worker learned, and which pages it wrote that its spare
+    had not copied ahead (`copied` None: none, after its first command they are its own). A
     scan of pagemap costs a few ms of CPU: once reports add almost nothing, one worker in
     _REPORT_EVERY still reports (a verb not seen yet)."""
     if state.report is None:
         return
-    learned = facts.learned()
+    learned = facts.hand_over()
     if learned:
         with contextlib.suppress(OSError, ValueError):  # never waits: a server gone or busy (or a report too long) misses it
             state.report.send(_FACTS + json.dumps(learned).encode(), socket.MSG_DONTWAIT)
-    if state.settled >= _SETTLED_AFTER and state.requests % _REPORT_EVERY:
+    if copied is None or (state.settled >= _SETTLED_AFTER and state.requests % _REPORT_EVERY):
         return
     new = [page for page in prefault.written_since_fork() if page not in copied and page not in state.learned]
     with contextlib.suppress(OSError):
@@ -526,26 +556,60 @@ def _print_exc() -> None:
         traceback.print_exc()
 
 
-def worker(conn: socket.socket, state: State, copied: set[int], notices: int) -> None:
-    """Serve one connection, then _exit: a worker never returns into the accept loop, not even
+def worker(conn: socket.socket, sock: socket.socket, state: State, copied: set[int], notices: int) -> None:
+    """Serve connections, then _exit: a worker never returns into the accept loop, not even
     when printing its error fails (BrokenPipeError) or a signal's exception comes meanwhile.
-    It tells the server (`notices`) when its command is done, before its own report."""
+    It tells the server (`notices`) when each command is done, before its own report; after
+    a command it could be put back as it was forked (server/reuse.py), it waits on `sock` for
+    the next client as a spare does, else it exits."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)  # the server's, which its SIGCHLDs wake
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        request, fds = _receive(conn)
-        code = _answer(conn, state, request, fds)
-        conn.close()  # the client has its answer: what follows is off its path
-        with contextlib.suppress(OSError):
-            os.write(notices, _notice(b"d"))
-        _report(state, copied)
+        baseline = reuse.Baseline.capture(state.plan, but=conn.fileno())
+        for served in range(_COMMANDS):
+            if served:
+                state.count_again()
+            code, clean = _answer(conn, state, *_receive(conn))
+            conn.close()  # the client has its answer: what follows is off its path
+            again = clean and served + 1 < _COMMANDS and _may_serve_again(state, baseline)
+            with contextlib.suppress(OSError):
+                os.write(notices, _notice(b"r" if again else b"d"))
+            _report(state, None if served else copied)
+            if not again:
+                break
+            code, following = 0, _next_client(sock, state, notices)
+            if following is None:
+                break
+            conn = following
     except BaseException:  # noqa: BLE001 - a worker reports on its client's stderr and exits; it must never return
         _print_exc()
     finally:
         os._exit(code)
+
+
+def _may_serve_again(state: State, baseline: reuse.Baseline) -> bool:
+    """Whether this worker, its command done, is put back as forked (else it exits)."""
+    if os.getppid() != state.pid or not _ours(state):  # its server exited, or is retiring
+        return False
+    left = baseline.why_not()
+    if left is not None:
+        _log(f"worker {os.getpid()} exits after its command: {left}", baseline.std[2])  # fd 2 is still the client's
+        return False
+    baseline.restore()
+    return True
+
+
+def _next_client(sock: socket.socket, state: State, notices: int) -> socket.socket | None:
+    """As a spare again: die with the server while waiting, outlive it once serving."""
+    _die_with_parent(state.pid)
+    conn, _ = _wait_for_client(sock, state, -1, _AGAIN_S)
+    if conn is not None:
+        _die_with_parent(None)
+        os.write(notices, _notice(b"a"))
+    return conn
 
 
 def _reply(conn: socket.socket, line: str) -> None:
@@ -563,16 +627,18 @@ def status(state: State) -> dict[str, object]:
         "python": sys.executable,
         "identity": protocol.identity(),
         "learned_pages": state.learned_pages,
+        "served_again": state.again,
         "facts_known": facts.known_count(),
     }
 
 
-def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> int:
+def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> tuple[int, bool]:
+    """The request answered: (exit code, whether it ran cleanly, so that the worker may serve again)."""
     kind = request["kind"]
     client, uid, _gid = protocol.peer(conn)
     if uid != os.geteuid():  # its directory is 0700, but the socket file alone says nothing of who connects
         _reply(conn, f"refused: uid {uid} is not this server's")
-        return 1
+        return 1, False
     # Status and stop run nothing of the client's: whoever can reach this socket (this user, its
     # directory is 0700) may ask, whatever pyree_build it runs, so `server stop` always works.
     if kind in ("status", "stop"):
@@ -580,17 +646,17 @@ def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: 
             _retire(state)  # first: once the client has the answer, no new client reaches this server
         _reply(conn, json.dumps(status(state)))
         state.count_request()
-        return 0
+        return 0, kind == "status"
     if request["identity"] != protocol.identity():
         _reply(conn, f"refused: this server is {protocol.identity()}, not {request['identity']}")
-        return 1
+        return 1, False
     if state.watch.changed() or not _ours(state):  # its code changed, or it is retiring: a fresh server serves this
         _retire(state)
         _reply(conn, "stale")
-        return 0
+        return 0, False
     if kind != "run" or len(fds) != 3:
         _reply(conn, f"refused: a {kind} request with {len(fds)} fds")
-        return 1
+        return 1, False
     # The client's own context, read from /proc (never taken from the request): a worker runs
     # with the server's limits, groups, namespaces and root, so only a client equal in all of
     # them is served; another one has a socket of its own (its key hashes its context), so this
@@ -598,7 +664,7 @@ def _answer(conn: socket.socket, state: State, request: dict[str, object], fds: 
     theirs = protocol.context(client)
     if theirs != state.context:
         _reply(conn, f"refused: the client's process context differs from this server's ({protocol.context_differences(state.context, theirs)})")
-        return 1
+        return 1, False
     return run(conn, state, request, [_not_a_connection_here(fd, state) for fd in fds])
 
 
@@ -665,7 +731,7 @@ class _ClientWatch:
     thread did this before; starting it cost 0.3-5 ms of every command on a busy machine."""
 
     def __init__(self, conn: socket.socket) -> None:
-        self.conn, self.on = conn, True
+        self.conn, self.on, self.raised = conn, True, False
         signal.signal(signal.SIGIO, self._on_io)  # before O_ASYNC: SIGIO's default is to terminate
         fcntl.fcntl(conn.fileno(), fcntl.F_SETOWN, os.getpid())
         self._async(True)
@@ -685,6 +751,7 @@ class _ClientWatch:
                 data = b""
             if not data:
                 self.stop()
+            self.raised = True  # the command may have stopped anywhere: its worker exits after it
             for signum in data or bytes([signal.SIGTERM]):
                 signal.raise_signal(signum)
 
@@ -706,8 +773,9 @@ def _exit_code(err: SystemExit) -> int:
     return 1
 
 
-def run(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> int:
-    """Run the CLI as `python -m pyree_build ARGV` would in the client's process."""
+def run(conn: socket.socket, state: State, request: dict[str, object], fds: list[int]) -> tuple[int, bool]:
+    """Run the CLI as `python -m pyree_build ARGV` would in the client's process: (exit code,
+    whether it ended by returning or exiting, no error escaping and no signal of the client's)."""
     _adopt(state, request, fds)
     watch = _ClientWatch(conn)
     _reply(conn, f"ok {os.getpid()}")
@@ -715,10 +783,12 @@ def run(conn: socket.socket, state: State, request: dict[str, object], fds: list
     processes.become_subreaper()  # the worker is the command's whole process: a tool's orphans reparent here
     if state.reaps:
         processes.parent_ends_tools()
+    clean = False
     try:
         code = int(cli_main(sys.argv[1:]))
+        clean = True
     except SystemExit as err:
-        code = _exit_code(err)
+        code, clean = _exit_code(err), True
     except KeyboardInterrupt:
         _print_exc()
         code = 128 + signal.SIGINT
@@ -732,4 +802,4 @@ def run(conn: socket.socket, state: State, request: dict[str, object], fds: list
             stream.flush()
     state.count_request()
     _reply(conn, f"exit {code}")
-    return code
+    return code, clean and not watch.raised

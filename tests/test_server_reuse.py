@@ -1,0 +1,220 @@
+"""A worker serves another command only once it is what a fresh worker would be
+(server/reuse.py): whatever the commands before it changed, each command's output, exit code
+and files are those of the same command in a process of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import PLUGIN_SAMPLE
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from test_stop import RUN_ARGS
+
+from pyree_build.core import server_protocol
+from pyree_build.server import daemon
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
+
+_RUN = ["run", "e.vmfb", *RUN_ARGS, "--plugin", "p.so"]
+# Each step changes what a worker could carry to the next one: verbosity (a module global),
+# cwd (relative paths), umask (a written file's mode), the environment (the cache off or on),
+# an exit code, and a build's cache hit against a real build.
+STEPS = {
+    "run": [*_RUN, "--expect", "8xf32=12 12 12 12 12 12 12 12"],
+    "run-wrong": [*_RUN, "--expect", "8xf32=1 1 1 1 1 1 1 1"],
+    "run-quiet": ["-q", *_RUN],
+    "run-verbose": ["-v", *_RUN],
+    # A module for this host's CPU with the baseline plugin: a note said once per process.
+    "run-host": ["run", "host.vmfb", *RUN_ARGS, "--plugin", "p.so"],
+    "plugin": ["plugin", "--kind", "system", str(PLUGIN_SAMPLE / "system_plugin.c"), "-o", "out.so"],
+    "version": ["--version"],
+}
+
+
+def _stop(env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-m", "pyree_build", "server", "stop"], env=env, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory, system_module: Path, system_plugin: Path) -> Path:
+    """Two directories holding the module and plugin under the same relative names."""
+    root = tmp_path_factory.mktemp("reuse")
+    host = root / "host.vmfb"
+    built = subprocess.run([sys.executable, "-m", "pyree_build", "compile", str(PLUGIN_SAMPLE / "example.mlir"), "--cpu", "host", "-o", host],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    for name in ("a", "b"):
+        (root / name).mkdir()
+        shutil.copy(system_module, root / name / "e.vmfb")
+        shutil.copy(host, root / name / "host.vmfb")
+        shutil.copy(system_plugin, root / name / "p.so")
+    return root
+
+
+def _step(step: tuple[str, str, int, bool], root: Path, env: dict[str, str]) -> tuple[object, ...]:
+    """One command; the cache on is each mode's own, so both see the same history of builds."""
+    verb, where, umask, cache = step
+    cwd = root / where
+    run_env = dict(env, PYREE_BUILD_CACHE=str(root / f"cache-{env['PYREE_BUILD_SERVER']}") if cache else "off")
+    script = f'umask {umask:03o}; exec "$0" -m pyree_build "$@"'
+    done = subprocess.run(["sh", "-c", script, sys.executable, *STEPS[verb]], env=run_env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    mode = None
+    written = cwd / "out.so"
+    if written.exists():
+        mode = stat.S_IMODE(written.stat().st_mode)
+        written.unlink()
+    return done.returncode, done.stdout.replace(str(root), "<dir>"), _timeless(done.stderr.replace(str(root), "<dir>")), mode
+
+
+def _timeless(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)? ?(s|ms|us)\b", "<time>", text)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example([("run-host", "a", 0o022, True)] * 4)  # however the pool's workers take turns, one of them serves it twice
+@given(st.lists(st.tuples(st.sampled_from(sorted(STEPS)), st.sampled_from(["a", "b"]), st.sampled_from([0o022, 0o077]), st.booleans()), min_size=2, max_size=6))
+def test_a_sequence_of_commands_gives_what_each_gives_in_its_own_process(work, steps):
+    runtime = Path(tempfile.mkdtemp(prefix="rt.", dir="/tmp"))
+    served = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), PYREE_BUILD_SERVER="on")
+    try:
+        on = [_step(s, work, served) for s in steps]
+        report = server_protocol.control("status", served)
+        assert report is not None
+        assert int(str(report["served_again"])) >= 1, "no worker served a second command"
+    finally:
+        _stop(served)
+        shutil.rmtree(runtime, ignore_errors=True)
+    off = [_step(s, work, dict(os.environ, PYREE_BUILD_SERVER="off")) for s in steps]
+    for step, got, alone in zip(steps, on, off):
+        assert got == alone, f"{step}: served (left) differs from its own process (right) after {steps}"
+
+
+def _server_log(env: dict[str, str]) -> str:
+    return Path(server_protocol.socket_path(env)).with_suffix(".log").read_text()
+
+
+def test_a_worker_that_imported_modules_exits_and_the_log_says_why(work):
+    runtime = Path(tempfile.mkdtemp(prefix="rt.", dir="/tmp"))
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), PYREE_BUILD_SERVER="on")
+    try:
+        first = subprocess.run([sys.executable, "-m", "pyree_build", *_RUN], env=env, cwd=work / "a", capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr
+        # doctor loads what the server does not preload (the GPU drivers' bindings).
+        doctor = subprocess.run([sys.executable, "-m", "pyree_build", "doctor"], env=env, capture_output=True, text=True, timeout=300)
+        assert "module(s) imported" not in doctor.stdout + doctor.stderr, "the reason went to the client, not the log"
+        assert "exits after its command:" in _server_log(env) and "module(s) imported" in _server_log(env)
+        again = subprocess.run([sys.executable, "-m", "pyree_build", *_RUN], env=env, cwd=work / "a", capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+    finally:
+        _stop(env)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+_PROBE = textwrap.dedent(
+    """
+    import json, os, resource, signal, sys, tempfile, threading, warnings
+    import numpy
+    from pyree_build.server import daemon, reuse
+    from pyree_build.core import echo, toolchain
+    from pyree_build.backends.llvm_cpu import cpus
+
+    out = os.dup(1)  # where the probe reports, before the baseline
+    plan = reuse.Plan.of_loaded()
+    base = reuse.Baseline.capture(plan, but=-1)
+    case = sys.argv[1]
+    if case == "restore":
+        os.environ["PYREE_PROBE"] = "1"
+        os.umask(0o077)
+        os.chdir(tempfile.gettempdir())
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+        echo.set_verbosity(2)
+        toolchain._probe_version(("true",), "x")
+        tempfile.tempdir = "/nonexistent"
+        warnings.simplefilter("ignore")
+        numpy.set_printoptions(precision=2)
+        sys.argv.append("extra")
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # the client's stdout, as a worker has it
+        os.close(null)
+        why = base.why_not()
+        base.restore()
+        found = {
+            "why": why, "env": "PYREE_PROBE" in os.environ, "umask": os.umask(0o022) == base.umask, "cwd": os.getcwd(),
+            "usr1": signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL,
+            "mask": signal.SIGUSR2 in signal.pthread_sigmask(signal.SIG_BLOCK, []),
+            "verbosity": echo.VERBOSITY, "cache": toolchain._probe_version.cache_info().currsize,
+            "tempdir": tempfile.tempdir == base.tempdir, "filters": warnings.filters == base.filters,
+            "precision": numpy.get_printoptions()["precision"], "argv": sys.argv == base.argv,
+            "stdout": os.path.samestat(os.fstat(1), os.fstat(base.std[1])),
+        }
+        os.write(out, json.dumps(found).encode())
+        sys.exit(0)
+    if case == "thread":
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+    elif case == "fd":
+        os.open(os.devnull, os.O_RDONLY)
+    elif case == "module":
+        import wave
+    elif case == "limit":
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+    elif case == "container":
+        cpus._SAID.add(("a note said once per process",))
+    elif case == "child":
+        import subprocess
+        subprocess.Popen(["sleep", "30"])
+    elif case == "priority":
+        os.nice(1)
+    print(json.dumps({"why": base.why_not()}))
+    """
+)
+
+
+def _probe(case: str) -> dict[str, object]:
+    # As the server imports: numpy's BLAS held to one thread (a baseline has none but the main one).
+    env = {**os.environ, **dict.fromkeys(daemon._ONE_THREAD, "1")}
+    done = subprocess.run([sys.executable, "-c", _PROBE, case], capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_what_a_command_changed_is_put_back_as_the_worker_was_forked():
+    found = _probe("restore")
+    assert found["why"] is None, found
+    assert found == {
+        "why": None, "env": False, "umask": True, "cwd": "/", "usr1": True, "mask": False, "verbosity": 1, "cache": 0,
+        "tempdir": True, "filters": True, "precision": 8, "argv": True, "stdout": True,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("thread", "thread(s) still running"),
+        ("fd", "opened or closed"),
+        ("module", "module(s) imported"),
+        ("limit", "a resource limit changed"),
+        ("container", "pyree_build.backends.llvm_cpu.cpus._SAID changed"),
+        ("child", "a child process is still running"),
+        ("priority", "its priority"),
+    ],
+)
+def test_what_cannot_be_put_back_ends_the_worker_with_the_reason(case, reason):
+    why = _probe(case)["why"]
+    assert isinstance(why, str) and reason in why, why
+
+
+def test_with_nothing_changed_a_worker_may_serve_again():
+    assert _probe("nothing")["why"] is None
