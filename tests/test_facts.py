@@ -104,7 +104,10 @@ def test_an_answer_that_depends_on_this_machine_is_not_remembered(tmp_path):
     assert not [f for f in _facts("plugin-resolves") if f["files"] == [str(some_file)]]
 
 
-def test_without_a_cache_facts_live_in_the_process_only(tmp_path, monkeypatch):
+def test_without_a_cache_nothing_is_remembered_in_the_process_either(tmp_path, monkeypatch):
+    # A served command's process is a worker that served others before it (and the server
+    # shares what workers learn): a fact kept in memory with the cache off reached commands
+    # that, in processes of their own, never knew it (a CPU note said or not).
     monkeypatch.setenv(local.CACHE_ENV, "off")
     some_file = tmp_path / "a.txt"
     some_file.write_text("one")
@@ -112,9 +115,18 @@ def test_without_a_cache_facts_live_in_the_process_only(tmp_path, monkeypatch):
     ask = lambda: calls.append(1) or ["answer"]  # noqa: E731
     assert facts.remembered("test-kind", [some_file], ask) == ["answer"]
     assert facts.remembered("test-kind", [some_file], ask) == ["answer"]
-    assert len(calls) == 1
-    facts.forget_in_process()
-    assert facts.remembered("test-kind", [some_file], ask) == ["answer"]
+    assert len(calls) == 2
+    assert not [e for e in facts.learned() if e[0] == "fact"]
+
+
+def test_a_fact_remembered_in_one_cache_is_not_known_in_another(tmp_path, monkeypatch):
+    some_file = tmp_path / "a.txt"
+    some_file.write_text("one")
+    calls = []
+    ask = lambda: calls.append(1) or ["answer"]  # noqa: E731
+    for cache in ("one", "two", "one"):
+        monkeypatch.setenv(local.CACHE_ENV, str(tmp_path / cache))
+        assert facts.remembered("test-kind", [some_file], ask) == ["answer"]
     assert len(calls) == 2
 
 
@@ -163,7 +175,7 @@ def test_a_file_rewritten_after_its_digest_was_remembered_is_hashed_again(tmp_pa
     """The in-process memo of digests (which workers hand back to the server) keeps a digest
     with the file's stat, and only for a file unchanged for two seconds: a later write changes
     the stat, so the same path with other bytes of the same size is a new fact."""
-    monkeypatch.setenv("PYREE_BUILD_CACHE", "off")  # only the in-process memo answers
+    monkeypatch.setenv("PYREE_BUILD_CACHE", str(tmp_path / "cache"))
     facts.forget_in_process()
     path = tmp_path / "data.bin"
     path.write_bytes(b"a" * 64)

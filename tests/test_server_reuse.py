@@ -83,6 +83,7 @@ def _timeless(text: str) -> str:
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example([("run-host", "a", 0o022, True)] * 4)  # however the pool's workers take turns, one of them serves it twice
+@example([("plugin", "a", 0o022, False)] + [("run-host", "a", 0o077, False)] * 3)  # a fact recorded with the cache off
 @given(st.lists(st.tuples(st.sampled_from(sorted(STEPS)), st.sampled_from(["a", "b"]), st.sampled_from([0o022, 0o077]), st.booleans()), min_size=2, max_size=6))
 def test_a_sequence_of_commands_gives_what_each_gives_in_its_own_process(work, steps):
     runtime = Path(tempfile.mkdtemp(prefix="rt.", dir="/tmp"))

@@ -32,7 +32,10 @@ _FORMAT = "pyree_build.fact.v1"
 # Per process: a server child or a Python session asks again without reading the file. What a
 # process learns is also kept in _NEW, which a server's worker hands back to the server
 # (learned/absorb), so the workers forked next start knowing it: a fresh worker read each
-# fact from disk and hashed each file again (~1 ms of every served `run`).
+# fact from disk and hashed each file again (~1 ms of every served `run`). Each entry is
+# under the facts directory it mirrors, and with the cache off none is kept: a fact only
+# recorded (a plugin pyree_build built for a CPU) is then known to no later command, served
+# or not, as it is known to no command in a process of its own.
 _KNOWN: dict[str, object] = {}
 # A file's SHA-256 (or a tool's identity) with the stat it had, by path; the rule of
 # local._DepHashes: only for a file unchanged for two seconds, whose stat then says it is unchanged.
@@ -51,20 +54,22 @@ def remembered(
     if any(d is None for d in digests):
         return compute()
     key = local.digest(_FORMAT, kind, *(d or "" for d in digests), *depends_on)
-    if key in _KNOWN:
-        return _KNOWN[key]  # type: ignore[return-value]
     directory = local.work_dir(FACTS_DIR)
-    stored = local.read_json(directory / f"{key}.json") if directory is not None else None
+    if directory is None:  # the cache off: nothing is remembered, in this process either (see _KNOWN)
+        return compute()
+    memo = f"{directory}:{key}"
+    if memo in _KNOWN:
+        return _KNOWN[memo]  # type: ignore[return-value]
+    stored = local.read_json(directory / f"{key}.json")
     if isinstance(stored, dict) and stored.get("format") == _FORMAT and stored.get("kind") == kind and "answer" in stored:
-        _remember("fact", key, stored["answer"])
+        _remember("fact", memo, stored["answer"])
         return stored["answer"]  # type: ignore[no-any-return]
     answer = compute()
     if answer is None or not keep(answer):
         return answer
-    _remember("fact", key, answer)
-    if directory is not None:
-        with contextlib.suppress(OSError):
-            local.write_json(directory / f"{key}.json", {"format": _FORMAT, "kind": kind, "files": [os.fspath(f) for f in files], "answer": answer})
+    _remember("fact", memo, answer)
+    with contextlib.suppress(OSError):
+        local.write_json(directory / f"{key}.json", {"format": _FORMAT, "kind": kind, "files": [os.fspath(f) for f in files], "answer": answer})
     return answer
 
 
