@@ -594,11 +594,15 @@ def _may_serve_again(state: State, baseline: reuse.Baseline) -> bool:
     """Whether this worker, its command done, is put back as forked (else it exits)."""
     if os.getppid() != state.pid or not _ours(state):  # its server exited, or is retiring
         return False
-    left = baseline.why_not()
+    try:
+        left = baseline.why_not()
+        if left is None:
+            baseline.restore()
+    except Exception as err:  # noqa: BLE001 - a worker that cannot tell (or put back) its state exits, as before reuse
+        left = f"its state could not be checked or put back ({err!r})"
     if left is not None:
-        _log(f"worker {os.getpid()} exits after its command: {left}", baseline.std[2])  # fd 2 is still the client's
+        _log(f"worker {os.getpid()} exits after its command: {left}", baseline.std[2])  # fd 2 may still be the client's
         return False
-    baseline.restore()
     return True
 
 
