@@ -284,12 +284,12 @@ class _Spare:
     no worker is busy, so it may copy pages ahead (_wait_for_client)."""
 
     pid: int
-    go: int  # -1 for a worker back from a command: it copies nothing ahead
+    go: int  # -1 for a worker back from a command (told already: it copies nothing ahead)
     ticks: int  # when it started (/proc/PID/stat): what it starts is no older
     told: bool = False
 
     def tell(self) -> None:
-        if not self.told and self.go >= 0:
+        if not self.told:
             self.told = True
             with contextlib.suppress(OSError):
                 os.write(self.go, b"g")
