@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,10 @@ def test_a_worker_that_imported_modules_exits_and_the_log_says_why(work):
         # doctor loads what the server does not preload (the GPU drivers' bindings).
         doctor = subprocess.run([sys.executable, "-m", "pyree_build", "doctor"], env=env, capture_output=True, text=True, timeout=300)
         assert "module(s) imported" not in doctor.stdout + doctor.stderr, "the reason went to the client, not the log"
+        # The worker decides after its client has the answer: its line may come a moment later.
+        deadline = time.monotonic() + 30
+        while "module(s) imported" not in _server_log(env) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert "exits after its command:" in _server_log(env) and "module(s) imported" in _server_log(env)
         again = subprocess.run([sys.executable, "-m", "pyree_build", *_RUN], env=env, cwd=work / "a", capture_output=True, text=True, timeout=300)
         assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
