@@ -373,7 +373,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _sockets(pid: int) -> set[str]:
+def _socket_links(pid: int) -> set[str]:
     found = set()
     for fd in os.listdir(f"/proc/{pid}/fd") if os.path.isdir(f"/proc/{pid}/fd") else []:
         with contextlib.suppress(OSError):
@@ -386,8 +386,8 @@ def _sockets(pid: int) -> set[str]:
 def _a_child_holds_a_connection(server: int) -> bool:
     """A worker or spare of `server` holds a socket the server itself does not hold (spares
     inherit the listening and report sockets; an accepted connection is the worker's own)."""
-    own = _sockets(server)
-    return any(_sockets(child) - own for child in _children(server))
+    own = _socket_links(server)
+    return any(_socket_links(child) - own for child in _children(server))
 
 
 def test_a_failing_log_write_keeps_the_server_serving(runtime):
