@@ -23,7 +23,7 @@ from test_server import _normal
 from test_stop import RUN_ARGS
 
 from pyree_build.core import server_protocol
-from pyree_build.server import daemon
+from pyree_build.server import daemon, reuse
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
 
@@ -233,3 +233,25 @@ def test_what_cannot_be_put_back_ends_the_worker_with_the_reason(case, reason):
 
 def test_with_nothing_changed_a_worker_may_serve_again():
     assert _probe("nothing")["why"] is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keep=st.sets(st.integers(min_value=0, max_value=200)),
+    changed=st.dictionaries(st.text("ABCXYZ_", min_size=1, max_size=4), st.text("abc =:/-", max_size=6), max_size=6),
+)
+def test_the_environment_a_worker_takes_on_is_exactly_the_one_given(keep, changed):
+    """become_environment changes only what differs, yet leaves os.environ (what putenv gives
+    the tools) equal to the client's: variables dropped, added and changed in any mix."""
+    saved = dict(os.environ)
+    target = {**{k: v for i, (k, v) in enumerate(sorted(saved.items())) if i in keep}, **changed}
+    try:
+        reuse.become_environment(target)
+        assert dict(os.environ) == target
+        seen = subprocess.run(["env", "-0"], capture_output=True, check=True).stdout
+        child = dict(entry.split(b"=", 1) for entry in seen.split(b"\0") if entry)
+        # Each variable either side names (a library may have set others with C's setenv alone).
+        assert {k: child.get(os.fsencode(k)) for k in {*saved, *target}} == {k: os.fsencode(target[k]) if k in target else None for k in {*saved, *target}}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

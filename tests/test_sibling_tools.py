@@ -59,6 +59,47 @@ def test_an_orphan_sweep_never_ends_a_sibling_started_while_it_looks():
     assert "sibling: ran to its end" in out, out
 
 
+def test_the_orphan_sweep_reads_the_children_a_walk_of_proc_finds():
+    """The sweep reads /proc/self/task/*/children instead of walking /proc: with a child of the
+    main thread, one of a thread still running and an orphan reparented to this subreaper (a
+    tool's `sh -c 'sleep &'`), both name the same processes."""
+    out = _run(
+        """
+        import os, subprocess, tempfile, threading, time
+        from pyree_build.core import processes
+        os.chdir(tempfile.mkdtemp())
+        processes.become_subreaper()
+        started, done = [], threading.Event()
+        def other_thread():
+            started.append(subprocess.Popen(["sleep", "30"]))
+            done.wait()
+        t = threading.Thread(target=other_thread)
+        t.start()
+        started.append(subprocess.Popen(["sleep", "30"]))
+        subprocess.run(["sh", "-c", "sleep 30 & echo $! > orphan.pid"], check=True)
+        while len(started) < 2:
+            time.sleep(0.01)
+        orphan = int(open("orphan.pid").read())
+        me = str(os.getpid())
+        walked = set()
+        for entry in os.listdir("/proc"):
+            try:
+                if entry.isdigit() and open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1] == me:
+                    walked.add(int(entry))
+            except OSError:
+                pass
+        read = processes._children()
+        for pid in walked:
+            os.kill(pid, 9)
+        done.set()
+        print("unsupported" if read is None else f"same={set(read) == walked} orphan={orphan in walked} count={len(walked)}")
+        """
+    )
+    if "unsupported" in out:
+        pytest.skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): the sweep walks /proc")
+    assert "same=True orphan=True count=3" in out, out
+
+
 def test_a_forked_child_never_holds_a_siblings_pipes():
     """Thread B forks a child (call_in_child) while thread A's Popen holds its new pipes' write
     ends (the exec held back 0.3 s). A's tool exits at once; its pipes must reach EOF without

@@ -544,12 +544,35 @@ def born_since(first: int) -> Iterator[int]:
             yield int(entry.name)
 
 
+def _children() -> list[int] | None:
+    """This process's children, read from /proc/self/task/*/children (a subreaper's orphans are
+    attached to one of its threads): a few small reads instead of a walk of /proc (~80 us).
+    None where the kernel has no such file (CONFIG_PROC_CHILDREN): then born_since is walked."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children", "rb") as f:
+                found += [int(pid) for pid in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.isdir(f"/proc/self/task/{task}"):
+                continue  # a thread that ended between the listing and the read
+            return None  # the kernel keeps no such file
+        except OSError:
+            continue
+    return found
+
+
 def end_orphans(since: tuple[int, int], ours: set[int], *, sessions: bool = False) -> None:
     """SIGKILL and reap each child of this process (a subreaper's orphans) started with or
     after `since` (a pid and its start ticks) that is not in `ours`; with `sessions`, also
     every process in the session each one leads (a tool's own children)."""
     me = str(os.getpid()).encode()
-    for pid in born_since(since[0]):
+    children = _children()
+    for pid in born_since(since[0]) if children is None else children:
         if pid in ours:
             continue
         try:

@@ -23,6 +23,7 @@ own end of the connection as the command's stdin or stdout.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -100,9 +101,17 @@ def enabled(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     raise BadSetting(f"error: {SERVER_ENV}={text} is neither on nor off\n  fix: set it to on or off (1/0, yes/no, true/false), or unset it (on)")
 
 
+@functools.cache
 def identity() -> str:
-    """Which Python, environment and pyree_build this process is: a server serves only its own."""
+    """Which Python, environment and pyree_build this process is: a server serves only its own.
+    Fixed for the process's life; remembered, as a worker compares it on every request (the
+    realpath alone cost ~50 us)."""
     return "|".join((PROTOCOL, os.path.realpath(sys.executable), sys.prefix, _PACKAGE_DIR))
+
+
+def warm_up() -> None:
+    """Found once in the server, before it forks: every worker starts knowing it."""
+    identity()
 
 
 # How a client starts a server, or the CLI in a process of its own (the native client's

@@ -706,8 +706,7 @@ def _adopt(state: State, request: dict[str, object], fds: list[int]) -> None:
         os.close(fd)
     env = request["env"]
     assert isinstance(env, dict)
-    os.environ.clear()
-    os.environ.update(env)
+    reuse.become_environment(env)
     os.umask(int(str(request["umask"])))
     cwd = str(request["cwd"])
     os.chdir(cwd)  # never on sys.path: the server was started without it (server_protocol.BOOT)

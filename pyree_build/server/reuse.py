@@ -159,9 +159,7 @@ class Baseline:
         for name, stream in self.streams.items():
             setattr(sys, name, stream)
         sys.argv[:] = self.argv
-        if dict(os.environ) != self.environ:
-            os.environ.clear()
-            os.environ.update(self.environ)
+        become_environment(self.environ)
         os.umask(self.umask)
         os.chdir("/")
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -211,3 +209,14 @@ def _described(fds: set[int]) -> str:
             return f"{fd} (closed)"
 
     return ", ".join(what(fd) for fd in sorted(fds))
+
+
+def become_environment(env: dict[str, str]) -> None:
+    """os.environ made equal to `env`, touching only the variables that differ: a build's
+    commands share most of theirs with the server's, and each putenv or unsetenv costs (a
+    clear and update of ~40 variables took ~70 us of every command, twice)."""
+    for name in [n for n in os.environ if n not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
