@@ -12,7 +12,8 @@ caches on both sides. Per N it prints, as medians with the min-max of the per-ro
   cold     `cmake --build` with the cache off  vs  `ninja` of the raw rules
   warm     a fresh build tree from a full local cache  vs  cold
   no-op    `cmake --build` when nothing changed (seconds)
-  ctest    `ctest` vs running the same iree-run-module commands from Ninja
+  ctest    `ctest` vs running the same iree-run-module commands from Ninja; also those
+           commands as a hand-written CTest suite, and ctest's own cost (tests of `true`)
   remote   machine B (empty local cache, shared nginx server) vs machine A (built, uploaded)
 
 then the per-kernel slope of each (least squares over the N values). Goals, at N = 200:
@@ -314,23 +315,43 @@ def measure(n: int, work: Path, repeat: int, jobs: int, remote: bool) -> dict[st
     return result
 
 
+def _ctest_project(directory: Path, tests: list[str], t: Timer) -> Path:
+    """A configured CTest-only project of these `add_test` lines; returns its build tree."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "CMakeLists.txt").write_text(f"cmake_minimum_required(VERSION 3.20)\nproject(bench NONE)\nenable_testing()\n{''.join(tests)}")
+    t.run([*t.cmake, "-G", "Ninja", "-S", str(directory), "-B", str(directory / "build"), f"-DCMAKE_MAKE_PROGRAM={t.ninja}"], t.env("off"))
+    return directory / "build"
+
+
 def _ctest_rounds(t: Timer, build: Path, raw: Path, cache: Path, repeat: int, jobs: int) -> tuple[list[float], list[float]]:
     """`ctest` of the built tree against the same runs from the raw Ninja rules, alternating;
-    and ctest's own cost, the same number of tests that each run /bin/true."""
+    the same raw commands as ctest tests of their own (what a hand-written CTest suite costs:
+    the fair comparison for pyree's share); and ctest's own cost, as many tests of `true`."""
     n = len(list(raw.glob("k*")))
-    noop = raw.parent / "ctest_noop"
-    noop.mkdir(parents=True, exist_ok=True)
-    tests = "".join(f"add_test(NAME t{i} COMMAND true)\n" for i in range(n))
-    (noop / "CMakeLists.txt").write_text(f"cmake_minimum_required(VERSION 3.20)\nproject(noop NONE)\nenable_testing()\n{tests}")
-    t.run([*t.cmake, "-G", "Ninja", "-S", str(noop), "-B", str(noop / "build"), f"-DCMAKE_MAKE_PROGRAM={t.ninja}"], t.env("off"))
-    ctest, ctest_raw, floor = [], [], []
+    noop = _ctest_project(raw.parent / "ctest_noop", [f"add_test(NAME t{i} COMMAND true)\n" for i in range(n)], t)
+    run = toolchain.iree_run_module().argv
+    by_hand = _ctest_project(
+        raw.parent / "ctest_raw",
+        [
+            "add_test(NAME t{i} COMMAND {argv})\n".format(i=i, argv=" ".join(
+                f'"{a}"' for a in [*run, "--device=local-sync", f"--module={raw / f'k{i}' / 'module.vmfb'}", f"--executable_plugin={raw / f'k{i}' / 'system.so'}",
+                                   "--function=mixed_invocation", "--input=8xf32=2", "--input=8xf32=4"]))
+            for i in range(n)
+        ],
+        t,
+    )  # fmt: skip
+    ctest, ctest_raw, ctest_by_hand, floor = [], [], [], []
     for _ in range(repeat):
         ctest.append(t.run([*t.ctest, "--test-dir", str(build), f"-j{jobs}"], t.env(cache)))
         for f in raw.glob("k*/test.out"):
             f.unlink()
         ctest_raw.append(t.raw(raw, "tests", t.env("off")))
-        floor.append(t.run([*t.ctest, "--test-dir", str(noop / "build"), f"-j{jobs}"], t.env("off")))
+        ctest_by_hand.append(t.run([*t.ctest, "--test-dir", str(by_hand), f"-j{jobs}"], t.env("off")))
+        floor.append(t.run([*t.ctest, "--test-dir", str(noop), f"-j{jobs}"], t.env("off")))
     print(f"  ctest            pyree {statistics.median(ctest):7.1f} s   raw {statistics.median(ctest_raw):7.1f} s   ratio {spread(ctest_raw, ctest)}")
+    print(
+        f"  ctest of the raw commands {statistics.median(ctest_by_hand):.2f} s: {spread(ctest_raw, ctest_by_hand)} the raw runs; pyree's ctest is {spread(ctest_by_hand, ctest)} it"
+    )
     print(f"  ctest's own      {n} tests of `true`: {statistics.median(floor):.2f} s, {spread(ctest_raw, floor)} the raw runs")
     return ctest, ctest_raw
 
