@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 from conftest import PLUGIN_SAMPLE, SAMPLES, assert_clean_error, run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pyree_build.backends.llvm_cpu import imports
+from pyree_build.core.errors import PyreeError
 
 MLP = SAMPLES / "custom_dispatch" / "cpu" / "mlp_plugin"
 
@@ -79,6 +82,39 @@ def test_run_checks_the_imports_before_running(built, cli, system_module):
     result = cli("run", system_module, "--function", "mixed_invocation", "--input", "8xf32=2", "--input", "8xf32=4", "--plugin", built["matmul_relu"])
     assert_clean_error(result, "'simple_mul_workgroup'", "plugins asked", str(built["matmul_relu"]))
     assert "EXEC" not in result.stdout
+
+
+def _verdict(check, module: Path, plugins: list[Path]) -> str:
+    try:
+        check(module, plugins)
+    except PyreeError as err:
+        return err.what
+    return "resolved"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["system", "fallback_module"]), st.lists(st.sampled_from(["fallback", "override", "standalone", "matmul_relu"]), max_size=3)), min_size=1, max_size=6))  # fmt: skip
+def test_a_remembered_import_verdict_is_the_one_asked_again(built, system_module, tmp_path, monkeypatch, runs):
+    """run's import check (require_resolved) remembers a clean verdict by the module's and the
+    plugins' bytes in order: over any sequence of modules and plugin lists, in a cache it fills,
+    its verdict is the one check_resolved gives when asked afresh, a missing import included."""
+    monkeypatch.setenv("PYREE_BUILD_CACHE", str(tmp_path / "cache"))
+    files = {**built, "system": system_module}
+    for module, plugins in runs:
+        paths = [files[p] for p in plugins]
+        fresh = _verdict(lambda m, p: imports.check_resolved(m, p, ask_without_imports=False), files[module], paths)
+        assert _verdict(imports.require_resolved, files[module], paths) == fresh, (module, plugins)
+
+
+def test_a_clean_import_verdict_is_not_asked_again(built, system_module, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYREE_BUILD_CACHE", str(tmp_path / "cache"))
+    imports.require_resolved(system_module, [built["standalone"]])
+    real = imports.check_resolved
+    monkeypatch.setattr(imports, "check_resolved", lambda *a, **k: pytest.fail("the verdict was asked again"))
+    imports.require_resolved(system_module, [built["standalone"]])
+    monkeypatch.setattr(imports, "check_resolved", real)
+    with pytest.raises(PyreeError, match="no plugin resolves"):  # other bytes: asked (and refused) as before
+        imports.require_resolved(system_module, [built["matmul_relu"]])
 
 
 def test_expect_import_fails_the_compile_and_leaves_no_module(cli, tmp_path):

@@ -197,10 +197,13 @@ def test_a_killed_worker_is_reported_by_its_client_and_in_the_log(tmp_path):
     watched = Watched(
         [sys.executable, "-m", "pyree_build", "plugin", "--kind", "standalone", src, "-o", tmp_path / "p.sos"], _env("on", PYREE_BUILD_CACHE="off")
     )
-    watched.wait_for("zig")
-    table = _process_table()
-    workers = {table[pid][0] for pid in watched.pids if pid in table and "zig" in table[pid][4]}  # the tools' parent
-    workers = {pid for pid in workers if is_server_process(table.get(pid, (0, 0, 0, "", ""))[4])}
+    workers: set[int] = set()
+    deadline = time.monotonic() + 60
+    while not workers and time.monotonic() < deadline:  # a zig seen may end before the table is read (a quick probe)
+        watched.wait_for("zig")
+        table = _process_table()
+        tools = [pid for pid in watched.pids if pid in table and "zig" in table[pid][4] and table[pid][3] not in "ZX"]
+        workers = {table[pid][0] for pid in tools if is_server_process(table.get(table[pid][0], (0, 0, 0, "", ""))[4])}  # the tools' parent
     assert len(workers) == 1, workers
     worker = workers.pop()
     os.kill(worker, signal.SIGKILL)

@@ -29,7 +29,7 @@ from pyree_build.actions.results import (
     npy_text,
     result_text,
 )
-from pyree_build.backends.llvm_cpu.imports import check_resolved
+from pyree_build.backends.llvm_cpu.imports import require_resolved
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX, plugin_flag
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
@@ -177,7 +177,7 @@ def _check_run_inputs(mod: Path, inputs: Sequence[str], plugins: Sequence[PathLi
     checks.parse_inputs(inputs)
     check_timeout(timeout)
     if plugins:
-        check_resolved(mod, plugins, ask_without_imports=False)  # names a missing import, where the runtime would not
+        require_resolved(mod, plugins)  # names a missing import, where the runtime would not
     _backend_of(device)
     require_device(device, skip_unavailable=skip_unavailable, module=mod)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pyree_build.backends.llvm_cpu.elf import ARCH_ALIASES, host_arch, is_standalone_elf
 from pyree_build.backends.llvm_cpu.imports import c_parameter_count, memref_imports_without_bareptr
+from pyree_build.cache import facts
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import text_or_empty
 from pyree_build.core.inputs import resolve_object
@@ -32,11 +33,16 @@ def plugin_flag(plugin: PathLike) -> str:
     path = require_file(text.removeprefix(EMBEDDED_PREFIX), "plugin").resolve()
     if explicit or path.suffix == ".sos":
         return (EMBEDDED_PREFIX if explicit else "") + str(path)
+    embedded = facts.remembered("plugin-loads-embedded", [path], lambda: _loads_embedded(path), keep=lambda _: True)
+    return EMBEDDED_PREFIX + str(path) if embedded else str(path)
+
+
+def _loads_embedded(path: Path) -> bool:
+    """A FatELF, or an ELF that IREE's own loader can map (remembered by its bytes: reading the
+    headers in Python cost ~70 us of every run)."""
     with path.open("rb") as f:
         head = f.read(4)
-    if head == b"\xfa\x70\x0e\x1f" or is_standalone_elf(path):
-        return EMBEDDED_PREFIX + str(path)
-    return str(path)
+    return head == b"\xfa\x70\x0e\x1f" or is_standalone_elf(path)
 
 
 def warn_without_bareptr(source: Path, text: str, specs: Sequence[Path]) -> None:
