@@ -255,3 +255,30 @@ def test_the_environment_a_worker_takes_on_is_exactly_the_one_given(keep, change
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_the_globals_compared_after_a_command_are_those_pyree_build_code_can_rebind():
+    """Plan.of_loaded compares only the module globals some pyree_build code stores or deletes
+    (a `global` in its module, or an attribute of that name anywhere), found by scanning the
+    bytecode in C: the scan finds exactly what dis finds, and the plan keeps the globals the
+    CLI and the server do rebind."""
+    import dis
+    import types
+
+    modules = {n: m for n, m in list(sys.modules.items()) if m is not None and (n == "pyree_build" or n.startswith("pyree_build."))}
+    per_module, anywhere = reuse._rebindable(modules)
+    want_here, want_anywhere = {}, set()
+    for name, module in modules.items():
+        here, pending = set(), [module.__spec__.loader.get_code(name)]
+        while pending:
+            code = pending.pop()
+            for op in dis.get_instructions(code):
+                if op.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+                    here.add(op.argval)
+                elif op.opname in ("STORE_ATTR", "DELETE_ATTR"):
+                    want_anywhere.add(op.argval)
+            pending += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        want_here[name] = here
+    assert per_module == want_here and anywhere == want_anywhere
+    compared = {f"{d['__name__']}.{k}" for d, k in reuse.Plan.of_loaded().globals}
+    assert {"pyree_build.core.echo.VERBOSITY", "pyree_build.core.processes._STOP_SIGNAL", "pyree_build.core.processes._PARENT_ENDS_TOOLS"} <= compared
