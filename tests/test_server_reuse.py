@@ -238,7 +238,7 @@ def test_with_nothing_changed_a_worker_may_serve_again():
 @settings(max_examples=60, deadline=None)
 @given(
     keep=st.sets(st.integers(min_value=0, max_value=200)),
-    changed=st.dictionaries(st.text("ABCXYZ_", min_size=1, max_size=4), st.text("abc =:/-", max_size=6), max_size=6),
+    changed=st.dictionaries(st.text("ABCXYZ_é", min_size=1, max_size=4), st.text("abc =:/-é", max_size=6), max_size=6),
 )
 def test_the_environment_a_worker_takes_on_is_exactly_the_one_given(keep, changed):
     """become_environment changes only what differs, yet leaves os.environ (what putenv gives

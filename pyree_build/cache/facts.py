@@ -50,7 +50,7 @@ def remembered(
     """`compute()`'s answer about `files`, remembered by their content. `compute` returns a
     JSON value (lists, dicts, strings, numbers), or None for no answer; an answer `keep`
     refuses (one that depends on more than the files) is returned but not remembered."""
-    digests = [_memo(f"file:{os.fspath(f)}", Path(f), local.hash_file) for f in files]
+    digests = [_memo(f"file:{os.fspath(f)}", f if isinstance(f, Path) else Path(f), local.hash_file) for f in files]
     if any(d is None for d in digests):
         return compute()
     key = local.digest(_FORMAT, kind, *(d or "" for d in digests), *depends_on)

@@ -269,10 +269,22 @@ def _described(fds: set[int]) -> str:
 
 def become_environment(env: dict[str, str]) -> None:
     """os.environ made equal to `env`, touching only the variables that differ: a build's
-    commands share most of theirs with the server's, and each putenv or unsetenv costs (a
-    clear and update of ~40 variables took ~70 us of every command, twice)."""
-    for name in [n for n in os.environ if n not in env]:
-        del os.environ[name]
-    for name, value in env.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
+    commands share most of theirs with the server's, and each putenv or unsetenv costs. The
+    differences are found on os.environ's own bytes (its mapping decodes every key and value
+    it hands out: ~0.15 ms of CPU a call in a worker, twice a command)."""
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):  # not CPython's os.environ: compare through the mapping
+        for name in [n for n in os.environ if n not in env]:
+            del os.environ[name]
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+        return
+    encoding = sys.getfilesystemencoding()
+    want = {k.encode(encoding, "surrogateescape"): v.encode(encoding, "surrogateescape") for k, v in env.items()}
+    have: dict[bytes, bytes] = data
+    for gone in have.keys() - want.keys():
+        del os.environ[gone.decode(encoding, "surrogateescape")]
+    for raw_name, raw_value in want.items():
+        if have.get(raw_name) != raw_value:
+            os.environ[raw_name.decode(encoding, "surrogateescape")] = raw_value.decode(encoding, "surrogateescape")
