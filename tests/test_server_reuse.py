@@ -282,3 +282,17 @@ def test_the_globals_compared_after_a_command_are_those_pyree_build_code_can_reb
     assert per_module == want_here and anywhere == want_anywhere
     compared = {f"{d['__name__']}.{k}" for d, k in reuse.Plan.of_loaded().globals}
     assert {"pyree_build.core.echo.VERBOSITY", "pyree_build.core.processes._STOP_SIGNAL", "pyree_build.core.processes._PARENT_ENDS_TOOLS"} <= compared
+
+
+_FIELD = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)) | st.sampled_from(["\udcff", "\udc80"]), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(argv=st.lists(_FIELD, max_size=5), env=st.dictionaries(_FIELD.filter(lambda k: k and "=" not in k), _FIELD, max_size=6), cwd=_FIELD)
+def test_a_request_decodes_to_what_the_client_encoded(argv, env, cwd):
+    """The worker decodes a request whole (one call, not one per field): arguments, variables
+    and directories of any characters, undecodable bytes (surrogate escapes) included, come
+    out as the client put them in."""
+    decoded = server_protocol.decode(server_protocol.encode("run", argv, env, cwd)[4:])
+    decoded.pop("umask")
+    assert decoded == {"kind": "run", "identity": server_protocol.identity(), "cwd": cwd, "argv": argv, "env": env}

@@ -288,7 +288,9 @@ def encode(kind: str, argv: list[str], env: dict[str, str] | os._Environ[str], c
 
 
 def decode(body: bytes) -> dict[str, object]:
-    fields = [os.fsdecode(f) for f in body.split(b"\0")[:-1]]
+    # Decoded whole, as os.fsdecode decodes each field (a NUL byte is never inside a character):
+    # one call instead of one per variable (~0.1 ms of every request).
+    fields = body.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()).split("\0")[:-1]
     if len(fields) < 6 or fields[0] != PROTOCOL:
         raise ValueError("not a pyree_build request of this protocol")
     argc = int(fields[5])
