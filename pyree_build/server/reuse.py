@@ -8,9 +8,9 @@ the next client. What a command may change is of two kinds:
 - what the worker puts back: the client's fds 0-2, environment, umask, cwd, argv and streams;
   signal handlers, mask and timer; pyree_build's module globals a command rebound (echo's
   verbosity, the stop signal...: those its code can rebind, found in its bytecode once), its
-  functools caches that grew (a probe made for one
-  client is made again for the next, as in a fresh worker), tempfile's directory, the
-  warnings filters, numpy's print options and error handling;
+  functools caches that grew (a probe made for one client is made again for the next, as in
+  a fresh worker), tempfile's directory, the warnings filters, numpy's print options and
+  error handling;
 - what it cannot put back, so it exits as before: a thread or a child still running, a
   module imported (onnxruntime, IREE's bindings, a user's code through cffi), an fd left
   open or one of its own closed, a resource limit, sys.path, its priority, CPU affinity,
