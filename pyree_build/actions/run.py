@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +32,7 @@ from pyree_build.actions.results import (
 )
 from pyree_build.backends.llvm_cpu.imports import require_resolved
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX, plugin_flag
-from pyree_build.core import echo, lazy, processes, toolchain
+from pyree_build.core import client_plans, echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 
 if TYPE_CHECKING:
@@ -141,6 +142,10 @@ class RunResult:
         self.stdout = stdout
         self.seconds = seconds
         self._outputs = outputs if outputs is not None else []
+        # For the native client (core/client_plans.py): the tool's run as it was, and the files
+        # read before it started; None for a run the client handed over.
+        self.ran: client_plans.Ran | None = None
+        self.read_files: list[str] = []
 
     @property
     def outputs(self) -> list[numpy.ndarray]:
@@ -198,19 +203,37 @@ def _run_argv(
 
 
 def _spawn_run(
-    argv: list[str], mod: Path, function: str, device: str, plugins: Sequence[PathLike], npy: bool, timeout: float | None
-) -> tuple[subprocess.CompletedProcess[str], float]:
+    argv: list[str], mod: Path, function: str, device: str, plugins: Sequence[PathLike], npy: bool, timeout: float | None, results: Path
+) -> tuple[subprocess.CompletedProcess[str], float, bool]:
+    """The tool's run: (its result, seconds, whether the native client ran it and handed it over)."""
     # Under -v, the command a user can paste: the same run, its results printed in full
     # by iree-run-module itself instead of written to this run's private .npy files.
     echo.echo_command(echo.shell_line([a for a in argv if not a.startswith("--output=@")] + ([] if not npy else [_NO_ELISION])))
+    what = f"running {function} on {device}" + (f" with plugin(s) {', '.join(os.fspath(p) for p in plugins)}" if plugins else "")
+    how = dict(what=what, file=mod, explain=functools.partial(explain_run_failure, device=device), timeout=timeout, crash_hint=crash_hint(plugins))
+    handed = _handed_over(argv, results)
+    if handed is not None:  # the tool ran already: what it did is checked and reported here
+        return processes.ran_elsewhere(argv, handed.returncode, handed.stdout, handed.stderr, timed_out=handed.timed_out, **how), handed.seconds, True  # type: ignore[arg-type]
     start = time.perf_counter()
     with echo.muted_commands():
-        result = processes.spawn(
-            argv, what=f"running {function} on {device}" + (f" with plugin(s) {', '.join(os.fspath(p) for p in plugins)}" if plugins else ""),
-            file=mod, explain=functools.partial(explain_run_failure, device=device), timeout=timeout, crash_hint=crash_hint(plugins),
-            runs_user_code=bool(plugins),
-        )  # fmt: skip
-    return result, time.perf_counter() - start
+        result = processes.spawn(argv, runs_user_code=bool(plugins), **how)  # type: ignore[arg-type]
+    return result, time.perf_counter() - start, False
+
+
+def _handed_over(argv: list[str], results: Path) -> client_plans.Outcome | None:
+    """The native client's run of this very argv (core/client_plans.py), its result files
+    moved to `results`; None when it handed over none, or another run's."""
+    outcome = client_plans.take_outcome()
+    if outcome is None:
+        return None
+    try:
+        if outcome.argv != [a.replace(os.fspath(results), "\0") for a in argv]:
+            return None
+        for name in os.listdir(outcome.results_dir):
+            os.replace(os.path.join(outcome.results_dir, name), results / name)
+        return outcome
+    finally:
+        shutil.rmtree(outcome.results_dir, ignore_errors=True)
 
 
 def _require_all_results(produced: int, expected: int, mod: Path, function: str, plugins: Sequence[PathLike], output: str) -> None:
@@ -275,23 +298,35 @@ def _run_bounded(
     with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
         files = [Path(tmp) / f"result{k}.npy" for k in range(signature[0])] if npy and signature else []
         argv = _run_argv(mod, function, device, plugin_flags, inputs, files, npy, flags)
-        result, seconds = _spawn_run(argv, mod, function, device, plugins, npy, timeout)
+        result, seconds, handed = _spawn_run(argv, mod, function, device, plugins, npy, timeout, Path(tmp))
         stdout = result.stdout
         produced = sum(f.is_file() for f in files) if npy else len(_RESULT_HEADING.findall(stdout))
         if signature is not None:
             _require_all_results(produced, signature[0], mod, function, plugins, stdout + result.stderr)
         outputs: Callable[[], list[numpy.ndarray]] = _TextOutputs(stdout)
+        raw: list[bytes] = []
         if npy and signature:
             raw = [f.read_bytes() for f in files]
             outputs = _NpyOutputs(raw)
             stdout += "".join(result_text(k, data, declared) for k, (data, declared) in enumerate(zip(raw, signature[1])))
+        ran = None if handed else client_plans.Ran(argv, tmp, result.stdout, raw)
     if expect:
         checks.check_expected(stdout, expect, source=str(mod))
     if check_file:
         checks.check_with_filecheck(stdout, os.fspath(check_file), source=str(mod), prefixes=check_prefixes)
     if expect_close:
         checks.check_close(outputs(), expect_close, rtol=rtol, atol=atol, source=str(mod))
-    return RunResult(mod, function, stdout, seconds, outputs)
+    run_result = RunResult(mod, function, stdout, seconds, outputs)
+    run_result.ran, run_result.read_files = ran, _read_files(mod, plugins, argv[0], inputs)
+    return run_result
+
+
+def _read_files(mod: Path, plugins: Sequence[PathLike], runner: str, inputs: Sequence[str]) -> list[str]:
+    """The files a run read before its tool started (and the tool then reads): the module,
+    each plugin as named and where its path leads, the runner, the inputs' files."""
+    named = [os.fspath(p).removeprefix(EMBEDDED_PREFIX) for p in plugins]
+    input_files = [spec.partition("@")[2] for spec in inputs if spec.startswith("@") or "=@" in spec]
+    return [os.fspath(mod), *named, *(os.path.realpath(p) for p in named), runner, *input_files]
 
 
 def _require_function(mod: Path, function: str) -> None:

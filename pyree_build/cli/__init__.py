@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = args.index("--")
         args, extra = args[:cut], args[cut + 1 :]
     parser, ns = _parse(args, extra)
+    ns.command_line = args if not extra else None  # what a plan for the native client is for (run_command)
     try:
         return _run(parser, ns)
     except PyreeError as err:

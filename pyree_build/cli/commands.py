@@ -33,6 +33,7 @@ _sample_runner = lazy.module("pyree_build.actions.sample_runner")
 _scaffold = lazy.module("pyree_build.actions.scaffold")
 _doctor = lazy.module("pyree_build.actions.doctor")
 _cache = lazy.module("pyree_build.cache.local")
+_client_plans = lazy.module("pyree_build.core.client_plans")
 _importer = lazy.module("pyree_build.actions.models.importer")
 _verify = lazy.module("pyree_build.actions.models.verify")
 _ops = lazy.module("pyree_build.actions.models.ops")
@@ -75,15 +76,31 @@ def compile_command(a: argparse.Namespace) -> None:
 def run_command(a: argparse.Namespace) -> None:
     if a.check_prefixes and not a.check_file:
         raise PyreeError("--check-prefix selects lines of a --check-file, and none was given", fix="add --check-file FILE")
+    said = echo.lines_written()
     result = _run.run(
         a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
         check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes, timeout=_timeout(a),
         expect_close=a.expect_close, rtol=a.rtol, atol=a.atol,
     )  # fmt: skip
+    quiet_before = echo.lines_written() == said
     if not a.quiet:
         sys.stdout.write(result.stdout)
-    if a.expect or a.check_file or a.expect_close:
+    checked = a.expect or a.check_file or a.expect_close
+    if checked:
         echo.log_step(f"output check passed ({result.seconds:.2f} s)")
+    if quiet_before:
+        _plan_for_client(a, result, checked="output check passed ({seconds} s)\n" if checked and echo.VERBOSITY == 1 else None)
+
+
+def _plan_for_client(a: argparse.Namespace, result: Any, checked: str | None) -> None:
+    """Write down this passing run for the native client to run itself next time
+    (core/client_plans.py), where what it printed is all the client needs to print."""
+    if (
+        result.ran is None or a.command_line is None or echo.VERBOSITY > 1 or not a.device.startswith("local-") or a.check_file
+        or any(values.startswith("@") for values in a.expect_close) or not server_protocol.enabled() or _cache.work_dir("facts") is None
+    ):  # fmt: skip
+        return
+    _client_plans.write(a.command_line, result.ran, result.read_files, _timeout(a), "" if a.quiet else result.stdout, checked, quiet=a.quiet)
 
 
 def dump_command(a: argparse.Namespace) -> None:
@@ -232,6 +249,7 @@ def new_command(a: argparse.Namespace) -> None:
 def cache_command(a: argparse.Namespace) -> None:
     if a.action == "clear":
         removed, left = _cache.cache_clear()
+        _client_plans.forget()  # what the native client would run without pyree_build's checks
         print(f"removed {removed} entries")
         if left:
             print(f"left {len(left)} files the cache did not write, e.g. {left[0]}")

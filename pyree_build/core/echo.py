@@ -34,12 +34,21 @@ def log_step(message: str) -> None:
 def _write_line(text: str) -> None:
     # One write per line, under a lock: steps run in threads, and a line split between two
     # writes could interleave with another thread's (breaking a pasted -v script).
+    global _LINES_WRITTEN
     with _WRITE_LOCK:
+        _LINES_WRITTEN += 1
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
 
+def lines_written() -> int:
+    """How many lines this process has printed through echo (a step that printed nothing
+    leaves it as it was: `run` writes a plan for the native client only for such a run)."""
+    return _LINES_WRITTEN
+
+
 _WRITE_LOCK = threading.Lock()
+_LINES_WRITTEN = 0
 
 
 # --- Paste-able commands (-v) -------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import locale
 import os
 import re
 import select
@@ -370,6 +371,26 @@ def spawn(
     _require_success(result, what=what, file=file, fix=fix, check=check, explain=explain, crash_hint=crash_hint,
                      timed_out=command_limit if timed_out else None)  # fmt: skip
     return result
+
+
+def ran_elsewhere(
+    argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, *, timed_out: bool, what: str,
+    file: str | os.PathLike[str] | None = None, explain: Callable[[str], str | None] | None = None,
+    timeout: float | None = None, crash_hint: str | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """What `spawn` returns or raises for a tool that another process ran with this argv (the
+    native client, core/client_plans.py): its output decoded as spawn decodes a tool's (the
+    locale's encoding, undecodable bytes replaced, universal newlines)."""
+    check_stopped()
+    _, command_limit = _bounded(timeout)
+    result = subprocess.CompletedProcess(list(argv), returncode, _as_text(stdout), _as_text(stderr))
+    _require_success(result, what=what, file=file, fix=None, check=True, explain=explain, crash_hint=crash_hint,
+                     timed_out=command_limit if timed_out else None)  # fmt: skip
+    return result
+
+
+def _as_text(data: bytes) -> str:
+    return data.decode(locale.getpreferredencoding(False), "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _require_success(

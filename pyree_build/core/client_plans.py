@@ -1,0 +1,258 @@
+"""Runs the native client makes itself: a `run` command line that passed, written down.
+
+A ctest of `pyree_add_run_test` runs the same command line at every `ctest`. Through the
+server each costs the tool plus ~3 ms of Python (the request, the checks before the tool, the
+results read and printed, the worker put back): more than the tool itself. So once such a run
+passed, pyree_build writes a *plan* into the server's directory (the user's alone, 0700),
+named by a hash of the command line, working directory, whole environment and identity:
+
+- those four, byte for byte (the client compares them: a hash collision is never a hit);
+- the stat (device, inode, size, modification and change times) of every file the run read
+  before the tool started: the module, each plugin as named and where its path leads, the
+  runner, input files. Only files unchanged for two seconds (the rule of cache.facts), so
+  a rewrite within one time tick cannot look unchanged;
+- the runner's argv (each result's .npy path under a directory the client makes; a NUL
+  stands for that directory), the time limit;
+- what the tool gave: its stdout and each result's bytes; and what pyree_build printed then.
+
+native_client.c reads the plan. When every stat is the same it runs the argv itself (its
+own session, ended with the client, orphans ended when the tool exits) and, when the tool
+exits 0 with the same stdout and result bytes, prints what pyree_build printed, with this
+run's seconds, and exits 0: a pure function of those bytes, so the same as the full path.
+Anything else (another exit, other bytes, the time limit, a file changed) is no verdict of
+the client's: it hands what the tool did to the Python CLI (`take_outcome`), which checks and
+reports it as if it had run the tool itself, so a failure is never run again to pass.
+
+Plans are written only where the full path prints nothing before the tool starts and at
+most its one "output check passed" line after (not under -v), for the host CPU's devices
+(which need no probe), without --check-file or a .npy reference to compare with, for small
+outputs, with the cache on, and never for a run that was handed over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import locale
+import os
+import stat
+import struct
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from pyree_build.core import server_protocol
+
+MAGIC = b"pyree-plan-1\n"
+PLANS_DIR = "plans"
+OUTCOME_ENV = "PYREE_BUILD_RAN"  # set by native_client.c for the Python CLI it hands a run to
+MAX_PLANS = 4096  # past it the directory starts over: plans are cheap to write again
+MAX_PRINTED = 4096  # printed stdout beyond this is not all held back until the end (its order would differ)
+MAX_RESULTS = 1 << 20
+_SETTLED_NS = 2_000_000_000
+_QUIET, _CHECK_LINE = 1, 2
+
+
+def _blob(data: bytes) -> bytes:
+    return struct.pack("<I", len(data)) + data
+
+
+def _environment() -> bytes:
+    """Every variable as NAME=VALUE, sorted as bytes: native_client.c sorts its environ the same way."""
+    return b"".join(entry + b"\0" for entry in sorted(k + b"=" + v for k, v in os.environb.items()))
+
+
+def key_material(args: Sequence[str]) -> bytes:
+    """What a plan is for: identity, working directory, arguments and environment."""
+    head = [server_protocol.identity(), os.getcwd(), str(len(args)), *args]
+    return b"".join(os.fsencode(part) + b"\0" for part in head) + _environment()
+
+
+def plan_path(material: bytes, *, create: bool) -> Path | None:
+    """Where the plan for `material` lives, in the server's directory; None where that
+    directory is not this user's alone."""
+    try:
+        directory = Path(server_protocol.check_dir(server_protocol.socket_dir(), create=create)) / PLANS_DIR
+        if create:
+            directory.mkdir(mode=0o700, exist_ok=True)
+    except (OSError, server_protocol.Unsafe):
+        return None
+    return directory / f"{server_protocol.fnv1a64(material):016x}"
+
+
+class Ran(NamedTuple):
+    """A run as the tool did it: its argv (result paths under `results_dir`), stdout, result bytes."""
+
+    argv: list[str]
+    results_dir: str
+    stdout: str
+    results: list[bytes]
+
+
+def write(args: Sequence[str], ran: Ran, files: Sequence[str], timeout: float | None, printed: str, check_line: str | None, *, quiet: bool) -> bool:
+    """Write the plan of a run that passed; False (nothing written) where it cannot be one."""
+    encoding = locale.getpreferredencoding(False)  # what Popen decoded the tool's stdout with
+    try:
+        tool_stdout = ran.stdout.encode(encoding)
+        shown = printed.encode(_stream_encoding("stdout"), "strict")
+        line = check_line.encode(_stream_encoding("stderr"), "backslashreplace") if check_line is not None else b""
+    except (UnicodeError, LookupError):
+        return False
+    stats = _stats(files)
+    if stats is None or len(shown) > MAX_PRINTED or len(tool_stdout) + sum(map(len, ran.results)) > MAX_RESULTS:
+        return False
+    prefix, seconds, suffix = line.partition(b"{seconds}")
+    if check_line is not None and not seconds:
+        return False
+    material = key_material(args)
+    path = plan_path(material, create=True)
+    if path is None:
+        return False
+    argv = [os.fsencode(a).replace(os.fsencode(ran.results_dir), b"\0") for a in ran.argv]
+    body = b"".join([
+        MAGIC, _blob(material), struct.pack("<I", len(stats)), *stats, struct.pack("<I", len(argv)), *map(_blob, argv),
+        struct.pack("<q", -1 if timeout is None else int(timeout * 1000)), _blob(tool_stdout),
+        struct.pack("<I", len(ran.results)), *map(_blob, ran.results),
+        struct.pack("<I", (_QUIET if quiet else 0) | (_CHECK_LINE if check_line is not None else 0)), _blob(shown), _blob(prefix), _blob(suffix),
+    ])  # fmt: skip
+    _start_over_if_full(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        with open(tmp, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+            f.write(body)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
+
+
+def _stream_encoding(name: str) -> str:
+    stream = getattr(__import__("sys"), name)
+    return getattr(stream, "encoding", None) or "utf-8"
+
+
+def _stats(files: Sequence[str]) -> list[bytes] | None:
+    """Each file's path and stat, packed; None when one is missing, not a regular file, or
+    changed within the last two seconds."""
+    now = time.time_ns()
+    packed = []
+    for name in dict.fromkeys(files):
+        try:
+            st = os.stat(name)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or now - st.st_ctime_ns < _SETTLED_NS or now - st.st_mtime_ns < _SETTLED_NS:
+            return None
+        packed.append(_blob(os.fsencode(name)) + struct.pack("<qqqqq", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return packed
+
+
+def forget() -> None:
+    """Remove every plan (`pyree-build cache clear`): the next run of each line is served."""
+    path = plan_path(b"", create=False)
+    if path is not None and path.parent.is_dir():
+        _remove_all(path.parent)
+
+
+def _start_over_if_full(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        if len(os.listdir(directory)) >= MAX_PLANS:
+            _remove_all(directory)
+
+
+def _remove_all(directory: Path) -> None:
+    for name in os.listdir(directory):
+        with contextlib.suppress(OSError):
+            os.unlink(directory / name)
+
+
+class Outcome(NamedTuple):
+    """What the native client's run of a plan did, handed to this process (OUTCOME_ENV)."""
+
+    argv: list[str]  # as the plan has it: NUL where the results directory goes
+    results_dir: str
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+    timed_out: bool
+
+
+def take_outcome() -> Outcome | None:
+    """The run the native client handed over, once (the variable is removed at once, so a
+    later call finds none and no tool started here inherits it)."""
+    spec = os.environ.pop(OUTCOME_ENV, None)
+    return _read_outcome(spec) if spec else None
+
+
+def _read_outcome(spec: str) -> Outcome | None:
+    """`v1 STATUS TIMED_OUT SECONDS DIR PLAN`: STATUS is the exit code, or minus the signal that
+    killed the tool; DIR holds what it printed (`stdout`, `stderr`) and its result files."""
+    parts = spec.split(" ", 5)
+    if len(parts) != 6 or parts[0] != "v1":
+        return None
+    directory, plan = parts[4], parts[5]
+    if not _client_made(directory, plan):
+        return None
+    try:
+        status, timed_out, seconds = int(parts[1]), parts[2] == "1", float(parts[3])
+        stdout, stderr = (_take(os.path.join(directory, name)) for name in ("stdout", "stderr"))
+        with open(plan, "rb") as f:
+            argv = _plan_argv(f.read())
+    except (ValueError, OSError):
+        return None
+    return None if argv is None else Outcome(argv, directory, status, stdout, stderr, seconds, timed_out)
+
+
+def _client_made(directory: str, plan: str) -> bool:
+    """Whether `directory` is a results directory the client made (this user's, 0700, named as
+    it names them) and `plan` one of this user's plans: the directory is emptied and removed."""
+    try:
+        info = os.lstat(directory)
+        plans = plan_path(b"", create=False)
+    except OSError:
+        return False
+    return (
+        os.path.basename(directory).startswith("pyree-run.") and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+        and stat.S_IMODE(info.st_mode) == 0o700 and plans is not None and os.path.dirname(plan) == os.fspath(plans.parent)
+    )  # fmt: skip
+
+
+def _take(path: str) -> bytes:
+    """A file's bytes, the file removed."""
+    with open(path, "rb") as f:
+        data = f.read()
+    os.unlink(path)
+    return data
+
+
+def _plan_argv(data: bytes) -> list[str] | None:
+    """The runner's argv of a plan's bytes (NUL for the results directory)."""
+    if not data.startswith(MAGIC):
+        return None
+    try:
+        _, at = _blob_at(data, len(MAGIC))  # the key
+        (stats,) = struct.unpack_from("<I", data, at)
+        at += 4
+        for _ in range(stats):
+            _, at = _blob_at(data, at)
+            at += 40
+        (count,) = struct.unpack_from("<I", data, at)
+        at += 4
+        argv = []
+        for _ in range(count):
+            arg, at = _blob_at(data, at)
+            argv.append(os.fsdecode(arg))
+    except struct.error:
+        return None
+    return argv
+
+
+def _blob_at(data: bytes, at: int) -> tuple[bytes, int]:
+    """The length-prefixed bytes at `at`, and where the next field starts."""
+    (n,) = struct.unpack_from("<I", data, at)
+    if at + 4 + n > len(data):
+        raise struct.error("a field runs past the end")
+    return data[at + 4 : at + 4 + n], at + 4 + n

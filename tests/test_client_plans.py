@@ -1,0 +1,254 @@
+"""Runs the native client makes itself (core/client_plans.py): a `run` command line that passed
+is run again by the client from its plan, printing what pyree_build printed, while every file
+it read is unchanged; whatever the tool does otherwise is reported by pyree_build exactly as
+without the client, from that one run of the tool.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import test_stop
+from conftest import PLUGIN_SAMPLE, run_cli
+from test_stop import RUN_ARGS, Watched
+
+from pyree_build.core import client_plans
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the native client is built for Linux")
+
+EXPECT = ["--expect", "8xf32=12 12 12 12 12 12 12 12"]
+_TIMES = re.compile(r"\d+(\.\d+)? ?(s|ms|us)\b")
+_RESULTS_DIR = re.compile(r"pyree-run\.\w+")
+
+# The sample's import, first doing what the mode file says: p pass, w a wrong result, f fail,
+# c crash, l loop, d leave a daemon that holds the tool's stdout; each call appends to the count file.
+_MODES = r"""
+  {
+    FILE* count = fopen("@DIR@/calls", "a");
+    if (count) { fputc('x', count); fclose(count); }
+    FILE* mode_file = fopen("@DIR@/mode", "r");
+    int mode = mode_file ? fgetc(mode_file) : 'p';
+    if (mode_file) fclose(mode_file);
+    if (mode == 'w') { for (size_t i = 0; i < a->count; ++i) a->out[a->out_offset + i] = 5.0f; return 0; }
+    if (mode == 'f') { fprintf(stderr, "the plugin refuses\n"); return 1; }
+    if (mode == 'c') abort();
+    if (mode == 'l') for (;;) {}
+    if (mode == 'd' && fork() == 0) { setsid(); sleep(60); _exit(0); }
+  }
+"""
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    built = run_cli("--native-client", tmp_path_factory.mktemp("client"))
+    assert built.returncode == 0, built
+    return Path(built.stdout.strip())
+
+
+@pytest.fixture
+def runtime() -> Iterator[Path]:
+    """A server directory (so a plans directory) of the test's own, its server stopped at the end."""
+    path = Path(tempfile.mkdtemp(prefix="rt.", dir="/tmp"))
+    yield path
+    subprocess.run([sys.executable, "-m", "pyree_build", "server", "stop"], env=dict(os.environ, XDG_RUNTIME_DIR=str(path)), capture_output=True, timeout=60)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def moody(tmp_path: Path) -> Path:
+    """A system plugin whose import does what `tmp_path/mode` says, and counts its calls."""
+    anchor = "  const mul_args_t* a = (const mul_args_t*)params_ptr;\n"
+    text = (PLUGIN_SAMPLE / "system_plugin.c").read_text()
+    assert anchor in text
+    src = tmp_path / "moody.c"
+    src.write_text("#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n" + text.replace(anchor, anchor + _MODES.replace("@DIR@", str(tmp_path))))
+    built = run_cli("plugin", src, "-o", tmp_path / "moody.so")
+    assert built.returncode == 0, built
+    return tmp_path / "moody.so"
+
+
+def _env(runtime: Path, mode: str = "on", **extra: str) -> dict[str, str]:
+    return {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYREE_BUILD_SERVER": mode, **extra}
+
+
+def _run(client: Path, args: list[str | os.PathLike[str]], env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    got = subprocess.run([client, *map(os.fspath, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    return got.returncode, _normal(got.stdout), _normal(got.stderr)
+
+
+def _normal(text: str) -> str:
+    """Without the seconds a run took and the name of its results directory."""
+    return _TIMES.sub("<time>", _RESULTS_DIR.sub("<results>", text))
+
+
+def _served(runtime: Path) -> int:
+    """How many requests this test's server has answered (a status request counts after its answer)."""
+    code = "import json, os; from pyree_build.core import server_protocol as p; print(json.dumps(p.control('status', dict(os.environ))))"
+    asked = subprocess.run([sys.executable, "-c", code], env=_env(runtime), capture_output=True, text=True, timeout=60)
+    report = __import__("json").loads(asked.stdout)
+    return int(report["requests"]) if report else 0
+
+
+def _plans(runtime: Path) -> list[str]:
+    directory = runtime / "pyree_build" / client_plans.PLANS_DIR
+    return sorted(os.listdir(directory)) if directory.is_dir() else []
+
+
+def _settled() -> None:
+    time.sleep(2.1)  # a plan is written only for files unchanged for two seconds
+
+
+@pytest.mark.parametrize("extra", [EXPECT, ["-q", *EXPECT], [], ["--expect-close", "8xf32=12"]], ids=["expect", "quiet", "no-check", "close"])
+def test_a_passing_run_is_run_by_the_client_and_prints_what_pyree_build_printed(client, runtime, system_module, moody, tmp_path, extra):
+    _settled()
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *extra]
+    reference = _run(client, args, _env(runtime, "off"), tmp_path)
+    assert reference[0] == 0, reference
+    calls = _calls(tmp_path)
+    assert _run(client, args, _env(runtime), tmp_path) == reference  # served: the plan is written
+    assert len(_plans(runtime)) == 1
+    per_run = _calls(tmp_path) - calls
+    before = _served(runtime)
+    for _ in range(3):
+        assert _run(client, args, _env(runtime), tmp_path) == reference
+    assert _served(runtime) == before + 1, "the client asked the server although the plan was current"
+    assert _calls(tmp_path) == calls + 4 * per_run, "the tool did not run once for each command"
+
+
+def _calls(directory: Path) -> int:
+    """How many times the plugin's import was called (client runs included)."""
+    return (directory / "calls").stat().st_size if (directory / "calls").exists() else 0
+
+
+@pytest.mark.parametrize("mode", ["w", "f", "c", "l"], ids=["wrong-result", "failing-import", "crash", "time-limit"])
+def test_a_run_unlike_its_plan_is_reported_as_without_the_client_from_one_run(client, runtime, system_module, moody, tmp_path, mode):
+    """The plan was written when the run passed; now the tool does something else (the files
+    unchanged). pyree_build reports what the client's one run of the tool did, as it reports
+    that run without the client: a failure is never run again until it passes."""
+    _settled()
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT, "--timeout", "3"]
+    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    assert len(_plans(runtime)) == 1
+    (tmp_path / "mode").write_text(mode)
+    calls = _calls(tmp_path)
+    reference = _run(client, args, _env(runtime, "off"), tmp_path)
+    assert reference[0] != 0, reference
+    once = _calls(tmp_path) - calls
+    results_dirs = set(Path(tempfile.gettempdir()).glob("pyree-run.*"))
+    assert _run(client, args, _env(runtime), tmp_path) == reference
+    assert _calls(tmp_path) == calls + 2 * once, "the tool did not run exactly once"
+    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) == results_dirs, "a results directory was left behind"
+    (tmp_path / "mode").write_text("p")
+    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+
+
+def test_a_changed_file_or_environment_runs_through_the_server(client, runtime, system_module, moody, tmp_path):
+    _settled()
+    module = tmp_path / "m.vmfb"
+    shutil.copy(system_module, module)
+    link = tmp_path / "plugin.so"
+    link.symlink_to(moody)
+    args = ["run", module, *RUN_ARGS, "--plugin", link, *EXPECT]
+    time.sleep(2.1)
+    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    other = tmp_path / "other.so"
+    shutil.copy(moody, other)
+
+    def edits() -> Iterator[dict[str, str]]:
+        os.utime(module)  # the same bytes, touched
+        yield _env(runtime)
+        link.unlink()
+        link.symlink_to(other)  # the same name leads to another file
+        yield _env(runtime)
+        yield _env(runtime, PYREE_TEST_SOMETHING="else")  # another environment
+
+    for env in edits():
+        before = _served(runtime)
+        assert _run(client, args, env, tmp_path)[0] == 0
+        assert _served(runtime) == before + 2, "a run whose plan no longer holds was not served"
+
+
+@pytest.mark.parametrize(
+    ("extra", "env"),
+    [(["-v"], {}), (["--check-file", "check.txt"], {}), ([], {"PYREE_BUILD_CACHE": "off"}), ([], {"PYREE_BUILD_SERVER": "off"})],
+    ids=["verbose", "check-file", "cache-off", "server-off"],
+)
+def test_no_plan_is_written_where_the_client_could_not_print_the_same(client, runtime, system_module, moody, tmp_path, extra, env):
+    _settled()
+    (tmp_path / "check.txt").write_text("CHECK: 8xf32=12\n")
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *extra]
+    got = _run(client, args, {**_env(runtime), **env}, tmp_path)
+    assert got[0] == 0, got
+    assert _plans(runtime) == []
+
+
+def test_a_stopped_client_ends_its_tool_and_says_so(client, runtime, system_module, moody, tmp_path, monkeypatch):
+    _settled()
+    args = [str(client), *(os.fspath(a) for a in ("run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT))]
+    monkeypatch.setattr(test_stop.random, "random", lambda: 0.5)  # one environment (Watched's marker) for both runs
+    assert Watched(args, _env(runtime)).proc.wait(timeout=300) == 0
+    (tmp_path / "mode").write_text("l")
+    before = _served(runtime)
+    watched = Watched(args, _env(runtime))
+    watched.wait_for("iree-run-module")
+    code, err = watched.stop(signal.SIGTERM)
+    assert (code, err) == (143, "stopped by SIGTERM: every tool pyree_build started was ended\n")
+    assert watched.survivors() == []
+    assert _served(runtime) == before + 1  # the client ran the tool itself
+
+
+def test_what_the_tool_left_running_is_ended_when_it_exits(client, runtime, system_module, moody, tmp_path):
+    _settled()
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT]
+    reference = _run(client, args, _env(runtime), tmp_path)
+    (tmp_path / "mode").write_text("d")
+    start = time.monotonic()
+    assert _run(client, args, _env(runtime), tmp_path) == reference
+    assert time.monotonic() - start < 30, "the client waited for the daemon holding the tool's stdout"
+    daemons = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(b"/") and b"moody.so" in _cmdline(p)]
+    assert daemons == []
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_stray_handover_variable_is_ignored_and_deletes_nothing(runtime, system_module, moody, tmp_path):
+    """PYREE_BUILD_RAN (what the client sets for the Python CLI it hands a run to) naming a
+    directory the client did not make: the run is run as usual, the directory left alone."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "stdout").write_text("EXEC @mixed_invocation\n")
+    (victim / "keep.txt").write_text("mine")
+    env = _env(runtime, "off", PYREE_BUILD_RAN=f"v1 0 0 0.5 {victim} {tmp_path / 'plan'}")
+    calls = _calls(tmp_path)
+    got = subprocess.run(
+        [sys.executable, "-m", "pyree_build", "run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert got.returncode == 0, got.stderr
+    assert _calls(tmp_path) > calls, "the tool did not run"
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt", "stdout"]
+
+
+def test_cache_clear_forgets_the_plans(client, runtime, system_module, moody, tmp_path):
+    _settled()
+    cache = tmp_path / "cache"
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT]
+    assert _run(client, args, _env(runtime, PYREE_BUILD_CACHE=str(cache)), tmp_path)[0] == 0
+    assert len(_plans(runtime)) == 1
+    cleared = subprocess.run([client, "cache", "clear"], env=_env(runtime, PYREE_BUILD_CACHE=str(cache)), capture_output=True, text=True, timeout=300)
+    assert cleared.returncode == 0, cleared.stderr
+    assert _plans(runtime) == []
