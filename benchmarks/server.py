@@ -9,10 +9,13 @@ by a warm server, and `off` (PYREE_BUILD_SERVER=off: the whole CLI in a fresh pr
 the server). Rows alternate their commands `--repeat` times and print medians:
 
   run    `run` of the cpu/plugin sample with its system plugin  vs  the raw iree-run-module
-         binary with the same flags (target <= 1.5x)
+         binary with the same flags (target <= 1.5x). The same command line each time: from
+         its second run on, the native clients run the tool from the run's plan
+         (core/client_plans.py) without the server
   split  where that run's milliseconds go: the tool, the worker's own work (the CLI in this
-         warm process), the client and hand-off (minimums); and the setpriv wrapper a
-         command in its own process spawns its tools under
+         warm process), a served run (the typed client with another environment each time,
+         so that no plan applies), the typed client from the plan (minimums); and the setpriv
+         wrapper a command in its own process spawns its tools under
   hit    a cache hit of the sample's system plugin  vs  `python -S -c pass` (target <= +5 ms)
   verbs  benchmarks/run.py's verbs section (3-arch standalone plugin and objects against the
          raw tools, zig's cache cold on both sides; target <= 1.3x), each verb through the native client
@@ -101,7 +104,8 @@ def section_split(work: Path, env: dict[str, str], repeat: int) -> None:
     """Where a served `run`'s milliseconds go, each step measured side by side (minimums, the
     least disturbed by load): the tool alone; under the setpriv wrapper every spawn uses; the
     CLI called in this warm process (what a worker does: checks, scratch directory, spawn,
-    .npy results); the typed client (that plus the client and the server's hand-off)."""
+    .npy results); the typed client served (that plus the client and the server's hand-off:
+    another environment each time, so that no plan applies), and from the run's plan."""
     module, plugin = work / "example.vmfb", work / "plugin.so"
     if not module.is_file():
         section_run(work, env, 1)
@@ -128,6 +132,7 @@ def section_split(work: Path, env: dict[str, str], repeat: int) -> None:
         "tool": lambda: timed(raw, env),
         "wrapped": lambda: timed([*wrapper, *raw], env),
         "worker": in_process,
+        "served": lambda: timed([*typed, *args], dict(env, PYREE_BUILD_SERVER="on", PYREE_BENCH_NONCE=str(time.monotonic_ns()))),
         "typed": lambda: timed([*typed, *args], dict(env, PYREE_BUILD_SERVER="on")),
     }
     times: dict[str, list[float]] = {name: [] for name in steps}
@@ -141,13 +146,14 @@ def section_split(work: Path, env: dict[str, str], repeat: int) -> None:
     labels = {
         "tool": "iree-run-module itself",
         "worker": "+ pyree_build's own work in a warm process, spawning as a served worker does (checks, scratch dir, .npy results)",
-        "typed": "+ the typed client and the server's hand-off (connect, fds, the waiting worker, its first touches)",
+        "served": "+ the typed client and the server's hand-off (connect, fds, the waiting worker, its first touches; a new plan written)",
     }
     previous = 0.0
     for name, label in labels.items():
         print(f"  {name:<8} {best[name]:7.1f} ms  ({best[name] - previous:+6.1f} ms  {label})")
         previous = best[name]
-    print(f"  typed / tool: {best['typed'] / best['tool']:.2f}x")
+    print(f"  typed    {best['typed']:7.1f} ms  ({best['typed'] - best['tool']:+6.1f} ms over the tool: the typed client running it from the run's plan)")
+    print(f"  served / tool: {best['served'] / best['tool']:.2f}x; from the plan: {best['typed'] / best['tool']:.2f}x")
     print(f"  (in its own process, a command spawns each tool under setpriv --pdeathsig: {best['wrapped'] - best['tool']:+.1f} ms)")
 
 
