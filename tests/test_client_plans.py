@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import test_stop
 from conftest import PLUGIN_SAMPLE, run_cli
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from test_stop import RUN_ARGS, Watched
 
 from pyree_build.core import client_plans
@@ -100,7 +102,7 @@ def _served(runtime: Path) -> int:
 
 
 def _plans(runtime: Path) -> list[str]:
-    directory = runtime / "pyree_build" / client_plans.PLANS_DIR
+    directory = runtime / "pyree_build" / client_plans.PLANS_DIR  # client_plans.plans_dir() in the test's runtime
     return sorted(os.listdir(directory)) if directory.is_dir() else []
 
 
@@ -252,3 +254,36 @@ def test_cache_clear_forgets_the_plans(client, runtime, system_module, moody, tm
     cleared = subprocess.run([client, "cache", "clear"], env=_env(runtime, PYREE_BUILD_CACHE=str(cache)), capture_output=True, text=True, timeout=300)
     assert cleared.returncode == 0, cleared.stderr
     assert _plans(runtime) == []
+
+
+_STEPS = st.lists(st.sampled_from(["run", "run", "mode p", "mode w", "mode f", "touch", "environment"]), min_size=2, max_size=7)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
+@given(steps=_STEPS)
+@example(steps=["mode w", "run", "mode p", "run", "environment", "run"])
+@example(steps=["run", "mode f", "run", "touch", "run", "mode p"])
+def test_any_sequence_of_edits_and_runs_reports_what_pyree_build_reports_without_the_client(client, runtime, system_module, moody, tmp_path, steps):
+    """Property: after any sequence of plugin behaviours, touched modules and environments,
+    each run through the client (from a plan or served) gives the exit code and output the
+    same run gives in its own process without the client, and runs the tool exactly as often."""
+    module = tmp_path / "m.vmfb"
+    if not module.exists():
+        shutil.copy(system_module, module)
+        _settled()
+    (tmp_path / "mode").write_text("p")
+    args = ["run", module, *RUN_ARGS, "--plugin", moody, *EXPECT]
+    env = _env(runtime)
+    for step in ["run", *steps, "run"]:
+        if step.startswith("mode"):
+            (tmp_path / "mode").write_text(step[-1])
+        elif step == "touch":
+            os.utime(module)
+        elif step == "environment":
+            env = {**env, "PYREE_TEST_STEP": str(time.monotonic_ns())}
+        else:
+            calls = _calls(tmp_path)
+            reference = _run(client, args, {**env, "PYREE_BUILD_SERVER": "off"}, tmp_path)
+            once = _calls(tmp_path) - calls
+            assert _run(client, args, env, tmp_path) == reference, steps
+            assert _calls(tmp_path) - calls == 2 * once, steps

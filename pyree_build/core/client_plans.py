@@ -36,6 +36,7 @@ import locale
 import os
 import stat
 import struct
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,8 +69,8 @@ def key_material(args: Sequence[str]) -> bytes:
     return b"".join(os.fsencode(part) + b"\0" for part in head) + _environment()
 
 
-def plan_path(material: bytes, *, create: bool) -> Path | None:
-    """Where the plan for `material` lives, in the server's directory; None where that
+def plans_dir(*, create: bool) -> Path | None:
+    """The plans' directory, in the server's (native_client.c looks there); None where that
     directory is not this user's alone."""
     try:
         directory = Path(server_protocol.check_dir(server_protocol.socket_dir(), create=create)) / PLANS_DIR
@@ -77,7 +78,13 @@ def plan_path(material: bytes, *, create: bool) -> Path | None:
             directory.mkdir(mode=0o700, exist_ok=True)
     except (OSError, server_protocol.Unsafe):
         return None
-    return directory / f"{server_protocol.fnv1a64(material):016x}"
+    return directory
+
+
+def plan_path(material: bytes, *, create: bool) -> Path | None:
+    """Where the plan for `material` lives (named by its FNV-1a, as native_client.c names it)."""
+    directory = plans_dir(create=create)
+    return None if directory is None else directory / f"{server_protocol.fnv1a64(material):016x}"
 
 
 class Ran(NamedTuple):
@@ -101,8 +108,8 @@ def write(args: Sequence[str], ran: Ran, files: Sequence[str], timeout: float | 
     stats = _stats(files)
     if stats is None or len(shown) > MAX_PRINTED or len(tool_stdout) + sum(map(len, ran.results)) > MAX_RESULTS:
         return False
-    prefix, seconds, suffix = line.partition(b"{seconds}")
-    if check_line is not None and not seconds:
+    prefix, marker, suffix = line.partition(b"{seconds}")
+    if check_line is not None and not marker:
         return False
     material = key_material(args)
     path = plan_path(material, create=True)
@@ -129,8 +136,7 @@ def write(args: Sequence[str], ran: Ran, files: Sequence[str], timeout: float | 
 
 
 def _stream_encoding(name: str) -> str:
-    stream = getattr(__import__("sys"), name)
-    return getattr(stream, "encoding", None) or "utf-8"
+    return getattr(getattr(sys, name), "encoding", None) or "utf-8"
 
 
 def _stats(files: Sequence[str]) -> list[bytes] | None:
@@ -151,9 +157,9 @@ def _stats(files: Sequence[str]) -> list[bytes] | None:
 
 def forget() -> None:
     """Remove every plan (`pyree-build cache clear`): the next run of each line is served."""
-    path = plan_path(b"", create=False)
-    if path is not None and path.parent.is_dir():
-        _remove_all(path.parent)
+    directory = plans_dir(create=False)
+    if directory is not None and directory.is_dir():
+        _remove_all(directory)
 
 
 def _start_over_if_full(directory: Path) -> None:
@@ -211,12 +217,12 @@ def _client_made(directory: str, plan: str) -> bool:
     it names them) and `plan` one of this user's plans: the directory is emptied and removed."""
     try:
         info = os.lstat(directory)
-        plans = plan_path(b"", create=False)
     except OSError:
         return False
+    plans = plans_dir(create=False)
     return (
         os.path.basename(directory).startswith("pyree-run.") and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-        and stat.S_IMODE(info.st_mode) == 0o700 and plans is not None and os.path.dirname(plan) == os.fspath(plans.parent)
+        and stat.S_IMODE(info.st_mode) == 0o700 and plans is not None and os.path.dirname(plan) == os.fspath(plans)
     )  # fmt: skip
 
 
