@@ -103,7 +103,7 @@ def _served(runtime: Path) -> int:
 
 def _plans(runtime: Path) -> list[str]:
     directory = runtime / "pyree_build" / client_plans.PLANS_DIR  # client_plans.plans_dir() in the test's runtime
-    return sorted(os.listdir(directory)) if directory.is_dir() else []
+    return sorted(n for n in os.listdir(directory) if not n.startswith(client_plans.CODE_FILE)) if directory.is_dir() else []
 
 
 def _settled() -> None:
@@ -287,3 +287,23 @@ def test_any_sequence_of_edits_and_runs_reports_what_pyree_build_reports_without
             once = _calls(tmp_path) - calls
             assert _run(client, args, env, tmp_path) == reference, steps
             assert _calls(tmp_path) - calls == 2 * once, steps
+
+
+def test_a_plan_of_other_pyree_build_code_runs_through_the_server(client, runtime, system_module, moody, tmp_path):
+    """plans/code-* names the code that wrote the plans (its digest, then its files' stats): a
+    pyree_build edited or upgraded in place names other code, and no older plan applies."""
+    _settled()
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT]
+    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    (code,) = (runtime / "pyree_build" / client_plans.PLANS_DIR).glob(f"{client_plans.CODE_FILE}-*")
+    written = code.read_bytes()
+    assert written[4:36].isalnum(), "plans/code begins with the code's digest"
+    for other in (written[:4] + b"0" * 32 + written[36:], written[:-1] + bytes([written[-1] ^ 1])):  # other code; a file changed
+        code.write_bytes(other)
+        before = _served(runtime)
+        assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+        assert _served(runtime) == before + 2, "a plan of other code was used"
+        assert code.read_bytes() == written, "the served run did not name this code again"
+        before = _served(runtime)
+        assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+        assert _served(runtime) == before + 1, "the plan of this code was not used"

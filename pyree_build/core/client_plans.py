@@ -11,6 +11,9 @@ named by a hash of the command line, working directory, whole environment and id
   before the tool started: the module, each plugin as named and where its path leads, the
   runner, input files. Only files unchanged for two seconds (the rule of cache.facts), so
   a rewrite within one time tick cannot look unchanged;
+- the digest of pyree_build's own code, whose files' stats are in `plans/code-<hash of the
+  identity>` (one file for all plans of an install, checked by the client too): an edited or
+  upgraded pyree_build writes a new one, and no plan of the old code applies;
 - the runner's argv (each result's .npy path under a directory the client makes; a NUL
   stands for that directory), the time limit;
 - what the tool gave: its stdout and each result's bytes; and what pyree_build printed then.
@@ -32,6 +35,8 @@ outputs, with the cache on, and never for a run that was handed over.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import locale
 import os
 import stat
@@ -44,7 +49,7 @@ from typing import NamedTuple
 
 from pyree_build.core import server_protocol
 
-MAGIC = b"pyree-plan-1\n"
+MAGIC = b"pyree-plan-2\n"
 PLANS_DIR = "plans"
 OUTCOME_ENV = "PYREE_BUILD_RAN"  # set by native_client.c for the Python CLI it hands a run to
 MAX_PLANS = 4096  # past it the directory starts over: plans are cheap to write again
@@ -113,16 +118,22 @@ def write(args: Sequence[str], ran: Ran, files: Sequence[str], timeout: float | 
         return False
     material = key_material(args)
     path = plan_path(material, create=True)
-    if path is None:
+    code = _code_stamp()
+    if path is None or code is None or not _keep_code_stamp(path.parent, code):
         return False
     argv = [os.fsencode(a).replace(os.fsencode(ran.results_dir), b"\0") for a in ran.argv]
     body = b"".join([
-        MAGIC, _blob(material), struct.pack("<I", len(stats)), *stats, struct.pack("<I", len(argv)), *map(_blob, argv),
+        MAGIC, _blob(material), _blob(code[0]), struct.pack("<I", len(stats)), *stats, struct.pack("<I", len(argv)), *map(_blob, argv),
         struct.pack("<q", -1 if timeout is None else int(timeout * 1000)), _blob(tool_stdout),
         struct.pack("<I", len(ran.results)), *map(_blob, ran.results),
         struct.pack("<I", (_QUIET if quiet else 0) | (_CHECK_LINE if check_line is not None else 0)), _blob(shown), _blob(prefix), _blob(suffix),
     ])  # fmt: skip
     _start_over_if_full(path.parent)
+    return _write_whole(path, body)
+
+
+def _write_whole(path: Path, body: bytes) -> bool:
+    """Write `path` all or nothing (0600); False if it could not be written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         with open(tmp, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
@@ -133,6 +144,51 @@ def write(args: Sequence[str], ran: Ran, files: Sequence[str], timeout: float | 
             tmp.unlink()
         return False
     return True
+
+
+CODE_FILE = "code"  # plans/code-FNV: one per install (identity), so two installs never take turns
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _code_stamp() -> tuple[bytes, bytes] | None:
+    """(digest, packed stats) of pyree_build's own files; None while one changed within the
+    last two seconds."""
+    try:
+        return _settled_code_stamp()
+    except OSError:
+        return None
+
+
+@functools.cache
+def _settled_code_stamp() -> tuple[bytes, bytes]:
+    """Once per process (a server is replaced when these files change; warm_up finds it before
+    the server forks); an unsettled file raises, so that the next call looks again."""
+    files = sorted(os.fspath(p) for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".c", ".h") and "__pycache__" not in p.parts)
+    stats = _stats(files)
+    if stats is None:
+        raise OSError("a file of pyree_build changed within the last two seconds")
+    packed = struct.pack("<I", len(stats)) + b"".join(stats)
+    return hashlib.sha256(packed).hexdigest()[:32].encode(), packed
+
+
+def code_path(directory: Path) -> Path:
+    """The code file of this install's plans in `directory`."""
+    return directory / f"{CODE_FILE}-{server_protocol.fnv1a64(os.fsencode(server_protocol.identity())):016x}"
+
+
+def warm_up() -> None:
+    """The server finds the code's stamp once, before it forks its workers."""
+    _code_stamp()
+
+
+def _keep_code_stamp(directory: Path, code: tuple[bytes, bytes]) -> bool:
+    """`plans/code` names this code (its digest, then its files' stats), written if it names other code."""
+    body = _blob(code[0]) + code[1]
+    path = code_path(directory)
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == body:
+            return True
+    return _write_whole(path, body)
 
 
 def _stream_encoding(name: str) -> str:
@@ -240,6 +296,7 @@ def _plan_argv(data: bytes) -> list[str] | None:
         return None
     try:
         _, at = _blob_at(data, len(MAGIC))  # the key
+        _, at = _blob_at(data, at)  # the code's digest
         (stats,) = struct.unpack_from("<I", data, at)
         at += 4
         for _ in range(stats):

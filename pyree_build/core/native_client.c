@@ -482,7 +482,7 @@ static void std_fds_open(void) {
  * while all are unchanged, this client runs the tool itself and, when it exits 0 with the same
  * stdout and result bytes, prints what pyree_build printed then. Anything else is handed, as it
  * happened, to the Python CLI, which checks and reports it (PYREE_BUILD_RAN). */
-#define PLAN_MAGIC "pyree-plan-1\n"
+#define PLAN_MAGIC "pyree-plan-2\n"
 #define PLAN_QUIET 1
 #define PLAN_CHECK_LINE 2
 static volatile sig_atomic_t g_stop = 0;
@@ -574,6 +574,21 @@ static int files_unchanged(struct reader *r) {
     if (memcmp(want, have, sizeof want) != 0) return 0;
   }
   return r->ok;
+}
+
+/* The plan was written by this pyree_build: its code digest is the one its install's code file
+ * (plans/code-FNV of the identity) names, and every file listed there has the stat it had. */
+static int code_current(const char *dir, struct reader *r) {
+  static char data[1 << 20];
+  char path[PATH_MAX];
+  uint32_t n = 0, m = 0;
+  const char *digest = rd_blob(r, &n);
+  snprintf(path, sizeof path, "%s/plans/code-%016llx", dir, (unsigned long long)fnv(0xCBF29CE484222325ULL, g_identity, strlen(g_identity)));
+  ssize_t size = r->ok ? slurp(path, data, sizeof data) : -1;
+  if (size <= 0) return 0;
+  struct reader code = {data, data + size, 1};
+  const char *named = rd_blob(&code, &m);
+  return code.ok && m == n && !memcmp(named, digest, n) && files_unchanged(&code);
 }
 
 struct plan {
@@ -782,7 +797,7 @@ static int run_plan(const char *dir, int argc, char **argv) {
   snprintf(results_dir, sizeof results_dir, "%s/pyree-run.XXXXXX", tmp && tmp[0] == '/' && stat(tmp, &st) == 0 && S_ISDIR(st.st_mode) ? tmp : "/tmp");
   struct plan p = {0};
   struct ran ran = {0};
-  if (key && n == material.n && !memcmp(key, material.p, n) && files_unchanged(&r) && mkdtemp(results_dir)) {
+  if (key && n == material.n && !memcmp(key, material.p, n) && code_current(dir, &r) && files_unchanged(&r) && mkdtemp(results_dir)) {
     if (!parse_plan(&r, results_dir, &p) || run_tool(p.argv, p.timeout_ms, &ran) != 0) {
       rmdir(results_dir);
     } else if (g_stop) {
