@@ -151,8 +151,8 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def _code_stamp() -> tuple[bytes, bytes] | None:
-    """(digest, packed stats) of pyree_build's own files; None while one changed within the
-    last two seconds."""
+    """(digest, packed stats) of pyree_build's Python files (what decides a run's checks and
+    output); None while one changed within the last two seconds."""
     try:
         return _settled_code_stamp()
     except OSError:
@@ -163,7 +163,7 @@ def _code_stamp() -> tuple[bytes, bytes] | None:
 def _settled_code_stamp() -> tuple[bytes, bytes]:
     """Once per process (a server is replaced when these files change; warm_up finds it before
     the server forks); an unsettled file raises, so that the next call looks again."""
-    files = sorted(os.fspath(p) for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".c", ".h") and "__pycache__" not in p.parts)
+    files = sorted(os.fspath(p) for p in _PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
     stats = _stats(files)
     if stats is None:
         raise OSError("a file of pyree_build changed within the last two seconds")
