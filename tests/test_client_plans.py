@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ _TIMES = re.compile(r"\d+(\.\d+)? ?(s|ms|us)\b")
 _RESULTS_DIR = re.compile(r"pyree-run\.\w+")
 
 # The sample's import, first doing what the mode file says: p pass, w a wrong result, f fail,
-# c crash, l loop, d leave a daemon that holds the tool's stdout; each call appends to the count file.
+# c crash, l loop, d leave a daemon that holds the tool's stdout, b fail saying 2.4 MB; each call appends to the count file.
 _MODES = r"""
   {
     FILE* count = fopen("@DIR@/calls", "a");
@@ -46,6 +47,7 @@ _MODES = r"""
     if (mode == 'c') abort();
     if (mode == 'l') for (;;) {}
     if (mode == 'd' && fork() == 0) { setsid(); sleep(60); _exit(0); }
+    if (mode == 'b') { for (int i = 0; i < 40000; ++i) fputs("a line of what a plugin says, over and over, to fill a pipe\n", stderr); return 1; }
   }
 """
 
@@ -83,8 +85,8 @@ def _env(runtime: Path, mode: str = "on", **extra: str) -> dict[str, str]:
     return {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYREE_BUILD_SERVER": mode, **extra}
 
 
-def _run(client: Path, args: list[str | os.PathLike[str]], env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
-    got = subprocess.run([client, *map(os.fspath, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+def _run(client: Path, args: list[str | os.PathLike[str]], env: dict[str, str], cwd: Path, **kw: object) -> tuple[int, str, str]:
+    got = subprocess.run([client, *map(os.fspath, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload]
     return got.returncode, _normal(got.stdout), _normal(got.stderr)
 
 
@@ -235,7 +237,7 @@ def test_a_stray_handover_variable_is_ignored_and_deletes_nothing(runtime, syste
     victim.mkdir()
     (victim / "stdout").write_text("EXEC @mixed_invocation\n")
     (victim / "keep.txt").write_text("mine")
-    env = _env(runtime, "off", PYREE_BUILD_RAN=f"v1 0 0 0.5 {victim} {tmp_path / 'plan'}")
+    env = _env(runtime, "off", PYREE_BUILD_RAN=f"v2 0 0 0.5 -1 -1 {victim} {tmp_path / 'plan'}")
     calls = _calls(tmp_path)
     got = subprocess.run(
         [sys.executable, "-m", "pyree_build", "run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT], env=env, capture_output=True, text=True, timeout=300
@@ -307,3 +309,38 @@ def test_a_plan_of_other_pyree_build_code_runs_through_the_server(client, runtim
         before = _served(runtime)
         assert _run(client, args, _env(runtime), tmp_path)[0] == 0
         assert _served(runtime) == before + 1, "the plan of this code was not used"
+
+
+def _file_limit(blocks: int) -> Callable[[], None]:
+    """`ulimit -f BLOCKS` for a child (blocks of 1024 bytes, as bash counts them)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (blocks * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+@pytest.mark.parametrize("mode", ["p", "w", "f"], ids=["pass", "wrong-result", "failing-import"])
+def test_under_ulimit_f_a_run_from_its_plan_gives_what_the_run_in_process_gives(client, runtime, system_module, moody, tmp_path, mode):
+    _settled()
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT]
+    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    assert len(_plans(runtime)) == 1
+    (tmp_path / "mode").write_text(mode)
+    limited = _file_limit(20)
+    reference = _run(client, args, _env(runtime, "off"), tmp_path, preexec_fn=limited)
+    before = _served(runtime)
+    assert _run(client, args, _env(runtime), tmp_path, preexec_fn=limited) == reference
+    assert _served(runtime) == before + 1  # run by the client, from the plan
+
+
+def test_what_the_client_cannot_hand_over_is_an_error_that_says_where(client, runtime, system_module, moody, tmp_path):
+    """The tool failed saying 2.4 MB (more than a pipe holds) under `ulimit -f 100`: its output
+    cannot be kept for pyree_build to report, and the client says so rather than run it again."""
+    _settled()
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT]
+    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    (tmp_path / "mode").write_text("b")
+    calls = _calls(tmp_path)
+    results_dirs = set(Path(tempfile.gettempdir()).glob("pyree-run.*"))
+    code, _, err = _run(client, args, _env(runtime), tmp_path, preexec_fn=_file_limit(100))
+    assert code == 1, err
+    assert re.fullmatch(r"error: cannot keep what iree-run-module printed in /\S+/<results>: File too large\n", err), err
+    assert _calls(tmp_path) == calls + 1, "the tool ran again"
+    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) == results_dirs, "a results directory was left behind"

@@ -18,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pyree_build.cache import local
+from pyree_build.core.files import settled, stat_signature
 
 T = TypeVar("T")
 
@@ -93,15 +93,15 @@ def _memo(name: str, path: Path, compute: Callable[[Path], str | None]) -> str |
         st = os.stat(path)
     except OSError:
         return compute(path)
-    sig = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    sig = stat_signature(st)
     known = _DIGESTS.get(name)
     if known is not None and known[0] == sig:
         return known[1]
     digest = compute(path)
-    if digest is not None and stat.S_ISREG(st.st_mode) and time.time_ns() - st.st_ctime_ns > 2_000_000_000:
+    if digest is not None and stat.S_ISREG(st.st_mode) and settled(st):
         with contextlib.suppress(OSError):
             again = os.stat(path)
-            if [again.st_dev, again.st_ino, again.st_size, again.st_mtime_ns, again.st_ctime_ns] == sig:
+            if stat_signature(again) == sig:
                 _remember("digest", name, [sig, digest])
     return digest
 

@@ -19,6 +19,7 @@ from typing import BinaryIO
 from pyree_build.core import echo, files, lazy, readers, toolchain
 from pyree_build.core import outputs as outputs_mod
 from pyree_build.core.errors import PyreeError
+from pyree_build.core.files import settled, stat_signature
 from pyree_build.core.inputs import Inputs, watched_directories
 
 # Loaded on first use: host_cpu() only for code built for "the host", the remote tier only
@@ -165,10 +166,6 @@ def host_cpu() -> str:
     return f"{platform.machine()}/{model or 'unknown model'}/features:{_digest(features)[:16]}"
 
 
-def _stat_sig(st: os.stat_result) -> list[int]:
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
 def _read_json(path: Path) -> object:
     try:
         with open(path, encoding="utf-8") as f:
@@ -217,14 +214,14 @@ def _tool_digest(root: Path, path: Path) -> str:
         return "missing"
     memo = root / "tools" / f"{_digest(str(path.resolve()))}.json"
     known = _read_json(memo)
-    if isinstance(known, dict) and known.get("stat") == _stat_sig(st) and isinstance(known.get("sha256"), str) and _SHA.match(known["sha256"]):
+    if isinstance(known, dict) and known.get("stat") == stat_signature(st) and isinstance(known.get("sha256"), str) and _SHA.match(known["sha256"]):
         return known["sha256"]
     digest = hash_file(path)
     if digest is None:
         return "unreadable"
     with contextlib.suppress(OSError):
-        if time.time_ns() - st.st_ctime_ns > 2_000_000_000 and _stat_sig(path.stat()) == _stat_sig(st):
-            _write_json(memo, {"path": str(path), "stat": _stat_sig(st), "sha256": digest})
+        if settled(st) and stat_signature(path.stat()) == stat_signature(st):
+            _write_json(memo, {"path": str(path), "stat": stat_signature(st), "sha256": digest})
     return digest
 
 
@@ -326,14 +323,14 @@ class _DepHashes:
             st = os.stat(dep)
         except OSError:
             return None
-        sig = _stat_sig(st)
+        sig = stat_signature(st)
         known = self.memo.get(dep)
         if isinstance(known, list) and len(known) == 2 and known[0] == sig and isinstance(known[1], str) and _SHA.match(known[1]):
             return known[1]
         digest = hash_file(Path(dep))
-        if digest is not None and stat.S_ISREG(st.st_mode) and time.time_ns() - st.st_ctime_ns > 2_000_000_000:
+        if digest is not None and stat.S_ISREG(st.st_mode) and settled(st):
             with contextlib.suppress(OSError):
-                if _stat_sig(os.stat(dep)) == sig:
+                if stat_signature(os.stat(dep)) == sig:
                     self.memo[dep] = [sig, digest]
                     self.learned = True
         return digest
@@ -441,7 +438,7 @@ def _verify(deps: Sequence[str], before: dict[str, str | None], started: int) ->
             st2 = os.stat(dep)
         except OSError:
             return None, f"{dep} was removed during the build"
-        if digest is None or _stat_sig(st1) != _stat_sig(st2) or st2.st_ctime_ns >= started or (dep in before and before[dep] != digest):
+        if digest is None or stat_signature(st1) != stat_signature(st2) or st2.st_ctime_ns >= started or (dep in before and before[dep] != digest):
             return None, f"{dep} changed during the build"
         hashes[dep] = digest
     return hashes, ""

@@ -9,8 +9,8 @@ named by a hash of the command line, working directory, whole environment and id
 - those four, byte for byte (the client compares them: a hash collision is never a hit);
 - the stat (device, inode, size, modification and change times) of every file the run read
   before the tool started: the module, each plugin as named and where its path leads, the
-  runner, input files. Only files unchanged for two seconds (the rule of cache.facts), so
-  a rewrite within one time tick cannot look unchanged;
+  runner, input files. Only files unchanged for two seconds (core.files.settled, the rule of
+  the cache and facts), so a rewrite within one time tick cannot look unchanged;
 - the digest of pyree_build's own code, whose files' stats are in `plans/code-<hash of the
   identity>` (one file for all plans of an install, checked by the client too): an edited or
   upgraded pyree_build writes a new one, and no plan of the old code applies;
@@ -23,8 +23,9 @@ own session, ended with the client, orphans ended when the tool exits) and, when
 exits 0 with the same stdout and result bytes, prints what pyree_build printed, with this
 run's seconds, and exits 0: a pure function of those bytes, so the same as the full path.
 Anything else (another exit, other bytes, the time limit, a file changed) is no verdict of
-the client's: it hands what the tool did to the Python CLI (`take_outcome`), which checks and
-reports it as if it had run the tool itself, so a failure is never run again to pass.
+the client's: it hands what the tool did to the Python CLI (`take_outcome`: what it printed
+through pipes, which no `ulimit -f` limits), which checks and reports it as if it had run the
+tool itself, so a failure is never run again to pass.
 
 Plans are written only where the full path prints nothing before the tool starts and at
 most its one "output check passed" line after (not under -v), for the host CPU's devices
@@ -42,12 +43,11 @@ import os
 import stat
 import struct
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from pyree_build.core import server_protocol
+from pyree_build.core import files, server_protocol
 
 MAGIC = b"pyree-plan-2\n"
 PLANS_DIR = "plans"
@@ -55,7 +55,6 @@ OUTCOME_ENV = "PYREE_BUILD_RAN"  # set by native_client.c for the Python CLI it 
 MAX_PLANS = 4096  # past it the directory starts over: plans are cheap to write again
 MAX_PRINTED = 4096  # printed stdout beyond this is not all held back until the end (its order would differ)
 MAX_RESULTS = 1 << 20
-_SETTLED_NS = 2_000_000_000
 _QUIET, _CHECK_LINE = 1, 2
 
 
@@ -101,7 +100,7 @@ class Ran(NamedTuple):
     results: list[bytes]
 
 
-def write(args: Sequence[str], ran: Ran, files: Sequence[str], timeout: float | None, printed: str, check_line: str | None, *, quiet: bool) -> bool:
+def write(args: Sequence[str], ran: Ran, read_files: Sequence[str], timeout: float | None, printed: str, check_line: str | None, *, quiet: bool) -> bool:
     """Write the plan of a run that passed; False (nothing written) where it cannot be one."""
     encoding = locale.getpreferredencoding(False)  # what Popen decoded the tool's stdout with
     try:
@@ -110,7 +109,7 @@ def write(args: Sequence[str], ran: Ran, files: Sequence[str], timeout: float | 
         line = check_line.encode(_stream_encoding("stderr"), "backslashreplace") if check_line is not None else b""
     except (UnicodeError, LookupError):
         return False
-    stats = _stats(files)
+    stats = _stats(read_files)
     if stats is None or len(shown) > MAX_PRINTED or len(tool_stdout) + sum(map(len, ran.results)) > MAX_RESULTS:
         return False
     prefix, marker, suffix = line.partition(b"{seconds}")
@@ -163,8 +162,7 @@ def _code_stamp() -> tuple[bytes, bytes] | None:
 def _settled_code_stamp() -> tuple[bytes, bytes]:
     """Once per process (a server is replaced when these files change; warm_up finds it before
     the server forks); an unsettled file raises, so that the next call looks again."""
-    files = sorted(os.fspath(p) for p in _PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
-    stats = _stats(files)
+    stats = _stats(sorted(os.fspath(p) for p in _PACKAGE.rglob("*.py") if "__pycache__" not in p.parts))
     if stats is None:
         raise OSError("a file of pyree_build changed within the last two seconds")
     packed = struct.pack("<I", len(stats)) + b"".join(stats)
@@ -195,19 +193,18 @@ def _stream_encoding(name: str) -> str:
     return getattr(getattr(sys, name), "encoding", None) or "utf-8"
 
 
-def _stats(files: Sequence[str]) -> list[bytes] | None:
+def _stats(names: Sequence[str]) -> list[bytes] | None:
     """Each file's path and stat, packed; None when one is missing, not a regular file, or
     changed within the last two seconds."""
-    now = time.time_ns()
     packed = []
-    for name in dict.fromkeys(files):
+    for name in dict.fromkeys(names):
         try:
             st = os.stat(name)
         except OSError:
             return None
-        if not stat.S_ISREG(st.st_mode) or now - st.st_ctime_ns < _SETTLED_NS or now - st.st_mtime_ns < _SETTLED_NS:
+        if not stat.S_ISREG(st.st_mode) or not files.settled(st):
             return None
-        packed.append(_blob(os.fsencode(name)) + struct.pack("<qqqqq", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        packed.append(_blob(os.fsencode(name)) + struct.pack("<qqqqq", *files.stat_signature(st)))
     return packed
 
 
@@ -250,17 +247,18 @@ def take_outcome() -> Outcome | None:
 
 
 def _read_outcome(spec: str) -> Outcome | None:
-    """`v1 STATUS TIMED_OUT SECONDS DIR PLAN`: STATUS is the exit code, or minus the signal that
-    killed the tool; DIR holds what it printed (`stdout`, `stderr`) and its result files."""
-    parts = spec.split(" ", 5)
-    if len(parts) != 6 or parts[0] != "v1":
+    """`v2 STATUS TIMED_OUT SECONDS OUT ERR DIR PLAN`: STATUS is the exit code, or minus the
+    signal that killed the tool; OUT and ERR are pipes holding what it printed, or -1 for the
+    files `stdout` and `stderr` in DIR, which also holds its result files."""
+    parts = spec.split(" ", 7)
+    if len(parts) != 8 or parts[0] != "v2":
         return None
-    directory, plan = parts[4], parts[5]
+    directory, plan = parts[6], parts[7]
     if not _client_made(directory, plan):
         return None
     try:
         status, timed_out, seconds = int(parts[1]), parts[2] == "1", float(parts[3])
-        stdout, stderr = (_take(os.path.join(directory, name)) for name in ("stdout", "stderr"))
+        stdout, stderr = (_take(int(fd), os.path.join(directory, name)) for fd, name in ((parts[4], "stdout"), (parts[5], "stderr")))
         with open(plan, "rb") as f:
             argv = _plan_argv(f.read())
     except (ValueError, OSError):
@@ -282,8 +280,11 @@ def _client_made(directory: str, plan: str) -> bool:
     )  # fmt: skip
 
 
-def _take(path: str) -> bytes:
-    """A file's bytes, the file removed."""
+def _take(fd: int, path: str) -> bytes:
+    """All a pipe the client filled holds (`fd`), or a file's bytes, the file removed."""
+    if fd >= 0:
+        with os.fdopen(fd, "rb") as pipe:
+            return pipe.read()
     with open(path, "rb") as f:
         data = f.read()
     os.unlink(path)

@@ -380,3 +380,20 @@ def _as_named(dep: str, named: Sequence[str | os.PathLike[str]]) -> str:
 # for this build but not stored. Outputs are stored from the build's private temporary
 # files, and published as copies (copy-on-write clones where the filesystem has them),
 # each checked against its recorded hash on every hit.
+
+
+# A file's content may be taken as unchanged while its stat is unchanged only once it has not
+# changed for this long: a write within one time tick of the file system leaves the stat as it
+# was (the rule of git's "racily clean" entries). The cache, facts and the client's plans use it.
+SETTLED_NS = 2_000_000_000
+
+
+def stat_signature(st: os.stat_result) -> list[int]:
+    """What says a file is unchanged: device, inode, size, modification and change time (ns)."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def settled(st: os.stat_result) -> bool:
+    """Unchanged for SETTLED_NS: its stat can stand for its content from now on."""
+    now = time.time_ns()
+    return now - st.st_ctime_ns > SETTLED_NS and now - st.st_mtime_ns > SETTLED_NS

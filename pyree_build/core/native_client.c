@@ -670,11 +670,13 @@ static int run_tool(char **argv, int64_t timeout_ms, struct ran *ran) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   struct sigaction sa = {.sa_handler = on_stop};
   sigaction(SIGINT, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGHUP, &sa, NULL);
+  signal(SIGXFSZ, SIG_IGN); /* past `ulimit -f` a write fails here, as in Python, which ignores it too */
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   pid_t parent = getpid(), pid = fork();
   if (pid == 0) {
     setsid();
+    signal(SIGXFSZ, SIG_DFL); /* the tool gets it, as Popen's restore_signals gives it */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     int null = open("/dev/null", O_RDONLY);
@@ -724,13 +726,14 @@ static int same_bytes(const char *path, const char *want, uint32_t n) {
   return got == (ssize_t)n && !memcmp(have, want, n);
 }
 
-static void write_all(int fd, const char *p, size_t n) {
+static int write_all(int fd, const char *p, size_t n) {
   while (n) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
+    if (w <= 0) return 0;
     p += w, n -= (size_t)w;
   }
+  return 1;
 }
 
 /* What pyree_build printed for this run: its stdout is buffered until the command ends
@@ -759,24 +762,37 @@ static void remove_results(const char *dir, uint32_t nresults) {
   rmdir(dir);
 }
 
-static int write_file(const char *dir, const char *name, const struct buf *b) {
+/* `b` for the Python CLI this process becomes: the read end of a pipe holding it all (no file
+ * size limit applies to a pipe), else (more than a pipe holds) a file `name` in `dir`, fd -1.
+ * -2 when neither could take it. */
+static int pass_bytes(const char *dir, const char *name, const struct buf *b) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) == 0) {
+    if (b->n > 65536) fcntl(p[1], F_SETPIPE_SZ, (int)(b->n < (1 << 20) ? b->n : (1 << 20)));
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    int whole = write_all(p[1], b->p ? b->p : "", b->n);
+    close(p[1]);
+    if (whole && fcntl(p[0], F_SETFD, 0) == 0) return p[0];
+    close(p[0]);
+  }
   char path[PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return 0;
-  write_all(fd, b->p ? b->p : "", b->n);
-  return close(fd) == 0;
+  if (fd < 0) return -2;
+  int whole = write_all(fd, b->p ? b->p : "", b->n);
+  return close(fd) == 0 && whole ? -1 : -2;
 }
 
 /* Hand the run to the Python CLI, which checks and reports it as if it had run the tool
  * (client_plans.take_outcome): never run again, so a failure is never retried into a pass. */
 static int hand_over(int argc, char **argv, const struct ran *ran, const char *results_dir, const char *plan_path) {
   char spec[2 * PATH_MAX + 128];
-  if (!write_file(results_dir, "stdout", &ran->out) || !write_file(results_dir, "stderr", &ran->err)) {
+  int out = pass_bytes(results_dir, "stdout", &ran->out), err = out == -2 ? -2 : pass_bytes(results_dir, "stderr", &ran->err);
+  if (out == -2 || err == -2) {
     fprintf(stderr, "error: cannot keep what %s printed in %s: %s\n", "iree-run-module", results_dir, strerror(errno));
     return 1;
   }
-  snprintf(spec, sizeof spec, "v1 %d %d %.17g %s %s", ran->status, ran->timed_out, ran->seconds, results_dir, plan_path);
+  snprintf(spec, sizeof spec, "v2 %d %d %.17g %d %d %s %s", ran->status, ran->timed_out, ran->seconds, out, err, results_dir, plan_path);
   setenv("PYREE_BUILD_RAN", spec, 1);
   return in_process(argc, argv, NULL);
 }
@@ -812,10 +828,12 @@ static int run_plan(const char *dir, int argc, char **argv) {
         snprintf(file, sizeof file, "%s/result%u.npy", results_dir, k);
         same = same_bytes(file, p.results[k], p.result_n[k]);
       }
-      if (!same) return hand_over(argc, argv, &ran, results_dir, path);
-      print_as_before(&p, ran.seconds);
+      if (same) print_as_before(&p, ran.seconds);
+      code = same ? 0 : hand_over(argc, argv, &ran, results_dir, path); /* returns only when it could not */
+      char file[PATH_MAX + 32];
+      snprintf(file, sizeof file, "%s/stdout", results_dir), unlink(file);
+      snprintf(file, sizeof file, "%s/stderr", results_dir), unlink(file);
       remove_results(results_dir, p.nresults);
-      code = 0;
     }
   }
   free(data), free(material.p);
