@@ -9,15 +9,20 @@ from pathlib import Path
 
 import pytest
 
-# Tests share one fresh cache (the subprocesses they start inherit it), never the user's.
-if "PYREE_BUILD_CACHE" not in os.environ:
+# Tests share one fresh cache (the subprocesses they start inherit it), never the user's: a
+# PYREE_BUILD_CACHE or remote cache the user set is replaced, not used, or the user's entries
+# would answer the suite's builds (and the suite's would land in the user's cache). A pytest
+# started by a test inherits its parent's cache through the marker.
+if os.environ.get("PYREE_TEST_OWN_CACHE") != os.environ.get("PYREE_BUILD_CACHE"):
     import atexit
     import shutil
     import tempfile
 
     _TEST_CACHE = tempfile.mkdtemp(prefix="pyree-test-cache.")
-    os.environ["PYREE_BUILD_CACHE"] = _TEST_CACHE
+    os.environ["PYREE_BUILD_CACHE"] = os.environ["PYREE_TEST_OWN_CACHE"] = _TEST_CACHE
     atexit.register(shutil.rmtree, _TEST_CACHE, True)
+for _user_setting in [name for name in os.environ if name.startswith("PYREE_BUILD_REMOTE_CACHE")]:
+    del os.environ[_user_setting]
 
 # Every command a test runs is served by the per-user server (`--server on`, the default, as
 # users get it) or runs in its own process (`--server off`): pytest_configure sets
