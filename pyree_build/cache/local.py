@@ -533,7 +533,7 @@ def cached_action(
     and specs named by the program or by flags); `tools_used` the tools, keyed by identity
     and content. `build(private)` writes each output to the private temporary path given
     for it (they are renamed into place afterwards, all or none) and returns every file it
-    read. `uncacheable`, when set, says why the inputs cannot be known: then the action
+    read (a files.Reads whose `unlisted` is set: it may have read others, and nothing is stored). `uncacheable`, when set, says why the inputs cannot be known: then the action
     always builds. `headers` (core.inputs: c_includes, header_lookups) says how a C-family
     step's header names resolved, found or not: that is keyed, its headers hashed, its
     refusal honoured, and the directories searched returned too, for the depfile. `check`
@@ -649,7 +649,10 @@ def _build_and_store(action: str, slot: _Slot, outputs: Sequence[Path], build: C
         excluded = set(tool_paths)
         deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, toolchain.package_files())]) if d not in excluded]
         outputs_mod.check_not_read(outputs, deps)  # the tool's own list: a scan before the build can miss one
-        if root is not None:
+        unlisted = getattr(read, "unlisted", None)  # files.Reads: the tool may have read files its list leaves out
+        if root is not None and unlisted:
+            echo.log_step(f"  {action}: built, not cached ({unlisted})")
+        elif root is not None:
             stored = _store_built(action, slot, private, deps, started)
     if stored and root is not None:
         _save_commands(root, slot.base, outputs, commands)
