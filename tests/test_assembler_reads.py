@@ -128,3 +128,10 @@ def test_the_scan_finds_a_directive_however_its_literal_spells_it(noise, directi
     why, _ = assembler_reads(text)
     assert why is not None and f"`.{directive}`" in why, (text, why)
     assert assembler_reads("".join(noise))[0] is None
+
+
+def test_a_directive_name_an_operand_completes_is_found_and_a_printf_format_is_not():
+    assert assembler_reads('void f(void) { __asm__ volatile(".in" "%c0 \\"f.bin\\"" :: "s"(cbin)); }\n')[0] is not None
+    assert assembler_reads('void f(void) { asm(".%c0 \\"f.bin\\"" :: "s"(incbin_alias)); }\n')[0] is not None
+    assert assembler_reads('int f(const char *a) { return printf("%s.%s", a, a); }\n')[0] is None
+    assert assembler_reads('void f(int x) { asm volatile("movl %0, %%eax\\n.p2align 4" :: "r"(x)); }\n')[0] is None

@@ -390,10 +390,14 @@ def watched_directories(directories: Sequence[Path], outputs: Sequence[Path]) ->
 # `.incbin` and `.include`, in inline asm and in .S files alike): a directive that reads a file,
 # a macro facility that can paste a directive's name together (`.macro`, `.irp`, `.irpc` and
 # `.altmacro` substitute parameters and `\()` into names), or a directive name that an inline
-# asm operand completes (`".inc%c0"`). Matched as the assembler reads directive names (in any
-# case) anywhere in the preprocessed text, so a macro cannot hide one; a word of C code that
-# matches costs the cache, never a wrong output.
-_ASM_READS = re.compile(r"\b(incbin|include|macro|irpc?|altmacro)\b|\.[A-Za-z_]*%", re.IGNORECASE)
+# asm operand completes (`".inc%c0"`). The words are matched as the assembler reads directive
+# names (in any case) anywhere in the preprocessed text, so a macro cannot hide one; a word of
+# C code that matches costs the cache, never a wrong output.
+_ASM_READS = re.compile(r"\b(incbin|include|macro|irpc?|altmacro)\b", re.IGNORECASE)
+# An asm statement's template (one literal once adjacent ones are joined), and a directive
+# name in it that an operand completes (`.%c0`, `.inc%c0`; `"%s.%s"` of a printf is no template).
+_ASM_TEMPLATE = re.compile(r'\b(?:__asm__|__asm|asm)\b[\s\w]*\(\s*(?:u8|[uUL])?"((?:[^"\\\n]|\\.)*)"')
+_OPERAND_NAME = re.compile(r"(?:^|[\s;])\.[A-Za-z_]*%")
 _ASM_PATH = re.compile(r'\.(?:incbin|include)[ \t]+"([^"\n]+)"', re.IGNORECASE)
 _ADJACENT_LITERALS = re.compile(r'(?:(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"\s*){2,}')
 _LITERAL_BODY = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
@@ -419,8 +423,9 @@ def assembler_reads(preprocessed: str) -> tuple[str | None, list[str]]:
     joined = _ADJACENT_LITERALS.sub(lambda m: '"' + "".join(_LITERAL_BODY.findall(m[0])) + '" ', preprocessed)
     text = _C_ESCAPE.sub(_unescaped_c, joined)
     found = _ASM_READS.search(text)
-    if found is None:
+    completed = [m[0].strip() for t in _ASM_TEMPLATE.findall(joined) for m in [_OPERAND_NAME.search(_C_ESCAPE.sub(_unescaped_c, t))] if m]
+    if found is None and not completed:
         return None, []
     paths = list(dict.fromkeys(_ASM_PATH.findall(text)))
-    held = f"`.{found[1].lower()}`" if found[1] else f"a directive name an asm operand completes (`{found[0]}`)"
+    held = f"`.{found[1].lower()}`" if found else f"a directive name an asm operand completes (`{completed[0]}`)"
     return f"its assembly holds {held}: the files the assembler reads through `.incbin` and `.include` are not in the compiler's dependency output", paths
