@@ -1,4 +1,4 @@
-"""Issue 35 items 4 and 5: what the remote cache tier takes from a server.
+"""Issue 35 items 4 and 5, issue 44 item 4: what the remote cache tier takes from a server.
 
 A stand-in server (Python's http.server on 127.0.0.1, GET and PUT of whole files, as nginx
 WebDAV and bazel-remote serve them) is either honest or hostile: the hostile one answers every
@@ -37,6 +37,7 @@ class Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.files: dict[str, bytes] = {}
         self.forged: bytes | None = None  # when set, the answer to every record GET
+        self.asked: list[str] = []  # every GET, in order
         self.lock = threading.Lock()
 
     @property
@@ -53,6 +54,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         name = self.path.removeprefix("/cache/")
         with self.server.lock:
+            self.server.asked.append(name)
             data = self.server.forged if name.startswith("ac/") and self.server.forged is not None else self.server.files.get(name)
         self.send_response(200 if data is not None else 404)
         self.send_header("Content-Length", str(len(data or b"")))
@@ -198,6 +200,63 @@ def test_a_remote_hit_is_stored_from_its_own_files_not_the_shared_outputs(server
     monkeypatch.delenv("PYREE_BUILD_REMOTE_CACHE")
     again, log = _objects(src, tmp_path / "c", _env(tmp_path / "cache-b", None))
     assert again == built and "cache hit" in log, log
+
+
+@pytest.mark.parametrize("mode", ["readwrite", "read"])
+def test_a_record_cannot_probe_a_local_file(server, tmp_path, mode):
+    """Issue 44 item 4: a record whose dependencies name a file the build does not read, with
+    the hash of a guess at its content, is refused whatever the file holds: no hit and no blob
+    asked for, so the server cannot learn whether the guess was right (on main a right guess
+    was a hit, a wrong one a miss)."""
+    src = _source(tmp_path / "src", 17)
+    secret = tmp_path / "home" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("hunter2")
+    honest, _ = _objects(src, tmp_path / "honest", _env(tmp_path / "cache-honest", None))
+    outcomes = []
+    for guess in ("hunter2", "letmein"):
+        _forge(server, {str(src.resolve()): _sha(src.read_bytes()), str(secret): _sha(guess.encode())}, honest)
+        server.asked.clear()
+        _, log = _objects(src, tmp_path / guess, _env(tmp_path / f"cache-{guess}", server.url, PYREE_BUILD_REMOTE_CACHE_MODE=mode))
+        outcomes.append(("remote cache hit" in log, [a for a in server.asked if a.startswith("cas/")]))
+        assert "not an input of this build" in log, log
+    assert outcomes == [(False, []), (False, [])], outcomes
+
+
+_OPENED: list[str] = []
+_WATCHING: list[bool] = []
+
+
+def _audit(event: str, args: tuple) -> None:  # type: ignore[type-arg]
+    if _WATCHING and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+def test_a_foreign_dependency_is_never_opened(server, tmp_path, monkeypatch):
+    """The file a hostile record names is not even opened (Python's audit hook sees every
+    open), while the build's own source is: the refusal comes before any hash."""
+    from pyree_build.backends.llvm_cpu import plugins
+    from pyree_build.cache import remote
+
+    src = _source(tmp_path / "src", 19)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    honest, _ = _objects(src, tmp_path / "honest", _env(tmp_path / "cache-honest", None))
+    _forge(server, {str(src.resolve()): _sha(src.read_bytes()), str(secret): _sha(b"hunter2")}, honest)
+    for name, value in _env(tmp_path / "cache", server.url).items():
+        monkeypatch.setenv(name, value)
+    remote._CONFIGURED.clear()
+    if not hasattr(sys, "_pyree_test_audit"):
+        sys.addaudithook(_audit)  # hooks cannot be removed: this one records only while watched
+        sys._pyree_test_audit = True  # type: ignore[attr-defined]
+    _OPENED.clear()
+    _WATCHING.append(True)
+    try:
+        plugins.objects(src, tmp_path / "out", archs=["x86_64"])
+    finally:
+        _WATCHING.clear()
+    assert str(secret) not in _OPENED
+    assert str(src.resolve()) in _OPENED and not [a for a in server.asked if a.startswith("cas/")]
 
 
 SAMPLES = REPO / "samples" / "custom_dispatch"

@@ -21,6 +21,7 @@ from pyree_build.core import outputs as outputs_mod
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.files import settled, stat_signature
 from pyree_build.core.inputs import Inputs, watched_directories
+from pyree_build.core.package import PACKAGE_DIR
 
 # Loaded on first use: host_cpu() only for code built for "the host", the remote tier only
 # when PYREE_BUILD_REMOTE_CACHE is set (a cache hit pays for neither).
@@ -533,7 +534,7 @@ def cached_action(
     and specs named by the program or by flags); `tools_used` the tools, keyed by identity
     and content. `build(private)` writes each output to the private temporary path given
     for it (they are renamed into place afterwards, all or none) and returns every file it
-    read. `uncacheable`, when set, says why the inputs cannot be known: then the action
+    read (a files.Reads whose `unlisted` is set: it may have read others, and nothing is stored). `uncacheable`, when set, says why the inputs cannot be known: then the action
     always builds. `headers` (core.inputs: c_includes, header_lookups) says how a C-family
     step's header names resolved, found or not: that is keyed, its headers hashed, its
     refusal honoured, and the directories searched returned too, for the depfile. `check`
@@ -554,7 +555,7 @@ def cached_action(
     tool_paths = [str(t.path) for t in tools_used]
     root = _usable_root(action, uncacheable)
     slot = _Slot(root)
-    slot.inputs, slot.check = known, check
+    slot.inputs, slot.check, slot.tools = known, check, tuple(tools_used)
     if root is not None:
         # Each tool's identity, content and the environment it reads (toolchain.ENVIRONMENT_READ).
         tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used] + [e for t in tools_used for e in toolchain.environment_read(t)]
@@ -577,6 +578,7 @@ class _Slot:
         self.before: dict[str, str | None] = {}
         self.remote = None
         self.inputs: list[str] = []  # known before the build: every entry's dependencies name them
+        self.tools: tuple[toolchain.Tool, ...] = ()
         self.check: Callable[[Sequence[Path]], None] | None = None
 
 
@@ -607,7 +609,8 @@ def _cached_outputs(action: str, slot: _Slot, outputs: Sequence[Path], before: d
     slot.remote = _remote_tier(slot.root)
     if slot.remote is None or slot.check is None:  # bytes no check can vouch for are never taken
         return None
-    fetched = slot.remote.fetch(slot.base, len(outputs), functools.partial(_deps_unchanged, known=slot.before, required=slot.inputs, outputs=outputs))
+    judge = functools.partial(_deps_unchanged, known=slot.before, required=slot.inputs, outputs=outputs, tools=slot.tools, note=slot.remote.note)
+    fetched = slot.remote.fetch(slot.base, len(outputs), judge)
     if fetched is None:
         return None
     try:
@@ -649,7 +652,10 @@ def _build_and_store(action: str, slot: _Slot, outputs: Sequence[Path], build: C
         excluded = set(tool_paths)
         deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, toolchain.package_files())]) if d not in excluded]
         outputs_mod.check_not_read(outputs, deps)  # the tool's own list: a scan before the build can miss one
-        if root is not None:
+        unlisted = getattr(read, "unlisted", None)  # files.Reads: the tool may have read files its list leaves out
+        if root is not None and unlisted:
+            echo.log_step(f"  {action}: built, not cached ({unlisted})")
+        elif root is not None:
             stored = _store_built(action, slot, private, deps, started)
     if stored and root is not None:
         _save_commands(root, slot.base, outputs, commands)
@@ -682,11 +688,25 @@ def _remote_tier(root: Path):  # type: ignore[no-untyped-def]
     return remote_cache.from_env(state_dir=root)
 
 
-def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None], required: Sequence[str] = (), outputs: Sequence[Path] = ()) -> bool:
+def _deps_unchanged(
+    deps: Mapping[str, str], known: dict[str, str | None], required: Sequence[str] = (), outputs: Sequence[Path] = (),
+    tools: Sequence[toolchain.Tool] = (), note: Callable[[str, str], None] | None = None,
+) -> bool:  # fmt: skip
     """Whether every dependency of a remote entry hashes here as it did there, the entry names
     every input known before the build (a build reads at least those), and none is an output
-    (the local build then says so)."""
-    if not deps or any(path not in deps for path in required) or outputs_mod.outputs_read(outputs, deps):
+    (the local build then says so). Every dependency must also be one of those inputs or a
+    file of pyree_build or of the `tools` (_trusted_dirs), checked before any file is looked
+    at: a server that could name any path would learn, from which blobs are fetched, whether
+    a local file (`~/secret.txt`) holds what it guessed."""
+    if not deps or any(path not in deps for path in required):
+        return False
+    inputs = set(required)
+    others = [dep for dep in deps if dep not in inputs]
+    if others and not _all_inside(others, _trusted_dirs(tuple(tools))):
+        if note is not None:
+            note("foreign", "a record names a dependency that is not an input of this build; it was not looked at")
+        return False
+    if outputs_mod.outputs_read(outputs, deps):
         return False
     for dep, digest in deps.items():
         if dep not in known:
@@ -694,6 +714,20 @@ def _deps_unchanged(deps: Mapping[str, str], known: dict[str, str | None], requi
         if known[dep] != digest:
             return False
     return True
+
+
+@functools.lru_cache(maxsize=16)
+def _trusted_dirs(tools: tuple[toolchain.Tool, ...]) -> list[str]:
+    """Where a step reads besides its inputs: pyree_build's own files, each tool's installation,
+    and a C compiler's system header directories (those headers are the tool's)."""
+    homes = [PACKAGE_DIR, *(t.path.parent for t in tools), *(d for t in tools for d in toolchain.system_include_dirs(t))]
+    return [os.fspath(d) for d in dict.fromkeys([*map(Path.absolute, homes), *map(Path.resolve, homes)])]
+
+
+def _all_inside(paths: Sequence[str], directories: Sequence[str]) -> bool:
+    """Whether each of `paths`, spelled plainly (no `..`, no `//`), names a file under one of `directories`."""
+    prefixes = tuple(d.rstrip(os.sep) + os.sep for d in directories)
+    return all(os.path.normpath(p) == p and p.startswith(prefixes) for p in paths)
 
 
 def _entry_dirs(root: Path) -> list[Path]:

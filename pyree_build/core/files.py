@@ -314,6 +314,23 @@ def write_depfile(
 _DEP_TOKEN = re.compile(r"(\\*)\\#|(\\+)( )|\$\$|\\\r?\n|([ \t\r\n]+)|(.)", re.DOTALL)
 
 
+class Reads(list[str]):
+    """The files a build step read, as its tools listed them, and `unlisted`: why it may have
+    read files that no list names (the cache then keeps none of its outputs, see
+    cache.local.cached_action). Joined with `Reads.of`, the reason carries over."""
+
+    unlisted: str | None = None
+
+    @classmethod
+    def of(cls, parts: Iterable[Sequence[str]]) -> Reads:
+        """Every part's files, in order, and the first reason a part gives."""
+        joined = cls()
+        for part in parts:
+            joined += part
+            joined.unlisted = joined.unlisted or getattr(part, "unlisted", None)
+        return joined
+
+
 def parse_depfile(path: str | os.PathLike[str], *, named: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
     """Dependencies listed in a depfile (a compiler's `-MD -MF`, or write_depfile's), in order,
     unescaped: each is a file's real name. zig's clang writes each `\\` of a path as `/`:

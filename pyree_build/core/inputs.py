@@ -238,7 +238,7 @@ def compile_inputs(source: Path, argv: Sequence[str], *, cwd: PathLike | None = 
 # wrong output (a comment-removal slip, `<a//b.h>`, cannot hide a name).
 _SPLICE = re.compile(r"\\[ \t\v\f]*\r?\n")
 _COMMENT_OR_LITERAL = re.compile(
-    r"(?:#|%:)[ \t]*(?:include_next|include|import)[ \t]*<[^>\n]*>"  # a header name: `<a//b.h>` holds no comment
+    r"(?:#|%:)[ \t]*(?:include_next|include|import|embed)[ \t]*<[^>\n]*>"  # a header name: `<a//b.h>` holds no comment
     r'|(?P<raw>\bR"(?P<delim>[^()\\\s"]{0,16})\(.*?\)(?P=delim)")'
     r'|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\''
     r"|(?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))",
@@ -246,10 +246,13 @@ _COMMENT_OR_LITERAL = re.compile(
 )
 _DIRECTIVE = r"^[ \t\v\f]*(?:#|%:)[ \t\v\f]*"
 _INCLUDE = re.compile(
-    _DIRECTIVE + r'(?:include(?P<next>_next)?|import)\b[ \t\v\f]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))', re.MULTILINE
+    _DIRECTIVE + r'(?:include(?P<next>_next)?|import|(?P<embed>embed))\b[ \t\v\f]*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>\S.*))',
+    re.MULTILINE,
 )
-# `#if __has_include("x.h")`: a header whose mere existence changes the code.
-_HAS_INCLUDE = re.compile(r'__has_include(?P<next>_next)?\s*\(\s*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>[^)\s][^)\n]*))\s*\)')
+# `#if __has_include("x.h")`, `__has_embed("x.bin")`: a file whose mere existence changes the code.
+_HAS_INCLUDE = re.compile(
+    r'__has_(?:include|(?P<embed>embed))(?P<next>_next)?\s*\(\s*(?:"(?P<quoted>[^"\n]+)"|<(?P<angled>[^>\n]+)>|(?P<other>[^)\s][^)\n]*))\s*\)'
+)
 
 
 def _without_comments(text: str) -> str:
@@ -260,7 +263,8 @@ def _without_comments(text: str) -> str:
 
 @record(frozen=True)
 class IncludeDirective:
-    """One `#include`-like name in a source: `kind` is include or has_include."""
+    """One `#include`-like name in a source: `kind` is include, has_include, embed (C23's
+    `#embed`, whose file the compiler reads as bytes) or has_embed."""
 
     kind: str
     following: bool  # #include_next / __has_include_next
@@ -275,8 +279,9 @@ def include_directives(text: str) -> list[IncludeDirective]:
     stripped = _without_comments(spliced)
     found: dict[IncludeDirective, None] = {}
     for scanned, trusted in ((stripped, True), (spliced, False)):
-        for kind, pattern in (("has_include", _HAS_INCLUDE), ("include", _INCLUDE)):
+        for test, pattern in (("has_", _HAS_INCLUDE), ("", _INCLUDE)):
             for m in pattern.finditer(scanned):
+                kind = test + ("embed" if m["embed"] else "include")
                 if m["other"] is not None:
                     # Only the comment-free text says a name is a macro: `#include /* c */ "h"` is not.
                     if trusted:
@@ -324,8 +329,9 @@ def _look_up(name: str, quoted: bool, current: Path, include_dirs: Sequence[Path
 
 
 def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
-    """The headers a C/CUDA/GLSL source includes, found by following `#include` lines, and how
-    each name (and each `__has_include` name) resolved, found or not. The resolution goes into
+    """The headers a C/CUDA/GLSL source includes, found by following `#include` lines (and the
+    files it `#embed`s), and how each name (and each `__has_include` and `__has_embed` name)
+    resolved, found or not. The resolution goes into
     the cache key, so a header that appears earlier on the search path, or a `__has_include`
     target that starts to exist, is a miss; a depfile lists only what was found. Every line is
     followed, even in comments or disabled branches: an extra dependency costs a rebuild, a
@@ -347,6 +353,8 @@ def c_includes(source: Path, include_dirs: Sequence[Path]) -> Inputs:
             hit = _look_up(d.name, d.quoted, current, include_dirs, found, following=d.following)
             # An #include not found on the search path is the compiler's own header (stdint.h), part of the tool.
             found.resolution.append(f"{d.kind}:{current}:{d.name}->{hit or ('tool' if d.kind == 'include' else 'none')}")
+            if d.kind == "embed" and hit is not None:  # read as bytes: no directive in it is followed
+                found.add(hit)
             if d.kind == "include" and hit is not None and hit not in seen:
                 seen.add(hit)
                 found.add(hit)
@@ -376,3 +384,48 @@ def watched_directories(directories: Sequence[Path], outputs: Sequence[Path]) ->
     output changes its time, and the step would never be up to date."""
     holding = {d for o in outputs for d in (o.resolve().parent, o.resolve().parent.parent)}
     return [d for d in directories if d.resolve() not in holding and d.is_dir()]
+
+
+# What the assembler reads that no compiler's dependency output lists (clang's -MD leaves out
+# `.incbin` and `.include`, in inline asm and in .S files alike): a directive that reads a file,
+# a macro facility that can paste a directive's name together (`.macro`, `.irp`, `.irpc` and
+# `.altmacro` substitute parameters and `\()` into names), or a directive name that an inline
+# asm operand completes (`".inc%c0"`). The words are matched as the assembler reads directive
+# names (in any case) anywhere in the preprocessed text, so a macro cannot hide one; a word of
+# C code that matches costs the cache, never a wrong output.
+_ASM_READS = re.compile(r"\b(incbin|include|macro|irpc?|altmacro)\b", re.IGNORECASE)
+# An asm statement's template (one literal once adjacent ones are joined), and a directive
+# name in it that an operand completes (`.%c0`, `.inc%c0`; `"%s.%s"` of a printf is no template).
+_ASM_TEMPLATE = re.compile(r'\b(?:__asm__|__asm|asm)\b[\s\w]*\(\s*(?:u8|[uUL])?"((?:[^"\\\n]|\\.)*)"')
+_OPERAND_NAME = re.compile(r"(?:^|[\s;])\.[A-Za-z_]*%")
+_ASM_PATH = re.compile(r'\.(?:incbin|include)[ \t]+"([^"\n]+)"', re.IGNORECASE)
+_ADJACENT_LITERALS = re.compile(r'(?:(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"\s*){2,}')
+_LITERAL_BODY = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+_C_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]+|[0-7]{1,3}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)", re.DOTALL)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "v": "\v", "f": "\f", "a": "\a", "b": "\b"}
+
+
+def _unescaped_c(match: re.Match[str]) -> str:
+    code = match[1]
+    if code[0] in "xuU" and len(code) > 1:
+        return chr(min(int(code[1:], 16), 0x10FFFF))
+    if code[0].isdigit():
+        return chr(int(code, 8))
+    return _SIMPLE_ESCAPES.get(code, code)
+
+
+def assembler_reads(preprocessed: str) -> tuple[str | None, list[str]]:
+    """Why the assembler may read files that the compiler's dependency output does not list,
+    for a source's preprocessed text (or an assembly file's own), or None; and the paths its
+    `.incbin` and `.include` lines name as written (for a depfile: Ninja then reruns the step
+    when one changes). The text is read as the assembler gets it: adjacent string literals
+    joined and their escapes (`\\x62`, `\\142`) decoded."""
+    joined = _ADJACENT_LITERALS.sub(lambda m: '"' + "".join(_LITERAL_BODY.findall(m[0])) + '" ', preprocessed)
+    text = _C_ESCAPE.sub(_unescaped_c, joined)
+    found = _ASM_READS.search(text)
+    completed = [m[0].strip() for t in _ASM_TEMPLATE.findall(joined) for m in [_OPERAND_NAME.search(_C_ESCAPE.sub(_unescaped_c, t))] if m]
+    if found is None and not completed:
+        return None, []
+    paths = list(dict.fromkeys(_ASM_PATH.findall(text)))
+    held = f"`.{found[1].lower()}`" if found else f"a directive name an asm operand completes (`{completed[0]}`)"
+    return f"its assembly holds {held}: the files the assembler reads through `.incbin` and `.include` are not in the compiler's dependency output", paths

@@ -215,7 +215,7 @@ def included_files(sources: Iterable[Path], include_dirs: Iterable[PathLike] = (
             text = current.read_text(encoding="utf-8", errors="surrogateescape")
         except OSError:
             continue
-        for name in (d.name for d in inputs.include_directives(text) if d.kind == "include" and d.name):
+        for name in (d.name for d in inputs.include_directives(text) if d.kind in ("include", "embed") and d.name):
             for base in (current.parent, *dirs):
                 candidate = base / name
                 if candidate.is_file():

@@ -168,6 +168,25 @@ def _probe_version(argv: tuple[str, ...], pattern: str) -> str:
     return match.group(1) if match else "unknown"
 
 
+def system_include_dirs(tool: Tool) -> list[Path]:
+    """Where a C compiler finds `<...>` headers besides the -I directories (zig's own headers,
+    the host's /usr/include), as `-E -v` lists them; none for another tool. The headers of a
+    build found there are the compiler's, part of the tool."""
+    if tool.name not in ("zig cc", "zig clang", "clang", "gcc"):
+        return []
+    return [Path(d) for d in _search_list(tool.argv)]
+
+
+@functools.cache
+def _search_list(argv: tuple[str, ...]) -> tuple[str, ...]:
+    try:
+        out = subprocess.run([*argv, "-E", "-v", "-x", "c", os.devnull, "-o", os.devnull], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    listed = out.stderr.partition("#include <...> search starts here:")[2].partition("End of search list.")[0]
+    return tuple(line.strip() for line in listed.splitlines() if line.strip().startswith("/"))
+
+
 def _iree_binary(name: str, module: str, dist: str) -> Tool | Missing:
     where = _package_dir(module)
     version = _dist_version(dist)

@@ -26,11 +26,12 @@ from pyree_build.cache.local import cached_action
 from pyree_build.core import args, echo, formats, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
+    Reads,
     parse_depfile,
     scratch_dir,
     write_depfile,
 )
-from pyree_build.core.inputs import Inputs, header_lookups
+from pyree_build.core.inputs import Inputs, assembler_reads, header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
 
@@ -126,8 +127,9 @@ def _check_sources(sources: Sequence[PathLike] | PathLike) -> list[Path]:
     return [require_file(s, "C source") for s in listed]
 
 
-def _compile(cc: toolchain.Tool, source: Path, obj: Path, flags: Sequence[str]) -> list[str]:
-    """Compile one source; return the files it read (source + headers) from the compiler's depfile."""
+def _compile(cc: toolchain.Tool, source: Path, obj: Path, flags: Sequence[str]) -> Reads:
+    """Compile one source; return the files it read (source + headers) from the compiler's
+    depfile, and what its assembly may read besides (_assembler_reads)."""
     dep = obj.with_suffix(".d")
     # Run from "/" with absolute paths: the working directory is recorded in the debug
     # info, and a fixed one keeps outputs byte-identical across build directories.
@@ -141,9 +143,28 @@ def _compile(cc: toolchain.Tool, source: Path, obj: Path, flags: Sequence[str]) 
             explain=_explain_freestanding if "-ffreestanding" in flags else None,
         )
         include_dirs = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "-I"]
-        return parse_depfile(dep, named=[source.resolve(), *include_dirs])
+        # Assembly that is not preprocessed (`.s`) gets no depfile: it read itself (and what _assembler_reads finds).
+        listed = [str(source.resolve())] if source.suffix == ".s" and not dep.exists() else parse_depfile(dep, named=[source.resolve(), *include_dirs])
     finally:  # the compiler's depfile sits beside the object (in the output directory for `objects`): gone, however it ends
         dep.unlink(missing_ok=True)
+    return Reads.of([listed, _assembler_reads(cc, source, flags)])
+
+
+def _assembler_reads(cc: toolchain.Tool, source: Path, flags: Sequence[str]) -> Reads:
+    """What the assembler may read that the depfile leaves out (`.incbin`, `.include`: clang's
+    -MD lists neither), found in the source as preprocessed with the compile's own flags (a
+    macro cannot hide a directive there; an assembly file `.s` is read as it is): the files
+    those lines name, and why the step is then not cached."""
+    if source.suffix == ".s":
+        text = source.read_text(encoding="utf-8", errors="replace")
+    else:
+        text = processes.spawn(
+            cc.command(*flags, "-E", "-P", source.resolve()), cwd="/", what=f"preprocessing {source.name} with {cc.name}", file=source
+        ).stdout
+    why, named = assembler_reads(text)
+    reads = Reads(p for p in (os.path.join("/", n) for n in named) if os.path.isfile(p))  # the compile ran in "/"
+    reads.unlisted = f"{source}: {why}" if why else None
+    return reads
 
 
 # <math.h> is not here: pyree_build ships one for freestanding code, with a library behind it (libm.py).
@@ -227,15 +248,14 @@ class _SystemBuild:
     cflags: list[str]
     jobs: int | None
 
-    def build(self, private: list[Path]) -> list[str]:
+    def build(self, private: list[Path]) -> Reads:
         """Compile every source, link the library into `private`, and check and probe it; the files read."""
         (tmp,) = private
         out, compiler = self.out, self.compiler
-        inputs: list[str] = []
         with scratch_dir(out.parent, out.name) as build:
             objs = [build / f"{i}_{src.stem}.o" for i, src in enumerate(self.srcs)]
             with echo.Stopwatch(f"compile {len(self.srcs)} source(s) with {compiler.name}"), processes.thread_pool(self.jobs) as pool:
-                inputs += [d for deps in pool.map(_compile, itertools.repeat(compiler), self.srcs, objs, itertools.repeat(self.cflags)) for d in deps]
+                inputs = Reads.of(pool.map(_compile, itertools.repeat(compiler), self.srcs, objs, itertools.repeat(self.cflags)))
             with echo.Stopwatch(f"link {out.name}"):
                 processes.spawn(compiler.command("-shared", *objs, "-o", tmp), what=f"linking {out.name}", file=out)
                 try:
@@ -249,15 +269,11 @@ class _SystemBuild:
 
 def _standalone_elf(
     compiler: toolchain.Tool, lld: toolchain.Tool, srcs: list[Path], arch: str, opts: CompileOptions, build: Path, out: Path, final: Path
-) -> list[str]:
+) -> Reads:
     arch_dir = echo.make_dir(build / arch)
-    inputs: list[str] = []
-    objs = []
+    objs = [arch_dir / f"{i}_{src.stem}.o" for i, src in enumerate(srcs)]
     flags = [*_freestanding_target(compiler, arch), *FREESTANDING_CFLAGS, *opts.flags()]
-    for i, src in enumerate(srcs):
-        obj = arch_dir / f"{i}_{src.stem}.o"
-        inputs += _compile(compiler, src, obj, flags)
-        objs.append(obj)
+    inputs = Reads.of(_compile(compiler, src, obj, flags) for src, obj in zip(srcs, objs))
     label = f"{final} ({arch})"
     libs, lib_deps = libm.libraries_for(objs, arch, arch_dir)
     inputs += lib_deps
@@ -324,7 +340,7 @@ class _StandaloneBuild:
     single: bool
     jobs: int | None
 
-    def build(self, private: list[Path]) -> list[str]:
+    def build(self, private: list[Path]) -> Reads:
         """Build one ELF per arch, in parallel, and write it (or their FatELF) to `private`; the files read."""
         (tmp,) = private
         out, arch_list = self.out, self.arch_list
@@ -333,7 +349,7 @@ class _StandaloneBuild:
             parallel = " in parallel" if len(arch_list) > 1 else ""
             with echo.Stopwatch(f"compile + link {', '.join(arch_list)}{parallel}"), processes.thread_pool(self.jobs) as pool:
                 futures = [pool.submit(_standalone_elf, self.compiler, self.lld, self.srcs, a, self.opts, build, elfs[a], out) for a in arch_list]
-                inputs = [dep for f in futures for dep in f.result()]
+                inputs = Reads.of(f.result() for f in futures)
             if self.single:
                 echo.echo_command(echo.shell_line(["cp", elfs[arch_list[0]], tmp]))
                 tmp.write_bytes(elfs[arch_list[0]].read_bytes())
@@ -435,12 +451,12 @@ class _ObjectsBuild:
     arch_list: list[str]
     jobs: int | None
 
-    def build(self, private: list[Path]) -> list[str]:
+    def build(self, private: list[Path]) -> Reads:
         """Compile every arch, in parallel, into `private` (in arch order); the files read."""
         with echo.Stopwatch(f"compile {self.src.name} for {', '.join(self.arch_list)}"), processes.thread_pool(self.jobs) as pool:
-            return [d for deps in pool.map(self.compile_one, self.arch_list, private) for d in deps]
+            return Reads.of(pool.map(self.compile_one, self.arch_list, private))
 
-    def compile_one(self, spelling: str, obj: Path) -> list[str]:
+    def compile_one(self, spelling: str, obj: Path) -> Reads:
         """Compile for one arch and check the object's machine and undefined symbols; the files read."""
         src, compiler = self.src, self.compiler
         arch = normalize_arch(spelling)
