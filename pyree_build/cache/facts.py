@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pyree_build.cache import local
+from pyree_build.core import reads
 from pyree_build.core.files import settled, stat_signature
 
 T = TypeVar("T")
@@ -89,6 +90,7 @@ def tool_identity(path: Path) -> str:
 
 def _memo(name: str, path: Path, compute: Callable[[Path], str | None]) -> str | None:
     """compute(path), remembered in this process by the file's stat (see _DIGESTS)."""
+    reads.note(path)  # read, though a memo may answer without opening it
     try:
         st = os.stat(path)
     except OSError:
