@@ -6,6 +6,7 @@ without the client, from that one run of the tool.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import resource
@@ -18,14 +19,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import test_stop
 from conftest import PLUGIN_SAMPLE, run_cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_cmake import build, configure, write_downstream
 from test_stop import RUN_ARGS, Watched
 
-from pyree_build.core import client_plans
+from pyree_build.core import client_plans, toolchain
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the native client is built for Linux")
 
@@ -344,3 +347,122 @@ def test_what_the_client_cannot_hand_over_is_an_error_that_says_where(client, ru
     assert re.fullmatch(r"error: cannot keep what iree-run-module printed in /\S+/<results>: File too large\n", err), err
     assert _calls(tmp_path) == calls + 1, "the tool ran again"
     assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) == results_dirs, "a results directory was left behind"
+
+
+def _same_size_edit(path: Path, data: bytes) -> None:
+    """`data` written over `path` (as long as it was), its modification time put back."""
+    before = path.stat()
+    assert len(data) == before.st_size
+    path.write_bytes(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _f32(value: float, suffix: str) -> bytes:
+    """8 float32 of `value`: raw (.bin) or as numpy saves them (.npy)."""
+    array = np.full(8, value, np.float32)
+    if suffix == ".bin":
+        return array.tobytes()
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("spec", "name"),
+    [("8xf32=@ref.bin", "ref.bin"), (" @ref.npy", "ref.npy"), ("@ref.npy", "ref.npy"), ("8xf32= @ref.bin", "ref.bin")],
+    ids=["shape-at-bin", "space-at-npy", "at-npy", "shape-space-at-bin"],
+)
+def test_an_edited_reference_of_expect_close_voids_the_plan(client, runtime, system_module, moody, tmp_path, spec, name):
+    """Issue 44 item 2: the reference --expect-close reads (in any form of its spec) is read
+    after the tool, by pyree_build: a plan stands for it as for the files the tool reads."""
+    ref = tmp_path / name
+    ref.write_bytes(_f32(12, ref.suffix))
+    _settled()
+    args = ["run", system_module, *RUN_ARGS, "--plugin", moody, "--expect-close", spec]
+    for _ in range(2):
+        assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    assert len(_plans(runtime)) == 1
+    _same_size_edit(ref, _f32(99, ref.suffix))
+    reference = _run(client, args, _env(runtime, "off"), tmp_path)
+    assert reference[0] == 1 and "expected 99.0" in reference[2], reference
+    assert _run(client, args, _env(runtime), tmp_path) == reference
+
+
+# Every form of a `run` option that names a file, for input a (b is 4) and the check; the
+# files hold a = 2 and the result a * b + b = 12 until an edit makes them 3 or 16.
+_INPUT_FORMS = ["8xf32=2", "@a.npy", " @a.npy", "8xf32=@a.bin", "8xf32= @a.bin"]
+_CHECK_FORMS = [
+    [], ["-q"], ["--expect", "8xf32=12 12 12 12 12 12 12 12"], ["--expect-close", "8xf32=12"], ["--expect-close", "@r.npy"],
+    ["--expect-close", " @r.npy"], ["--expect-close", "8xf32=@r.bin"], ["--expect-close", "8xf32= @r.bin", "--atol", "0.5"],
+    ["--check-file", "c.txt"], ["-q", "--expect-close", "@r.npy"],
+]  # fmt: skip
+_EDITS = [f"edit {name} {value}" for name in ("a.npy", "a.bin") for value in (2, 3)] + [
+    f"edit {name} {value}" for name in ("r.npy", "r.bin", "c.txt") for value in (12, 16)
+]
+
+
+def _contents(name: str, value: int) -> bytes:
+    if name == "c.txt":
+        return f"CHECK: 8xf32={value}\n".encode()
+    return _f32(value, Path(name).suffix)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
+@given(
+    input_form=st.sampled_from(_INPUT_FORMS),
+    check=st.sampled_from(_CHECK_FORMS),
+    steps=st.lists(st.sampled_from(["run", "wait", *_EDITS]), min_size=1, max_size=5),
+)
+@example(input_form="8xf32=2", check=["--expect-close", "8xf32=@r.bin"], steps=["edit r.bin 16", "run"])
+@example(input_form=" @a.npy", check=["--expect-close", " @r.npy"], steps=["edit a.npy 3", "run", "edit r.npy 16", "wait", "run", "edit a.npy 2", "run"])
+def test_any_run_line_and_edits_of_its_files_give_the_verdict_of_a_run_without_the_client(
+    client, runtime, system_module, moody, tmp_path, input_form, check, steps
+):
+    """Property (issue 44, item 2): whatever form names the files a run reads (inputs and
+    references: @, leading space, SHAPE=@, .bin or .npy) and however they are edited (same
+    size, modification time put back), the client with the server (plans written and used)
+    gives the exit code and output of the same line with PYREE_BUILD_SERVER=off."""
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    for name, value in (("a.npy", 2), ("a.bin", 2), ("r.npy", 12), ("r.bin", 12), ("c.txt", 12)):
+        (work / name).write_bytes(_contents(name, value))
+    _settled()
+    args = ["run", system_module, "--function", "mixed_invocation", "--input", input_form, "--input", "8xf32=4", "--plugin", moody, *check]
+    for step in ["run", "run", *steps, "run"]:
+        if step == "wait":
+            _settled()
+        elif step.startswith("edit"):
+            _, name, value = step.split()
+            _same_size_edit(work / name, _contents(name, int(value)))
+        else:
+            reference = _run(client, args, _env(runtime, "off"), work)
+            assert _run(client, args, _env(runtime), work) == reference, (input_form, check, steps)
+
+
+@pytest.mark.slow
+def test_a_ctest_whose_expect_close_reference_was_edited_fails(client, runtime, tmp_path):
+    """Issue 44, item 2, as ctest meets it: pyree_add_run_test(... EXPECT_CLOSE "8xf32=@ref.bin")
+    passed twice (a plan is written); ref.bin edited in place, the test fails as it does with
+    PYREE_BUILD_SERVER=off."""
+    src, out = tmp_path / "src", tmp_path / "build"
+    write_downstream(src)  # the plugin scales by 3: 2 * 4 * 3 + 4 = 28
+    cmake = (src / "CMakeLists.txt").read_text()
+    assert 'EXPECT "8xf32=28' in cmake
+    (src / "CMakeLists.txt").write_text(re.sub(r'EXPECT "8xf32=[0-9 ]+"', 'EXPECT_CLOSE "8xf32=@ref.bin"', cmake))
+    configure(src, out)
+    build(out)
+    (out / "ref.bin").write_bytes(_f32(28, ".bin"))
+    _settled()
+
+    def ctest(mode: str) -> subprocess.CompletedProcess[str]:
+        ctest_argv = [*toolchain.ctest().argv, "--test-dir", str(out), "--output-on-failure"]
+        return subprocess.run(ctest_argv, env=_env(runtime, mode), capture_output=True, text=True, timeout=300)
+
+    for _ in range(2):
+        passed = ctest("on")
+        assert passed.returncode == 0, passed.stdout
+    assert len(_plans(runtime)) == 1
+    _same_size_edit(out / "ref.bin", _f32(99, ".bin"))
+    without = ctest("off")
+    assert without.returncode != 0 and "expected 99.0" in without.stdout, without.stdout
+    served = ctest("on")
+    assert served.returncode != 0 and "expected 99.0" in served.stdout, served.stdout

@@ -195,3 +195,20 @@ def test_a_file_rewritten_after_its_digest_was_remembered_is_hashed_again(tmp_pa
     os.utime(path, (1, 1))  # even the same mtime: the ctime still changed
     assert facts.remembered("first-byte", [path], ask) == "b" and len(asks) == 2
     facts.forget_in_process()
+
+
+def test_an_answer_that_read_a_file_it_is_not_keyed_by_is_not_remembered(tmp_path, monkeypatch):
+    """Issue 44 item 2: a fact stands only for what was checked. An answer keyed by one file
+    whose computation also read another (recorded where it was opened, core/reads.py) would be
+    stale once that other file changed: it is not remembered."""
+    monkeypatch.setenv(local.CACHE_ENV, str(tmp_path / "cache"))
+    keyed, other = tmp_path / "keyed.txt", tmp_path / "other.txt"
+    keyed.write_text("k")
+    other.write_text("1")
+    ask = lambda: [keyed.read_text(), other.read_text()]  # noqa: E731
+    assert facts.remembered("test-two-files", [keyed], ask) == ["k", "1"]
+    other.write_text("2")
+    assert facts.remembered("test-two-files", [keyed], ask) == ["k", "2"]
+    assert not _facts("test-two-files")
+    assert facts.remembered("test-one-file", [keyed], lambda: [keyed.read_text()]) == ["k"]
+    assert _facts("test-one-file"), "an answer drawn from its own file alone was not remembered"

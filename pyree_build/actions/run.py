@@ -32,7 +32,7 @@ from pyree_build.actions.results import (
 )
 from pyree_build.backends.llvm_cpu.imports import require_resolved
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX, plugin_flag
-from pyree_build.core import client_plans, echo, lazy, processes, toolchain
+from pyree_build.core import client_plans, echo, lazy, processes, reads, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 
 if TYPE_CHECKING:
@@ -142,10 +142,9 @@ class RunResult:
         self.stdout = stdout
         self.seconds = seconds
         self._outputs = outputs if outputs is not None else []
-        # For the native client (core/client_plans.py): the tool's run as it was, and the files
-        # read before it started; None for a run the client handed over.
+        # For the native client (core/client_plans.py): the tool's run as it was; None for a
+        # run the client handed over.
         self.ran: client_plans.Ran | None = None
-        self.read_files: list[str] = []
 
     @property
     def outputs(self) -> list[numpy.ndarray]:
@@ -298,6 +297,7 @@ def _run_bounded(
     with tempfile.TemporaryDirectory(prefix="pyree-run.") as tmp:
         files = [Path(tmp) / f"result{k}.npy" for k in range(signature[0])] if npy and signature else []
         argv = _run_argv(mod, function, device, plugin_flags, inputs, files, npy, flags)
+        reads.note(*_tool_reads(mod, plugins, argv[0], inputs))
         result, seconds, handed = _spawn_run(argv, mod, function, device, plugins, npy, timeout, Path(tmp))
         stdout = result.stdout
         produced = sum(f.is_file() for f in files) if npy else len(_RESULT_HEADING.findall(stdout))
@@ -317,16 +317,15 @@ def _run_bounded(
     if expect_close:
         checks.check_close(outputs(), expect_close, rtol=rtol, atol=atol, source=str(mod))
     run_result = RunResult(mod, function, stdout, seconds, outputs)
-    run_result.ran, run_result.read_files = ran, _read_files(mod, plugins, argv[0], inputs)
+    run_result.ran = ran
     return run_result
 
 
-def _read_files(mod: Path, plugins: Sequence[PathLike], runner: str, inputs: Sequence[str]) -> list[str]:
-    """The files a run read before its tool started (and the tool then reads): the module,
-    each plugin as named and where its path leads, the runner, the inputs' files."""
+def _tool_reads(mod: Path, plugins: Sequence[PathLike], runner: str, inputs: Sequence[str]) -> list[str]:
+    """What the tool reads (no `open` of this process, so noted for core/reads.py): the
+    runner, the module, each plugin, each input's file, in every form `--input` takes."""
     named = [os.fspath(p).removeprefix(EMBEDDED_PREFIX) for p in plugins]
-    input_files = [spec.partition("@")[2] for spec in inputs if spec.startswith("@") or "=@" in spec]
-    return [os.fspath(mod), *named, *(os.path.realpath(p) for p in named), runner, *input_files]
+    return [runner, os.fspath(mod), *named, *(os.fspath(spec.file) for spec in checks.parse_inputs(inputs) if spec.file is not None)]
 
 
 def _require_function(mod: Path, function: str) -> None:

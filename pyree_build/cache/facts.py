@@ -10,7 +10,8 @@ and used again whenever the same bytes come back. Other bytes at the same path m
 key, so an edited or rebuilt file is always read again: a fact is never stale, only unused.
 
 Only answers are remembered, never failures: a tool that could not read a file, or a plugin
-that crashed or hung when asked, is asked again next time.
+that crashed or hung when asked, is asked again next time. Nor an answer whose computation
+read (core/reads.py) any file but those it is keyed by: it would stand for more than them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pyree_build.cache import local
+from pyree_build.core import reads
 from pyree_build.core.files import settled, stat_signature
 
 T = TypeVar("T")
@@ -64,13 +66,22 @@ def remembered(
     if isinstance(stored, dict) and stored.get("format") == _FORMAT and stored.get("kind") == kind and "answer" in stored:
         _remember("fact", memo, stored["answer"])
         return stored["answer"]  # type: ignore[no-any-return]
-    answer = compute()
-    if answer is None or not keep(answer):
+    root = local.cache_root()
+    with reads.recording(own=[root] if root is not None else []) as read:
+        answer = compute()
+    if answer is None or not keep(answer) or not _drawn_from(read, files):
         return answer
     _remember("fact", memo, answer)
     with contextlib.suppress(OSError):
         local.write_json(directory / f"{key}.json", {"format": _FORMAT, "kind": kind, "files": [os.fspath(f) for f in files], "answer": answer})
     return answer
+
+
+def _drawn_from(read: reads.Reads, files: Sequence[Path]) -> bool:
+    """Whether the answer read no file but `files` (in this process: what a tool or a forked
+    child reads is the caller's to name), so that their content is all it stands for."""
+    named = {p for f in files for p in (os.path.abspath(f), os.path.realpath(f))}
+    return read.complete and named.issuperset(read.paths)
 
 
 def tool_identity(path: Path) -> str:
@@ -89,6 +100,7 @@ def tool_identity(path: Path) -> str:
 
 def _memo(name: str, path: Path, compute: Callable[[Path], str | None]) -> str | None:
     """compute(path), remembered in this process by the file's stat (see _DIGESTS)."""
+    reads.note(path)  # read, though a memo may answer without opening it
     try:
         st = os.stat(path)
     except OSError:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from pyree_build.core import echo, files, lazy, readers, toolchain
+from pyree_build.core import echo, files, lazy, readers, reads, toolchain
 from pyree_build.core import outputs as outputs_mod
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.files import settled, stat_signature
@@ -209,6 +209,7 @@ def _tool_digest(root: Path, path: Path) -> str:
     file's device, inode, size, mtime and ctime. Any write to the file sets a new ctime,
     which no user command can set back, and a hash is only remembered for a file unchanged
     for two seconds, so a later write always shows in the stat."""
+    reads.note(path)  # read, though the memo may answer without opening it
     try:
         st = path.stat()
     except OSError:

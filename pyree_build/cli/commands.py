@@ -17,7 +17,7 @@ from typing import Any
 from pyree_build import backends
 from pyree_build.backends.base import Verb
 from pyree_build.cli.parser import compile_options
-from pyree_build.core import echo, lazy, server_protocol
+from pyree_build.core import echo, lazy, reads, server_protocol
 from pyree_build.core.errors import PyreeError
 
 # The action modules of `compile` and `run`, loaded when the verb runs.
@@ -77,11 +77,14 @@ def run_command(a: argparse.Namespace) -> None:
     if a.check_prefixes and not a.check_file:
         raise PyreeError("--check-prefix selects lines of a --check-file, and none was given", fix="add --check-file FILE")
     said = echo.lines_written()
-    result = _run.run(
-        a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
-        check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes, timeout=_timeout(a),
-        expect_close=a.expect_close, rtol=a.rtol, atol=a.atol,
-    )  # fmt: skip
+    # What the run reads (its checks too), recorded for a plan: pyree_build's cache and server
+    # directories are its own, named by the content of what is recorded, or the plans.
+    with reads.recording(own=[d for d in (_cache.cache_root(), server_protocol.socket_dir()) if d is not None]) as read:
+        result = _run.run(
+            a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
+            check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes, timeout=_timeout(a),
+            expect_close=a.expect_close, rtol=a.rtol, atol=a.atol,
+        )  # fmt: skip
     quiet_before = echo.lines_written() == said
     if not a.quiet:
         sys.stdout.write(result.stdout)
@@ -89,18 +92,19 @@ def run_command(a: argparse.Namespace) -> None:
     if checked:
         echo.log_step(f"output check passed ({result.seconds:.2f} s)")
     if quiet_before:
-        _plan_for_client(a, result, checked="output check passed ({seconds} s)\n" if checked and echo.VERBOSITY == 1 else None)
+        _plan_for_client(a, result, read, checked="output check passed ({seconds} s)\n" if checked and echo.VERBOSITY == 1 else None)
 
 
-def _plan_for_client(a: argparse.Namespace, result: Any, checked: str | None) -> None:
+def _plan_for_client(a: argparse.Namespace, result: Any, read: reads.Reads, checked: str | None) -> None:
     """Write down this passing run for the native client to run itself next time
-    (core/client_plans.py), where what it printed is all the client needs to print."""
+    (core/client_plans.py), where what it printed is all the client needs to print and all
+    it read could be recorded."""
     if (
         result.ran is None or a.command_line is None or echo.VERBOSITY > 1 or not a.device.startswith("local-") or a.check_file
-        or any(values.startswith("@") for values in a.expect_close) or not server_protocol.enabled() or _cache.work_dir("facts") is None
+        or not read.complete or not server_protocol.enabled() or _cache.work_dir("facts") is None
     ):  # fmt: skip
         return
-    _client_plans.write(a.command_line, result.ran, result.read_files, _timeout(a), "" if a.quiet else result.stdout, checked, quiet=a.quiet)
+    _client_plans.write(a.command_line, result.ran, list(read.paths), _timeout(a), "" if a.quiet else result.stdout, checked, quiet=a.quiet)
 
 
 def dump_command(a: argparse.Namespace) -> None:

@@ -7,10 +7,11 @@ passed, pyree_build writes a *plan* into the server's directory (the user's alon
 named by a hash of the command line, working directory, whole environment and identity:
 
 - those four, byte for byte (the client compares them: a hash collision is never a hit);
-- the stat (device, inode, size, modification and change times) of every file the run read
-  before the tool started: the module, each plugin as named and where its path leads, the
-  runner, input files. Only files unchanged for two seconds (core.files.settled, the rule of
-  the cache and facts), so a rewrite within one time tick cannot look unchanged;
+- the stat (device, inode, size, modification and change times) of every file the run read,
+  before or after the tool (its references too), as named and where its path leads: recorded
+  where each is opened (core/reads.py), so no form of an option that names a file is missed.
+  Only files unchanged for two seconds (core.files.settled, the rule of the cache and facts),
+  so a rewrite within one time tick cannot look unchanged;
 - the digest of pyree_build's own code, whose files' stats are in `plans/code-<hash of the
   identity>` (one file for all plans of an install, checked by the client too): an edited or
   upgraded pyree_build writes a new one, and no plan of the old code applies;
@@ -29,8 +30,8 @@ tool itself, so a failure is never run again to pass.
 
 Plans are written only where the full path prints nothing before the tool starts and at
 most its one "output check passed" line after (not under -v), for the host CPU's devices
-(which need no probe), without --check-file or a .npy reference to compare with, for small
-outputs, with the cache on, and never for a run that was handed over.
+(which need no probe), without --check-file, for small outputs, with the cache on, never
+for a run that read what no stat stands for, and never for a run that was handed over.
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""core/reads.py: what a scope read, recorded where it is opened, in the forms pyree_build reads files."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from pyree_build.core import reads
+
+
+def test_every_form_of_open_is_recorded_as_named_and_where_it_leads(tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros(2, np.float32))
+    np.zeros(2, np.float32).tofile(tmp_path / "b.bin")
+    (tmp_path / "c.txt").write_text("c")
+    (tmp_path / "link.bin").symlink_to(tmp_path / "b.bin")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("o")
+    with reads.recording() as read:
+        np.load(tmp_path / "a.npy")
+        np.fromfile(str(tmp_path / "link.bin"), dtype=np.float32)
+        (tmp_path / "c.txt").read_text()
+        os.close(os.open(os.fsencode(tmp_path / "c.txt"), os.O_RDONLY))
+    outside.read_text()  # after the scope: not recorded
+    assert list(read.paths) == [str(tmp_path / "a.npy"), str(tmp_path / "link.bin"), str(tmp_path / "b.bin"), str(tmp_path / "c.txt")]
+    assert read.complete
+
+
+def test_what_the_scope_made_its_own_directories_and_imports_are_not_inputs(tmp_path):
+    own = tmp_path / "cache"
+    own.mkdir()
+    (own / "fact.json").write_text("{}")
+    with reads.recording(own=[own]) as read:
+        with tempfile.TemporaryDirectory(dir=tmp_path) as made:
+            (tmp_path / "out.txt").write_text("written here")
+            (tmp_path / "out.txt").read_text()
+            open(os.path.join(made, "r"), "w").close()
+            os.listdir(made)
+            open(os.path.join(made, "r")).close()
+        (own / "fact.json").read_text()
+        import json.tool  # noqa: F401  (an import reads and lists sys.path: code, not input)
+    assert read.paths == {} and read.complete, (read.paths, read.unrecordable)
+
+
+def test_a_listed_directory_makes_the_record_incomplete_and_note_records_a_tool_read(tmp_path):
+    (tmp_path / "x").write_text("x")
+    with reads.recording() as read:
+        os.listdir(tmp_path)
+        reads.note(tmp_path / "x", "relative")
+    assert not read.complete and str(tmp_path) in (read.unrecordable or "")
+    assert list(read.paths) == [str(tmp_path / "x"), os.path.abspath("relative")]
+    with reads.recording() as read:
+        reads.note("/proc/cpuinfo")
+    assert not read.complete
