@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import unicodedata
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pyree_build as pb
-from pyree_build.core import escape
+from pyree_build.core import escape, toolchain
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -77,32 +78,40 @@ def _raw_controls(text: str, layout: str = "\n\t") -> list[str]:
     return sorted({ch for ch in text if ch not in layout and unicodedata.category(ch) in _INVISIBLE})
 
 
-def _hostile_model(path: Path, nodes: list[str], edges: list[str], graph: str, docs: list[str]) -> onnx.ModelProto:
-    """matmul_add_relu with every string the importer reads set to a drawn one: node names, the
-    input, intermediate and output names, the graph's name (the function's), doc strings and metadata."""
-    model = onnx_models.matmul_add_relu()
-    renamed = dict(zip(("x", "m", "s", "y"), edges))
-    for node, name in zip(model.graph.node, nodes):
-        node.name = name
-        node.input[:] = [renamed.get(n, n) for n in node.input]
-        node.output[:] = [renamed.get(n, n) for n in node.output]
+def _hostile_model(path: Path, nodes: list[str], edges: list[str], graph: str, docs: list[str]) -> None:
+    """A MaxPool (a group generated as one loop nest per op) then Flatten, MatMul, Add and Relu
+    (one fused nest), with every string the importer reads drawn: node names, the input,
+    intermediate, weight and output names, the graph's name (the function's), doc strings and
+    metadata."""
+    x, p, f, w, m, b, s, y = edges
+    model = onnx_models._model(
+        "g",
+        [
+            helper.make_node("MaxPool", [x], [p], name=nodes[0], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("Flatten", [p], [f], name=nodes[1], axis=1),
+            helper.make_node("MatMul", [f, w], [m], name=nodes[2]),
+            helper.make_node("Add", [m, b], [s], name=nodes[3]),
+            helper.make_node("Relu", [s], [y], name=nodes[4]),
+        ],
+        {x: (1, 2, 4, 4)},
+        {y: (1, 6)},
+        [onnx_models._weights(1, w, (8, 6)), onnx_models._weights(2, b, (6,))],
+    )
     for value in (*model.graph.input, *model.graph.output):
-        value.name = renamed.get(value.name, value.name)
         value.doc_string = docs[0]
     model.graph.name = graph
     model.graph.doc_string = docs[1]
-    model.graph.node[0].doc_string = docs[2]
+    model.graph.node[2].doc_string = docs[2]
     model.doc_string = docs[0]
     helper.set_model_props(model, {docs[1]: docs[2]})
     onnx.save(model, path)
-    return model
 
 
 def _compile_generated(out: Path, target: str, name: str) -> None:
     """The generated kernel built by its target's real compiler (the plugin also opened by its load check)."""
     source = out / f"{name}{_SOURCES[target]}"
     if target == "llvm-cpu":
-        pb.plugin(source, out / f"{name}.so", kind="system")
+        pb.plugin(source, out / f"{name}.so", kind="system")  # its load check opens it: a constructor would run
     elif target == "vulkan":
         assert pb.spirv(source, out / "spv")
     elif target == "cuda":
@@ -119,9 +128,58 @@ def test_escape_rules_leave_nothing_live():
         assert "*/" not in body and "/*" not in body and "??" not in body
     assert escape.name("a\nb\u202ec\\") == "a\\nb\\u202ec\\\\"
     assert escape.terminal("line 1\n\x1b[2Jline\t2\u2066") == "line 1\n\\x1b[2Jline\t2\\u2066"
-    assert escape.cmake_quoted('a"${X};\\\nb') == 'a\\"\\${X}\\;\\\\\\nb'
+    assert escape.cmake_quoted('a"${X};\\\nb') == 'a\\"\\${X};\\\\\\nb'
     with pytest.raises(ValueError):
         escape.cmake_quoted("a\x00b")
+
+
+def _cmake_reads(quoted: list[str], tmp: Path) -> list[str]:
+    """What CMake reads from each "..." argument body: set() then printed, one per line of a -P script."""
+    script = tmp / "read.cmake"
+    lines = [f'set(V "{q}")\nstring(HEX "${{V}}" H)\nmessage("${{H}}")' for q in quoted]
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = subprocess.run([str(toolchain.cmake().path), "-P", str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [bytes.fromhex(h).decode("utf-8") for h in done.stderr.splitlines()]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    texts=st.lists(
+        st.lists(st.one_of(st.sampled_from(HOSTILE), st.text(st.characters(blacklist_categories=_INVISIBLE), max_size=4)), max_size=6).map("".join),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_cmake_reads_back_exactly_what_cmake_quoted_wrote(tmp_path_factory, texts):
+    # The CMake rule against CMake itself: ${}, $ENV{}, quotes, backslashes, ; and line breaks are
+    # read back as written, not expanded, split or ended.
+    texts = [t.replace("\x00", "") for t in texts if not _raw_controls(t.replace("\x00", ""), "\n\t\r")]
+    assert _cmake_reads([escape.cmake_quoted(t) for t in texts], tmp_path_factory.mktemp("cmake")) == texts
+
+
+def test_a_model_at_a_path_cmake_would_expand_is_named_exactly_in_the_generated_cmakelists(tmp_path):
+    where = tmp_path / 'my "models" ${HOME};$ENV{PATH}\\'
+    where.mkdir()
+    model = where / "m.onnx"
+    onnx.save(onnx_models.matmul_add_relu(), model)
+    mlir = tmp_path / "m.mlir"
+    pb.import_onnx(model, mlir)
+    pb.replace(mlir, tmp_path / "k", ops=[1], imports=["k1"], onnx=model)
+    # The quoted argument of the model's cache variable, as CMake splits it: up to the first quote not escaped.
+    (body,) = re.findall(r'^set\(m_ONNX "((?:[^"\\]|\\.)*)" CACHE FILEPATH', (tmp_path / "k" / "CMakeLists.txt").read_text(), re.MULTILINE)
+    assert _cmake_reads([body], tmp_path) == [str(model)]
+
+
+def test_a_model_path_no_cmake_argument_can_hold_is_refused_clearly(tmp_path):
+    where = tmp_path / "a\x01b"
+    where.mkdir()
+    onnx.save(onnx_models.matmul_add_relu(), where / "m.onnx")
+    mlir = tmp_path / "m.mlir"
+    pb.import_onnx(where / "m.onnx", mlir)
+    result = run_cli("replace", mlir, "--ops", "1", "--import", "k1", "-o", tmp_path / "k", "--onnx", where / "m.onnx")
+    assert_clean_error(result, "cannot be written into a CMakeLists.txt", "a\\x01b")
+    assert not _raw_controls(result.stderr) and not (tmp_path / "k").exists()
 
 
 def test_a_node_name_holding_c_code_runs_nothing_through_replace_plugin_and_verify(tmp_path):
@@ -164,8 +222,8 @@ def test_a_hostile_attribute_name_the_importer_refuses_is_printed_escaped(tmp_pa
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
-    nodes=st.lists(_name, min_size=3, max_size=3),
-    edges=st.lists(_name, min_size=4, max_size=4, unique=True),
+    nodes=st.lists(_name, min_size=5, max_size=5),
+    edges=st.lists(_name, min_size=8, max_size=8, unique=True),
     graph=_name,
     docs=st.lists(_name, min_size=3, max_size=3),
 )
@@ -183,19 +241,26 @@ def test_any_model_strings_are_inert_in_every_generated_file_and_in_what_ops_pri
     listed = run_cli("ops", mlir, "--target", "vulkan,cuda,hip")
     assert listed.returncode == 0, listed
     assert not _raw_controls(listed.stdout) and not _raw_controls(listed.stderr), listed.output
-    as_json = run_cli("ops", mlir, "--json")
+    as_json = run_cli("ops", mlir, "--json", "--target", "vulkan,cuda,hip")
     assert as_json.returncode == 0 and as_json.stdout.isascii(), as_json
-    (group,) = json.loads(as_json.stdout)
-    # Lossless where it is data (JSON), escaped on the terminal: every recorded name in its escaped form.
-    recorded = [n for n in nodes if n in group["source"]]
-    assert recorded, (nodes, group["source"])
+    groups = json.loads(as_json.stdout)
+    # Lossless where it is data (JSON), escaped on the terminal: the MatMul's name (its op keeps
+    # its location) and every other recorded name, each in its escaped form.
+    recorded = {n for g in groups for n in g["source"] if n in nodes}
+    assert nodes[2] in recorded, (nodes, [g["source"] for g in groups])
     assert all(escape.name(n) in listed.stdout for n in recorded)
     for target in _SOURCES:
+        chosen = [g["index"] for g in groups if g["replaceable"] and g["same_as"] is None and (target == "llvm-cpu" or g["targets"][target] is None)]
+        if not chosen:
+            continue
+        event(f"{target}: {len(chosen)} group(s)")
         out = tmp / target
-        pb.replace(mlir, out, ops=[group["index"]], imports=["k1"], onnx=onnx_path, target=target)
+        names = [f"k{i}" for i in chosen]
+        pb.replace(mlir, out, ops=chosen, imports=names, onnx=onnx_path, target=target)
         for path in out.iterdir():
             text = path.read_text(encoding="utf-8")
             assert not _raw_controls(text), (path, _raw_controls(text))
-            if path.suffix != ".txt":  # the kernel and the spec: ASCII (the CMakeLists.txt names the model's path as it is)
+            if path.suffix != ".txt":  # the kernels and the spec: ASCII (the CMakeLists.txt names the model's path as it is)
                 assert text.isascii(), path
-        _compile_generated(out, target, "k1")
+        for name in names:
+            _compile_generated(out, target, name)

@@ -47,7 +47,7 @@ class PyreeError(Exception):
     def render(self) -> str:
         # What goes to the terminal through one rule: a message may quote a model's names or a
         # tool's output, and neither may move the cursor or reorder the line (escape.terminal).
-        where = f"{escape.name(self.file)}: " if self.file else ""
+        where = f"{escape.terminal(self.file)}: " if self.file else ""
         parts = [f"error: {where}{escape.terminal(self.what)}"]
         if self.details:
             parts.append(_indent(escape.terminal(trim(self.details))))

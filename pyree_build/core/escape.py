@@ -74,10 +74,11 @@ def mlir_string(text: str) -> str:
 
 def cmake_quoted(text: str) -> str:
     """`text` as the body of a CMake quoted argument ("..."), read back as exactly `text`: no
-    variable reference (`${`, `$ENV{`), quote, list separator or line break is live."""
+    variable reference (`${`, `$ENV{`), quote or backslash is live. A `;` stays as it is: in a
+    quoted argument it is part of the one value (`\\;` would be kept as two characters)."""
     out: list[str] = []
     for ch in text:
-        if ch in '\\"$;':
+        if ch in '\\"$':
             out.append("\\" + ch)
         elif ch in "\n\t\r":
             out.append(_NAMED[ch])

@@ -319,7 +319,7 @@ def emit_generic(k: Kernel, op: Any, results: list[Buffer]) -> None:
     n_ins = len(op.operands) - len(op.results)
     iterators = [str(it).split("<")[-1].rstrip(">") for it in op.attributes["iterator_types"]]
     names = ", ".join(program.location_names(op.location)) or ", ".join(f"{Path(f).name}:{line}" for f, line in program.location_lines(op.location)[:1]) or "?"
-    k.lines.append(f"  // {op.name} ({names}): {', '.join(iterators)}")
+    k.lines.append("  " + escape.c_comment(f"{op.name} ({names}): {', '.join(iterators)}"))
     for k_out, buffer in enumerate(results):
         init = k.buffers.get(op.operands[n_ins + k_out])
         if init is not None and init.pointer is not None:

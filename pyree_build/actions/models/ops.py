@@ -66,7 +66,7 @@ class OpGroup:
         ]
         for target, reason in self.targets.items():
             lines.append(f"    {target + ':':<9} {'yes' if reason is None else f'no: {reason}'}")
-        return "\n".join(lines)
+        return escape.terminal("\n".join(lines))  # a reason may quote the IR's names too
 
 
 def _tensor(value: Any) -> TensorInfo:

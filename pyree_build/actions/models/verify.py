@@ -86,7 +86,7 @@ class OutputComparison:
         if self.verdict == IREE_DIFFERS:
             agrees = "the module agrees with it" if not self.baseline_mismatched else f"the module differs from it in {self.baseline_mismatched} elements"
             line += f"\n  IREE's own module (the baseline) differs from the reference here too: {agrees}"
-        return line + (f"\n  note: {self.note}" if self.note else "")
+        return escape.terminal(line + (f"\n  note: {self.note}" if self.note else ""))
 
 
 @record(frozen=True)
