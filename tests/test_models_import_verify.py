@@ -278,6 +278,7 @@ def test_cmake_functions_check_their_arguments_at_configure_time(tmp_path, body,
 
 def test_names_are_left_out_when_ops_and_nodes_do_not_line_up(mlp):
     from pyree_build.actions.models import importer
+    from pyree_build.core import escape
 
     _, mlir, _ = mlp
     model = models.mlp()
@@ -287,7 +288,7 @@ def test_names_are_left_out_when_ops_and_nodes_do_not_line_up(mlp):
     model.graph.node[2].op_type = "Sigmoid"  # the graph says Sigmoid where the file has Relu: no guessing
     reason = importer.name_locations(plain, model.graph)
     assert isinstance(reason, str) and "'relu1' (Sigmoid)" in reason
-    assert importer.mlir_string('a"b\\c') == "a\\22b\\5Cc"
+    assert escape.mlir_string('a"b\\c') == "a\\22b\\5Cc"
 
 
 def test_import_cache_on_and_off_agree_through_an_edited_model(tmp_path):

@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pyree_build.core import escape
+
 if TYPE_CHECKING:
     pass
 
@@ -25,6 +27,7 @@ def set_verbosity(level: int) -> None:
 
 
 def log_step(message: str) -> None:
+    message = escape.terminal(message)  # a step's note may quote a model's names
     if VERBOSITY >= 2:  # under -v the whole output is a shell script: steps are its comments
         message = "\n".join("# " + line for line in message.splitlines())
     if VERBOSITY >= 1:

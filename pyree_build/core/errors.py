@@ -7,6 +7,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from pyree_build.core import escape
+
 _MAX_DETAIL_LINES = 40
 
 
@@ -43,14 +45,16 @@ class PyreeError(Exception):
         self.exit_code = exit_code
 
     def render(self) -> str:
-        where = f"{self.file}: " if self.file else ""
-        parts = [f"error: {where}{self.what}"]
+        # What goes to the terminal through one rule: a message may quote a model's names or a
+        # tool's output, and neither may move the cursor or reorder the line (escape.terminal).
+        where = f"{escape.terminal(self.file)}: " if self.file else ""
+        parts = [f"error: {where}{escape.terminal(self.what)}"]
         if self.details:
-            parts.append(_indent(trim(self.details)))
+            parts.append(_indent(escape.terminal(trim(self.details))))
         if self.command:
-            parts.append("  command: " + shlex.join(self.command))
+            parts.append("  command: " + escape.terminal(shlex.join(self.command)))
         if self.fix:
-            parts.append("  fix: " + self.fix)
+            parts.append("  fix: " + escape.terminal(self.fix))
         return "\n".join(parts)
 
     def __str__(self) -> str:
@@ -68,7 +72,7 @@ def shown(value: object) -> str:
 
 
 # The path check lives here, below core.args (which offers it as args.path), because
-# require_file needs it and errors must import nothing of the package.
+# require_file needs it and errors imports nothing of the package but escape (which imports nothing).
 def as_path(value: object, role: str) -> Path:
     """`value` as a Path: a str or os.PathLike, not empty."""
     if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyree_build.actions.models import program
 from pyree_build.backends.llvm_cpu import plugin_entry
+from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
 
 C_TYPES = {"f32": "float", "f64": "double", "i1": "int8_t", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "index": "int64_t"}
@@ -318,7 +319,7 @@ def emit_generic(k: Kernel, op: Any, results: list[Buffer]) -> None:
     n_ins = len(op.operands) - len(op.results)
     iterators = [str(it).split("<")[-1].rstrip(">") for it in op.attributes["iterator_types"]]
     names = ", ".join(program.location_names(op.location)) or ", ".join(f"{Path(f).name}:{line}" for f, line in program.location_lines(op.location)[:1]) or "?"
-    k.lines.append(f"  // {op.name} ({names}): {', '.join(iterators)}")
+    k.lines.append("  " + escape.c_comment(f"{op.name} ({names}): {', '.join(iterators)}"))
     for k_out, buffer in enumerate(results):
         init = k.buffers.get(op.operands[n_ins + k_out])
         if init is not None and init.pointer is not None:
@@ -516,12 +517,12 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
     """The whole C file: the argument block, the kernel as a plain function (what an embedded
     object links), and the plugin around it (what a system or standalone plugin exports)."""
     width = max(len(f"{f.ctype} {f.name};") for f in fields)
-    struct = [f"  {f'{f.ctype} {f.name};':<{width}}  // {f.about}" for f in fields]
+    struct = [f"  {f'{f.ctype} {f.name};':<{width}}  {escape.c_comment(f.about)}" for f in fields]
     # Every buffer is its own allocation (two inputs may be one tensor, only ever read): restrict holds.
     arguments = ",\n    ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in fields)
     pointers = [f"  {f.name} += {f.name}_offset;" for f in fields if f.ctype.endswith("*")]
     lines = [
-        *(f"// {h}" if h else "//" for h in header),
+        *map(escape.c_comment, header),
         "",
         "#include <stddef.h>",
         "#include <stdint.h>",

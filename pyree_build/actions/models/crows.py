@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from pyree_build.actions.models import cgen, cnest, loopnest
+from pyree_build.core import escape
 
 # Combining two partial results by the body's own operation is exact reassociation only for
 # these (max and min exactly; sums and products within rounding).
@@ -229,7 +230,7 @@ class _RowEmitter:
 
         names = ", ".join(cgen.program.location_names(stage.op.location)) or "?"
         r = self.ind = self.row_indent
-        self.pass_lines.append(f"{r}// reduction {self.pass_index + 1} ({names}): one value for the row")
+        self.pass_lines.append(f"{r}{escape.c_comment(f'reduction {self.pass_index + 1} ({names}): one value for the row')}")
         self.pass_lines.append(f"{r}{ctype} {acc} = {init};")
         cols = self.nest.sizes[-1]
         if self._combinable(stage, live):

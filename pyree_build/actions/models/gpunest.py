@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyree_build.actions.models import cgen, cnest, loopnest, program
+from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
 
 # Each GPU target, the language its kernel is generated in, and that file's suffix.
@@ -339,7 +340,7 @@ class _RowEmitter(_Emitter):
         loops = [*self.point[:-1], f"k{last}"]
         for n, (stage, live) in enumerate(self.rows.reductions):
             names = ", ".join(program.location_names(stage.op.location)) or "?"
-            self.line(indent, f"// reduction {n + 1} ({names}): one value for the element's row")
+            self.line(indent, escape.c_comment(f"reduction {n + 1} ({names}): one value for the element's row"))
             acc = f"row{n}"
             init_at = [cnest._coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
             self.reduce(stage, acc, init_at, loops, index_type, indent, lambda inner: self._step(stage, live, loops, inner, acc))  # noqa: B023
@@ -549,7 +550,7 @@ def emit(
     body = "\n".join(k.lines)
     prologue += [line for const, line in declared if re.search(rf"\b{const}\b", body)]
     parts = _Parts(
-        head=[*(f"// {h}" if h else "//" for h in header), ""],
+        head=[*map(escape.c_comment, header), ""],
         prologue=prologue,
         body=k.lines,
         total=" * ".join(_index(emitter.nest.sizes[d], index_type) for d in emitter.nest.result_loops) or "1",
@@ -580,7 +581,7 @@ def _glsl_file(parts: _Parts, inputs: list[Binding], out: Binding, sizes: list[s
     knob = WORKGROUP_SIZE
     buffers = [
         f"layout(set = 0, binding = {n}) buffer {'readonly ' if b.name.startswith('in') else 'writeonly '}"
-        f"Binding{n} {{ {b.ctype} v[]; }} {b.name};  // {b.about}"
+        f"Binding{n} {{ {b.ctype} v[]; }} {b.name};  {escape.c_comment(b.about)}"
         for n, b in enumerate([*inputs, out])
     ]
     pushed = [f"layout(push_constant) uniform Sizes {{ {' '.join(f'int {s};' for s in sizes)} }} sizes;"] if sizes else []

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from pyree_build import backends
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, lazy, processes, readers, toolchain
+from pyree_build.core import echo, escape, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import write_depfile
 from pyree_build.core.outputs import check_outputs
@@ -157,11 +157,6 @@ def align_nodes(lines: Sequence[str], graph: onnx_types.GraphProto) -> list[Node
     return aligned
 
 
-def mlir_string(text: str) -> str:
-    """`text` as an MLIR string literal's body: quotes, backslashes and control characters as \\XX."""
-    return "".join(c if c.isprintable() and c not in '"\\' else "".join(f"\\{b:02X}" for b in c.encode("utf-8")) for c in text)
-
-
 def name_locations(text: str, graph: onnx_types.GraphProto) -> tuple[str, list[NodeOp]] | str:
     """The importer's output with ` loc("NODE")` on each node's op, or why it is left as it is."""
     lines = text.split("\n")
@@ -170,7 +165,7 @@ def name_locations(text: str, graph: onnx_types.GraphProto) -> tuple[str, list[N
         return aligned
     for node in aligned:
         if node.name:
-            lines[node.line] = lines[node.line].rstrip() + f' loc("{mlir_string(node.name)}")'
+            lines[node.line] = lines[node.line].rstrip() + f' loc("{escape.mlir_string(node.name)}")'
     return "\n".join(lines), aligned
 
 
@@ -211,7 +206,7 @@ def _import_failure(output: str) -> str | None:
 
 def _node_of(diagnostic: re.Match[str], nodes: Sequence[NodeOp]) -> NodeOp | None:
     if diagnostic["loc"] is not None:
-        return next((n for n in nodes if mlir_string(n.name) == diagnostic["loc"]), None)
+        return next((n for n in nodes if escape.mlir_string(n.name) == diagnostic["loc"]), None)
     if diagnostic["line"] is not None:
         return next((n for n in nodes if n.line + 1 == int(diagnostic["line"])), None)
     return None

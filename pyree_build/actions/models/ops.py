@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyree_build.actions.models import groups, program, replace
+from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -56,16 +57,16 @@ class OpGroup:
         if self.replaceable and self.matched_by_name:
             mark += f" (matched by name only: {', '.join(self.matched_by_name)}, whose bodies use outside constants)"
         lines = [
-            f"#{self.index}  {self.root}  (in @{self.function})",
+            f"#{self.index}  {self.root}  (in @{escape.name(self.function)})",
             f"    ops:      {', '.join(self.ops)}",
             f"    operands: {', '.join(f'{t.type} ({t.origin})' for t in self.operands) or '-'}",
             f"    results:  {', '.join(t.type for t in self.results) or '-'}",
-            f"    source:   {', '.join(self.source) or 'unknown'}",
+            f"    source:   {', '.join(map(escape.name, self.source)) or 'unknown'}",
             f"    replace:  {mark}",
         ]
         for target, reason in self.targets.items():
             lines.append(f"    {target + ':':<9} {'yes' if reason is None else f'no: {reason}'}")
-        return "\n".join(lines)
+        return escape.terminal("\n".join(lines))  # a reason may quote the IR's names too
 
 
 def _tensor(value: Any) -> TensorInfo:

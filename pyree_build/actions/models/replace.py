@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build.actions.models import cgen, cnest, crows, gpunest, groups, loopnest, merge, program, spec
+from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError, as_path
 from pyree_build.core.outputs import replace_directory_files
 
@@ -379,7 +380,8 @@ def _check_names(ops: list[merge.Request], imports: list[str], kind: str) -> Non
 
 def _public_function(text: str) -> str | None:
     """The program's one public function (an imported model's graph), or None."""
-    names = re.findall(r"^\s*(?:util|func)\.func\s+(?:public\s+)?@([\w$.-]+)\(", text, re.MULTILINE)
+    # ASCII only, as MLIR's bare symbol names are: a model's graph name that MLIR quotes (`@"..."`) is no CMake word.
+    names = re.findall(r"^\s*(?:util|func)\.func\s+(?:public\s+)?@([\w$.-]+)\(", text, re.MULTILINE | re.ASCII)
     return names[0] if len(names) == 1 else None
 
 
@@ -391,7 +393,7 @@ def cmake_text(
     checks that every import is called, and verifies against the framework. It names no path
     relative to where it was written, so the directory can be copied or add_subdirectory()'d
     anywhere."""
-    stem = re.sub(r"\W", "_", src.stem)
+    stem = re.sub(r"\W", "_", src.stem, flags=re.ASCII)  # a CMake target name: ASCII
     model = Path(onnx).resolve() if onnx is not None else None
     variable = f"{stem}_ONNX" if model is not None else f"{stem}_MLIR"
     lines = [
@@ -525,9 +527,19 @@ def _cmake_path(path: Path, out: Path) -> str:
     """`path` for a CMakeLists.txt in `out`: inside it, relative to the list's own directory
     (so it moves with it); elsewhere, absolute (a -D option overrides it on another machine)."""
     try:
-        return "${CMAKE_CURRENT_SOURCE_DIR}/" + path.resolve().relative_to(out.resolve()).as_posix()
+        inside = path.resolve().relative_to(out.resolve()).as_posix()
     except ValueError:
-        return path.resolve().as_posix()
+        return _cmake_quoted(path.resolve().as_posix(), path)
+    return "${CMAKE_CURRENT_SOURCE_DIR}/" + _cmake_quoted(inside, path)
+
+
+def _cmake_quoted(text: str, path: Path) -> str:
+    try:
+        return escape.cmake_quoted(text)
+    except ValueError as e:
+        raise PyreeError(
+            f"the path cannot be written into a CMakeLists.txt: {e}", file=path, fix="rename it (or the directory) without control characters"
+        ) from None
 
 
 # Per GPU target: the CMake function building the kernels, its target's name and sources'

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyree_build.actions.models import captures, groups, program
+from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
 
 EMBEDDED_ARCHES = (("x86_64", "x86_64"), ("arm_64", "aarch64"))
@@ -469,7 +470,7 @@ def spec_text(reps: list[Replacement], *, header: list[str], embedded: bool) -> 
         made = gpu_executable(rep) if rep.target is not None else executable(rep, embedded=embedded)
         body += ["", *made, "", *call_function(rep), "", *matcher(rep), "", *rewriter(rep)]
     body += ["", *entry(reps)]
-    lines = [*(f"// {h}" if h else "//" for h in header), *aliases, "", "module attributes {transform.with_named_sequence} {"]
+    lines = [*map(escape.c_comment, header), *aliases, "", "module attributes {transform.with_named_sequence} {"]
     lines += [f"  {line}" if line else "" for line in body]
     return "\n".join([*lines, "}", ""])
 

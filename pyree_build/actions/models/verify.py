@@ -21,7 +21,7 @@ from pyree_build.actions.models import draws
 from pyree_build.actions.models.importer import INSTALL_ONNX, load_model
 from pyree_build.actions.results import NPY_TENSOR, exported_functions, function_parameters
 from pyree_build.actions.run import require_device, run_to_arrays
-from pyree_build.core import lazy
+from pyree_build.core import escape, lazy
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import record
 
@@ -79,14 +79,14 @@ class OutputComparison:
         where = "[" + ", ".join(map(str, self.worst_index)) + "]"
         verdict = "ok" if self.passed else f"MISMATCH in {self.mismatched} of {_size(self.shape)} elements"
         line = (
-            f"output {self.index} ({self.name}, {'x'.join(map(str, self.shape)) or 'scalar'}): {verdict}; worst at {where}: "
+            f"output {self.index} ({escape.name(self.name)}, {'x'.join(map(str, self.shape)) or 'scalar'}): {verdict}; worst at {where}: "
             f"module {self.module_value:.9g}, {self.reference} {self.reference_value:.9g}, abs error {self.abs_error:.3g}, rel error {self.rel_error:.3g} "
             f"(max abs {self.max_abs_error:.3g}, max rel {self.max_rel_error:.3g}; rtol {self.rtol:.3g}, atol {self.atol:.3g})"
         )
         if self.verdict == IREE_DIFFERS:
             agrees = "the module agrees with it" if not self.baseline_mismatched else f"the module differs from it in {self.baseline_mismatched} elements"
             line += f"\n  IREE's own module (the baseline) differs from the reference here too: {agrees}"
-        return line + (f"\n  note: {self.note}" if self.note else "")
+        return escape.terminal(line + (f"\n  note: {self.note}" if self.note else ""))
 
 
 @record(frozen=True)
