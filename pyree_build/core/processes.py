@@ -617,14 +617,32 @@ def end_orphans(since: tuple[int, int], ours: set[int]) -> None:
             return
 
 
-def end_command_orphans() -> None:
-    """At the end of a command in a process that is its whole program (the CLI, a server's
-    worker): end every orphan it adopted (a subreaper's) and what they started. A plugin may
-    fork from its constructor in any process that loads it, and the fork may outlive every
-    per-tool sweep (it sleeps, then forks again): nothing a command started outlives it."""
-    if _SUBREAPER:
-        with _SPAWN_LOCK, _LIVE_LOCK:
-            end_orphans((os.getpid(), 0), set(_LIVE))
+@contextlib.contextmanager
+def command_ends_its_processes() -> Iterator[None]:
+    """Around a command in a process that is its whole program (the CLI, a server's worker):
+    at its end, every orphan it adopted (a subreaper's) and what they started is ended. A
+    plugin may fork from its constructor in any process that loads it, and the fork may outlive
+    every per-tool sweep (it sleeps, then forks again): nothing a command started outlives it.
+    Children this process had before (a server the client started) are left alone."""
+    before = set(_own_children()) if _SUBREAPER else set()
+    try:
+        yield
+    finally:
+        if _SUBREAPER:
+            with _SPAWN_LOCK, _LIVE_LOCK:
+                end_orphans((os.getpid(), 0), set(_LIVE) | before)
+
+
+def _own_children() -> list[int]:
+    children = _children()
+    if children is not None:
+        return children
+    me, found = str(os.getpid()).encode(), []
+    for pid in born_since(0):
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[1].split()[1] == me:
+                found.append(pid)
+    return found
 
 
 _SUBREAPER = False

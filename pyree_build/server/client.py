@@ -60,10 +60,8 @@ def in_process(args: list[str]) -> int:
     processes = importlib.import_module("pyree_build.core.processes")
     processes.become_subreaper()
     cli_main = importlib.import_module("pyree_build.cli").main
-    try:
+    with processes.command_ends_its_processes():
         return int(cli_main(args))
-    finally:
-        processes.end_command_orphans()
 
 
 def _note(text: str) -> None:

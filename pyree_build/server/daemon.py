@@ -784,10 +784,8 @@ def run(conn: socket.socket, state: State, request: dict[str, object], fds: list
         processes.parent_ends_tools()
     clean = False
     try:
-        try:
+        with processes.command_ends_its_processes():
             code = int(cli_main(sys.argv[1:]))
-        finally:
-            processes.end_command_orphans()
         clean = True
     except SystemExit as err:
         code, clean = _exit_code(err), True
