@@ -17,11 +17,13 @@ from typing import TextIO
 
 from pyree_build.cli.commands import dispatch
 from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, parser_for, verb_parser
-from pyree_build.core import echo, files, native_client, processes, toolchain
+from pyree_build.core import echo, files, lazy, native_client, processes, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import cmake_dir
 
 __all__ = ["SKIP_EXIT_CODE", "_parsers", "build_parser", "cmake_dir", "main"]
+
+resource = lazy.module("resource")  # only where a write was refused
 
 SKIP_EXIT_CODE = 77  # actions.run.SKIP_EXIT_CODE, without importing it for every verb
 
@@ -107,8 +109,6 @@ def _say(text: str) -> None:
 
 
 def _system_fix(err: OSError) -> str:
-    import resource  # only on this path
-
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if err.errno == errno.EFBIG or limit != resource.RLIM_INFINITY:
         return f"the file size limit (`ulimit -f`) is {limit} bytes: raise it (`ulimit -f unlimited`)"
