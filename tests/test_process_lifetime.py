@@ -198,3 +198,31 @@ def test_a_timed_out_in_process_run_leaves_no_leak_noise_at_exit(tmp_path, syste
     result = subprocess.run([sys.executable, script, system_module, looping, system_plugin, "timeout"], capture_output=True, text=True, timeout=120)
     assert "ERROR error:" in result.stdout and "did not return within 3 s" in result.stdout, result.stdout + result.stderr
     assert "leaked" not in result.stderr and "nanobind" not in result.stderr, result.stderr[:2000]
+
+
+SERVER_REAPS = """
+import os, subprocess, sys, time
+from pyree_build.core import processes
+from pyree_build.server import daemon
+assert processes.become_subreaper()
+worker = subprocess.Popen(["sleep", "30"])  # stands for a worker: the pool's own child, left alone
+# What a worker left, reparented here: one still running (it forked again after a pause), one that ended by itself.
+subprocess.run(["sh", "-c", "setsid sh -c 'sleep 0.3; sleep 30' & setsid sleep 0.1 & exit 0"], check=True,
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # a survivor holds no pipe of the test's
+time.sleep(0.8)
+state = daemon.State(path="", idle_s=1.0, watch=None, reaps=True)
+pool = daemon._Pool(None, state, -1, -1)
+pool.children[worker.pid] = 0
+pool.reap()
+left = sorted(p for p in processes._children() or [] if p != worker.pid)
+print("left:", left, "worker running:", worker.poll() is None)
+worker.kill()
+"""
+
+
+def test_the_server_ends_and_reaps_every_child_that_is_no_worker_of_its_own():
+    """A subreaper, the server adopts what a worker leaves: whether the worker failed or not,
+    its pool ends each such child that still runs and reaps each that ended (no zombie)."""
+    done = subprocess.run([sys.executable, "-c", SERVER_REAPS], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "left: [] worker running: True" in done.stdout, done.stdout
