@@ -27,11 +27,13 @@ import numpy as np
 from pyree_build.actions import arguments, checks
 from pyree_build.actions.results import exported_functions
 from pyree_build.actions.run import DEFAULT_RUN_TIMEOUT_S, crash_hint, plugin_flag, require_device, run_to_arrays
+from pyree_build.backends.llvm_cpu.imports import require_resolved
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX
 from pyree_build.core import lazy, processes
 from pyree_build.core.errors import PyreeError, require_file
 
 rt = lazy.module("iree.runtime")
+rt_binding = lazy.module("iree.runtime._binding")
 
 PathLike = str | os.PathLike[str]
 InputValue = "np.ndarray | str | float | int"
@@ -129,7 +131,9 @@ def run(
     The call runs in a thread of its own while this one waits: SIGINT (and a stop under
     `pb.stop_on_signals()`) and `timeout` seconds end the wait, with KeyboardInterrupt, Stopped
     or a PyreeError. The runtime cannot stop a call, so one that never returns goes on in its
-    thread; later runs on that driver use iree-run-module (which can be stopped)."""
+    thread; later runs on that driver use iree-run-module (which can be stopped). Each plugin's
+    resolve is asked first in a child process, within the same bound: one that does not answer
+    there is never loaded here (a PyreeError says why)."""
 
     mod = require_file(module, "module")
     try:
@@ -141,10 +145,12 @@ def run(
     # for the function's declaration, which says whether it is a scalar.
     inputs = [v if isinstance(v, str) and _is_bare(v) else checks.spec_array(v) if isinstance(v, str) else v for v in inputs]
     driver = _driver_name(device)
-    reason = claim_driver(driver, plugin_set([plugin_flag(p) for p in plugins]))
-    if reason is not None:
-        _note_once(driver, reason)
-        return run_to_arrays(mod, function, inputs, plugins=plugins, device=device, timeout=timeout)
+    with processes.time_limit(timeout):  # one bound for the plugins' check and a run out of process
+        _require_resolves_answered(mod, plugins)
+        reason = claim_driver(driver, plugin_set([plugin_flag(p) for p in plugins]))
+        if reason is not None:
+            _note_once(driver, reason)
+            return run_to_arrays(mod, function, inputs, plugins=plugins, device=device, timeout=timeout)
     try:
         config = rt.Config(device)
         context = rt.SystemContext(config=config)
@@ -165,6 +171,22 @@ def run(
         return _call_bounded(entry, args, timeout, what=f"calling {function} on {device}", file=mod, driver=driver, plugins=plugins)
     except (RuntimeError, ValueError, TypeError) as exc:
         raise PyreeError(f"calling {function} failed", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
+
+
+def _require_resolves_answered(mod: Path, plugins: Sequence[PathLike]) -> None:
+    """Loading the module calls each plugin's resolve inside a runtime call that holds the GIL:
+    nothing in this process could bound it or see a SIGINT. So the plugins are asked first in a
+    child (bounded by the time limit, remembered by their bytes); one that could not answer
+    there (its resolve hangs or crashes) is never loaded here."""
+    unasked = require_resolved(mod, plugins) if plugins else []
+    if unasked:
+        raise PyreeError(
+            "a plugin could not be asked which imports it resolves, so pb.run does not load it into this process",
+            file=mod,
+            details="\n".join(unasked),
+            fix="make its iree_hal_executable_plugin_resolve return (pyree_build asked it in a child process, so nothing else was "
+            "harmed), or give it more time with timeout=SECONDS",
+        )
 
 
 def _call_bounded(
@@ -202,6 +224,10 @@ def _call_bounded(
         if worker.is_alive():
             with _LOCK:
                 _STUCK.add(driver)
+            # The call goes on holding the runtime's objects, so at exit nanobind would list each
+            # as leaked (~200 lines on stderr): true of a call that cannot be stopped, and said
+            # by the error already.
+            rt_binding.disable_leak_checker()
         raise
     if "error" in box:
         raise box["error"]

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TextIO
 
 from pyree_build.cli.commands import dispatch
 from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, parser_for, verb_parser
-from pyree_build.core import echo, files, native_client, processes, toolchain
+from pyree_build.core import echo, files, lazy, native_client, processes, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import cmake_dir
 
 __all__ = ["SKIP_EXIT_CODE", "_parsers", "build_parser", "cmake_dir", "main"]
+
+resource = lazy.module("resource")  # only where a write was refused
 
 SKIP_EXIT_CODE = 77  # actions.run.SKIP_EXIT_CODE, without importing it for every verb
 
@@ -62,7 +66,6 @@ def _run(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
     # temporaries are removed; then the exit code says which signal stopped us.
     with processes.stop_on_signals(), files.command_scope():  # a failed verb leaves no directory it made
         code = dispatch(ns)
-    sys.stdout.flush()  # here, so a reader that went away is seen while it can be handled
     return int(code or 0)
 
 
@@ -72,24 +75,97 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in args:
         cut = args.index("--")
         args, extra = args[:cut], args[cut + 1 :]
-    parser, ns = _parse(args, extra)
-    ns.command_line = args if not extra else None  # what a plan for the native client is for (run_command)
     try:
-        return _run(parser, ns)
+        with _named_output():
+            try:
+                parser, ns = _parse(args, extra)
+                ns.command_line = args if not extra else None  # what a plan for the native client is for (run_command)
+                return _run(parser, ns)
+            finally:  # here, so a reader that went away or a refused write is seen while it can be handled (also after --help)
+                sys.stdout.flush()
     except PyreeError as err:
         text = err.render()
         if err.exit_code == SKIP_EXIT_CODE:
             text = text.removeprefix("error: ")  # a skip (ctest's SKIP_RETURN_CODE) is not an error
-        print(text, file=sys.stderr)
+        _say(text)
         return err.exit_code
     except processes.Stopped as stop:
-        print(f"stopped by {stop}: every tool pyree_build started was ended", file=sys.stderr)
+        _say(f"stopped by {stop}: every tool pyree_build started was ended")
         return stop.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        _say("interrupted")
         return 130
     except BrokenPipeError:
         return _reader_went_away()
+    except OSError as err:  # the system refused a read or a write no step expected to fail (a temporary directory under `ulimit -f`)
+        _say(PyreeError(err.strerror or str(err), file=err.filename, fix=_system_fix(err)).render())
+        return 1
+
+
+def _say(text: str) -> None:
+    """The command's last words on stderr; where stderr cannot take them, the exit code alone."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr, flush=True)
+
+
+def _system_fix(err: OSError) -> str:
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if err.errno == errno.EFBIG or limit != resource.RLIM_INFINITY:
+        return f"the file size limit (`ulimit -f`) is {limit} bytes: raise it (`ulimit -f unlimited`)"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on that file system (or raise the quota), or send the output elsewhere"
+    return "check that it can be written (permissions, a device that takes writes)"
+
+
+class _NamedStream:
+    """sys.stdout or sys.stderr while a verb runs: a write or flush the system refuses (a full
+    disk, /dev/full, `ulimit -f`) raises a PyreeError naming the stream, so no verb exits 0 with
+    its output lost, nor with a traceback. A reader that went away (BrokenPipeError) stays as
+    it is: the CLI stops quietly then."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self._stream, self._name = stream, name
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise self._lost(err) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise self._lost(err) from None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+    def _lost(self, err: OSError) -> PyreeError:
+        where = ""
+        with contextlib.suppress(OSError, ValueError):
+            fd = self._stream.fileno()
+            where = f" ({os.readlink(f'/proc/self/fd/{fd}')})" if os.path.isdir("/proc/self/fd") else ""
+            # What is still buffered would fail again at exit, with Python's own report.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        return PyreeError(f"cannot write to {self._name}{where}: {err.strerror or err}", fix=_system_fix(err))
+
+
+@contextlib.contextmanager
+def _named_output() -> Iterator[None]:
+    saved = sys.stdout, sys.stderr
+    sys.stdout = _NamedStream(sys.stdout, "standard output")  # type: ignore[assignment]
+    sys.stderr = _NamedStream(sys.stderr, "standard error")  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def _reader_went_away() -> int:

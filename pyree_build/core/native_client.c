@@ -23,6 +23,7 @@
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -737,9 +738,10 @@ static int write_all(int fd, const char *p, size_t n) {
 }
 
 /* What pyree_build printed for this run: its stdout is buffered until the command ends
- * (line by line on a terminal), the check line goes out at once. */
-static void print_as_before(const struct plan *p, double seconds) {
-  if (p->flags & PLAN_QUIET) return;
+ * (line by line on a terminal), the check line goes out at once. 0, or the fd (1 or 2) that
+ * refused a write (a full disk, /dev/full, `ulimit -f`), errno saying why. */
+static int print_as_before(const struct plan *p, double seconds) {
+  if (p->flags & PLAN_QUIET) return 0;
   char number[64];
   struct buf line = {0};
   if (p->flags & PLAN_CHECK_LINE) {
@@ -750,10 +752,27 @@ static void print_as_before(const struct plan *p, double seconds) {
   if (isatty(1))
     for (size_t i = p->printed_n; i > 0 && !early; i--)
       if (p->printed[i - 1] == '\n') early = i;
-  write_all(1, p->printed, early);
-  if (line.n) write_all(2, line.p, line.n);
-  write_all(1, p->printed + early, p->printed_n - early);
+  int lost = !write_all(1, p->printed, early) ? 1 : line.n && !write_all(2, line.p, line.n) ? 2 : !write_all(1, p->printed + early, p->printed_n - early) ? 1 : 0;
   free(line.p);
+  return lost;
+}
+
+/* The output is lost, so the run did not pass: said as the Python CLI says it (cli._NamedStream)
+ * where stderr still takes it. */
+static int output_lost(int fd) {
+  int err = errno;
+  char target[PATH_MAX] = "", path[64];
+  struct rlimit limit;
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, target, sizeof target - 1);
+  target[n > 0 ? n : 0] = 0;
+  dprintf(2, "error: cannot write to %s%s%s%s: %s\n", fd == 1 ? "standard output" : "standard error", target[0] ? " (" : "", target, target[0] ? ")" : "", strerror(err));
+  int limited = getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  if (limited)
+    dprintf(2, "  fix: the file size limit (`ulimit -f`) is %llu bytes: raise it (`ulimit -f unlimited`)\n", (unsigned long long)limit.rlim_cur);
+  else
+    dprintf(2, "  fix: free space on that file system (or raise the quota), or send the output elsewhere\n");
+  return 1;
 }
 
 static void remove_results(const char *dir, uint32_t nresults) {
@@ -803,7 +822,7 @@ static int run_plan(const char *dir, int argc, char **argv) {
   char path[PATH_MAX], results_dir[PATH_MAX];
   struct buf material = {0};
   size_t size = 0;
-  int code = -1;
+  int code = -1, lost = 0;
   char *data = read_plan(dir, argc, argv, path, sizeof path, &material, &size);
   struct reader r = {data, data + size, 1};
   uint32_t n = 0;
@@ -828,8 +847,8 @@ static int run_plan(const char *dir, int argc, char **argv) {
         snprintf(file, sizeof file, "%s/result%u.npy", results_dir, k);
         same = same_bytes(file, p.results[k], p.result_n[k]);
       }
-      if (same) print_as_before(&p, ran.seconds);
-      code = same ? 0 : hand_over(argc, argv, &ran, results_dir, path); /* returns only when it could not */
+      code = !same ? hand_over(argc, argv, &ran, results_dir, path) /* returns only when it could not */
+             : (lost = print_as_before(&p, ran.seconds)) ? output_lost(lost) : 0;
       char file[PATH_MAX + 32];
       snprintf(file, sizeof file, "%s/stdout", results_dir), unlink(file);
       snprintf(file, sizeof file, "%s/stderr", results_dir), unlink(file);

@@ -587,27 +587,62 @@ def _children() -> list[int] | None:
     return found
 
 
-def end_orphans(since: tuple[int, int], ours: set[int], *, sessions: bool = False) -> None:
+def end_orphans(since: tuple[int, int], ours: set[int]) -> None:
     """SIGKILL and reap each child of this process (a subreaper's orphans) started with or
-    after `since` (a pid and its start ticks) that is not in `ours`; with `sessions`, also
-    every process in the session each one leads (a tool's own children)."""
+    after `since` (a pid and its start ticks) that is not in `ours`, and every process in the
+    session each one leads (a tool's own children). Until none is left: an orphan killed here
+    may have forked (after a setsid() and a sleep, say) since it was listed, and what it
+    forked is reparented here only once it is dead."""
     me = str(os.getpid()).encode()
+    for _round in range(1000):  # bounded: a fork bomb outruns no sweep, it only ends this one
+        ended = False
+        children = _children()
+        for pid in born_since(since[0]) if children is None else children:
+            if pid in ours:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me and int(fields[19]) >= since[1]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if int(fields[3]) == pid:  # it leads its session, as every tool we start does
+                        os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                ended = True
+        if not ended:
+            return
+
+
+@contextlib.contextmanager
+def command_ends_its_processes() -> Iterator[None]:
+    """Around a command in a process that is its whole program (the CLI, a server's worker):
+    at its end, every orphan it adopted (a subreaper's) and what they started is ended. A
+    plugin may fork from its constructor in any process that loads it, and the fork may outlive
+    every per-tool sweep (it sleeps, then forks again): nothing a command started outlives it.
+    Children this process had before (a server the client started) are left alone."""
+    before = set(_own_children()) if _SUBREAPER else set()
+    try:
+        yield
+    finally:
+        if _SUBREAPER:
+            with _SPAWN_LOCK, _LIVE_LOCK:
+                end_orphans((os.getpid(), 0), set(_LIVE) | before)
+
+
+def _own_children() -> list[int]:
     children = _children()
-    for pid in born_since(since[0]) if children is None else children:
-        if pid in ours:
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and int(fields[19]) >= since[1]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if sessions and int(fields[3]) == pid:  # it leads its session, as every tool we start does
-                    os.killpg(pid, signal.SIGKILL)
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+    if children is not None:
+        return children
+    me, found = str(os.getpid()).encode(), []
+    for pid in born_since(0):
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[1].split()[1] == me:
+                found.append(pid)
+    return found
 
 
 _SUBREAPER = False
@@ -730,6 +765,7 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also here: the child may not have run yet
         _register(pid, what)
+    ticks = start_ticks(pid) if _SUBREAPER else None
     child = _Child(pid)
     try:
         with os.fdopen(read_fd, "rb", buffering=0) as pipe:
@@ -742,6 +778,8 @@ def call_in_child(fn: Callable[..., object], *args: object, what: str, file: str
         raise
     finally:
         _unregister(pid)
+        if ticks is not None:  # what the code forked (a plugin's constructor, its query) was reparented here
+            end_descendants(tool=(pid, ticks))
     if timed_out:
         raise PyreeError(f"{what} did not return within {command_limit} (it was stopped)", file=file,
                          fix="look for an endless loop or a blocking call in that code")  # fmt: skip

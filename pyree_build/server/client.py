@@ -57,9 +57,11 @@ def _std_streams() -> None:
 def in_process(args: list[str]) -> int:
     """The command in this process, which is the whole program (the console script, `python -m
     pyree_build`, the native client's fallback): so it may reap a tool's orphans itself."""
-    importlib.import_module("pyree_build.core.processes").become_subreaper()
+    processes = importlib.import_module("pyree_build.core.processes")
+    processes.become_subreaper()
     cli_main = importlib.import_module("pyree_build.cli").main
-    return int(cli_main(args))
+    with processes.command_ends_its_processes():
+        return int(cli_main(args))
 
 
 def _note(text: str) -> None:

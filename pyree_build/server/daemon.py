@@ -248,12 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _reap(children: dict[int, int]) -> list[tuple[int, int]]:
+def _reap(children: dict[int, int]) -> None:
     """Forget the workers that ended; the log names any a signal killed (its client then saw
-    the connection close without an exit code). Returns those that failed or were killed
-    (pid, start ticks): the tools they left are orphans of the server's."""
-    failed = []
-    for pid, ticks in list(children.items()):
+    the connection close without an exit code)."""
+    for pid in list(children):
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
@@ -262,9 +260,6 @@ def _reap(children: dict[int, int]) -> list[tuple[int, int]]:
             del children[pid]
             if os.WIFSIGNALED(status):
                 _log(f"worker {pid} was killed by {signal.Signals(os.WTERMSIG(status)).name}")
-            if status:
-                failed.append((pid, ticks))
-    return failed
 
 
 def _die_with_parent(parent: int | None) -> None:
@@ -418,20 +413,21 @@ class _Pool:
             self.spares[pid] = _Spare(pid, -1, self.children.pop(pid), told=True)
 
     def reap(self) -> None:
-        """Forget the workers and spares that ended. The tools one that failed or was killed
-        left running were reparented here (the server is a subreaper): they are ended, as a
-        pdeathsig wrapper would have ended them (processes.parent_ends_tools)."""
-        failed = _reap(self.children)
+        """Forget the workers and spares that ended; end and reap every other child. The server
+        is a subreaper: what a worker left running (a killed worker's tools, a plugin's fork
+        that outlived its command) was reparented here, and is ended as a pdeathsig wrapper
+        would have ended it (processes.parent_ends_tools); one that ended is reaped, never
+        left a zombie."""
+        _reap(self.children)
         if self.busy - set(self.children):
             self.busy &= set(self.children)
             self.last_done = time.monotonic()
-        for pid, spare in list(self.spares.items()):  # killed while it waited, or before its notice came
-            done, status = os.waitpid(pid, os.WNOHANG)
+        for pid in list(self.spares):  # killed while it waited, or before its notice came
+            done, _ = os.waitpid(pid, os.WNOHANG)
             if done:
                 _close(self.spares.pop(pid).go)
-                failed += [(pid, spare.ticks)] if status else []
-        for worker in failed:
-            processes.end_orphans(worker, set(self.children) | set(self.spares), sessions=True)
+        if self.state.reaps:
+            processes.end_orphans((self.state.pid, 0), set(self.children) | set(self.spares))
 
     def kill_spares(self) -> None:
         """On the way out: the spares that have no client of their own to finish."""
@@ -788,7 +784,8 @@ def run(conn: socket.socket, state: State, request: dict[str, object], fds: list
         processes.parent_ends_tools()
     clean = False
     try:
-        code = int(cli_main(sys.argv[1:]))
+        with processes.command_ends_its_processes():
+            code = int(cli_main(sys.argv[1:]))
         clean = True
     except SystemExit as err:
         code, clean = _exit_code(err), True

@@ -324,22 +324,27 @@ def check_resolved(module: PathLike, plugins: Sequence[PathLike], *, ask_without
     return executables, resolution
 
 
-def require_resolved(module: PathLike, plugins: Sequence[PathLike]) -> None:
+def require_resolved(module: PathLike, plugins: Sequence[PathLike]) -> list[str]:
     """check_resolved(ask_without_imports=False) for a run, its verdict remembered by the bytes
     of the module and of each plugin, in order (cache.facts): the next run of the same files
     reads no ELF and asks no plugin (~0.2 ms of every served run). Only a clean verdict is
     remembered (every plugin asked, every required import resolved), as the positions of the
-    plugins that provide imports; the CPU notes are said as check_resolved says them."""
+    plugins that provide imports; the CPU notes are said as check_resolved says them. Returns
+    each plugin that could not be asked, with why (its resolve timed out or crashed in the
+    child, or it does not load here): none when the verdict is clean."""
     paths = [require_file(os.fspath(p).removeprefix("embedded:"), "plugin").resolve() for p in plugins]
 
     def verdict() -> dict[str, object]:
         _, resolution = check_resolved(module, plugins, ask_without_imports=False)
         providing = set(resolution.provider.values())
-        return {"providers": [i for i, path in enumerate(paths) if str(path) in providing], "clean": all(a.error is None for a in resolution.answers)}
+        unasked = [f"{a.path}: {a.error}" for a in resolution.answers if a.error is not None]
+        return {"providers": [i for i, path in enumerate(paths) if str(path) in providing], "clean": not unasked, "unasked": unasked}
 
     answer = facts.remembered("imports-resolved", [Path(module), *paths], verdict, depends_on=[_host_arch()], keep=lambda a: a["clean"] is True)
     positions = answer["providers"] if isinstance(answer, dict) and isinstance(answer["providers"], list) else []
     cpus.note_mismatches(module, sorted({str(paths[i]) for i in positions}))  # said once per process: a no-op after check_resolved's
+    unasked = answer.get("unasked") if isinstance(answer, dict) else None
+    return [str(u) for u in unasked] if isinstance(unasked, list) else []
 
 
 def require_imports(module: PathLike, expected: Sequence[str], *, what: str = "module") -> list[ExecutableImports]:
