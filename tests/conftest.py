@@ -13,7 +13,7 @@ import pytest
 # PYREE_BUILD_CACHE or remote cache the user set is replaced, not used, or the user's entries
 # would answer the suite's builds (and the suite's would land in the user's cache). A pytest
 # started by a test inherits its parent's cache through the marker.
-if os.environ.get("PYREE_TEST_OWN_CACHE") != os.environ.get("PYREE_BUILD_CACHE"):
+if "PYREE_TEST_OWN_CACHE" not in os.environ or os.environ["PYREE_TEST_OWN_CACHE"] != os.environ.get("PYREE_BUILD_CACHE"):
     import atexit
     import shutil
     import tempfile

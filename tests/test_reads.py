@@ -53,3 +53,15 @@ def test_a_listed_directory_makes_the_record_incomplete_and_note_records_a_tool_
     with reads.recording() as read:
         reads.note("/proc/cpuinfo")
     assert not read.complete
+
+
+def test_the_kernels_reports_are_never_inputs_listed_or_read():
+    """Process control lists /proc around every tool (whose pipes are held by whom): that is no
+    input of the command, and a plan must still be written after it."""
+    with reads.recording() as read:
+        os.listdir("/proc")
+        list(os.scandir("/proc/self"))
+        with open("/proc/self/stat") as f:
+            f.read()
+    assert read.complete, read.unrecordable
+    assert list(read.paths) == []

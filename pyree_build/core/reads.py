@@ -85,7 +85,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     if not isinstance(path, str | os.PathLike) or _importing():
         return
     path = os.fspath(path)
-    if os.path.abspath(path).startswith(_KERNEL):
+    if _of_the_kernel(path):
         return
     for reads in _ACTIVE:
         if event == "os.mkdir":
@@ -96,6 +96,12 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             reads._read(path)
         else:
             reads._listed(path)
+
+
+def _of_the_kernel(path: str | os.PathLike[str]) -> bool:
+    """Whether a path is one of the kernel's reports (/proc, /sys, or a file in them): what the
+    process control reads around every tool, never an input of the command."""
+    return os.path.join(os.path.abspath(path), "").startswith(_KERNEL)
 
 
 def _importing() -> bool:
@@ -123,7 +129,7 @@ def note(*paths: str | os.PathLike[str]) -> None:
     """Record reads that are no `open` in this process: what a tool started here reads, or a
     file whose content a memo stands for by its stat."""
     for path in paths:
-        if os.path.abspath(path).startswith(_KERNEL):
+        if _of_the_kernel(path):
             unrecordable(f"read {os.fspath(path)}, a report of the kernel")
         for reads in _ACTIVE:
             reads._read(os.fspath(path))
