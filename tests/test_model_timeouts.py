@@ -129,3 +129,25 @@ def test_a_valid_pad_imports_within_a_small_bound(tmp_path):
     result = run_cli("import", model, "-o", tmp_path / "pad.mlir", "--timeout", "120", timeout=180)
     assert result.returncode == 0, result
     assert "onnx.Pad" in (tmp_path / "pad.mlir").read_text()
+
+
+def test_ctrl_c_stops_an_import_iree_loops_on_and_leaves_nothing(tmp_path):
+    import signal
+    import sys
+
+    work = tmp_path / "work"
+    work.mkdir()
+    model = _pad_model(work / "pad_bogus.onnx", "bogus")
+    proc = subprocess.Popen([sys.executable, "-m", "pyree_build", "import", model, "-o", work / "pad.mlir"], cwd=work, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any("iree-compile" in c for c in _processes_in(work)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the looping tool runs
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, stderr = proc.communicate(timeout=BOUNDED_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("Ctrl-C did not stop the import")
+    assert proc.returncode == 130, stderr
+    assert "stopped by SIGINT" in stderr and "Traceback" not in stderr, stderr
+    _assert_nothing_left(work, {"pad_bogus.onnx"})
