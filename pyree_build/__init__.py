@@ -362,8 +362,10 @@ def import_onnx(
     data_dir: PathLike | None = None,
     externalize_params: bool = False,
     depfile: PathLike | None = None,
+    timeout: float | None = None,
 ) -> Path:
     """Import an ONNX model to MLIR with the compiler wheel's importer, each op named by its ONNX node (needs pyree_build[onnx]).
+    `timeout`: seconds its tools may take in all (default: 600 plus 0.25 per MB of model; a model IREE loops on is stopped).
 
     Example: pb.import_onnx("mlp.onnx", "build/mlp.mlir")
     """
@@ -397,9 +399,10 @@ def verify(
 
 
 @_verb(".actions.models.ops", "ops")
-def ops(source: PathLike, *, targets: Sequence[str] = ()) -> list[OpGroup]:
+def ops(source: PathLike, *, targets: Sequence[str] = (), timeout: float | None = None) -> list[OpGroup]:
     """The op groups of a program as a transform spec sees them, numbered for `replace`.
-    `targets` (vulkan, cuda, hip): also whether each group's kernel can be generated for them.
+    `targets` (vulkan, cuda, hip): also whether each group's kernel can be generated for them;
+    `timeout`: seconds IREE's input conversion may take (default: 600 plus 0.25 per MB of program).
 
     Example: [g.root for g in pb.ops("build/mlp.mlir")] -> ['linalg.generic', 'linalg.matmul', 'linalg.generic']
     """
@@ -419,6 +422,7 @@ def replace(
     dynamic: bool = False,
     force: bool = False,
     target: str = "llvm-cpu",
+    timeout: float | None = None,
 ) -> list[Path]:
     """Generate the transform spec, the C import (a correct naive body) and a CMakeLists.txt that
     replace op groups `ops` of a program with calls of `imports`; returns the written files.
@@ -426,6 +430,7 @@ def replace(
     (`ops=[(1, 2, 3)]`, the CLI's `--ops 1+2+3`): a Gemm with its activation, for example.
     `dynamic`: match the groups' ops at any sizes (the C reads every size from its arguments).
     `target`: vulkan, cuda or hip writes a GPU kernel (GLSL, CUDA C, HIP C) instead of the C import.
+    `timeout`: seconds its iree-compile runs may take in all (default: 600 plus 0.25 per MB of program).
 
     Example: pb.replace("build/mlp.mlir", "build/kernels", ops=[1], imports=["fc1_relu"], onnx="mlp.onnx")
     """

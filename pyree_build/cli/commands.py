@@ -177,8 +177,9 @@ def tune_command(a: argparse.Namespace) -> None:
 
 def import_command(a: argparse.Namespace) -> None:
     out = _importer.import_onnx(
-        a.model, a.output, opset_version=a.opset_version, data_dir=a.data_dir, externalize_params=a.externalize_params, depfile=a.depfile
-    )
+        a.model, a.output, opset_version=a.opset_version, data_dir=a.data_dir, externalize_params=a.externalize_params, depfile=a.depfile,
+        timeout=a.timeout,
+    )  # fmt: skip
     echo.log_step(f"wrote {out}")
 
 
@@ -227,14 +228,14 @@ def _split(values: list[str]) -> list[str]:
 
 
 def ops_command(a: argparse.Namespace) -> None:
-    print(_ops.render(_ops.ops(a.source, targets=_split(a.targets)), as_json=a.json))
+    print(_ops.render(_ops.ops(a.source, targets=_split(a.targets), timeout=a.timeout), as_json=a.json))
 
 
 def replace_command(a: argparse.Namespace) -> None:
     numbers = [_merge.parse(value) for value in _split(a.ops)]
     written = _replace.replace(
         a.source, a.output_dir, ops=numbers, imports=_split(a.imports), kind=a.kind, onnx=a.onnx, function=a.function, dynamic=a.dynamic, force=a.force,
-        target=a.target,
+        target=a.target, timeout=a.timeout,
     )  # fmt: skip
     for path in written:
         echo.log_step(f"wrote {path}")

@@ -61,6 +61,16 @@ _TIMEOUT = Option(
         "help": "stop the whole command (its import check too) after this long and say why it may hang (default: 300, iree.DEFAULT_RUN_TIMEOUT_S)",
     },  # fmt: skip
 )
+_MODEL_TIMEOUT = Option(
+    ("--timeout",),
+    {
+        "type": float,
+        "default": None,
+        "metavar": "SECONDS",
+        "help": "stop the tools this command runs on the model (importer, iree-compile) after this long in all "
+        "(default: 600 s plus 0.25 s per MB of input, beyond any real model: only a tool that loops meets it)",
+    },  # fmt: skip
+)
 _SKIP = Option(("--skip-unavailable",), {"action": "store_true", "help": "exit 77 (ctest: skipped) when the device is not present"})
 _OBJECT_SEARCH_PATH = Option(("--object-search-path",), {"dest": "object_search_paths", "action": "append", "default": [], "metavar": "DIR"})
 
@@ -446,6 +456,7 @@ IMPORT = Verb(
             },
         ),  # fmt: skip
         Option(("--depfile",)),
+        _MODEL_TIMEOUT,
     ),
     description=(
         'Import an ONNX model with iree-import-onnx (pip install "pyree_build[onnx]"), give every '
@@ -559,6 +570,7 @@ OPS = Verb(
                 "help": "also say, per group, whether `replace --target` can generate a kernel for these GPU targets, and why not",
             },
         ),  # fmt: skip
+        _MODEL_TIMEOUT,
     ),
     description=(
         "Compile the program as far as IREE's preprocessing (where a transform spec runs) and list "
@@ -618,6 +630,7 @@ REPLACE = Verb(
                 "a GPU kernel built and compiled for that target by the CMakeLists.txt",
             },
         ),  # fmt: skip
+        _MODEL_TIMEOUT,
     ),
     description=(
         "For each op group (numbers from `pyree-build ops`), write into DIR: spec.mlir, a transform "

@@ -347,13 +347,15 @@ def spawn(
     explain: Callable[[str], str | None] | None = None,
     timeout: float | None = None,
     crash_hint: str | None = None,
+    hang_hint: str | None = None,
     runs_user_code: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run one tool in its own process group. On failure raise PyreeError with its stderr and
     the command to reproduce.
 
     `explain` may turn the tool's output into a better message (e.g. a known IREE crash).
-    `crash_hint` is added when the tool is killed by a signal or by the `timeout`. A stop
+    `crash_hint` is added when the tool is killed by a signal or by the `timeout`; `hang_hint`,
+    where given, in its place for the timeout (a tool that loops on its input has not crashed). A stop
     (Stopped, KeyboardInterrupt) or any other exception while it runs ends its whole group.
     `runs_user_code` (a run that loads plugins): after it exits, the orphans it left that this
     process reaps (become_subreaper) are ended too; that look at /proc costs a few ms, so only
@@ -369,7 +371,7 @@ def spawn(
     check_stopped()  # our tool was ended by a stop: say so, not "the tool failed"
     result = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     _require_success(result, what=what, file=file, fix=fix, check=check, explain=explain, crash_hint=crash_hint,
-                     timed_out=command_limit if timed_out else None)  # fmt: skip
+                     timed_out=command_limit if timed_out else None, hang_hint=hang_hint)  # fmt: skip
     return result
 
 
@@ -403,18 +405,20 @@ def _require_success(
     explain: Callable[[str], str | None] | None,
     crash_hint: str | None,
     timed_out: str | None,
+    hang_hint: str | None = None,
 ) -> None:
     """Raise the PyreeError that says how the tool ended, unless it succeeded (or `check` is
     off and it only returned non-zero). `timed_out`: the limit it ran past, if it did."""
     stdout, stderr = result.stdout, result.stderr
     output = (stderr or "") + (stdout or "")
     if timed_out is not None:
+        hint = hang_hint if hang_hint is not None else crash_hint
         raise PyreeError(
             f"{what} timed out after {timed_out} and was stopped",
             file=file,
-            details=(crash_hint + "\n" if crash_hint else "") + (trim(output, 20) or "(the tool printed nothing)"),
+            details=(hint + "\n" if hint else "") + (trim(output, 20) or "(the tool printed nothing)"),
             command=result.args,
-            fix=fix if not crash_hint else "see the likely causes above; or give it more time with --timeout SECONDS",
+            fix=fix if not hint else "see the likely causes above; or give it more time with --timeout SECONDS",
         )
     if result.returncode != 0 and _DISK_FULL in output:  # a full disk aborts some tools (lld): not their bug
         raise PyreeError(f"{what} failed: {_DISK_FULL.lower()} while it wrote", file=file, details=trim(output, 12), command=result.args,

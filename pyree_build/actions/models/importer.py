@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyree_build import backends
+from pyree_build.actions.models import limits
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, escape, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
@@ -238,6 +239,7 @@ class ImportJob:
     model: onnx_types.ModelProto
     flags: list[str]
     externalize_params: bool
+    hang_hint: str
 
 
 def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
@@ -251,6 +253,7 @@ def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
             file=job.source,
             explain=_import_failure,
             fix="the importer could not read the model; check it with onnx.checker.check_model, or re-export it",
+            hang_hint=job.hang_hint,
         )
     named = name_locations(out.read_text(encoding="utf-8"), job.model.graph)
     nodes: list[NodeOp] = []
@@ -260,17 +263,18 @@ def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
     else:
         text, nodes = named
         out.write_text(text, encoding="utf-8")
-    check_lowering(job.source, out, nodes)
+    check_lowering(job.source, out, nodes, hang_hint=job.hang_hint)
     return []
 
 
-def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp]) -> None:
+def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp], *, hang_hint: str | None = None) -> None:
     """IREE's input conversion of the imported file, once: an op it cannot lower is named by node."""
     argv = toolchain.iree_compile().command(imported, "--compile-to=input", *backends.get(CHECK_TARGET).target_flags({}), "-o", os.devnull)
     with echo.Stopwatch(f"iree-compile --compile-to=input {imported.name} (check)"):
         result = processes.spawn(
             argv, what="iree-compile (input conversion of the imported model)", file=source, check=False,
             crash_hint="iree-compile crashed converting the imported model: most likely an ONNX op whose lowering is broken in this IREE release",
+            hang_hint=hang_hint,
         )  # fmt: skip
     if result.returncode != 0:
         output = result.stderr + result.stdout
@@ -291,6 +295,7 @@ def import_onnx(
     data_dir: PathLike | None = None,
     externalize_params: bool = False,
     depfile: PathLike | None = None,
+    timeout: float | None = None,
 ) -> Path:
     """Import an ONNX model to MLIR (torch dialect, as iree-compile takes it).
 
@@ -301,10 +306,13 @@ def import_onnx(
     model first; without it a model older than opset MIN_OPSET (17) is raised to it with onnx's
     version converter, and a note says so; `data_dir` is where external data lives (default: the model's directory);
     `externalize_params` keeps large weights out of the MLIR, in `<output stem>_params.irpa`.
+    `timeout`: the seconds the import's tools may take in all (default: limits.time_limit's,
+    beyond any real model's; a model IREE loops on is stopped by it, and nothing is written).
     """
     src = require_file(model, "ONNX model")
     proto = load_model(src)
     data = external_data_files(proto, src, Path(data_dir) if data_dir is not None else src.parent)
+    seconds = limits.time_limit(timeout, [src, *data])
     out = Path(output)
     finals = [out, out.with_name(out.stem + "_params.irpa")] if externalize_params else [out]
     outs = check_outputs(finals, [src, *data], depfile=depfile)
@@ -315,12 +323,13 @@ def import_onnx(
         if converted is not None:  # the importer converts the same way; its ops are the converted model's nodes
             proto, opset_version = converted, MIN_OPSET
     flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
-    job = ImportJob(src, proto, flags, externalize_params)
+    job = ImportJob(src, proto, flags, externalize_params, limits.hang_hint(proto))
     onnx_version = toolchain._dist_version("onnx") or "unknown"
-    deps = cached_action(
-        "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}"], inputs=[src, *data], outputs=outs,
-        build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
-    )  # fmt: skip
+    with processes.time_limit(seconds):
+        deps = cached_action(
+            "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}"], inputs=[src, *data], outputs=outs,
+            build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
+        )  # fmt: skip
     if depfile is not None:
         write_depfile(depfile, outs[0], deps, outs)
     return outs[0]

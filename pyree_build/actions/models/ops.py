@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import groups, program, replace
-from pyree_build.core import escape
+from pyree_build.actions.models import groups, limits, program, replace
+from pyree_build.core import escape, processes
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -127,10 +127,11 @@ def _listed(group: groups.Group, text: str, seen: dict[Any, int], targets: Seque
     )
 
 
-def ops(source: PathLike, *, targets: Sequence[str] = ()) -> list[OpGroup]:
+def ops(source: PathLike, *, targets: Sequence[str] = (), timeout: float | None = None) -> list[OpGroup]:
     """The op groups of program `source` (an MLIR file, e.g. from `pyree-build import`),
     numbered as `replace --ops` takes them; `targets` (vulkan, cuda, hip): also whether each
     group's kernel can be generated for each of them, and if not, why.
+    `timeout`: the seconds IREE's input conversion may take (default: limits.time_limit's).
 
     Example: [g.root for g in pb.ops("mlp.mlir")] -> ['linalg.generic', 'linalg.matmul', 'linalg.generic']
     """
@@ -138,7 +139,8 @@ def ops(source: PathLike, *, targets: Sequence[str] = ()) -> list[OpGroup]:
     for target in targets:
         if target not in gpu:
             raise PyreeError(f"unknown GPU target '{target}' for ops --target", fix=f"use one of: {', '.join(gpu)}")
-    text = program.spec_view_text(source)
+    with processes.time_limit(limits.time_limit(timeout, [source])):
+        text = program.spec_view_text(source)
     seen: dict[Any, int] = {}
     return [_listed(group, text, seen, list(dict.fromkeys(targets))) for group in groups.find_groups(program.parse(text))]
 
