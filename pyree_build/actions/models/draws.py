@@ -10,13 +10,22 @@ a value with its top bit set. So each draw has a style, and the default draws co
 - `wide`: floats beyond the model's own constants (clip bounds, thresholds, epsilons) and
   exactly at them, integers across their whole type (its extremes included);
 - `ties`: floats and integers from a few values only, so reductions and comparisons meet
-  equal elements.
+  equal elements;
+- `thresholds` (a model with few input elements and constants): each float element takes
+  each constant, a step either side of it and the range's ends in turn, one draw per value,
+  so a kernel wrong at one element's bound meets it there.
+
+Inputs whose values are not data are not drawn as data: an index (Gather's, GatherND's,
+ScatterND's ...) is drawn across the axis it indexes, negatives included; a shape (Reshape's,
+Expand's ...) is the shape the model declares for the op's result, and one the model does not
+declare is refused, naming the input: random shapes compute other things than the model.
 
 Every draw is seeded: the same seed gives the same arrays on every machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Sequence
@@ -39,11 +48,42 @@ PathLike = str | os.PathLike[str]
 
 STYLES = ("uniform", "wide", "ties")
 DEFAULT_TRIALS = len(STYLES)
+THRESHOLDS = "thresholds"
 STYLE_TEXT = {
     "uniform": "floats in [-1, 1], integers in [0, 4)",
     "wide": "floats past and at the model's constants, integers across their type",
     "ties": "a few values only, so elements tie",
+    THRESHOLDS: "each float element at one of the model's constants, a step either side, or the range's ends",
 }
+# Float inputs of at most this many elements each are few: the wide draw cannot put every
+# threshold at every element, so the threshold draws do, one value per element per draw.
+_FEW_ELEMENTS = 64
+# Ops whose constants (attributes, constant operands) are thresholds: where the result switches.
+_THRESHOLD_OPS = {"Clip", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Max", "Min", "Shrink", "ThresholdedRelu"}
+# More threshold values than this are more draws than a check should cost: the wide draw's random places stand.
+_MAX_TURNS = 24
+# An index operand: (op, operand) -> the operand whose axis it indexes. The axis is the op's
+# `axis` attribute (default 0); an ND index's last dimension picks several leading axes.
+_INDEX_OPERANDS = {("Gather", 1): 0, ("GatherElements", 1): 0, ("ScatterElements", 1): 0, ("GatherND", 1): 0, ("ScatterND", 1): 0}
+_ND_INDEX = {"GatherND", "ScatterND"}
+# Indices that write: two equal ones race (ONNX leaves the result undefined), so they are drawn distinct.
+_SCATTERS = {"ScatterND", "ScatterElements"}
+# Operands whose values set the shape of the op's result (or pick its axes): (op, operand) -> what they are.
+_SHAPE_OPERANDS = {
+    ("Reshape", 1): "shape", ("Expand", 1): "shape", ("ConstantOfShape", 0): "shape", ("CenterCropPad", 1): "shape",
+    ("Tile", 1): "repeats", ("Slice", 1): "starts", ("Slice", 2): "ends", ("Slice", 3): "axes", ("Slice", 4): "steps",
+    ("Squeeze", 1): "axes", ("Unsqueeze", 1): "axes", ("Pad", 1): "pads", ("Pad", 3): "axes", ("Resize", 2): "scales", ("Resize", 3): "sizes",
+    ("Upsample", 1): "scales", ("Range", 0): "start", ("Range", 1): "limit", ("Range", 2): "delta", ("OneHot", 1): "depth", ("TopK", 1): "k",
+    ("Split", 1): "split", ("CumSum", 1): "axis", ("Trilu", 1): "k", ("ReduceSum", 1): "axes", ("ReduceMean", 1): "axes", ("ReduceMax", 1): "axes",
+    ("ReduceMin", 1): "axes", ("ReduceProd", 1): "axes", ("ReduceL1", 1): "axes", ("ReduceL2", 1): "axes", ("ReduceLogSum", 1): "axes",
+    ("ReduceLogSumExp", 1): "axes", ("ReduceSumSquare", 1): "axes",
+}  # fmt: skip
+# Of those, the ones whose value is the result's declared shape (CenterCropPad's: at its axes).
+_SHAPE_IS_RESULT = {"Reshape", "Expand", "ConstantOfShape", "CenterCropPad"}
+STORED_FIX = (
+    "pass stored inputs instead of draws: --inputs DIR (a test_data_set_N directory: input_N.pb, with output_N.pb as the reference) "
+    "or --inputs FILE.pb|FILE.npy, one per graph input"
+)
 # Constants of at most this many elements are landmarks (bounds, thresholds); larger ones are weights.
 _LANDMARK_ELEMENTS = 16
 # Wide floats stay below this, so exp() and products of a few of them stay finite in float32.
@@ -73,6 +113,7 @@ class Draw:
     expected: tuple[numpy.ndarray, ...] | None = None  # stored outputs, when the files had them
     style: str | None = None  # drawn: its style and seed; None for given or stored inputs
     seed: int = 0
+    turn: int = 0  # which threshold draw
 
 
 def numpy_dtype(elem_type: int, name: str, source: Path) -> numpy.dtype:
@@ -181,12 +222,188 @@ def _integers(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], d
     return _cover(rng, values, [info.min, info.max, top, *rng.permutation(extremes)])
 
 
-def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, integers: str | None = None) -> Draw:
+@record(frozen=True)
+class Index:
+    """A graph input whose elements index another operand: each element (`nd`: each tuple along
+    its last dimension) picks a place along `sizes`, counted from the end where negative.
+    `distinct`: a scatter's indices, which must not repeat (along `axis` for ScatterElements)."""
+
+    sizes: tuple[int, ...]
+    nd: bool
+    distinct: bool
+    axis: int
+    where: str
+
+
+def _static_shapes(model: onnx_types.ModelProto) -> dict[str, tuple[int | None, ...]]:
+    """Every value's shape the model declares or onnx's shape inference finds (None: unknown dimension)."""
+    found: dict[str, tuple[int | None, ...]] = {}
+
+    def put(values: Sequence[onnx_types.ValueInfoProto]) -> None:
+        for value in values:
+            tensor = value.type.tensor_type
+            if value.type.HasField("tensor_type") and tensor.HasField("shape"):
+                found.setdefault(value.name, tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim))
+
+    put(model.graph.input)
+    put(model.graph.output)
+    put(model.graph.value_info)
+    for tensor in model.graph.initializer:
+        found.setdefault(tensor.name, tuple(tensor.dims))
+    # onnx raises its own types for a model it cannot infer: the declared shapes stand.
+    with contextlib.suppress(Exception):
+        put(onnx.shape_inference.infer_shapes(model).graph.value_info)
+    return found
+
+
+def _op(node: onnx_types.NodeProto) -> str:
+    return f"{node.op_type} '{node.name}'" if node.name else f"the {node.op_type} of '{node.output[0]}'"
+
+
+def _attributes(node: onnx_types.NodeProto) -> dict[str, object]:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _index(node: onnx_types.NodeProto, operand: int, shapes: dict[str, tuple[int | None, ...]]) -> Index | None:
+    """How the indices `node` reads at `operand` range, where the indexed operand's shape is known."""
+    data = shapes.get(node.input[_INDEX_OPERANDS[(node.op_type, operand)]])
+    indices = shapes.get(node.input[operand])
+    if data is None or indices is None or any(d is None or d < 1 for d in data):
+        return None
+    attributes = _attributes(node)
+    where = _op(node)
+    distinct = node.op_type in _SCATTERS
+    if node.op_type in _ND_INDEX:
+        batch = int(attributes.get("batch_dims", 0))  # type: ignore[call-overload]
+        depth = indices[-1] if indices else None
+        if depth is None or batch + depth > len(data):
+            return None
+        return Index(tuple(int(d) for d in data[batch : batch + depth]), True, distinct, 0, where)  # type: ignore[arg-type]
+    axis = int(attributes.get("axis", 0))  # type: ignore[call-overload]
+    axis = axis + len(data) if axis < 0 else axis
+    if not 0 <= axis < len(data) or (distinct and (len(indices) != len(data) or indices[axis] is None)):
+        return None
+    return Index((int(data[axis]),), False, distinct, axis, where)  # type: ignore[arg-type]
+
+
+def _shape_value(node: onnx_types.NodeProto, operand: int, graph_input: GraphInput, shapes: dict[str, tuple[int | None, ...]], source: Path) -> numpy.ndarray:
+    """The value of a graph input that sets the shape of `node`'s result: the shape the model
+    declares for that result; else a PyreeError naming the input."""
+    what = _SHAPE_OPERANDS[(node.op_type, operand)]
+    result = shapes.get(node.output[0])
+    if node.op_type in _SHAPE_IS_RESULT and result is not None and all(d is not None for d in result):
+        axes = _attributes(node).get("axes") if node.op_type == "CenterCropPad" else None
+        value = [result[int(a)] for a in axes] if isinstance(axes, list) else list(result)  # type: ignore[union-attr]
+        if graph_input.dims == (len(value),):
+            return np.array(value, np.int64)
+    declared = " (the model does not declare the result's shape)" if node.op_type in _SHAPE_IS_RESULT else ""
+    raise PyreeError(
+        f"graph input '{graph_input.name}' is the {what} of {_op(node)}{declared}: its values set the shape of "
+        "the op's result, so drawn values would compute another model than the one compiled",
+        file=source,
+        fix=f"{STORED_FIX}; or make '{graph_input.name}' a constant of the model (an initializer)",
+    )
+
+
+def roles(model: onnx_types.ModelProto, source: Path) -> dict[str, Index | numpy.ndarray]:
+    """The graph inputs that are no data: an index's range (Index), or the one value of a shape."""
+    declared = {g.name: g for g in graph_inputs(model, source)}
+    uses = [
+        (node, i, name)
+        for node in model.graph.node
+        for i, name in enumerate(node.input)
+        if name in declared and ((node.op_type, i) in _INDEX_OPERANDS or (node.op_type, i) in _SHAPE_OPERANDS)
+    ]
+    if not uses:
+        return {}
+    shapes = _static_shapes(model)
+    found: dict[str, Index | numpy.ndarray] = {}
+    for node, i, name in uses:
+        if name in found:
+            continue
+        if (node.op_type, i) in _SHAPE_OPERANDS:
+            found[name] = _shape_value(node, i, declared[name], shapes, source)
+        elif (index := _index(node, i, shapes)) is not None:
+            found[name] = index
+    return found
+
+
+def _indices(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], index: Index) -> numpy.ndarray:
+    """Places drawn across the indexed axes, each counted from the start or (half of them) from the end."""
+    if index.nd:
+        places = shape[:-1]
+        count, total = int(np.prod(places, dtype=np.int64)), int(np.prod(index.sizes, dtype=np.int64))
+        if index.distinct and count <= total:
+            flat = rng.choice(total, count, replace=False)
+        else:
+            flat = rng.choice([0, total - 1], count) if style == "ties" else rng.integers(0, total, count)
+        chosen = np.stack(np.unravel_index(flat, index.sizes), axis=-1).reshape(shape)
+        sizes = np.broadcast_to(np.array(index.sizes), shape)
+    else:
+        size = index.sizes[0]
+        if index.distinct and shape[index.axis] <= size:  # each line along the axis: distinct places
+            keys = rng.random((*shape[: index.axis], size, *shape[index.axis + 1 :]))
+            chosen = np.take(np.argsort(keys, axis=index.axis), range(shape[index.axis]), axis=index.axis)
+        elif style == "ties":
+            chosen = rng.choice([0, size - 1], shape)
+        else:
+            chosen = _cover(rng, rng.integers(0, size, shape), [0, size - 1])
+        sizes = np.full(shape, size)
+    return np.where(rng.integers(0, 2, shape).astype(bool), chosen - sizes, chosen)
+
+
+def _describe(name: str, role: Index | numpy.ndarray) -> str:
+    if isinstance(role, Index):
+        return f"'{name}' indexes {role.where} across " + " x ".join(f"[-{n}, {n})" for n in role.sizes)
+    return f"'{name}' is the shape the model declares, {role.tolist()}"
+
+
+def thresholds(model: onnx_types.ModelProto) -> list[float]:
+    """The constants of the model's comparisons (_THRESHOLD_OPS): their float attributes and
+    small constant operands, as finite floats within the drawn range."""
+    constants = {t.name: t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL and int(np.prod(t.dims)) <= _LANDMARK_ELEMENTS}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
+            constants[node.output[0]] = node.attribute[0].t
+    values: set[float] = set()
+    for node in model.graph.node:
+        if node.op_type not in _THRESHOLD_OPS:
+            continue
+        values.update(float(a.f) for a in node.attribute if a.type == onnx.AttributeProto.FLOAT)
+        for name in node.input:
+            if name in constants and (array := numpy_helper.to_array(constants[name])).size <= _LANDMARK_ELEMENTS and array.dtype.kind in "biuf":
+                values.update(float(v) for v in np.asarray(array, np.float64).ravel())
+    return sorted(v for v in values if np.isfinite(v) and abs(v) <= _MAX_SCALE)
+
+
+def _cover_values(model: onnx_types.ModelProto) -> list[float]:
+    """What the threshold draws put at every element: the range's ends, each threshold and a step either side."""
+    points = sorted({0.0, *(m for v in thresholds(model) for m in (v, -v))})
+    scale = min(_MAX_SCALE, max(2.0, 2.0 * max((abs(m) for m in points), default=1.0)))
+    return [-scale, scale, *(m * f for m in points for f in (1.0 - 1e-3, 1.0, 1.0 + 1e-3) if m or f == 1.0)]
+
+
+def threshold_turns(model: onnx_types.ModelProto, source: Path) -> int:
+    """How many threshold draws make each float element meet each threshold: none where the
+    model compares with no constant, a float input has too many elements for one draw per
+    value, or there are too many values."""
+    floats = [g for g in graph_inputs(model, source) if g.dtype.kind == "f"]
+    if not floats or not thresholds(model) or any(not all(isinstance(d, int) for d in g.dims) for g in floats):
+        return 0
+    if any(int(np.prod(g.dims, dtype=np.int64)) > _FEW_ELEMENTS for g in floats):
+        return 0
+    turns = len(_cover_values(model))
+    return turns if turns <= _MAX_TURNS else 0
+
+
+def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, integers: str | None = None, turn: int = 0) -> Draw:
     """One seeded draw of every graph input in `style`. `integers`: a FALLBACKS key, to draw the
-    integers that way instead (for a model whose integer inputs are indices, sizes or divisors)."""
+    integers that way instead (for a model whose integer inputs are indices, sizes or divisors).
+    `turn`: which of the threshold draws (style THRESHOLDS) this is."""
     rng = np.random.default_rng(seed)
     marks = landmarks(model) if style != "uniform" else []
     bounded = _bounded_inputs(model)
+    special = roles(model, source)
     arrays = []
     for graph_input in graph_inputs(model, source):
         dynamic = [d for d in graph_input.dims if isinstance(d, str)]
@@ -199,7 +416,15 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, i
             )
         shape = tuple(int(d) for d in graph_input.dims)
         kind = graph_input.dtype.kind
-        if kind == "f":
+        role = special.get(graph_input.name)
+        if isinstance(role, Index) and kind in "iu":
+            values = _indices(rng, style, shape, role)
+        elif role is not None and not isinstance(role, Index):
+            values = role
+        elif kind == "f" and style == THRESHOLDS:
+            cover = _cover_values(model)
+            values = np.array([cover[(i + turn) % len(cover)] for i in range(int(np.prod(shape, dtype=np.int64)))]).reshape(shape)
+        elif kind == "f":
             values = _floats(rng, style, shape, marks)
         elif kind == "b":
             values = rng.integers(0, 2, shape)
@@ -207,7 +432,8 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, i
             values = _integers(rng, integers or style, shape, graph_input.dtype, graph_input.name in bounded)
         arrays.append(np.asarray(values).astype(graph_input.dtype))
     what = STYLE_TEXT[style] + (f" (integers in {FALLBACKS[integers]}: onnxruntime refused the others)" if integers else "")
-    return Draw(f"seed {seed}, {style}: {what}", tuple(arrays), None, style, seed)
+    what += "".join(f"; {_describe(name, role)}" for name, role in special.items())
+    return Draw(f"seed {seed}, {style}: {what}", tuple(arrays), None, style, seed, turn)
 
 
 def style_of(trial: int) -> str:
@@ -271,4 +497,4 @@ def conform(draw_: Draw, declared: Sequence[GraphInput], source: Path) -> Draw:
                 fix="give the input the graph's shape",
             )
         arrays.append(array.astype(graph_input.dtype, copy=False))
-    return Draw(draw_.label, tuple(arrays), draw_.expected, draw_.style, draw_.seed)
+    return Draw(draw_.label, tuple(arrays), draw_.expected, draw_.style, draw_.seed, draw_.turn)
