@@ -333,6 +333,19 @@ def test_scatter_and_nd_indices_are_distinct_places_across_every_axis(tmp_path):
     assert all(len({int(v) % 5 for v in row}) == 3 for row in idx), idx  # distinct along the axis written
 
 
+def test_a_clip_s_bounds_given_as_inputs_are_drawn_in_order(tmp_path):
+    # A clip whose min exceeds its max is constant: nothing of its input reaches the output.
+    node = helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")
+    model = _model(
+        "clip", [node], {"x": (TensorProto.FLOAT, [3, 4]), "lo": (TensorProto.FLOAT, []), "hi": (TensorProto.FLOAT, [])}, {"y": (TensorProto.FLOAT, [3, 4])}
+    )
+    onnx.save(model, tmp_path / "clip.onnx")
+    for seed in range(6):
+        drawn = draws.draw(model, tmp_path / "clip.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        assert drawn[1] <= drawn[2] and all(isinstance(a, np.ndarray) for a in drawn), drawn
+        verify.reference_outputs(tmp_path / "clip.onnx", model, drawn)  # onnxruntime takes them
+
+
 def _reshape(declared: bool) -> onnx.ModelProto:
     node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")
     model = _model("reshape", [node], {"x": (TensorProto.FLOAT, [2, 3, 4]), "shape": (TensorProto.INT64, [2])}, {"y": (TensorProto.FLOAT, [6, 4])})
@@ -430,3 +443,20 @@ def test_the_baseline_decides_whose_difference_it_is():
     wrong = want + np.float32([0, 1, 0, 0])
     judged = verify._judge(verify.compare(0, "y", wrong, want, None, None), wrong, want, want, None, None)
     assert judged.verdict == verify.MISMATCH and "IREE" not in judged.render()
+
+
+def test_every_mutant_of_a_generated_kernel_that_differs_on_the_stored_data_is_caught(tmp_path, node_data):
+    # benchmarks/verify_mutants.py on one node test: each generated kernel of Shrink, with one
+    # edit at a time (a bound, a comparison, a load, a bias, a constant), against default verify.
+    spec = importlib.util.spec_from_file_location("verify_mutants", REPO / "benchmarks" / "verify_mutants.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    record = bench.check_test(node_data / "test_shrink_hard", tmp_path, 8)
+    assert record["status"] == "ok" and record["groups"], record
+    assert all(g["status"] == "ok" for g in record["groups"]), record  # the right kernels pass
+    found = bench.report([record])
+    counts = found["counts"]
+    assert counts["mutants"] >= 10 and counts["differ on stored data"] >= 5, counts
+    assert counts["caught of those that differ"] == counts["differ on stored data"], found["missed"]
+    assert counts["caught"] >= 0.9 * counts["mutants"], found["missed"]

@@ -78,6 +78,9 @@ _SHAPE_OPERANDS = {
     ("ReduceMin", 1): "axes", ("ReduceProd", 1): "axes", ("ReduceL1", 1): "axes", ("ReduceL2", 1): "axes", ("ReduceLogSum", 1): "axes",
     ("ReduceLogSumExp", 1): "axes", ("ReduceSumSquare", 1): "axes",
 }  # fmt: skip
+# Operands that are a lower and an upper bound: drawn in order, as a clip whose min exceeds its
+# max is constant and checks nothing of its input.
+_ORDERED_OPERANDS = {"Clip": (1, 2)}
 # Of those, the ones whose value is the result's declared shape (CenterCropPad's: at its axes).
 _SHAPE_IS_RESULT = {"Reshape", "Expand", "ConstantOfShape", "CenterCropPad"}
 STORED_FIX = (
@@ -187,10 +190,11 @@ def _floats(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], mar
     small = rng.uniform(-1.0, 1.0, shape)
     pick = rng.integers(0, 4, shape)
     values = np.where(pick < 2, spread, np.where(pick == 2, at, small))
-    # The ends of the range first, then each landmark and a step either side, in random order:
-    # a small input (a handful of elements) still goes past every bound and meets them exactly.
+    # The ends of the range first (in random order: a scalar takes either), then each landmark
+    # and a step either side, in random order: a small input (a handful of elements) still goes
+    # past every bound and meets them exactly.
     steps = [m * f for m in points for f in (1.0 - 1e-3, 1.0, 1.0 + 1e-3) if m or f == 1.0]
-    return _cover(rng, values, [-scale, scale, *rng.permutation(np.array(steps))])
+    return _cover(rng, values, [*rng.permutation(np.array([-scale, scale])), *rng.permutation(np.array(steps))])
 
 
 def _cover(rng: numpy.random.Generator, values: numpy.ndarray, cover: Sequence[object]) -> numpy.ndarray:
@@ -396,6 +400,18 @@ def threshold_turns(model: onnx_types.ModelProto, source: Path) -> int:
     return turns if turns <= _MAX_TURNS else 0
 
 
+def _order_bounds(model: onnx_types.ModelProto, declared: Sequence[GraphInput], arrays: list[numpy.ndarray]) -> None:
+    """Each pair of drawn bounds (_ORDERED_OPERANDS) in order, lower first, in place."""
+    position = {g.name: i for i, g in enumerate(declared)}
+    for node in model.graph.node:
+        pair = _ORDERED_OPERANDS.get(node.op_type)
+        if pair is None or len(node.input) <= max(pair):
+            continue
+        lo, hi = (position.get(node.input[i]) for i in pair)
+        if lo is not None and hi is not None and arrays[lo].shape == arrays[hi].shape:
+            arrays[lo], arrays[hi] = np.asarray(np.minimum(arrays[lo], arrays[hi])), np.asarray(np.maximum(arrays[lo], arrays[hi]))
+
+
 def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, integers: str | None = None, turn: int = 0) -> Draw:
     """One seeded draw of every graph input in `style`. `integers`: a FALLBACKS key, to draw the
     integers that way instead (for a model whose integer inputs are indices, sizes or divisors).
@@ -431,6 +447,7 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, i
         else:
             values = _integers(rng, integers or style, shape, graph_input.dtype, graph_input.name in bounded)
         arrays.append(np.asarray(values).astype(graph_input.dtype))
+    _order_bounds(model, graph_inputs(model, source), arrays)
     what = STYLE_TEXT[style] + (f" (integers in {FALLBACKS[integers]}: onnxruntime refused the others)" if integers else "")
     what += "".join(f"; {_describe(name, role)}" for name, role in special.items())
     return Draw(f"seed {seed}, {style}: {what}", tuple(arrays), None, style, seed, turn)

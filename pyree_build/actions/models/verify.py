@@ -445,7 +445,8 @@ def verify(
 
     Inputs are `trials` seeded draws (seeds `seed`, `seed + 1`, ...; styles uniform, wide and
     ties in turn: floats in [-1, 1]; floats past and at the model's own constants, integers
-    across their type; a few values only, so elements tie), or the given `inputs` (`--input`
+    across their type; a few values only, so elements tie; with `trials` >= 3, one draw per
+    threshold value where the model's float inputs are few, draws.threshold_turns), or the given `inputs` (`--input`
     specs: `4x16xf32=1`, `@x.npy`), or `input_files`: an ONNX test directory (input_N.pb,
     with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
     with iree-run-module (`plugins` loaded, on `device`: by default the device its executables
