@@ -15,7 +15,8 @@ mutant, the generated C with one edit, is built as the plugin and
   tells apart computes the same function as far as any draw sees (likely an equivalent mutant).
 
 The edits, each made once at each place it applies (at most --per-group per group, spread over
-the kinds): `bound` a loop bound or size one smaller; `sign` + and - swapped, a strict
+the kinds): `bound` a loop bound or size one smaller; `sign` + and - swapped (not
+before a zero), a strict
 comparison made loose or back (not one that selects one of its own operands, as max does:
 equal operands make that no edit); `index` a load one element earlier; `bias` a result plus a small
 amount; `constant` a literal 0.1% larger. A mutant that computes the same function (an edit
@@ -80,6 +81,8 @@ def mutants(source: str) -> list[tuple[str, str, str]]:
                 (kind, f"line {head.count(chr(10)) + i + 1}: {old.strip()} -> {new.strip()}", head + "\n".join([*lines[:i], new, *lines[i + 1 :]]) + tail)
             )
 
+    # Values the kernel sets to a zero literal: adding or subtracting them is no edit.
+    zeros = re.findall(r"const \w+ (v\d+) = \(\w+\)\((?:-?0x0\.0p\+0f?|-?0\.0f?|0)\);", body)
     for i, line in enumerate(lines):
         text = line.strip()
         if text.startswith(("//", "#", "PYREE_")):
@@ -92,6 +95,8 @@ def mutants(source: str) -> list[tuple[str, str, str]]:
         if not computed:
             continue
         for m in re.finditer(r"(?<=[\w)\]]) ([+-]) (?=[\w(])", line):
+            if re.match(r"\(?(0|" + "|".join(zeros or ["$^"]) + r")\)?\b", line[m.end() :]):
+                continue  # x + 0 and x - 0 are the same: no edit
             if "col0" in line[max(0, m.start() - 8) : m.end() + 8] or "row0" in line[max(0, m.start() - 8) : m.end() + 8]:
                 continue  # an index's arithmetic: the index edit below
             put("sign", i, line, line[: m.start(1)] + ("-" if m[1] == "+" else "+") + line[m.end(1) :])

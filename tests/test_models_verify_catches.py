@@ -375,6 +375,54 @@ def test_a_shape_input_is_the_shape_the_model_declares_or_is_refused_by_name(tmp
     assert stored.returncode == 0, stored
 
 
+def test_slice_bounds_place_the_declared_window_anywhere_from_either_end(tmp_path):
+    # Slice's starts and ends as graph inputs: random ones slice windows of other lengths than
+    # the module's result ("result 0 has shape ..."); drawn as a window of the declared length,
+    # placed anywhere and counted from either end, IREE's own module verifies.
+    node = helper.make_node("Slice", ["x", "s", "e", "axes"], ["y"], name="slice")
+    inputs = {"x": (TensorProto.FLOAT, [10, 4]), "s": (TensorProto.INT64, [1]), "e": (TensorProto.INT64, [1])}
+    model = _model("slice", [node], inputs, {"y": (TensorProto.FLOAT, [4, 4])}, [numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    onnx.save(model, tmp_path / "slice.onnx")
+    starts = set()
+    for seed in range(9):
+        _, s, e = draws.draw(model, tmp_path / "slice.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        first, last = int(s[0]) % 10, (int(e[0]) % 10 if int(e[0]) < 10 else 10) or 10
+        assert last - first == 4, (s, e)
+        starts.add(int(s[0]))
+    assert min(starts) < 0 <= max(starts), starts
+    assert run_cli("import", tmp_path / "slice.onnx", "-o", tmp_path / "slice.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "slice.mlir", "-o", tmp_path / "slice.vmfb").returncode == 0
+    result = run_cli("verify", tmp_path / "slice.vmfb", "--onnx", tmp_path / "slice.onnx")
+    assert result.returncode == 0, result
+    assert "'s' places the window of Slice 'slice', [4] of [10], anywhere" in result.stdout
+    # With the axes a graph input too, the window cannot be known: refused by name.
+    node.input[3] = "axes_in"
+    model = _model("slice", [node], {**inputs, "axes_in": (TensorProto.INT64, [1])}, {"y": (TensorProto.FLOAT, [4, 4])})
+    onnx.save(model, tmp_path / "axes.onnx")
+    assert_clean_error(
+        run_cli("verify", tmp_path / "slice.vmfb", "--onnx", tmp_path / "axes.onnx"), "graph input 'axes_in' is the axes of Slice 'slice'", "--inputs"
+    )
+
+
+@pytest.mark.parametrize("keepdims, result, axes", [(1, [3, 1, 2], [1]), (1, [1, 1, 1], [0, 1, 2]), (0, [3, 2], None)])
+def test_a_reduction_s_axes_are_read_off_the_declared_shapes_where_certain(tmp_path, keepdims, result, axes):
+    count = len(axes) if axes else 1
+    # With keepdims the reduced axes are the ones whose size drops to 1; without, 3x2x2 -> 3x2
+    # could be axis 1 or 2 (other sums): refused by name.
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=keepdims)
+    model = _model("sum", [node], {"x": (TensorProto.FLOAT, [3, 2, 2]), "axes": (TensorProto.INT64, [count])},
+                   {"y": (TensorProto.FLOAT, result)}, opset=18)  # fmt: skip
+    onnx.save(model, tmp_path / "sum.onnx")
+    if axes is None:
+        with pytest.raises(draws.PyreeError, match="graph input 'axes' is the axes of ReduceSum 'sum'"):
+            draws.draw(model, tmp_path / "sum.onnx", seed=0, style="wide")
+        return
+    drawn = draws.draw(model, tmp_path / "sum.onnx", seed=0, style="wide").arrays
+    assert drawn[1].tolist() == axes
+    verify.reference_outputs(tmp_path / "sum.onnx", model, drawn)  # onnxruntime's result has the declared shape
+    assert list(verify.reference_outputs(tmp_path / "sum.onnx", model, drawn)[1][0].shape) == result
+
+
 def test_onnxruntime_s_own_refusal_asks_for_stored_outputs(tmp_path):
     # LSTM with layout=1 is valid ONNX that IREE compiles and onnxruntime refuses: no reference
     # to draw against, and nothing the user should check the model for.

@@ -16,9 +16,11 @@ a value with its top bit set. So each draw has a style, and the default draws co
   so a kernel wrong at one element's bound meets it there.
 
 Inputs whose values are not data are not drawn as data: an index (Gather's, GatherND's,
-ScatterND's ...) is drawn across the axis it indexes, negatives included; a shape (Reshape's,
-Expand's ...) is the shape the model declares for the op's result, and one the model does not
-declare is refused, naming the input: random shapes compute other things than the model.
+ScatterND's ...) is drawn across the axis it indexes, negatives included; Slice's starts and
+ends place a window of the result's declared length anywhere, from either end; a shape
+(Reshape's, Expand's ...) is the shape the model declares for the op's result, and one the
+model does not declare is refused, naming the input: random shapes compute other things than
+the model.
 
 Every draw is seeded: the same seed gives the same arrays on every machine.
 """
@@ -239,6 +241,19 @@ class Index:
     where: str
 
 
+@record(frozen=True)
+class Window:
+    """Slice's starts and ends, both graph inputs: a window of the result's declared length
+    (`lengths`) along each sliced axis (of `sizes`), placed anywhere along it and written from
+    the start or from the end."""
+
+    starts: str
+    ends: str
+    sizes: tuple[int, ...]
+    lengths: tuple[int, ...]
+    where: str
+
+
 def _static_shapes(model: onnx_types.ModelProto) -> dict[str, tuple[int | None, ...]]:
     """Every value's shape the model declares or onnx's shape inference finds (None: unknown dimension)."""
     found: dict[str, tuple[int | None, ...]] = {}
@@ -300,17 +315,80 @@ def _shape_value(node: onnx_types.NodeProto, operand: int, graph_input: GraphInp
         value = [result[int(a)] for a in axes] if isinstance(axes, list) else list(result)  # type: ignore[union-attr]
         if graph_input.dims == (len(value),):
             return np.array(value, np.int64)
-    declared = " (the model does not declare the result's shape)" if node.op_type in _SHAPE_IS_RESULT else ""
-    raise PyreeError(
-        f"graph input '{graph_input.name}' is the {what} of {_op(node)}{declared}: its values set the shape of "
-        "the op's result, so drawn values would compute another model than the one compiled",
+    if node.op_type.startswith("Reduce") and (axes := _reduced_axes(node, graph_input, shapes.get(node.input[0]), result)) is not None:
+        return axes
+    raise _unknowable(node, what, graph_input.name, source, " (the model does not declare the result's shape)" if node.op_type in _SHAPE_IS_RESULT else "")
+
+
+def _reduced_axes(
+    node: onnx_types.NodeProto, graph_input: GraphInput, data: tuple[int | None, ...] | None, result: tuple[int | None, ...] | None
+) -> numpy.ndarray | None:
+    """A reduction's axes read off the declared shapes where they are certain: with keepdims, the
+    axes whose size drops to 1 (an axis of size 1 reduced or not gives the same result), as many
+    as the input holds; None where they are not."""
+    count = graph_input.dims[0] if len(graph_input.dims) == 1 else None
+    if count == 0:
+        return np.zeros(0, np.int64)  # no axes: the op's own default
+    known = data is not None and result is not None and len(data) == len(result) and None not in data and None not in result
+    if not isinstance(count, int) or not known or _attributes(node).get("keepdims", 1) != 1:
+        return None
+    dims = list(zip(data, result))  # type: ignore[arg-type]
+    dropped = [a for a, (d, r) in enumerate(dims) if r == 1 and d != 1]
+    ones = [a for a, (d, _) in enumerate(dims) if d == 1]
+    if any(r not in (1, d) for d, r in dims) or not len(dropped) <= count <= len(dropped) + len(ones):
+        return None
+    return np.array(sorted(dropped + ones[: count - len(dropped)]), np.int64)
+
+
+def _unknowable(node: onnx_types.NodeProto, what: str, name: str, source: Path, why: str = "") -> PyreeError:
+    return PyreeError(
+        f"graph input '{name}' is the {what} of {_op(node)}{why}: its values set the shape of the op's result, so drawn values would "
+        "compute another model than the one compiled",
         file=source,
-        fix=f"{STORED_FIX}; or make '{graph_input.name}' a constant of the model (an initializer)",
+        fix=f"{STORED_FIX}; or make '{name}' a constant of the model (an initializer)",
     )
 
 
-def roles(model: onnx_types.ModelProto, source: Path) -> dict[str, Index | numpy.ndarray]:
-    """The graph inputs that are no data: an index's range (Index), or the one value of a shape."""
+def _window(
+    node: onnx_types.NodeProto, declared: dict[str, GraphInput], shapes: dict[str, tuple[int | None, ...]], constants: dict[str, numpy.ndarray], source: Path
+) -> Window:
+    """Slice's starts and ends as a Window: where both are graph inputs, the axes and steps
+    absent or constants (steps 1), and the shapes of the data and the result known."""
+    starts, ends, axes, steps = (list(node.input[1:5]) + [""] * 4)[:4]
+    data, result = shapes.get(node.input[0]), shapes.get(node.output[0])
+    both = starts in declared and ends in declared and len(declared[starts].dims) == 1 and declared[starts].dims == declared[ends].dims
+    known = data is not None and result is not None and all(d is not None for d in (*data, *result))
+    for what, name in (("axes", axes), ("steps", steps)):
+        if name and name not in constants:
+            raise _unknowable(node, what, name, source) if name in declared else _unknowable(node, "starts", starts, source, f" (its {what} computed)")
+    if not both:
+        name = starts if starts in declared else ends
+        raise _unknowable(node, "starts" if name == starts else "ends", name, source, " (and the other bound a constant)")
+    if not known:
+        raise _unknowable(node, "starts", starts, source, " (the model does not declare the result's shape)")
+    sizes, lengths = [int(d or 0) for d in data or ()], [int(d or 0) for d in result or ()]
+    count = int(declared[starts].dims[0])
+    picked = [int(a) % len(sizes) for a in (constants[axes].ravel() if axes else range(count))]
+    if (steps and not (constants[steps] == 1).all()) or len(picked) != count:
+        raise _unknowable(node, "starts", starts, source, " (with steps other than 1)")
+    return Window(starts, ends, tuple(sizes[a] for a in picked), tuple(lengths[a] for a in picked), _op(node))
+
+
+def _place(rng: numpy.random.Generator, style: str, window: Window, dtype: numpy.dtype) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """(starts, ends) of one window per axis: anywhere it fits; each bound from the start or from the end."""
+    starts, ends = [], []
+    for size, length in zip(window.sizes, window.lengths):
+        first = int(rng.choice([0, size - length]) if style == "ties" else rng.integers(0, size - length + 1))
+        last = first + length
+        starts.append(first - size if rng.integers(0, 2) else first)
+        # An end at the axis's end cannot be written from it (-0 is 0): past it instead, as ONNX clamps.
+        ends.append(last - size if last < size and rng.integers(0, 2) else (last if last < size or rng.integers(0, 2) else int(np.iinfo(dtype).max)))
+    return np.array(starts), np.array(ends)
+
+
+def roles(model: onnx_types.ModelProto, source: Path) -> dict[str, Index | Window | numpy.ndarray]:
+    """The graph inputs that are no data: an index's range (Index), a slice's window (Window),
+    or the one value of a shape."""
     declared = {g.name: g for g in graph_inputs(model, source)}
     uses = [
         (node, i, name)
@@ -321,11 +399,14 @@ def roles(model: onnx_types.ModelProto, source: Path) -> dict[str, Index | numpy
     if not uses:
         return {}
     shapes = _static_shapes(model)
-    found: dict[str, Index | numpy.ndarray] = {}
+    found: dict[str, Index | Window | numpy.ndarray] = {}
     for node, i, name in uses:
         if name in found:
             continue
-        if (node.op_type, i) in _SHAPE_OPERANDS:
+        if node.op_type == "Slice" and i in (1, 2):
+            window = _window(node, declared, shapes, _small_constants(model), source)
+            found[window.starts] = found[window.ends] = window
+        elif (node.op_type, i) in _SHAPE_OPERANDS:
             found[name] = _shape_value(node, i, declared[name], shapes, source)
         elif (index := _index(node, i, shapes)) is not None:
             found[name] = index
@@ -356,26 +437,36 @@ def _indices(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], in
     return np.where(rng.integers(0, 2, shape).astype(bool), chosen - sizes, chosen)
 
 
-def _describe(name: str, role: Index | numpy.ndarray) -> str:
+def _describe(name: str, role: Index | Window | numpy.ndarray) -> str:
+    if isinstance(role, Window):
+        return f"'{name}' places the window of {role.where}, {list(role.lengths)} of {list(role.sizes)}, anywhere, counted from either end"
     if isinstance(role, Index):
         return f"'{name}' indexes {role.where} across " + " x ".join(f"[-{n}, {n})" for n in role.sizes)
     return f"'{name}' is the shape the model declares, {role.tolist()}"
 
 
+def _small_constants(model: onnx_types.ModelProto) -> dict[str, numpy.ndarray]:
+    """The model's constants of at most _LANDMARK_ELEMENTS elements (initializers, Constant nodes), by name."""
+    tensors = [(t.name, t) for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    tensors += [
+        (n.output[0], n.attribute[0].t)
+        for n in model.graph.node
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].type == onnx.AttributeProto.TENSOR
+    ]
+    return {name: numpy_helper.to_array(t) for name, t in tensors if int(np.prod(t.dims)) <= _LANDMARK_ELEMENTS}
+
+
 def thresholds(model: onnx_types.ModelProto) -> list[float]:
     """The constants of the model's comparisons (_THRESHOLD_OPS): their float attributes and
     small constant operands, as finite floats within the drawn range."""
-    constants = {t.name: t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL and int(np.prod(t.dims)) <= _LANDMARK_ELEMENTS}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
-            constants[node.output[0]] = node.attribute[0].t
+    constants = _small_constants(model)
     values: set[float] = set()
     for node in model.graph.node:
         if node.op_type not in _THRESHOLD_OPS:
             continue
         values.update(float(a.f) for a in node.attribute if a.type == onnx.AttributeProto.FLOAT)
         for name in node.input:
-            if name in constants and (array := numpy_helper.to_array(constants[name])).size <= _LANDMARK_ELEMENTS and array.dtype.kind in "biuf":
+            if name in constants and (array := constants[name]).dtype.kind in "biuf":
                 values.update(float(v) for v in np.asarray(array, np.float64).ravel())
     return sorted(v for v in values if np.isfinite(v) and abs(v) <= _MAX_SCALE)
 
@@ -420,6 +511,7 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, i
     marks = landmarks(model) if style != "uniform" else []
     bounded = _bounded_inputs(model)
     special = roles(model, source)
+    windows: dict[Window, tuple[numpy.ndarray, numpy.ndarray]] = {}
     arrays = []
     for graph_input in graph_inputs(model, source):
         dynamic = [d for d in graph_input.dims if isinstance(d, str)]
@@ -433,9 +525,13 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, i
         shape = tuple(int(d) for d in graph_input.dims)
         kind = graph_input.dtype.kind
         role = special.get(graph_input.name)
-        if isinstance(role, Index) and kind in "iu":
+        if isinstance(role, Window) and kind in "iu":
+            if role not in windows:
+                windows[role] = _place(rng, style, role, graph_input.dtype)
+            values = windows[role][0 if graph_input.name == role.starts else 1]
+        elif isinstance(role, Index) and kind in "iu":
             values = _indices(rng, style, shape, role)
-        elif role is not None and not isinstance(role, Index):
+        elif isinstance(role, np.ndarray):
             values = role
         elif kind == "f" and style == THRESHOLDS:
             cover = _cover_values(model)
