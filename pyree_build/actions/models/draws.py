@@ -194,9 +194,11 @@ def _floats(rng: numpy.random.Generator, style: str, shape: tuple[int, ...], mar
     values = np.where(pick < 2, spread, np.where(pick == 2, at, small))
     # The ends of the range first (in random order: a scalar takes either), then each landmark
     # and a step either side, in random order: a small input (a handful of elements) still goes
-    # past every bound and meets them exactly.
+    # past every bound and meets them exactly. Where room is left, the largest magnitudes drawn
+    # at all: a kernel that drops a softmax's max-subtraction overflows only there.
     steps = [m * f for m in points for f in (1.0 - 1e-3, 1.0, 1.0 + 1e-3) if m or f == 1.0]
-    return _cover(rng, values, [*rng.permutation(np.array([-scale, scale])), *rng.permutation(np.array(steps))])
+    large = [-_MAX_SCALE, _MAX_SCALE] if scale < _MAX_SCALE else []
+    return _cover(rng, values, [*rng.permutation(np.array([-scale, scale])), *rng.permutation(np.array(steps)), *large])
 
 
 def _cover(rng: numpy.random.Generator, values: numpy.ndarray, cover: Sequence[object]) -> numpy.ndarray:
