@@ -284,6 +284,30 @@ def test_integer_outputs_are_exact_and_signless_results_compare_by_their_bits():
     assert not verify.compare(0, "y", big + np.array([1, 0]), big, verify.DEFAULT_RTOL, None).passed  # within rtol, not equal
 
 
+def test_a_softmax_that_adds_its_row_maximum_fails(tmp_path):
+    # exp(x + max) / sum is softmax wherever exp does not overflow: floats within [-2, 2] never
+    # show it; the wide draw reaches the largest magnitude it draws, where it overflows.
+    softmax = _model(
+        "sm", [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)], {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}
+    )
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], name="max", axes=[1], keepdims=1),
+        helper.make_node("Add", ["x", "m"], ["shifted"], name="add"),
+        helper.make_node("Exp", ["shifted"], ["e"], name="exp"),
+        helper.make_node("ReduceSum", ["e", "one"], ["total"], name="sum", keepdims=1),
+        helper.make_node("Div", ["e", "total"], ["y"], name="div"),
+    ]
+    added = _model(
+        "sm", nodes, {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}, [numpy_helper.from_array(np.array([1], np.int64), "one")]
+    )
+    onnx.save(softmax, tmp_path / "softmax.onnx")
+    onnx.save(added, tmp_path / "added.onnx")
+    assert run_cli("import", tmp_path / "added.onnx", "-o", tmp_path / "added.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "added.mlir", "-o", tmp_path / "added.vmfb").returncode == 0
+    assert run_cli("verify", tmp_path / "added.vmfb", "--onnx", tmp_path / "softmax.onnx", "--trials", "1").returncode == 0
+    assert_clean_error(run_cli("verify", tmp_path / "added.vmfb", "--onnx", tmp_path / "softmax.onnx"), "differ from onnxruntime's")
+
+
 def _gather(clamped: bool) -> onnx.ModelProto:
     """Gather of 10 rows; `clamped`: the indices clamped at 0 first, as a kernel that drops
     ONNX's negative indices (counted from the end) computes."""
