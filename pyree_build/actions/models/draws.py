@@ -79,6 +79,9 @@ _SHAPE_OPERANDS = {
     ("Split", 1): "split", ("CumSum", 1): "axis", ("Trilu", 1): "k", ("ReduceSum", 1): "axes", ("ReduceMean", 1): "axes", ("ReduceMax", 1): "axes",
     ("ReduceMin", 1): "axes", ("ReduceProd", 1): "axes", ("ReduceL1", 1): "axes", ("ReduceL2", 1): "axes", ("ReduceLogSum", 1): "axes",
     ("ReduceLogSumExp", 1): "axes", ("ReduceSumSquare", 1): "axes",
+    ("MelWeightMatrix", 0): "num_mel_bins", ("MelWeightMatrix", 1): "dft_length", ("DFT", 1): "dft_length", ("DFT", 2): "axis",
+    ("STFT", 1): "frame_step", ("STFT", 3): "frame_length", ("HannWindow", 0): "size", ("HammingWindow", 0): "size", ("BlackmanWindow", 0): "size",
+    ("NonMaxSuppression", 2): "max_output_boxes_per_class", ("Col2Im", 1): "image_shape", ("Col2Im", 2): "block_shape",
 }  # fmt: skip
 # Operands that are a lower and an upper bound: drawn in order, as a clip whose min exceeds its
 # max is constant and checks nothing of its input.
