@@ -1,19 +1,24 @@
-"""Issue 33: `verify` catches kernels that are wrong only where small random inputs never go
-(a clip bound above 1, equal elements, the top bit of an unsigned integer), reads stored
-inputs and outputs, scales its tolerance to each output, tells IREE's own differences from a
-kernel's (--baseline), and names the types it cannot pass (f64 demoted, bfloat16).
+"""Issues 33 and 45: `verify` catches kernels that are wrong only where small random inputs
+never go (a clip bound above 1, equal elements, the top bit of an unsigned integer, one
+element of a small output at its threshold, a negative index), draws no random shapes,
+reads stored inputs and outputs, scales its tolerance to each output, tells IREE's own
+differences from a kernel's (--baseline), and names the types and models it cannot check.
 
 Each wrong kernel is the generated C with one deliberate bug; `--trials 1` is the draw verify
-made before (floats in [-1, 1], integers in [0, 4), seed 0), which the bug passes."""
+made before (floats in [-1, 1], integers in [0, 4), seed 0), which the bug passes. ONNX's
+node tests the proofs use are written here by onnx's own tool (benchmarks/onnx_conformance.py),
+so every proof runs wherever onnx and onnxruntime are installed."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import assert_clean_error, run_cli
+from conftest import REPO, assert_clean_error, run_cli
 
 onnx = pytest.importorskip("onnx", reason='onnx is not installed (pip install "pyree_build[onnx]")')
 pytest.importorskip("onnxruntime", reason='onnxruntime is not installed (pip install "pyree_build[onnx]")')
@@ -25,7 +30,25 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from pyree_build.actions.models import draws, verify  # noqa: E402
 
-NODE_DATA = Path("/work/onnx_node_data/node")
+# The ONNX node tests the proofs read, written once per run by onnx's own tool.
+NODE_TESTS = ("test_abs", "test_det_2d", "test_bitshift_right_uint32", "test_bitwise_and_ui8_bcast_4v3d", "test_shrink_hard")
+
+
+def _generate_node_data(directory: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("onnx_conformance", REPO / "benchmarks" / "onnx_conformance.py")
+    assert spec is not None and spec.loader is not None
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    with warnings.catch_warnings():  # the tool computes every case's outputs, some dividing by zero on purpose
+        warnings.simplefilter("ignore", RuntimeWarning)
+        folder: Path = harness.generate_data(directory, "^(" + "|".join(NODE_TESTS) + ")$")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(NODE_TESTS), "onnx's tool did not write every node test the proofs use"
+    return folder
+
+
+@pytest.fixture(scope="module")
+def node_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _generate_node_data(tmp_path_factory.mktemp("onnx-node"))
 
 
 def _model(name: str, nodes: list, inputs: dict, outputs: dict, initializers: list = (), opset: int = 17) -> onnx.ModelProto:  # type: ignore[assignment]
@@ -46,10 +69,8 @@ def clip_constant_bounds() -> onnx.ModelProto:
     return _model("clip_const", [node], {"x": (TensorProto.FLOAT, [4, 8])}, {"y": (TensorProto.FLOAT, [4, 8])}, bounds)
 
 
-def _node_model(test: str) -> onnx.ModelProto:
-    if not (NODE_DATA / test).is_dir():
-        pytest.skip(f"ONNX node conformance data not generated at {NODE_DATA}")
-    return onnx.load(str(NODE_DATA / test / "model.onnx"))
+def _node_model(test: str) -> Callable[[Path], onnx.ModelProto]:
+    return lambda data: onnx.load(str(data / test / "model.onnx"))
 
 
 def _one_edit(*pairs: str) -> Callable[[str], str]:
@@ -68,20 +89,27 @@ WRONG_KERNELS = {
     # C: the generated kernel reads rank-0 constant operands wrongly in this tree, a generator
     # issue apart from verify's.)
     "clip_bound_dropped": (
-        clip_constant_bounds,
+        lambda data: clip_constant_bounds(),
         _one_edit(
             "const float a2 = in1[0];", "const float a2 = -2.5f;", "const float a3 = in2[0];", "const float a3 = 2.5f;", "(float)(v6 ? a3 : v5)", "(float)(v5)"
         ),
     ),  # fmt: skip
     # An arithmetic shift of a uint32: only values with the top bit set show it.
     "unsigned_shift_sign_extends": (
-        lambda: _node_model("test_bitshift_right_uint32"),
+        _node_model("test_bitshift_right_uint32"),
         _one_edit("(int32_t)((uint32_t)a1 >> (uint32_t)a2)", "(int32_t)(a1 >> a2)"),
     ),
     # uint8 bits read as a signed char and "negatives" zeroed: only values >= 128 show it.
     "unsigned_bitwise_as_signed": (
-        lambda: _node_model("test_bitwise_and_ui8_bcast_4v3d"),
+        _node_model("test_bitwise_and_ui8_bcast_4v3d"),
         _one_edit("(int8_t)(a1 & a2)", "(int8_t)((a1 & a2) < 0 ? 0 : (a1 & a2))"),
+    ),
+    # Shrink (lambd 1.5) of 5 elements, its bound a step off (-1.5015) at the last element
+    # only: only that element in [-1.5015, -1.5) shows it. Three draws of 5 elements do not
+    # put it there; the threshold draws put every bound and its steps at every element.
+    "shrink_last_element_threshold": (
+        _node_model("test_shrink_hard"),
+        _one_edit("(int8_t)((a1) < (v2))", "(int8_t)((a1) < ((col0 + c) == 4 ? -1.5015f : v2))"),
     ),
 }
 
@@ -105,9 +133,9 @@ def _replaced(tmp_path: Path, model: onnx.ModelProto, edit: Callable[[str], str]
 
 
 @pytest.mark.parametrize("case", sorted(WRONG_KERNELS))
-def test_a_kernel_wrong_outside_small_inputs_passes_the_old_draw_and_fails_the_default(tmp_path, case):
+def test_a_kernel_wrong_outside_small_inputs_passes_the_old_draw_and_fails_the_default(tmp_path, node_data, case):
     build, edit = WRONG_KERNELS[case]
-    onnx_file, module, plugin, unreplaced = _replaced(tmp_path, build(), edit)
+    onnx_file, module, plugin, unreplaced = _replaced(tmp_path, build(node_data), edit)
     old = run_cli("verify", module, "--onnx", onnx_file, "--plugin", plugin, "--trials", "1")
     assert old.returncode == 0, old  # what verify said before: "verified"
     caught = run_cli("verify", module, "--onnx", onnx_file, "--plugin", plugin)
@@ -139,12 +167,10 @@ def test_an_argmax_that_picks_the_last_of_equal_values_fails(tmp_path):
     assert "ties" in caught.stdout and "MISMATCH" in caught.stdout
 
 
-def test_iree_own_difference_is_reported_as_iree_s_with_a_baseline(tmp_path):
+def test_iree_own_difference_is_reported_as_iree_s_with_a_baseline(tmp_path, node_data):
     # Det of a matrix whose first pivot is zero: IREE 3.13's own module differs from the
     # stored output. Verified against itself as the baseline, the blame goes to IREE.
-    test = NODE_DATA / "test_det_2d"
-    if not test.is_dir():
-        pytest.skip(f"ONNX node conformance data not generated at {NODE_DATA}")
+    test = node_data / "test_det_2d"
     assert run_cli("import", test / "model.onnx", "-o", tmp_path / "det.mlir").returncode == 0
     assert run_cli("compile", tmp_path / "det.mlir", "-o", tmp_path / "det.vmfb").returncode == 0
     plain = run_cli("verify", tmp_path / "det.vmfb", "--onnx", test / "model.onnx", "--inputs", test / "test_data_set_0")
@@ -157,10 +183,8 @@ def test_iree_own_difference_is_reported_as_iree_s_with_a_baseline(tmp_path):
     assert "the module agrees with it" in iree.stdout
 
 
-def test_stored_inputs_and_outputs_are_the_reference(tmp_path):
-    test = NODE_DATA / "test_abs"
-    if not test.is_dir():
-        pytest.skip(f"ONNX node conformance data not generated at {NODE_DATA}")
+def test_stored_inputs_and_outputs_are_the_reference(tmp_path, node_data):
+    test = node_data / "test_abs"
     assert run_cli("import", test / "model.onnx", "-o", tmp_path / "abs.mlir").returncode == 0
     assert run_cli("compile", tmp_path / "abs.mlir", "-o", tmp_path / "abs.vmfb").returncode == 0
     ok = run_cli("verify", tmp_path / "abs.vmfb", "--onnx", test / "model.onnx", "--inputs", test / "test_data_set_0")
@@ -260,17 +284,202 @@ def test_integer_outputs_are_exact_and_signless_results_compare_by_their_bits():
     assert not verify.compare(0, "y", big + np.array([1, 0]), big, verify.DEFAULT_RTOL, None).passed  # within rtol, not equal
 
 
-def test_integers_onnxruntime_refuses_across_their_type_are_drawn_small(tmp_path):
-    # Gather's indices: integers across int64 are out of range for onnxruntime, so the wide
-    # and ties draws fall back to small integers (and say so) rather than failing.
-    node = helper.make_node("Gather", ["data", "idx"], ["y"], name="gather", axis=0)
-    model = _model("gather", [node], {"data": (TensorProto.FLOAT, [10, 4]), "idx": (TensorProto.INT64, [3])}, {"y": (TensorProto.FLOAT, [3, 4])})
-    onnx.save(model, tmp_path / "gather.onnx")
-    assert run_cli("import", tmp_path / "gather.onnx", "-o", tmp_path / "gather.mlir").returncode == 0
-    assert run_cli("compile", tmp_path / "gather.mlir", "-o", tmp_path / "gather.vmfb").returncode == 0
-    result = run_cli("verify", tmp_path / "gather.vmfb", "--onnx", tmp_path / "gather.onnx")
+def test_a_softmax_that_adds_its_row_maximum_fails(tmp_path):
+    # exp(x + max) / sum is softmax wherever exp does not overflow: floats within [-2, 2] never
+    # show it; the wide draw reaches the largest magnitude it draws, where it overflows.
+    softmax = _model(
+        "sm", [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)], {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}
+    )
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], name="max", axes=[1], keepdims=1),
+        helper.make_node("Add", ["x", "m"], ["shifted"], name="add"),
+        helper.make_node("Exp", ["shifted"], ["e"], name="exp"),
+        helper.make_node("ReduceSum", ["e", "one"], ["total"], name="sum", keepdims=1),
+        helper.make_node("Div", ["e", "total"], ["y"], name="div"),
+    ]
+    added = _model(
+        "sm", nodes, {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}, [numpy_helper.from_array(np.array([1], np.int64), "one")]
+    )
+    onnx.save(softmax, tmp_path / "softmax.onnx")
+    onnx.save(added, tmp_path / "added.onnx")
+    assert run_cli("import", tmp_path / "added.onnx", "-o", tmp_path / "added.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "added.mlir", "-o", tmp_path / "added.vmfb").returncode == 0
+    assert run_cli("verify", tmp_path / "added.vmfb", "--onnx", tmp_path / "softmax.onnx", "--trials", "1").returncode == 0
+    assert_clean_error(run_cli("verify", tmp_path / "added.vmfb", "--onnx", tmp_path / "softmax.onnx"), "differ from onnxruntime's")
+
+
+def _gather(clamped: bool) -> onnx.ModelProto:
+    """Gather of 10 rows; `clamped`: the indices clamped at 0 first, as a kernel that drops
+    ONNX's negative indices (counted from the end) computes."""
+    nodes = [helper.make_node("Gather", ["data", "idx2" if clamped else "idx"], ["y"], name="gather", axis=0)]
+    zero = [numpy_helper.from_array(np.array(0, np.int64), "zero")] if clamped else []
+    if clamped:
+        nodes.insert(0, helper.make_node("Max", ["idx", "zero"], ["idx2"], name="clamp"))
+    return _model("gather", nodes, {"data": (TensorProto.FLOAT, [10, 4]), "idx": (TensorProto.INT64, [6])}, {"y": (TensorProto.FLOAT, [6, 4])}, zero)
+
+
+def test_indices_are_drawn_across_their_axis_negatives_included(tmp_path):
+    # A module that treats negative indices as 0, against the model: integers in [0, 4) (the
+    # draws before) never show it; indices drawn across [-10, 10) do. IREE's own module of the
+    # model verifies on the same draws (onnxruntime takes every index drawn).
+    onnx.save(_gather(False), tmp_path / "gather.onnx")
+    onnx.save(_gather(True), tmp_path / "clamped.onnx")
+    for name in ("gather", "clamped"):
+        assert run_cli("import", tmp_path / f"{name}.onnx", "-o", tmp_path / f"{name}.mlir").returncode == 0
+        assert run_cli("compile", tmp_path / f"{name}.mlir", "-o", tmp_path / f"{name}.vmfb").returncode == 0
+    right = run_cli("verify", tmp_path / "gather.vmfb", "--onnx", tmp_path / "gather.onnx")
+    assert right.returncode == 0, right
+    assert "'idx' indexes Gather 'gather' across [-10, 10)" in right.stdout and "onnxruntime refused" not in right.stdout
+    caught = run_cli("verify", tmp_path / "clamped.vmfb", "--onnx", tmp_path / "gather.onnx")
+    assert_clean_error(caught, "differ from onnxruntime's")
+    for seed in range(3):
+        (data, idx) = draws.draw(_gather(False), tmp_path / "m.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        assert idx.min() >= -10 and idx.max() < 10 and (idx < 0).any(), idx
+
+
+def test_scatter_and_nd_indices_are_distinct_places_across_every_axis(tmp_path):
+    # ScatterND writes: two equal index tuples race (ONNX leaves which wins undefined), so its
+    # tuples are distinct; each component spans its axis, from the start or from the end.
+    node = helper.make_node("ScatterND", ["data", "idx", "upd"], ["y"], name="scatter")
+    model = _model("scatter", [node], {"data": (TensorProto.FLOAT, [5, 3, 2]), "idx": (TensorProto.INT64, [6, 2]), "upd": (TensorProto.FLOAT, [6, 2])},
+                   {"y": (TensorProto.FLOAT, [5, 3, 2])})  # fmt: skip
+    seen = set()
+    for seed in range(6):
+        idx = draws.draw(model, tmp_path / "m.onnx", seed=seed, style=draws.style_of(seed)).arrays[1]
+        places = {(int(a) % 5, int(b) % 3) for a, b in idx}
+        assert len(places) == 6 and (idx[:, 0] >= -5).all() and (idx[:, 0] < 5).all() and (idx[:, 1] >= -3).all() and (idx[:, 1] < 3).all(), idx
+        seen.update(int(v) for v in idx.ravel())
+    assert min(seen) == -5 and max(seen) == 4
+    elements = helper.make_node("ScatterElements", ["data", "idx", "upd"], ["y"], name="scatter", axis=1)
+    model = _model("scatter", [elements], {"data": (TensorProto.FLOAT, [4, 5]), "idx": (TensorProto.INT64, [4, 3]), "upd": (TensorProto.FLOAT, [4, 3])},
+                   {"y": (TensorProto.FLOAT, [4, 5])})  # fmt: skip
+    idx = draws.draw(model, tmp_path / "m.onnx", seed=1, style="wide").arrays[1]
+    assert all(len({int(v) % 5 for v in row}) == 3 for row in idx), idx  # distinct along the axis written
+
+
+def test_a_clip_s_bounds_given_as_inputs_are_drawn_in_order(tmp_path):
+    # A clip whose min exceeds its max is constant: nothing of its input reaches the output.
+    node = helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")
+    model = _model(
+        "clip", [node], {"x": (TensorProto.FLOAT, [3, 4]), "lo": (TensorProto.FLOAT, []), "hi": (TensorProto.FLOAT, [])}, {"y": (TensorProto.FLOAT, [3, 4])}
+    )
+    onnx.save(model, tmp_path / "clip.onnx")
+    for seed in range(6):
+        drawn = draws.draw(model, tmp_path / "clip.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        assert drawn[1] <= drawn[2] and all(isinstance(a, np.ndarray) for a in drawn), drawn
+        verify.reference_outputs(tmp_path / "clip.onnx", model, drawn)  # onnxruntime takes them
+
+
+def _reshape(declared: bool) -> onnx.ModelProto:
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")
+    model = _model("reshape", [node], {"x": (TensorProto.FLOAT, [2, 3, 4]), "shape": (TensorProto.INT64, [2])}, {"y": (TensorProto.FLOAT, [6, 4])})
+    if not declared:
+        model.graph.output[0].type.tensor_type.ClearField("shape")
+    return model
+
+
+def test_a_shape_input_is_the_shape_the_model_declares_or_is_refused_by_name(tmp_path):
+    # The shape is a graph input: random values reshape to shapes the module was not compiled
+    # for. Where the model declares the result's shape, that is the value drawn; where it does
+    # not, verify names the input and asks for stored inputs, never "the same input shapes".
+    onnx.save(_reshape(True), tmp_path / "reshape.onnx")
+    assert run_cli("import", tmp_path / "reshape.onnx", "-o", tmp_path / "reshape.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "reshape.mlir", "-o", tmp_path / "reshape.vmfb").returncode == 0
+    result = run_cli("verify", tmp_path / "reshape.vmfb", "--onnx", tmp_path / "reshape.onnx")
     assert result.returncode == 0, result
-    assert "(integers in [0, 4): onnxruntime refused the others)" in result.stdout
+    assert "'shape' is the shape the model declares, [6, 4]" in result.stdout
+    onnx.save(_reshape(False), tmp_path / "undeclared.onnx")
+    refused = run_cli("verify", tmp_path / "reshape.vmfb", "--onnx", tmp_path / "undeclared.onnx")
+    assert_clean_error(refused, "undeclared.onnx", "graph input 'shape' is the shape of Reshape 'reshape'", "--inputs DIR")
+    assert "same input shapes" not in refused.stderr
+    # Stored inputs are taken as given.
+    np.save(tmp_path / "x.npy", np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    np.save(tmp_path / "shape.npy", np.array([-1, 4], np.int64))
+    stored = run_cli("verify", tmp_path / "reshape.vmfb", "--onnx", tmp_path / "reshape.onnx", "--inputs", tmp_path / "x.npy", tmp_path / "shape.npy")
+    assert stored.returncode == 0, stored
+
+
+def test_slice_bounds_place_the_declared_window_anywhere_from_either_end(tmp_path):
+    # Slice's starts and ends as graph inputs: random ones slice windows of other lengths than
+    # the module's result ("result 0 has shape ..."); drawn as a window of the declared length,
+    # placed anywhere and counted from either end, IREE's own module verifies.
+    node = helper.make_node("Slice", ["x", "s", "e", "axes"], ["y"], name="slice")
+    inputs = {"x": (TensorProto.FLOAT, [10, 4]), "s": (TensorProto.INT64, [1]), "e": (TensorProto.INT64, [1])}
+    model = _model("slice", [node], inputs, {"y": (TensorProto.FLOAT, [4, 4])}, [numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    onnx.save(model, tmp_path / "slice.onnx")
+    starts = set()
+    for seed in range(9):
+        _, s, e = draws.draw(model, tmp_path / "slice.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        first, last = int(s[0]) % 10, (int(e[0]) % 10 if int(e[0]) < 10 else 10) or 10
+        assert last - first == 4, (s, e)
+        starts.add(int(s[0]))
+    assert min(starts) < 0 <= max(starts), starts
+    assert run_cli("import", tmp_path / "slice.onnx", "-o", tmp_path / "slice.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "slice.mlir", "-o", tmp_path / "slice.vmfb").returncode == 0
+    result = run_cli("verify", tmp_path / "slice.vmfb", "--onnx", tmp_path / "slice.onnx")
+    assert result.returncode == 0, result
+    assert "'s' places the window of Slice 'slice', [4] of [10], anywhere" in result.stdout
+    # With the axes a graph input too, the window cannot be known: refused by name.
+    node.input[3] = "axes_in"
+    model = _model("slice", [node], {**inputs, "axes_in": (TensorProto.INT64, [1])}, {"y": (TensorProto.FLOAT, [4, 4])})
+    onnx.save(model, tmp_path / "axes.onnx")
+    assert_clean_error(
+        run_cli("verify", tmp_path / "slice.vmfb", "--onnx", tmp_path / "axes.onnx"), "graph input 'axes_in' is the axes of Slice 'slice'", "--inputs"
+    )
+
+
+@pytest.mark.parametrize("keepdims, result, axes", [(1, [3, 1, 2], [1]), (1, [1, 1, 1], [0, 1, 2]), (0, [3, 2], None)])
+def test_a_reduction_s_axes_are_read_off_the_declared_shapes_where_certain(tmp_path, keepdims, result, axes):
+    count = len(axes) if axes else 1
+    # With keepdims the reduced axes are the ones whose size drops to 1; without, 3x2x2 -> 3x2
+    # could be axis 1 or 2 (other sums): refused by name.
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=keepdims)
+    model = _model("sum", [node], {"x": (TensorProto.FLOAT, [3, 2, 2]), "axes": (TensorProto.INT64, [count])},
+                   {"y": (TensorProto.FLOAT, result)}, opset=18)  # fmt: skip
+    onnx.save(model, tmp_path / "sum.onnx")
+    if axes is None:
+        with pytest.raises(draws.PyreeError, match="graph input 'axes' is the axes of ReduceSum 'sum'"):
+            draws.draw(model, tmp_path / "sum.onnx", seed=0, style="wide")
+        return
+    drawn = draws.draw(model, tmp_path / "sum.onnx", seed=0, style="wide").arrays
+    assert drawn[1].tolist() == axes
+    verify.reference_outputs(tmp_path / "sum.onnx", model, drawn)  # onnxruntime's result has the declared shape
+    assert list(verify.reference_outputs(tmp_path / "sum.onnx", model, drawn)[1][0].shape) == result
+
+
+def test_onnxruntime_s_own_refusal_asks_for_stored_outputs(tmp_path):
+    # LSTM with layout=1 is valid ONNX that IREE compiles and onnxruntime refuses: no reference
+    # to draw against, and nothing the user should check the model for.
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((1, 12, n)).astype(np.float32), w) for w, n in (("W", 2), ("R", 3))]
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["", "h"], name="lstm", hidden_size=3, layout=1)
+    model = _model("lstm", [node], {"x": (TensorProto.FLOAT, [2, 4, 2])}, {"h": (TensorProto.FLOAT, [2, 1, 3])}, weights)
+    onnx.save(model, tmp_path / "lstm.onnx")
+    assert run_cli("import", tmp_path / "lstm.onnx", "-o", tmp_path / "lstm.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "lstm.mlir", "-o", tmp_path / "lstm.vmfb").returncode == 0
+    refused = run_cli("verify", tmp_path / "lstm.vmfb", "--onnx", tmp_path / "lstm.onnx")
+    assert_clean_error(refused, "onnxruntime cannot load the model", "layout", "--inputs DIR", "output_N.pb")
+    assert "onnx.checker" not in refused.stderr
+
+
+def test_few_elements_meet_every_constant_at_every_element(tmp_path):
+    # A 3-element clip to [-2.5, 2.5]: one threshold draw per value (the ends, each bound and
+    # a step either side, 0), each element taking every value once over the draws.
+    assert draws.thresholds(clip_constant_bounds()) == [-2.5, 2.5]
+    tiny = clip_constant_bounds()
+    tiny.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3
+    tiny.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 1
+    turns = draws.threshold_turns(tiny, tmp_path / "m.onnx")
+    assert turns == 9
+    drawn = np.stack([draws.draw(tiny, tmp_path / "m.onnx", seed=k, style=draws.THRESHOLDS, turn=k).arrays[0].ravel() for k in range(turns)])
+    wanted = {np.float32(v) for v in (-5.0, 5.0, 0.0, *(b * f for b in (-2.5, 2.5) for f in (0.999, 1.0, 1.001)))}
+    for element in drawn.T:
+        assert set(element.tolist()) == {float(v) for v in wanted}, element
+    # Inputs too large for one draw per value, and models that compare with no constant, get none.
+    large = clip_constant_bounds()
+    large.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 9
+    assert draws.threshold_turns(large, tmp_path / "m.onnx") == 0
+    assert draws.threshold_turns(_argmax(0), tmp_path / "m.onnx") == 0
 
 
 def test_integer_divisors_onnxruntime_refuses_are_drawn_positive(tmp_path):
@@ -306,3 +515,20 @@ def test_the_baseline_decides_whose_difference_it_is():
     wrong = want + np.float32([0, 1, 0, 0])
     judged = verify._judge(verify.compare(0, "y", wrong, want, None, None), wrong, want, want, None, None)
     assert judged.verdict == verify.MISMATCH and "IREE" not in judged.render()
+
+
+def test_every_mutant_of_a_generated_kernel_that_differs_on_the_stored_data_is_caught(tmp_path, node_data):
+    # benchmarks/verify_mutants.py on one node test: each generated kernel of Shrink, with one
+    # edit at a time (a bound, a comparison, a load, a bias, a constant), against default verify.
+    spec = importlib.util.spec_from_file_location("verify_mutants", REPO / "benchmarks" / "verify_mutants.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    record = bench.check_test(node_data / "test_shrink_hard", tmp_path, 8)
+    assert record["status"] == "ok" and record["groups"], record
+    assert all(g["status"] == "ok" for g in record["groups"]), record  # the right kernels pass
+    found = bench.report([record])
+    counts = found["counts"]
+    assert counts["mutants"] >= 10 and counts["differ on stored data"] >= 5, counts
+    assert counts["caught of those that differ"] == counts["differ on stored data"], found["missed"]
+    assert counts["caught"] >= 0.9 * counts["mutants"], found["missed"]

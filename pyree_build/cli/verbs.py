@@ -507,7 +507,13 @@ VERIFY = Verb(
         Option(("--seed",), {"type": int, "default": 0, "help": "seed of the first drawn inputs; the next draws take the next seeds (default 0)"}),
         Option(
             ("--trials",),
-            {"type": int, "default": 3, "metavar": "N", "help": "how many sets of inputs to draw: uniform, wide, ties, then again (default 3)"},
+            {
+                "type": int,
+                "default": 3,
+                "metavar": "N",
+                "help": "how many sets of inputs to draw: uniform, wide, ties, then again (default 3; from 3 on, a model of few elements "
+                "that compares with constants adds one draw per threshold value)",
+            },
         ),  # fmt: skip
         Option(
             ("--rtol",),
