@@ -362,8 +362,10 @@ def import_onnx(
     data_dir: PathLike | None = None,
     externalize_params: bool = False,
     depfile: PathLike | None = None,
+    force: bool = False,
 ) -> Path:
     """Import an ONNX model to MLIR with the compiler wheel's importer, each op named by its ONNX node (needs pyree_build[onnx]).
+    An existing output pyree_build did not write (or that was edited since) is replaced only with `force`.
 
     Example: pb.import_onnx("mlp.onnx", "build/mlp.mlir")
     """

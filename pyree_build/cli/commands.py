@@ -173,8 +173,9 @@ def tune_command(a: argparse.Namespace) -> None:
 
 def import_command(a: argparse.Namespace) -> None:
     out = _importer.import_onnx(
-        a.model, a.output, opset_version=a.opset_version, data_dir=a.data_dir, externalize_params=a.externalize_params, depfile=a.depfile
-    )
+        a.model, a.output, opset_version=a.opset_version, data_dir=a.data_dir, externalize_params=a.externalize_params, depfile=a.depfile,
+        force=a.force,
+    )  # fmt: skip
     echo.log_step(f"wrote {out}")
 
 
