@@ -10,8 +10,6 @@ import subprocess
 import venv
 from pathlib import Path
 
-import pytest
-
 from pyree_build.core import toolchain
 from pyree_build.core.package import cmake_dir
 
