@@ -46,10 +46,37 @@ def test_cmake_imports_the_installed_package_from_any_directory(tmp_path: Path) 
     # A user's environment: conftest's PYTHONSAFEPATH and PYTHONPATH would hide the current directory.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
     env.update(PYREE_BUILD_PYTHON=str(python), PYREE_TEST_FAKE_MARKER=str(marker))
-    argv = [*toolchain.cmake().argv, "-G", "Ninja", "-S", src, "-B", build, f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", f"-Dpyree_build_DIR={cmake_dir()}"]
+    argv = [
+        *toolchain.cmake().argv,
+        "-G",
+        "Ninja",
+        "-S",
+        src,
+        "-B",
+        build,
+        f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}",
+        f"-Dpyree_build_DIR={cmake_dir()}",
+    ]
     result = subprocess.run(list(map(os.fspath, argv)), cwd=shadow, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert not marker.exists(), "a configure step imported the pyree_build of cmake's current directory"
     cache = (build / "CMakeCache.txt").read_text()
     assert f"PYREE_BUILD_PYTHON:FILEPATH={python}" in cache
     assert "no native client" not in result.stdout, result.stdout  # built by the installed package
+
+
+def test_a_slow_vulkan_probe_is_retried_and_named_not_read_as_no_device(monkeypatch) -> None:
+    from pyree_build.backends.vulkan import devices
+
+    # Every try past its (tiny) limit: the status names the timeouts, not a missing driver.
+    monkeypatch.setattr(devices, "PROBE_LIMITS", (0.001, 0.002))
+    monkeypatch.setattr(devices, "_known", [])
+    usable, reason = devices.status()
+    assert not usable
+    assert "timed out after 0.001 s" in reason and "timed out after 0.002 s" in reason, reason
+    assert "no Vulkan device" not in reason
+    # A failed probe is not remembered: with time enough, the next ask probes again.
+    monkeypatch.setattr(devices, "PROBE_LIMITS", (60.0,))
+    usable, reason = devices.status()
+    assert "probe failed" not in reason, reason
+    assert usable == bool(devices.devices())
