@@ -103,3 +103,20 @@ def test_import_never_replaces_a_file_the_user_wrote(tmp_path: Path, which: str)
     assert mine.read_bytes() == edited
     assert run_cli("import", model, "-o", mlir, "--externalize-params", "--force").returncode == 0
     assert mine.read_bytes() != edited
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_ops_and_replace_agree_on_a_reduction_whose_op_has_two_results(tmp_path: Path, op: str) -> None:
+    # keepdims=0 lowers to one linalg.generic computing the extremum and its index: a spec's
+    # rewrite cannot anchor on an op of two results. ops said "replaceable", and the build
+    # failed in iree-compile with a fix that blamed IREE; both now refuse, with the reason.
+    model, mlir = tmp_path / "reduce.onnx", tmp_path / "reduce.mlir"
+    node = helper.make_node(op, ["x"], ["y"], name="reduce", axes=[1], keepdims=0)
+    onnx_models.save(onnx_models._model("reduce", [node], {"x": (4, 8)}, {"y": (4,)}), model)
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    listed = run_cli("ops", mlir)
+    assert listed.returncode == 0, listed
+    assert "replace:  no: its last op (linalg.generic) has 2 results" in listed.stdout, listed.stdout
+    result = run_cli("replace", mlir, "--ops", "1", "--import", "reduce", "-o", tmp_path / "kernels", "--onnx", model)
+    assert_clean_error(result, "cannot be replaced", "has 2 results", "Only one op can be specified as an insertion point")
+    assert not (tmp_path / "kernels").exists()

@@ -190,6 +190,16 @@ def describe(group: Group) -> None:
     owner = program.defining_op(group.outputs[0])
     assert owner is not None  # a member's result
     group.root = owner.operation
+    if len(group.root.results) != 1:
+        # The spec's rewrite anchors its call on the op defining the matched result: an op of
+        # several results (ReduceMax/ReduceMin with keepdims=0: the max and its index) gives it
+        # several anchors, and iree-compile fails. Refused here, so `ops` and `replace` agree.
+        types = ", ".join(str(r.type) for r in group.root.results)
+        group.refusal = (
+            f"its last op ({group.root.name}) has {len(group.root.results)} results ({types}), and a spec's rewrite takes the "
+            "result of an op of one (iree-compile: 'Only one op can be specified as an insertion point')"
+        )
+        return
     operands = {v for member in members for v in member.operands}
     group.by_name = [op for op in members if _captures_unreachable(op, group, operands)]
     for op in group.by_name:
