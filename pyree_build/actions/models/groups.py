@@ -177,28 +177,16 @@ def _absorbed(group: Group, others: list[Group]) -> bool:
 def describe(group: Group) -> None:
     """Fill in a group's root, inputs and outputs, and why it cannot be matched if it cannot."""
     _take_recomputable(group)
-    function, members = group.function, group.members
-    inside = set(members)
-    own_work = not all(_recomputable(op, group.constant) for op in members)  # else its result is its own
-    for op in members:
-        for result in op.results:
-            if any(u not in inside for u in _users(result, function)) and not (own_work and _recomputable(op, group.constant)):
-                group.outputs.append(result)
+    members = group.members
+    group.outputs = _outside_results(group)
     if len(group.outputs) != 1:
         group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
         return
     owner = program.defining_op(group.outputs[0])
     assert owner is not None  # a member's result
     group.root = owner.operation
-    if len(group.root.results) != 1:
-        # The spec's rewrite anchors its call on the op defining the matched result: an op of
-        # several results (ReduceMax/ReduceMin with keepdims=0: the max and its index) gives it
-        # several anchors, and iree-compile fails. Refused here, so `ops` and `replace` agree.
-        types = ", ".join(str(r.type) for r in group.root.results)
-        group.refusal = (
-            f"its last op ({group.root.name}) has {len(group.root.results)} results ({types}), and a spec's rewrite takes the "
-            "result of an op of one (iree-compile: 'Only one op can be specified as an insertion point')"
-        )
+    group.refusal = _several_results(group.root)
+    if group.refusal:
         return
     operands = {v for member in members for v in member.operands}
     group.by_name = [op for op in members if _captures_unreachable(op, group, operands)]
@@ -243,6 +231,32 @@ def describe(group: Group) -> None:
         )
         return
     _check_inputs(group)
+
+
+def _outside_results(group: Group) -> list[Any]:
+    """The members' results used outside the group (a recomputable op's are its own copy's)."""
+    inside = set(group.members)
+    own_work = not all(_recomputable(op, group.constant) for op in group.members)  # else its result is its own
+    return [
+        result
+        for op in group.members
+        for result in op.results
+        if any(u not in inside for u in _users(result, group.function)) and not (own_work and _recomputable(op, group.constant))
+    ]
+
+
+def _several_results(root: Any) -> str | None:
+    """Why a group whose last op has several results cannot be replaced. The spec's rewrite
+    anchors its call on the op defining the matched result: an op of several results
+    (ReduceMax/ReduceMin with keepdims=0: the extremum and its index) gives it several
+    anchors, and iree-compile fails. Refused here, so `ops` and `replace` agree."""
+    if len(root.results) == 1:
+        return None
+    types = ", ".join(str(r.type) for r in root.results)
+    return (
+        f"its last op ({root.name}) has {len(root.results)} results ({types}), and a spec's rewrite takes the "
+        "result of an op of one (iree-compile: 'Only one op can be specified as an insertion point')"
+    )
 
 
 def _recomputable(op: Any, constant: dict[Any, bool | None]) -> bool:
