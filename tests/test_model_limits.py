@@ -19,9 +19,12 @@ import onnx_models  # noqa: E402
 from onnx import helper  # noqa: E402
 
 
-def _chain(length: int) -> object:
-    """x[4,8] -> `length` elementwise ops (Add b, Relu, alternating) -> MatMul W[8,8] -> y."""
+def _chain(length: int, first: str = "x") -> object:
+    """x[4,8] -> `length` elementwise ops (Add b, Relu, alternating) -> MatMul W[8,8] -> y;
+    with `first` "softmax", a Softmax first (a row-wise group the chain joins)."""
     nodes, previous = [], "x"
+    if first == "softmax":
+        nodes, previous = [helper.make_node("Softmax", ["x"], ["s"], name="softmax", axis=-1)], "s"
     for i in range(length):
         inputs = [previous, "b"] if i % 2 == 0 else [previous]
         nodes.append(helper.make_node("Add" if i % 2 == 0 else "Relu", inputs, [f"v{i}"], name=f"n{i}"))
@@ -31,16 +34,18 @@ def _chain(length: int) -> object:
     return onnx_models._model("chain", nodes, {"x": (4, 8)}, {"y": (4, 8)}, weights)
 
 
-def test_ops_lists_a_2000_op_chain(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", ["x", "softmax"])
+def test_ops_lists_a_2000_op_chain(tmp_path: Path, first: str) -> None:
     model, mlir = tmp_path / "chain.onnx", tmp_path / "chain.mlir"
-    onnx_models.save(_chain(1999), model)
+    length = 1999 if first == "x" else 1998
+    onnx_models.save(_chain(length, first), model)
     assert run_cli("import", model, "-o", mlir).returncode == 0
     listed = run_cli("ops", mlir, timeout=240)
     assert listed.returncode == 0, listed
     assert "Traceback" not in listed.output and "RecursionError" not in listed.output
-    # The chain is one elementwise group (its source names all 1,999 nodes), the MatMul another
-    # whose input comes from 1,999 ops back: neither is refused for its depth.
-    assert "n1998" in listed.stdout and "source:   fc" in listed.stdout, listed.stdout[-2000:]
+    # The chain is one group (its source names every node), the MatMul another whose input
+    # comes from 2,000 ops back: neither is refused for its depth.
+    assert f"n{length - 1}\n" in listed.stdout and "source:   fc" in listed.stdout, listed.stdout[-2000:]
 
 
 @pytest.fixture(scope="module")
