@@ -19,6 +19,7 @@ set(PYREE_BUILD_COMMAND "${PYREE_BUILD_PYTHON}" -m pyree_build)
 if(PYREE_BUILD_NATIVE_CLIENT AND CMAKE_HOST_SYSTEM_NAME STREQUAL "Linux")
   execute_process(
     COMMAND "${PYREE_BUILD_PYTHON}" -m pyree_build --native-client "${CMAKE_BINARY_DIR}/pyree_build_client"
+    WORKING_DIRECTORY "${CMAKE_CURRENT_LIST_DIR}"  # not cmake's: -m imports from the current directory first
     RESULT_VARIABLE _pyree_rc OUTPUT_VARIABLE _pyree_client ERROR_VARIABLE _pyree_err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(_pyree_rc EQUAL 0 AND EXISTS "${_pyree_client}")
     set(PYREE_BUILD_COMMAND "${_pyree_client}")
@@ -44,6 +45,7 @@ set(PYREE_BUILD_ARCHS x86_64 aarch64 riscv64 arm_64 arm64 riscv_64)
 if(NOT DEFINED PYREE_BUILD_TARGETS OR NOT DEFINED PYREE_BUILD_DEVICES)
   execute_process(
     COMMAND "${PYREE_BUILD_PYTHON}" -c "import pyree_build.backends as b; print(','.join(b.names()), ','.join(b.devices()), sep='|', end='')"
+    WORKING_DIRECTORY "${CMAKE_CURRENT_LIST_DIR}"  # not cmake's: -c imports from the current directory first
     RESULT_VARIABLE _pyree_rc OUTPUT_VARIABLE _pyree_registry ERROR_VARIABLE _pyree_err)
   if(NOT _pyree_rc EQUAL 0)
     message(FATAL_ERROR "pyree_build: reading the backend registry with ${PYREE_BUILD_PYTHON} failed:\n${_pyree_err}\nReinstall pyree_build (pip install .) or point -DPYREE_BUILD_PYTHON at the Python that has it.")

@@ -13,8 +13,12 @@ function(_pyree_python_works candidate out_var)
   if(NOT candidate OR NOT EXISTS "${candidate}")
     return()
   endif()
+  # Python puts the current directory first on sys.path for -c and -m: run from this
+  # package's own cmake directory (no pyree_build/ in it), never from wherever cmake was
+  # started (a checkout's root would shadow the installed package).
   execute_process(
     COMMAND "${candidate}" -c "import pyree_build, sys; sys.stdout.write(pyree_build.__version__)"
+    WORKING_DIRECTORY "${CMAKE_CURRENT_LIST_DIR}"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _version ERROR_QUIET)
   if(_rc EQUAL 0 AND (NOT PACKAGE_VERSION OR _version VERSION_EQUAL PACKAGE_VERSION))
     set(${out_var} TRUE PARENT_SCOPE)

@@ -363,9 +363,11 @@ def import_onnx(
     externalize_params: bool = False,
     depfile: PathLike | None = None,
     timeout: float | None = None,
+    force: bool = False,
 ) -> Path:
     """Import an ONNX model to MLIR with the compiler wheel's importer, each op named by its ONNX node (needs pyree_build[onnx]).
     `timeout`: seconds its tools may take in all (default: 600 plus 0.25 per MB of model; a model IREE loops on is stopped).
+    An existing output pyree_build did not write (or that was edited since) is replaced only with `force`.
 
     Example: pb.import_onnx("mlp.onnx", "build/mlp.mlir")
     """

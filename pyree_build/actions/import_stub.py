@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyree_build.backends.llvm_cpu import plugin_entry
+from pyree_build.core.args import import_name as check_import_name
 from pyree_build.core.errors import PyreeError
 
 TILE = 64  # elements per workgroup, 1-D buffers
@@ -38,7 +39,6 @@ C_TYPES = {"f32": "float", "f16": "_Float16", "i8": "int8_t", "i16": "int16_t", 
 # @run arrives as the integer's bits (2 became 1.19e-07), so it is refused: take an f32.
 SCALAR_TYPES = ("f32", "i8", "i16", "i32", "i64")
 FLOATS = ("f32", "f16")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ITEM = re.compile(r"^(?P<kind>[^:\[\]]*):(?P<type>[^:\[\]]*)(?:\[(?P<shape>[^\]]*)\])?$")
 SYNTAX = (
     "write --args as a comma-separated list of KIND:TYPE (a 1-D buffer), KIND:TYPE[?x?] (an N-D "
@@ -76,8 +76,7 @@ class Arg:
 
 def parse_args(name: str, spec: str) -> list[Arg]:
     """Validate the import name and the argument list; name the arguments in0, out0, io0, s0, ..."""
-    if not _IDENT.match(name) or name.startswith("iree_"):
-        raise PyreeError(f"'{name}' cannot name an import", fix="use a C identifier (letters, digits, _) not starting with iree_")
+    check_import_name(name)
     args: list[Arg] = []
     counts = dict.fromkeys(KINDS, 0)
     first: tuple[str, int] | None = None  # the first buffer's item and rank: every buffer shares its shape

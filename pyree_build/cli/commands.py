@@ -179,6 +179,7 @@ def import_command(a: argparse.Namespace) -> None:
     out = _importer.import_onnx(
         a.model, a.output, opset_version=a.opset_version, data_dir=a.data_dir, externalize_params=a.externalize_params, depfile=a.depfile,
         timeout=a.timeout,
+        force=a.force,
     )  # fmt: skip
     echo.log_step(f"wrote {out}")
 

@@ -457,6 +457,7 @@ IMPORT = Verb(
         ),  # fmt: skip
         Option(("--depfile",)),
         _MODEL_TIMEOUT,
+        Option(("--force",), {"action": "store_true", "help": "overwrite an output you wrote or edited (by default import replaces only what it wrote)"}),
     ),
     description=(
         'Import an ONNX model with iree-import-onnx (pip install "pyree_build[onnx]"), give every '

@@ -5,6 +5,7 @@ is one path (never a string split into characters)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,64 @@ PathLike = str | os.PathLike[str]
 
 # `value` as a Path: a str or os.PathLike, not empty (defined in errors, which needs it too).
 path = as_path
+
+
+# --- Import names ------------------------------------------------------------------
+# An import's name becomes a function in the kernel's language, a symbol in the MLIR and a
+# name in CMake: refused here, before anything is generated, when any of them cannot hold it.
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_C_KEYWORDS = _words(
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
+    "alignas alignof bool constexpr false nullptr static_assert thread_local true typeof typeof_unqual asm"
+)
+_CXX_KEYWORDS = _C_KEYWORDS | _words(
+    "and and_eq bitand bitor catch char8_t char16_t char32_t class compl concept consteval constinit const_cast "
+    "co_await co_return co_yield decltype delete dynamic_cast explicit export friend mutable namespace new "
+    "noexcept not not_eq operator or or_eq private protected public reinterpret_cast requires static_cast template "
+    "this throw try typeid typename using virtual wchar_t xor xor_eq"
+)
+_GLSL_KEYWORDS = _words(
+    "const uniform buffer shared attribute varying coherent volatile restrict readonly writeonly atomic_uint "
+    "layout centroid flat smooth noperspective patch sample invariant precise break continue do for while switch "
+    "case default if else subroutine in out inout int void bool true false float double discard return uint struct "
+    "lowp mediump highp precision common partition active asm class union enum typedef template this resource goto "
+    "inline noinline public static extern external interface long short half fixed unsigned superp input output "
+    "filter sizeof cast namespace using demote"
+)
+# GLSL's vector, matrix, sampler and image types, and the sized types its extensions add.
+_GLSL_TYPE = re.compile(
+    r"(?:[biud]|f16|f32|f64|i8|i16|i32|i64|u8|u16|u32|u64|h|f)?vec[234]|d?mat[234](?:x[234])?|f(?:16|32|64)?mat[234](?:x[234])?"
+    r"|(?:float|int|uint)(?:8|16|32|64)_t|[iu]?(?:sampler|image|texture|subpassInput)\w*|sampler(?:Shadow)?"
+)
+_LANGUAGE_KEYWORDS = {"c": _C_KEYWORDS, "c++": _CXX_KEYWORDS, "glsl": _GLSL_KEYWORDS}
+
+
+def import_name(name: object, language: str = "c", role: str = "import name") -> str:
+    """`name` when it can name an import in `language` ("c", "c++" for CUDA and HIP, "glsl"):
+    an ASCII C identifier that is no keyword, no reserved identifier (`__` anywhere, `_` and a
+    capital first, GLSL's `gl_`), not `main` and not in IREE's namespace (`iree_`: the plugin
+    ABI's own exports, such as iree_hal_executable_plugin_query)."""
+    text = _shown(name)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise PyreeError(f"{role} {text} is not a C identifier", fix="use ASCII letters, digits and _, not starting with a digit (e.g. my_gemm)")
+    why = None
+    if name in _LANGUAGE_KEYWORDS[language] or (language == "glsl" and _GLSL_TYPE.fullmatch(name)):
+        why = f"a keyword of {'GLSL' if language == 'glsl' else language.upper()}"
+    elif "__" in name or re.match(r"_[A-Z]", name) or (language == "glsl" and name.startswith("gl_")):
+        why = "reserved for the compiler and its library (`__` anywhere, `_` and a capital first" + (", `gl_` first)" if language == "glsl" else ")")
+    elif name == "main":
+        why = "the program's entry point"
+    elif name.startswith("iree_"):
+        why = "in IREE's namespace (iree_...: the plugin ABI's own functions, such as iree_hal_executable_plugin_query)"
+    if why is not None:
+        raise PyreeError(f"{role} {text} cannot name an import: it is {why}", fix=f"choose another name, e.g. my_{name.strip('_').lower() or 'kernel'}")
+    return name
 
 
 def optional_path(value: object, role: str) -> Path | None:

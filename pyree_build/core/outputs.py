@@ -4,12 +4,15 @@ The rule: a verb replaces only the outputs the user named, and only when each is
 file or absent; an output that is also an input (the same path, a symlink to it or a hard
 link of it) or the depfile, or that exists as a directory, FIFO or device node, is refused.
 A directory output (`dump`) records what it wrote, with hashes, in a hidden manifest, and
-later removes or replaces only files it wrote that are unchanged since.
+later removes or replaces only files it wrote that are unchanged since; a file output that
+must never replace the user's work (`import`'s MLIR and parameters) is recorded the same way,
+in its directory's manifest (check_ours before the step, record_ours after it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -355,3 +358,47 @@ def replace_directory_files(
     # forgets the replaced bytes, so a full disk here is no failure (the step is complete).
     with contextlib.suppress(PyreeError):
         write_manifest(directory, {**kept_ours, **{name: [h] for name, h in new_hashes.items() if h is not None}})
+
+
+# --- File outputs recorded like a directory's --------------------------------------
+
+
+def check_ours(outputs: Sequence[Path], *, force: bool, verb: str) -> None:
+    """Refuse, by name, each output that exists and is not what pyree_build last wrote
+    there (its directory's manifest has no entry with its current bytes): a file the user
+    wrote or edited is replaced only with `force`."""
+    in_the_way: list[tuple[Path, str]] = []
+    for p in outputs:
+        if not os.path.lexists(p):
+            continue
+        current = file_hash(p)
+        known = read_manifest(p.parent).get(p.name)
+        if current is None or known is None or current not in known:
+            in_the_way.append((p, "edited since pyree_build wrote it" if known else "not written by pyree_build"))
+    if in_the_way and not force:
+        raise PyreeError(
+            f"{len(in_the_way)} output(s) in the way would be overwritten; nothing was changed",
+            file=in_the_way[0][0],
+            details="\n".join(f"{p}: {why}" for p, why in in_the_way),
+            fix=f"move your file elsewhere, choose another output path, or pass --force to overwrite it ({verb} --force)",
+        )
+
+
+def record_ours(outputs: Sequence[Path]) -> None:
+    """Record each output's bytes in its directory's manifest, under a lock on the directory
+    (parallel builds write outputs into one directory: no entry may be lost)."""
+    by_directory: dict[Path, list[Path]] = {}
+    for p in outputs:
+        by_directory.setdefault(p.parent, []).append(p)
+    for directory, written in by_directory.items():
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            files = read_manifest(directory)
+            for p in written:
+                current = file_hash(p)
+                if current is not None:
+                    files[p.name] = [current]
+            write_manifest(directory, files)
+        finally:
+            os.close(fd)  # and with it the lock

@@ -17,6 +17,7 @@ no value (IREE's canonicalizer hoists the clones back later).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pyree_build.core import lazy
@@ -35,24 +36,27 @@ BODY_OPS = ("linalg.generic", "linalg.map", "linalg.reduce")
 def _linalg_ops(operation: Any) -> list[Any]:
     """The BODY_OPS nested in `operation`, in pre-order (the order `transform.structured.match`
     lists them)."""
+    return [op for op in nested_ops(operation) if op.name in BODY_OPS]
+
+
+def nested_ops(operation: Any) -> list[Any]:
+    """The ops inside `operation`'s regions, at any depth, in pre-order (an op, then what
+    is inside it, then its next sibling: the order `transform.structured.match` lists them).
+    A walk with its own stack of iterators, so no nesting depth meets Python's recursion limit."""
     found: list[Any] = []
-    for region in operation.regions:
-        for block in region.blocks:
-            for op in block.operations:
-                op = op.operation
-                if op.name in BODY_OPS:
-                    found.append(op)
-                found.extend(_linalg_ops(op))
+    stack: list[Iterator[Any]] = [_children(operation)]
+    while stack:
+        op = next(stack[-1], None)
+        if op is None:
+            stack.pop()
+            continue
+        found.append(op)
+        stack.append(_children(op))
     return found
 
 
-def _is_ancestor(ancestor: Any, op: Any) -> bool:
-    parent = op.parent
-    while parent is not None:
-        if parent == ancestor:
-            return True
-        parent = parent.parent
-    return False
+def _children(operation: Any) -> Iterator[Any]:
+    return (op.operation for region in operation.regions for block in region.blocks for op in block.operations)
 
 
 def _top_constants(function: Any) -> list[Any]:
@@ -79,24 +83,39 @@ def sink(module: Any) -> None:
             continue
         # The spec clones type by type (sorted), each type's constants in program order.
         constants = sorted(_top_constants(function), key=lambda c: str(c.results[0].type))
+        # Each constant's uses, found once, by the linalg op they sit in (at any depth): asking
+        # the whole use list per op made a model with one shared constant quadratic.
+        uses = [_uses_by_op(constant) for constant in constants]
         for op in _linalg_ops(function):
-            for constant in constants:
-                _clone_into(constant, op)
+            for constant, (direct, inside) in zip(constants, uses):
+                if op not in direct:
+                    _clone_into(constant, inside.get(op, []))
 
 
-def _clone_into(constant: Any, op: Any) -> None:
+def _uses_by_op(constant: Any) -> tuple[set[Any], dict[Any, list[Any]]]:
+    """The ops taking `constant` as an operand, and for each op, the ops inside it that use
+    it (in use-list order, once per use)."""
+    direct: set[Any] = set()
+    inside: dict[Any, list[Any]] = {}
+    for use in constant.results[0].uses:
+        user = use.owner.operation
+        direct.add(user)
+        parent = user.parent
+        while parent is not None:
+            inside.setdefault(parent, []).append(user)
+            parent = parent.parent
+    return direct, inside
+
+
+def _clone_into(constant: Any, users: list[Any]) -> None:
+    """A clone of `constant` before each use by `users` that still reads it (an op around
+    these may have taken them already)."""
     value = constant.results[0]
-    if any(use.owner.operation == op for use in value.uses):
-        return
-    while True:
-        inside = [use for use in value.uses if _is_ancestor(op, use.owner.operation)]
-        if not inside:
-            return
-        user = inside[0].owner.operation
-        clone = constant.clone(ip=ir.InsertionPoint(user))
+    for user in users:
         operands = user.operands
         for i in range(len(operands)):
             if operands[i] == value:
+                clone = constant.clone(ip=ir.InsertionPoint(user))
                 operands[i] = clone.results[0]
                 break
 
@@ -105,18 +124,10 @@ def types_in(ops: list[Any]) -> list[str]:
     """The scalar types of the constants inside these ops' bodies: the types the spec's
     rewrite must clone for these ops' matchers to see what `sink` made of them."""
     found: dict[str, None] = {}
-
-    def walk(operation: Any) -> None:
-        for region in operation.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    inner = inner.operation
-                    if inner.name == "arith.constant" and not isinstance(inner.results[0].type, ir.ShapedType):
-                        found[str(inner.results[0].type)] = None
-                    walk(inner)
-
     for op in ops:
-        walk(op)
+        for inner in nested_ops(op):
+            if inner.name == "arith.constant" and not isinstance(inner.results[0].type, ir.ShapedType):
+                found[str(inner.results[0].type)] = None
     return list(found)
 
 

@@ -90,6 +90,10 @@ class _Emitter:
         load from an input's buffer."""
         return emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
 
+    def settled(self, value: Any) -> bool:
+        """Whether `value()` answers for `value` before emit_value looks for its stage."""
+        return False
+
     def _load_into(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
         if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
@@ -264,9 +268,54 @@ def emit_value(
             raise Unfused("the reduction's result is read at another point than the one being computed")
         return acc
     stage = emitter.nest.stages.get(value)
+    if stage is not None:
+        _resolve_operands(emitter, stage, coords, indent, memo, acc, at)
     name: str = emitter.stage(stage, coords, indent, memo, acc, at) if stage is not None else load(value, coords, indent)
     memo[key] = name
     return name
+
+
+def _resolve_operands(emitter: Any, top: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> None:
+    """Put every value `top`'s body reads, through stages at any depth, into `memo` first,
+    deepest first and in the order the body reads them (so the C is the same), with a stack
+    of its own: a chain of thousands of elementwise ops is no recursion of Python's."""
+    done: set[tuple[Any, tuple[str, ...]]] = set()
+    stack: list[tuple[list[tuple[Any, list[str]]], int]] = [(_reads(top, coords), 0)]
+    while stack:
+        reads, n = stack[-1]
+        if n == len(reads):
+            stack.pop()
+            continue
+        value, at_coords = reads[n]
+        stage = _stage_to_evaluate(emitter, value, at_coords, memo)
+        if stage is not None:
+            below = [r for r in _reads(stage, at_coords) if (r[0], tuple(r[1])) not in done and _stage_to_evaluate(emitter, *r, memo) is not None]
+            if below:
+                stack.append((below, 0))  # back to this value once what it reads is known
+                continue
+        stack[-1] = (reads, n + 1)
+        emitter.value(value, at_coords, indent, memo, acc, at)
+        done.add((value, tuple(at_coords)))
+
+
+def _stage_to_evaluate(emitter: Any, value: Any, coords: list[str], memo: dict[Any, str]) -> loopnest.Stage | None:
+    """The stage emit_value would evaluate for `value` at `coords`, if it would evaluate one."""
+    reduction = emitter.nest.reduction
+    if (value, tuple(coords)) in memo or value in emitter.k.scalars or (reduction is not None and value == reduction.result):
+        return None
+    if emitter.settled(value):  # the emitter's own answer (a row's reduction result, a reshape's source)
+        return None
+    stage: loopnest.Stage | None = emitter.nest.stages.get(value)
+    return stage
+
+
+def _reads(stage: loopnest.Stage, coords: list[str]) -> list[tuple[Any, list[str]]]:
+    """What a stage's body reads (as emit_stage reads it): each used operand at its map's point."""
+    return [
+        (operand, [_coordinate(e, coords) for e in stage.maps[n]])
+        for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments))
+        if list(arg.uses)
+    ]
 
 
 def emit_stage(

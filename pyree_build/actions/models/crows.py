@@ -61,16 +61,18 @@ class _RowEmitter:
             value = self.nest.reshapes[value]
         return value
 
-    def cone(self, value: Any, seen: set[Any] | None = None) -> set[Any]:
-        """The stages computing `value` (not crossing a reduction's result)."""
-        seen = set() if seen is None else seen
-        value = self._source(value)
-        stage = self.nest.stages.get(value)
-        if stage is None or value in seen:
-            return seen
-        seen.add(value)
-        for operand in stage.op.operands[: stage.n_ins]:
-            self.cone(operand, seen)
+    def cone(self, value: Any) -> set[Any]:
+        """The stages computing `value` (not crossing a reduction's result); a walk with its own
+        stack, so a long chain of elementwise ops is no recursion of Python's."""
+        seen: set[Any] = set()
+        pending = [value]
+        while pending:
+            value = self._source(pending.pop())
+            stage = self.nest.stages.get(value)
+            if stage is None or value in seen:
+                continue
+            seen.add(value)
+            pending.extend(stage.op.operands[: stage.n_ins])
         return seen
 
     def _has_math(self, values: set[Any]) -> bool:
@@ -118,6 +120,7 @@ class _RowEmitter:
             name = self.k.fresh("s")
             self.k.lines.append(f"{indent}const {self.out.ctype} {name} = {self._out_at()};")
         elif value in self.nest.stages:
+            self._read_first(self.nest.stages[value], coords, memo)
             name = self.stage(self.nest.stages[value], coords, memo, indent)
         else:
             buffer = self.k.buffers.get(value)
@@ -127,6 +130,42 @@ class _RowEmitter:
             self.k.lines.append(f"{indent}const {buffer.ctype} {name} = {buffer.pointer}[{cgen.linear_index(coords, buffer.dims)}];")
         memo[key] = name
         return name
+
+    def _reads(self, stage: loopnest.Stage, coords: list[str]) -> list[tuple[Any, list[str]]]:
+        """What `stage()` reads: each used input operand at its map's point."""
+        block = stage.body
+        return [
+            (operand, [cnest._coordinate(e, coords) for e in stage.maps[n]])
+            for n, (operand, arg) in enumerate(zip(stage.op.operands, block.arguments))
+            if n < stage.n_ins and list(arg.uses)
+        ]
+
+    def _evaluates(self, value: Any, coords: list[str], memo: dict[Any, str]) -> bool:
+        """Whether `value()` would evaluate a stage for `value` at `coords` (not yet known)."""
+        key = (value, tuple(_strip(c) for c in coords))
+        stored = self.stored is not None and value == self.stored
+        return value in self.nest.stages and value not in self.done and not stored and key not in memo and key not in self.row_memo
+
+    def _read_first(self, top: loopnest.Stage, coords: list[str], memo: dict[Any, str]) -> None:
+        """Every value `top` reads through stages at any depth, known before it, deepest first
+        and in reading order, with a stack of its own: a long elementwise chain after a row
+        reduction is no recursion of Python's."""
+        done: set[tuple[Any, tuple[str, ...]]] = set()
+        stack: list[tuple[list[tuple[Any, list[str]]], int]] = [(self._reads(top, coords), 0)]
+        while stack:
+            reads, n = stack[-1]
+            if n == len(reads):
+                stack.pop()
+                continue
+            value, at = reads[n]
+            if self._evaluates(value, at, memo):
+                below = [r for r in self._reads(self.nest.stages[value], at) if (r[0], tuple(r[1])) not in done and self._evaluates(*r, memo)]
+                if below:
+                    stack.append((below, 0))  # back to this value once what it reads is known
+                    continue
+            stack[-1] = (reads, n + 1)
+            self.value(value, at, memo)
+            done.add((value, tuple(at)))
 
     def _reshaped(self, value: Any, coords: list[str]) -> list[str]:
         """A unit-dimension reshape's coordinates in its source: the non-unit ones, in order."""

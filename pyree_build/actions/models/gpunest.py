@@ -137,6 +137,10 @@ class _Emitter:
     def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
         return cnest.emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
 
+    def settled(self, value: Any) -> bool:
+        """Whether `value()` answers for `value` before emit_value looks for its stage."""
+        return False
+
     def _load_into(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
         if buffer is None or buffer.pointer is None or not buffer.pointer.startswith("in"):
@@ -326,6 +330,9 @@ class _RowEmitter(_Emitter):
                 raise Unfused("a reduction's result is read at another row than the element's")
             return self.per_row[value]
         return super().value(value, coords, indent, memo, acc, at)
+
+    def settled(self, value: Any) -> bool:
+        return value in self.rows.reshapes or value in self.per_row
 
     def _at_row(self, value: Any, coords: list[str]) -> bool:
         stage, live = next((s, j) for s, j in self.rows.reductions if s.op.results[j] == value)

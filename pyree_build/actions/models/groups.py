@@ -38,6 +38,9 @@ class Group:
     outputs: list[Any] = field(default_factory=list)  # member results used outside
     by_name: list[Any] = field(default_factory=list)  # ops whose bodies capture a constant: matched by name
     refusal: str | None = None
+    # Which ops compute from constants alone, shared by the groups of one program: asked
+    # afresh per value, the walk back through the program made a deep model quadratic.
+    constant: dict[Any, bool | None] = field(default_factory=dict)
 
 
 def is_member(op: Any) -> bool:
@@ -93,8 +96,9 @@ def _absorb_fills(function: Any, units: list[list[Any]]) -> list[list[Any]]:
     """A unit that only fills tensors some other unit's op alone uses joins that unit."""
     kept: list[list[Any]] = []
     pending = [u for u in units if not all(op.name == "linalg.fill" for op in u)]
+    others = {id(u) for u in pending}
     for unit in units:
-        if unit not in pending:
+        if id(unit) not in others:
             users = {u for op in unit for r in op.results for u in _users(r, function)}
             target = next((p for p in pending if users and users <= set(p)), None)
             if target is not None:
@@ -109,21 +113,26 @@ def _fuse_consumers(function: Any, units: list[list[Any]]) -> list[list[Any]]:
     """Each elementwise unit joins the group it consumes, where it is that group's only user."""
     groups: list[list[Any]] = []
     group_of: dict[Any, int] = {}
+    # Each group's users outside it, kept as units join: one pass over the program, where
+    # recomputing them per unit made a long elementwise chain quadratic (or worse).
+    outside: list[set[Any]] = []
     for unit in units:
         target = None
         if all(_iterators_parallel(op) for op in unit):
-            target = _sole_consumer_group(function, unit, groups, group_of)
+            target = _sole_consumer_group(unit, group_of, outside)
         if target is None:
             groups.append([])
+            outside.append(set())
             target = len(groups) - 1
         groups[target].extend(unit)
         for op in unit:
             group_of[op] = target
+        users = {u for op in unit for result in op.results for u in _users(result, function)}
+        outside[target] = {u for u in outside[target] | users if group_of.get(u) != target}
     return groups
 
 
-def _sole_consumer_group(function: Any, unit: list[Any], groups: list[list[Any]], group_of: dict[Any, int]) -> int | None:
-    inside = set(unit)
+def _sole_consumer_group(unit: list[Any], group_of: dict[Any, int], outside: list[set[Any]]) -> int | None:
     producers = set()
     for op in unit:
         for operand in op.operands:
@@ -133,11 +142,8 @@ def _sole_consumer_group(function: Any, unit: list[Any], groups: list[list[Any]]
     if len(producers) != 1:
         return None
     (candidate,) = producers
-    for op in groups[candidate]:
-        for result in op.results:
-            users = set(_users(result, function))
-            if users - set(groups[candidate]) and not users <= inside:
-                return None  # the group has another user: fusing would duplicate or split it
+    if not outside[candidate] <= set(unit):
+        return None  # the group has another user: fusing would duplicate or split it
     return candidate
 
 
@@ -147,8 +153,9 @@ def find_groups(module: Any) -> list[Group]:
     for function in program.functions(module):
         members = [op for op in program.body_ops(function) if is_member(op)]
         described = []
+        constant: dict[Any, bool | None] = {}
         for ops in _fuse_consumers(function, _units(function, members)):
-            group = Group(index=0, module=module, function=function, members=ops)
+            group = Group(index=0, module=module, function=function, members=ops, constant=constant)
             describe(group)
             described.append(group)
         found += [g for g in described if not _absorbed(g, described)]
@@ -161,7 +168,7 @@ def _absorbed(group: Group, others: list[Group]) -> bool:
     """A group computed from constants alone whose every op another group computes for itself
     (_take_recomputable): no dispatch of its own runs, replaced or not (IREE folds it while
     compiling), so it is no group of the running program. Its ops are listed in those groups."""
-    if not all(_recomputable(op) for op in group.members):
+    if not all(_recomputable(op, group.constant) for op in group.members):
         return False
     elsewhere = {op for other in others if other is not group for op in other.members}
     return all(op in elsewhere for op in group.members)
@@ -170,22 +177,21 @@ def _absorbed(group: Group, others: list[Group]) -> bool:
 def describe(group: Group) -> None:
     """Fill in a group's root, inputs and outputs, and why it cannot be matched if it cannot."""
     _take_recomputable(group)
-    function, members = group.function, group.members
-    inside = set(members)
-    own_work = not all(_recomputable(op) for op in members)  # else its result is its own
-    for op in members:
-        for result in op.results:
-            if any(u not in inside for u in _users(result, function)) and not (own_work and _recomputable(op)):
-                group.outputs.append(result)
+    members = group.members
+    group.outputs = _outside_results(group)
     if len(group.outputs) != 1:
         group.refusal = f"it has {len(group.outputs)} results used outside it; a replacement gives one result"
         return
     owner = program.defining_op(group.outputs[0])
     assert owner is not None  # a member's result
     group.root = owner.operation
-    group.by_name = [op for op in members if _captures_unreachable(op, group)]
+    group.refusal = _several_results(group.root)
+    if group.refusal:
+        return
+    operands = {v for member in members for v in member.operands}
+    group.by_name = [op for op in members if _captures_unreachable(op, group, operands)]
     for op in group.by_name:
-        captured = _captured_non_constant(op, group)
+        captured = _captured_non_constant(op, group, operands)
         if captured is not None:
             group.refusal = (
                 f"{op.name}'s body reads {captured.get_name()} ({captured.type}) from outside it, not through an operand "
@@ -199,7 +205,7 @@ def describe(group: Group) -> None:
         return
     used = [operand for op in members for operand in op.operands]
     group.inputs.sort(key=lambda value: next(i for i, operand in enumerate(used) if operand == value))
-    if all(_constant_derived(v, {}) or _no_elements(v) for v in group.inputs):
+    if all(_constant_derived(v, group.constant) or _no_elements(v) for v in group.inputs):
         empty = next((v for v in group.inputs if _no_elements(v)), None)
         group.refusal = (
             "it computes from constants only"
@@ -216,7 +222,7 @@ def describe(group: Group) -> None:
             "seen on ONNX's f64 node tests)"
         )
         return
-    folded = [v for v in group.inputs if _constant_derived(v, {}) and not _is_constant(v)]
+    folded = [v for v in group.inputs if _constant_derived(v, group.constant) and not _is_constant(v)]
     if folded:
         group.refusal = (
             f"input {folded[0].get_name()} ({folded[0].type}) is computed from constants only: IREE folds it into a global "
@@ -227,7 +233,33 @@ def describe(group: Group) -> None:
     _check_inputs(group)
 
 
-def _recomputable(op: Any) -> bool:
+def _outside_results(group: Group) -> list[Any]:
+    """The members' results used outside the group (a recomputable op's are its own copy's)."""
+    inside = set(group.members)
+    own_work = not all(_recomputable(op, group.constant) for op in group.members)  # else its result is its own
+    return [
+        result
+        for op in group.members
+        for result in op.results
+        if any(u not in inside for u in _users(result, group.function)) and not (own_work and _recomputable(op, group.constant))
+    ]
+
+
+def _several_results(root: Any) -> str | None:
+    """Why a group whose last op has several results cannot be replaced. The spec's rewrite
+    anchors its call on the op defining the matched result: an op of several results
+    (ReduceMax/ReduceMin with keepdims=0: the extremum and its index) gives it several
+    anchors, and iree-compile fails. Refused here, so `ops` and `replace` agree."""
+    if len(root.results) == 1:
+        return None
+    types = ", ".join(str(r.type) for r in root.results)
+    return (
+        f"its last op ({root.name}) has {len(root.results)} results ({types}), and a spec's rewrite takes the "
+        "result of an op of one (iree-compile: 'Only one op can be specified as an insertion point')"
+    )
+
+
+def _recomputable(op: Any, constant: dict[Any, bool | None]) -> bool:
     """An op any group may compute for itself: its values come from constants alone (a fill
     of a scalar into a tensor.empty that two same-shape ops share; a batch norm's scale from
     its variance and epsilon; a transposed weight). The replacement computes its own copy
@@ -238,8 +270,7 @@ def _recomputable(op: Any) -> bool:
         producers = [program.defining_op(v) for v in op.operands]
         if all(p is not None and _repeated_in_matcher(p.operation) for p in producers):
             return True
-    seen: dict[Any, bool] = {}
-    return bool(op.results) and all(_constant_derived(r, seen) for r in op.results)
+    return bool(op.results) and all(_constant_derived(r, constant) for r in op.results)
 
 
 def _take_recomputable(group: Group) -> None:
@@ -253,7 +284,7 @@ def _take_recomputable(group: Group) -> None:
     while pending:
         for operand in pending.pop().operands:
             producer = program.defining_op(operand)
-            if producer is not None and producer.operation not in members and _recomputable(producer.operation):
+            if producer is not None and producer.operation not in members and _recomputable(producer.operation, group.constant):
                 members.add(producer.operation)
                 pending.append(producer.operation)
     if len(members) != len(group.members):
@@ -261,10 +292,9 @@ def _take_recomputable(group: Group) -> None:
         group.members = sorted(members, key=order.__getitem__)
 
 
-def _captures_unreachable(op: Any, group: Group) -> bool:
+def _captures_unreachable(op: Any, group: Group, operands: set[Any]) -> bool:
     """Whether `op`'s body uses a value defined outside it that no operand of a member
-    brings into the matcher (IREE's DAG matcher compares bodies only through operands)."""
-    operands = {v for member in group.members for v in member.operands}
+    (`operands`) brings into the matcher (IREE's DAG matcher compares bodies only through operands)."""
     for value in program.nested_operands(op):
         producer = program.defining_op(value)
         if producer is not None and _top_level(producer.operation, group.function) != op and value not in operands:
@@ -272,9 +302,8 @@ def _captures_unreachable(op: Any, group: Group) -> bool:
     return False
 
 
-def _captured_non_constant(op: Any, group: Group) -> Any | None:
+def _captured_non_constant(op: Any, group: Group, operands: set[Any]) -> Any | None:
     """A value `op`'s body uses from outside the group's operands that is not a scalar constant."""
-    operands = {v for member in group.members for v in member.operands}
     for value in program.nested_operands(op):
         producer = program.defining_op(value)
         if producer is None:
@@ -289,25 +318,45 @@ def _captured_non_constant(op: Any, group: Group) -> Any | None:
     return None
 
 
-def _constant_derived(value: Any, seen: dict[Any, bool]) -> bool:
+def _constant_derived(value: Any, seen: dict[Any, bool | None]) -> bool:
     """Whether `value` is computed from constants alone (no function argument, no imported
-    buffer): what IREE's const-eval folds at compile time."""
+    buffer): what IREE's const-eval folds at compile time. A walk with its own stack: a
+    model's depth is no limit (ResNet-50's chain of ops passed Python's recursion limit)."""
     owner = program.defining_op(value)
     if owner is None:
         return False
-    op = owner.operation
-    if op in seen:
-        return seen[op]
-    seen[op] = False  # a cycle (there is none in SSA) or an unknown op answers no
-    if op.name.startswith(("hal.", "util.global.load", "flow.tensor.load", "iree_")):
-        return False
-    result = all(
-        _constant_derived(v, seen)
-        for v in [*op.operands, *program.nested_operands(op)]
-        if program.defining_op(v) is not None or v.owner.owner == _function_of(op)
-    )
-    seen[op] = result
-    return result
+    root = owner.operation
+    stack = [root]
+    while stack:
+        op = stack[-1]
+        if op in seen and seen[op] is not None:
+            stack.pop()
+            continue
+        if op not in seen:
+            seen[op] = None  # being decided: its producers first
+            if op.name.startswith(("hal.", "util.global.load", "flow.tensor.load", "iree_")):
+                seen[op] = False
+                stack.pop()
+                continue
+        producers = []
+        result = True
+        for v in [*op.operands, *program.nested_operands(op)]:
+            producer = program.defining_op(v)
+            if producer is None:
+                if v.owner.owner == _function_of(op):
+                    result = False  # an argument of the function: not a constant
+                continue
+            known = seen.get(producer.operation)
+            if known is False:
+                result = False
+            elif producer.operation not in seen:
+                producers.append(producer.operation)
+        if result and producers:
+            stack.extend(producers)
+            continue
+        seen[op] = result  # every producer decided (SSA has no cycles)
+        stack.pop()
+    return bool(seen[root])
 
 
 def _demoted_edge(function: Any) -> str | None:

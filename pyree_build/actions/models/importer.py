@@ -25,7 +25,7 @@ from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, escape, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import write_depfile
-from pyree_build.core.outputs import check_outputs
+from pyree_build.core.outputs import check_ours, check_outputs, record_ours
 from pyree_build.core.records import record
 
 if TYPE_CHECKING:
@@ -296,6 +296,7 @@ def import_onnx(
     externalize_params: bool = False,
     depfile: PathLike | None = None,
     timeout: float | None = None,
+    force: bool = False,
 ) -> Path:
     """Import an ONNX model to MLIR (torch dialect, as iree-compile takes it).
 
@@ -308,6 +309,8 @@ def import_onnx(
     `externalize_params` keeps large weights out of the MLIR, in `<output stem>_params.irpa`.
     `timeout`: the seconds the import's tools may take in all (default: limits.time_limit's,
     beyond any real model's; a model IREE loops on is stopped by it, and nothing is written).
+    An output that exists and that pyree_build did not write, or that was edited since, is
+    refused unless `force`: a model's import never replaces the user's own file.
     """
     src = require_file(model, "ONNX model")
     proto = load_model(src)
@@ -316,6 +319,7 @@ def import_onnx(
     out = Path(output)
     finals = [out, out.with_name(out.stem + "_params.irpa")] if externalize_params else [out]
     outs = check_outputs(finals, [src, *data], depfile=depfile)
+    check_ours(outs, force=force, verb="import")
     if opset_version is None:
         converted, note = upgrade_opset(proto, src)
         if note:
@@ -330,6 +334,7 @@ def import_onnx(
             "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}"], inputs=[src, *data], outputs=outs,
             build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
         )  # fmt: skip
+    record_ours(outs)
     if depfile is not None:
         write_depfile(depfile, outs[0], deps, outs)
     return outs[0]

@@ -156,23 +156,11 @@ def result_index(value: Any) -> int:
 
 def nested_operands(operation: Any) -> list[Any]:
     """Operands of the ops inside `operation`'s regions (values a body may capture)."""
-    found: list[Any] = []
-    for region in operation.regions:
-        for block in region.blocks:
-            for op in block.operations:
-                found.extend(op.operation.operands)
-                found.extend(nested_operands(op.operation))
-    return found
+    return [v for op in captures.nested_ops(operation) for v in op.operands]
 
 
 def nested_op_names(operation: Any) -> list[str]:
-    names: list[str] = []
-    for region in operation.regions:
-        for block in region.blocks:
-            for op in block.operations:
-                names.append(op.operation.name)
-                names.extend(nested_op_names(op.operation))
-    return names
+    return [op.name for op in captures.nested_ops(operation)]
 
 
 def position(value: Any, function: Any) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyree_build.actions.models import cgen, cnest, crows, gpunest, groups, limits, loopnest, merge, program, spec
 from pyree_build.core import escape, processes
+from pyree_build.core.args import import_name as check_import_name
 from pyree_build.core.errors import PyreeError, as_path
 from pyree_build.core.outputs import replace_directory_files
 
@@ -27,7 +28,6 @@ PathLike = str | os.PathLike[str]
 KINDS = ("plugin", "embedded")
 # Where the replacing kernel runs: a CPU import (C), or a GPU target's precompiled kernel.
 TARGETS = ("llvm-cpu", *gpunest.TARGETS)
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -293,8 +293,8 @@ def replace(
     Example: pb.replace("mlp.mlir", "kernels", ops=[1], imports=["fc1_relu"], onnx="mlp.onnx")
     """
     ops, imports = list(ops), list(imports)
-    _check_names(ops, imports, kind)
     _check_target(target, kind)
+    _check_names(ops, imports, kind, target)
     src = Path(source).resolve()
     # One bound for the iree-compile runs below: a program IREE loops on must not hang replace.
     with processes.time_limit(limits.time_limit(timeout, [src])):
@@ -369,14 +369,17 @@ def _check_target(target: str, kind: str) -> None:
         raise PyreeError(f"--kind {kind} is a CPU form; a {target} kernel is a precompiled GPU executable", fix="leave out --kind with --target")
 
 
-def _check_names(ops: list[merge.Request], imports: list[str], kind: str) -> None:
+# The language each target's kernel is written in: what its import names must be valid in.
+_LANGUAGE = {"llvm-cpu": "c", "cuda": "c++", "hip": "c++", "vulkan": "glsl"}
+
+
+def _check_names(ops: list[merge.Request], imports: list[str], kind: str, target: str) -> None:
     if kind not in KINDS:
         raise PyreeError(f"unknown kind '{kind}'", fix=f"use one of: {', '.join(KINDS)}")
     if not ops or len(ops) != len(imports):
         raise PyreeError(f"{len(ops)} op group(s) and {len(imports)} import name(s)", fix="give one import name per group: --ops 1,3 --import a,b")
     for name in imports:
-        if not _IDENTIFIER.match(name):
-            raise PyreeError(f"import name '{name}' is not a C identifier", fix="use letters, digits and _, not starting with a digit")
+        check_import_name(name, _LANGUAGE[target])
     named = [n for request in ops for n in merge.numbers(request)]
     if len(set(imports)) != len(imports) or len(set(named)) != len(named):
         raise PyreeError("each group and each import name may appear once", fix="give distinct groups and names")

@@ -127,14 +127,11 @@ def clone_matcher(group: groups.Group) -> tuple[list[str], list[str], list[str]]
 
 def _remap(op: Any, mapping: dict[Any, Any]) -> None:
     """Point `op`'s operands, and its bodies' ops' operands, from the program's values to the clones'."""
-    operands = op.operands
-    for i in range(len(operands)):
-        if operands[i] in mapping:
-            operands[i] = mapping[operands[i]]
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                _remap(inner.operation, mapping)
+    for each in [op, *captures.nested_ops(op)]:
+        operands = each.operands
+        for i in range(len(operands)):
+            if operands[i] in mapping:
+                operands[i] = mapping[operands[i]]
 
 
 def replacement(name: str, group: groups.Group) -> Replacement:

@@ -8,11 +8,10 @@ is here, and the conservative baseline where there is none.
 
 from __future__ import annotations
 
-import functools
 import re
 
 from pyree_build.core import processes, toolchain
-from pyree_build.core.errors import PyreeError
+from pyree_build.core.errors import PyreeError, trim
 from pyree_build.core.records import record
 
 # --iree-vulkan-target names iree-compile 3.13 accepts (checked one by one); an unknown
@@ -38,14 +37,49 @@ class VulkanDevice:
     subgroup_sizes: tuple[int, int]  # (smallest, largest) lanes; (0, 0) where the runtime did not say
 
 
-@functools.cache
+# Each try's time limit, in seconds: a cold start of the Vulkan loader and driver on a loaded
+# machine took longer than a warm one, and a failed try read as "no device" hid lavapipe.
+# A try that times out, crashes or fails for another reason than "no driver" is tried again.
+PROBE_LIMITS = (60.0, 180.0)
+# What the runtime prints when no Vulkan driver is installed: an answer, not a failure.
+_NO_DRIVER = ("VK_ERROR_INCOMPATIBLE_DRIVER", "vulkan library", "libvulkan")
+
+_probe_failures: list[str] = []  # why the last probe found nothing, when it failed
+
+
 def devices() -> tuple[VulkanDevice, ...]:
-    """The Vulkan devices IREE's runtime sees (none without a Vulkan driver), in its order."""
+    """The Vulkan devices IREE's runtime sees (none without a Vulkan driver), in its order.
+    An answer is kept for the process (a warm server's too); a failed probe is not."""
+    if _known:
+        return _known[0]
+    found = _probe()
+    if not _probe_failures:
+        _known.append(found)
+    return found
+
+
+_known: list[tuple[VulkanDevice, ...]] = []
+
+
+def _probe() -> tuple[VulkanDevice, ...]:
     try:
         runner = toolchain.iree_run_module()
     except PyreeError:
         return ()
-    result = processes.spawn(runner.command("--dump_devices=vulkan"), what="listing Vulkan devices", check=False, timeout=60)
+    _probe_failures.clear()
+    for limit in PROBE_LIMITS:
+        try:
+            result = processes.spawn(runner.command("--dump_devices=vulkan"), what="listing Vulkan devices", check=False, timeout=limit)
+        except PyreeError as exc:  # past the limit, or killed
+            _probe_failures.append(exc.what)
+            continue
+        output = result.stderr + result.stdout
+        if result.returncode == 0 or any(sign in output for sign in _NO_DRIVER):
+            _probe_failures.clear()
+            break
+        _probe_failures.append(f"iree-run-module --dump_devices=vulkan exited with code {result.returncode}: {trim(output, 4) or '(nothing printed)'}")
+    else:
+        return ()
     if result.returncode != 0:
         return ()
     found = []
@@ -110,6 +144,9 @@ def resolve_target(name: str) -> str:
 def status() -> tuple[bool, str]:
     """(usable, reason) for --device vulkan."""
     here = devices()
+    if not here and _probe_failures:
+        tries = "; then ".join(_probe_failures)
+        return False, f"the Vulkan device probe failed {len(_probe_failures)} time(s), so whether a device is here is unknown: {tries}"
     if not here:
         return False, "no Vulkan device (install a Vulkan driver; on a CPU-only Debian machine: apt-get install mesa-vulkan-drivers)"
     return True, "; ".join(f"{d.name} [{d.driver}, target {target_for(d)}]" for d in here)
