@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import assert_clean_error, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,17 +21,19 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import onnx_models  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 from pyree_build.actions.models import importer, program  # noqa: E402
 
 # The form a repeated name's location takes, forged into a name of its own.
-_FORGED = 'n"("onnx graph.node":0:0)'
+_FORGED = 'm"("onnx graph.node":3:0)'
 
-# mlp's five nodes (fc1, bias1, relu1, fc2, softmax) renamed by their index.
+# mlp's five nodes (fc1, bias1, relu1, fc2, softmax) renamed by their index. relu1 and fc2
+# are in different groups; "forged" names bias1 as if it were fc2's location.
 RENAMINGS: dict[str, Callable[[int], str]] = {
     "all_the_same": lambda i: "n",
     "all_empty": lambda i: "",
-    "forged": lambda i: ["n", "n", _FORGED, _FORGED.replace(":0:0", ":1:0"), "n#1"][i],
+    "forged": lambda i: ["a", _FORGED, "m", "m", "m#1"][i],
 }
 
 
@@ -132,3 +134,14 @@ def test_every_named_node_has_a_location_of_its_own_that_shows_its_name(plain_ml
             assert program.location_names(op.location) == [node.name], written
             locations.append(str(op.location))
     assert len(set(locations)) == len(locations), locations
+
+
+@pytest.mark.parametrize("name", ["n", ""])
+def test_an_op_iree_cannot_lower_is_named_by_its_index_where_its_name_does_not_say(tmp_path, name):
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name=name), helper.make_node("Softsign", ["r"], ["y"], name=name)]
+    graph = helper.make_graph(
+        nodes, "soft", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])]
+    )
+    onnx_file = onnx_models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "soft.onnx")
+    result = run_cli("import", onnx_file, "-o", tmp_path / "soft.mlir")
+    assert_clean_error(result, f"ONNX node {repr(name) if name else '(unnamed)'} (Softsign, graph.node[1]) cannot be lowered by IREE")

@@ -251,6 +251,8 @@ def unsupported_node_error(output: str, source: Path, nodes: Sequence[NodeOp]) -
             continue
         name = f"'{node.name}'" if node is not None and node.name else "(unnamed)"
         op_type = node.op_type if node is not None else op["op"] if op else "?"
+        if node is not None and (not node.name or sum(n.name == node.name for n in nodes) > 1):
+            op_type += f", graph.node[{node.index}]"  # the name alone does not say which node
         return PyreeError(
             f"ONNX node {name} ({op_type}) cannot be lowered by IREE {toolchain.iree_compile().version}",
             file=source,
