@@ -8,10 +8,17 @@ locations; the names are put back on the printed ops by aligning them, in order,
 graph's nodes (initializers come first, then `torch.constant.none`, then one op per node).
 Where that alignment is not certain (an op with regions, an op the alignment does not
 know), the file is left without names rather than guessed at.
+
+A location is what tells one node's ops from another's (op groups are formed by it), so no
+two nodes share one: a model's names are data and may repeat, by accident or on purpose.
+Where several nodes carry one name, each one's location adds its index in the graph as the
+name's child (`loc("n"("onnx graph.node":3:0))`: graph.node[3]), a form no name alone can
+take; an unnamed node keeps the location of its line in the file.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import re
@@ -64,6 +71,7 @@ class NodeOp:
     name: str
     op_type: str
     line: int
+    index: int  # in graph.node
 
 
 def load_model(path: PathLike, role: str = "ONNX model") -> onnx_types.ModelProto:
@@ -142,7 +150,7 @@ def align_nodes(lines: Sequence[str], graph: onnx_types.GraphProto) -> list[Node
         return found
     kinds = [(i, *_line_kind(lines[i])) for i in range(*found) if lines[i].strip()]
     aligned, k = [], 0
-    for node in graph.node:
+    for index, node in enumerate(graph.node):
         if k >= len(kinds):
             return f"node '{node.name}' ({node.op_type}) has no op left to match"
         i, kind, detail = kinds[k]
@@ -151,22 +159,40 @@ def align_nodes(lines: Sequence[str], graph: onnx_types.GraphProto) -> list[Node
             continue
         if not ((kind == "op" and detail == node.op_type) or (kind == "call" and node.op_type in detail)):
             return f"node '{node.name}' ({node.op_type}) meets {kind} {detail!r} on line {i + 1}"
-        aligned.append(NodeOp(node.name, node.op_type, i))
+        aligned.append(NodeOp(node.name, node.op_type, i, index))
         k += 1
     if [kind for _, kind, _ in kinds[k:]] != ["return"]:
         return f"{len(kinds) - k} lines left after the last node, expected only the return"
     return aligned
 
 
+# The "file" of the child location that tells apart nodes of one name; its line is the node's
+# index in graph.node. No file: a diagnostic at it names a node, not a line of a file.
+NODE_INDEX_FILE = "onnx graph.node"
+
+
+def node_location(node: NodeOp, repeated: bool) -> str:
+    """The MLIR location of the node's op: its name, with its index in the graph where the name
+    is repeated in it; "" for an unnamed node, whose op keeps its line's location (each line is
+    one node's)."""
+    if not node.name:
+        return ""
+    name = escape.mlir_string(node.name)
+    return f'loc("{name}"("{NODE_INDEX_FILE}":{node.index}:0))' if repeated else f'loc("{name}")'
+
+
 def name_locations(text: str, graph: onnx_types.GraphProto) -> tuple[str, list[NodeOp]] | str:
-    """The importer's output with ` loc("NODE")` on each node's op, or why it is left as it is."""
+    """The importer's output with each node's location (node_location) on its op, or why it is
+    left as it is."""
     lines = text.split("\n")
     aligned = align_nodes(lines, graph)
     if isinstance(aligned, str):
         return aligned
+    counts = collections.Counter(node.name for node in graph.node)
     for node in aligned:
-        if node.name:
-            lines[node.line] = lines[node.line].rstrip() + f' loc("{escape.mlir_string(node.name)}")'
+        location = node_location(node, counts[node.name] > 1)
+        if location:
+            lines[node.line] = lines[node.line].rstrip() + " " + location
     return "\n".join(lines), aligned
 
 
@@ -208,6 +234,8 @@ def _import_failure(output: str) -> str | None:
 def _node_of(diagnostic: re.Match[str], nodes: Sequence[NodeOp]) -> NodeOp | None:
     if diagnostic["loc"] is not None:
         return next((n for n in nodes if escape.mlir_string(n.name) == diagnostic["loc"]), None)
+    if diagnostic["file"] == NODE_INDEX_FILE:
+        return next((n for n in nodes if n.index == int(diagnostic["line"])), None)
     if diagnostic["line"] is not None:
         return next((n for n in nodes if n.line + 1 == int(diagnostic["line"])), None)
     return None
@@ -223,6 +251,8 @@ def unsupported_node_error(output: str, source: Path, nodes: Sequence[NodeOp]) -
             continue
         name = f"'{node.name}'" if node is not None and node.name else "(unnamed)"
         op_type = node.op_type if node is not None else op["op"] if op else "?"
+        if node is not None and (not node.name or sum(n.name == node.name for n in nodes) > 1):
+            op_type += f", graph.node[{node.index}]"  # the name alone does not say which node
         return PyreeError(
             f"ONNX node {name} ({op_type}) cannot be lowered by IREE {toolchain.iree_compile().version}",
             file=source,
@@ -231,6 +261,11 @@ def unsupported_node_error(output: str, source: Path, nodes: Sequence[NodeOp]) -
             "or remove that node; custom-domain ops need their own lowering",
         )
     return None
+
+
+# The form of the locations the import writes, keyed: the cache does not key pyree_build's own
+# code, and an import from before repeated names got their node's index would merge nodes.
+_LOCATIONS = "locations=name,index-where-repeated"
 
 
 @record
@@ -331,7 +366,7 @@ def import_onnx(
     onnx_version = toolchain._dist_version("onnx") or "unknown"
     with processes.time_limit(seconds):
         deps = cached_action(
-            "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}"], inputs=[src, *data], outputs=outs,
+            "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}", _LOCATIONS], inputs=[src, *data], outputs=outs,
             build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
         )  # fmt: skip
     record_ours(outs)
