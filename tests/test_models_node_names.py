@@ -130,9 +130,11 @@ def test_every_named_node_has_a_location_of_its_own_that_shows_its_name(plain_ml
             if not node.name:
                 assert written == ""  # its op keeps its own line's location
                 continue
-            op = program.ir.Module.parse(f'"t.op"() : () -> () {written}').body.operations[0]
-            assert program.location_names(op.location) == [node.name], written
-            locations.append(str(op.location))
+            # The module holds its ops: an op read from a module no name keeps is freed under it.
+            module = program.ir.Module.parse(f'"t.op"() : () -> () {written}')
+            location = module.body.operations[0].location
+            assert program.location_names(location) == [node.name], written
+            locations.append(str(location))
     assert len(set(locations)) == len(locations), locations
 
 
