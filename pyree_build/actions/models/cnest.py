@@ -277,25 +277,13 @@ def emit_value(
 
 def _resolve_operands(emitter: Any, top: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> None:
     """Put every value `top`'s body reads, through stages at any depth, into `memo` first,
-    deepest first and in the order the body reads them (so the C is the same), with a stack
-    of its own: a chain of thousands of elementwise ops is no recursion of Python's."""
-    done: set[tuple[Any, tuple[str, ...]]] = set()
-    stack: list[tuple[list[tuple[Any, list[str]]], int]] = [(_reads(top, coords), 0)]
-    while stack:
-        reads, n = stack[-1]
-        if n == len(reads):
-            stack.pop()
-            continue
-        value, at_coords = reads[n]
+    deepest first and in the order the body reads them (so the C is the same)."""
+
+    def pending(value: Any, at_coords: list[str]) -> list[loopnest.Read] | None:
         stage = _stage_to_evaluate(emitter, value, at_coords, memo)
-        if stage is not None:
-            below = [r for r in _reads(stage, at_coords) if (r[0], tuple(r[1])) not in done and _stage_to_evaluate(emitter, *r, memo) is not None]
-            if below:
-                stack.append((below, 0))  # back to this value once what it reads is known
-                continue
-        stack[-1] = (reads, n + 1)
-        emitter.value(value, at_coords, indent, memo, acc, at)
-        done.add((value, tuple(at_coords)))
+        return None if stage is None else _reads(stage, at_coords)
+
+    loopnest.deepest_first(_reads(top, coords), pending, lambda value, at_coords: emitter.value(value, at_coords, indent, memo, acc, at))
 
 
 def _stage_to_evaluate(emitter: Any, value: Any, coords: list[str], memo: dict[Any, str]) -> loopnest.Stage | None:

@@ -148,24 +148,12 @@ class _RowEmitter:
 
     def _read_first(self, top: loopnest.Stage, coords: list[str], memo: dict[Any, str]) -> None:
         """Every value `top` reads through stages at any depth, known before it, deepest first
-        and in reading order, with a stack of its own: a long elementwise chain after a row
-        reduction is no recursion of Python's."""
-        done: set[tuple[Any, tuple[str, ...]]] = set()
-        stack: list[tuple[list[tuple[Any, list[str]]], int]] = [(self._reads(top, coords), 0)]
-        while stack:
-            reads, n = stack[-1]
-            if n == len(reads):
-                stack.pop()
-                continue
-            value, at = reads[n]
-            if self._evaluates(value, at, memo):
-                below = [r for r in self._reads(self.nest.stages[value], at) if (r[0], tuple(r[1])) not in done and self._evaluates(*r, memo)]
-                if below:
-                    stack.append((below, 0))  # back to this value once what it reads is known
-                    continue
-            stack[-1] = (reads, n + 1)
-            self.value(value, at, memo)
-            done.add((value, tuple(at)))
+        and in reading order."""
+
+        def pending(value: Any, at: list[str]) -> list[loopnest.Read] | None:
+            return self._reads(self.nest.stages[value], at) if self._evaluates(value, at, memo) else None
+
+        loopnest.deepest_first(self._reads(top, coords), pending, lambda value, at: self.value(value, at, memo))
 
     def _reshaped(self, value: Any, coords: list[str]) -> list[str]:
         """A unit-dimension reshape's coordinates in its source: the non-unit ones, in order."""

@@ -31,6 +31,7 @@ intermediate read at another point than the one being computed) has no nest (`bu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,33 @@ class Schedule:
     reduction_loops: list[int]
     knobs: list[Knob] = field(default_factory=lambda: [TILE_ROWS, TILE_COLS])
     workgroups: int = 1
+
+
+# A value read at coordinates (the C expressions of its indices).
+Read = tuple[Any, list[str]]
+
+
+def deepest_first(first: list[Read], pending: Callable[[Any, list[str]], list[Read] | None], visit: Callable[[Any, list[str]], object]) -> None:
+    """`visit` every value of `first`, each once the values it reads are visited: `pending`
+    names what a value's stage reads, or None where the value needs no stage evaluated (a
+    scalar, a value already known). Deepest first and in reading order, so the emitted code
+    is that of a recursive walk, but with a stack of its own: a chain of thousands of
+    elementwise ops is no recursion of Python's."""
+    done: set[tuple[Any, tuple[str, ...]]] = set()
+    stack: list[tuple[list[Read], int]] = [(first, 0)]
+    while stack:
+        reads, n = stack[-1]
+        if n == len(reads):
+            stack.pop()
+            continue
+        value, at = reads[n]
+        below = [r for r in pending(value, at) or () if (r[0], tuple(r[1])) not in done and pending(*r) is not None]
+        if below:
+            stack.append((below, 0))  # back to this value once what it reads is known
+            continue
+        stack[-1] = (reads, n + 1)
+        visit(value, at)
+        done.add((value, tuple(at)))
 
 
 def _iterators(op: Any) -> list[str]:
