@@ -154,7 +154,8 @@ def test_a_run_unlike_its_plan_is_reported_as_without_the_client_from_one_run(cl
     results_dirs = set(Path(tempfile.gettempdir()).glob("pyree-run.*"))
     assert _run(client, args, _env(runtime), tmp_path) == reference
     assert _calls(tmp_path) == calls + 2 * once, "the tool did not run exactly once"
-    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) == results_dirs, "a results directory was left behind"
+    # Only directories made since count: other pyree_build commands on this machine make and remove their own.
+    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) - results_dirs == set(), "a results directory was left behind"
     (tmp_path / "mode").write_text("p")
     assert _run(client, args, _env(runtime), tmp_path)[0] == 0
 
@@ -346,7 +347,8 @@ def test_what_the_client_cannot_hand_over_is_an_error_that_says_where(client, ru
     assert code == 1, err
     assert re.fullmatch(r"error: cannot keep what iree-run-module printed in /\S+/<results>: File too large\n", err), err
     assert _calls(tmp_path) == calls + 1, "the tool ran again"
-    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) == results_dirs, "a results directory was left behind"
+    # Only directories made since count: other pyree_build commands on this machine make and remove their own.
+    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) - results_dirs == set(), "a results directory was left behind"
 
 
 def _same_size_edit(path: Path, data: bytes) -> None:

@@ -124,7 +124,7 @@ def test_new_with_an_import_generates_matching_c_and_mlir_that_build_and_pass(cl
     [
         (["--import", "op", "--args", "in:f32,in:f32"], "no out or inout"),
         (["--import", "op", "--args", "in:f64,out:f32"], "--args item 1 'in:f64': f64 is not supported"),
-        (["--import", "1op", "--args", "out:f32"], "cannot name an import"),
+        (["--import", "1op", "--args", "out:f32"], "is not a C identifier"),
         (["--import", "op"], "--import and --args go together"),
     ],
 )

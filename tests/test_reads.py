@@ -65,3 +65,19 @@ def test_the_kernels_reports_are_never_inputs_listed_or_read():
             f.read()
     assert read.complete, read.unrecordable
     assert list(read.paths) == []
+
+
+def test_a_tools_version_looked_up_on_the_search_path_is_no_input(tmp_path):
+    """Finding iree-base-runtime's version lists every directory on sys.path: with that
+    counted as a listing, no plan was ever written where the lookup was not yet memoized."""
+    from pyree_build.core import toolchain
+
+    toolchain._dist_version_on.cache_clear()
+    with reads.recording() as read:
+        toolchain._dist_version("iree-base-runtime")
+        with reads.paused():
+            os.listdir(tmp_path)
+        (tmp_path / "after.txt").write_text("a")
+        (tmp_path / "after.txt").read_text()
+    assert read.complete, read.unrecordable
+    assert list(read.paths) == []  # written in the scope: its own

@@ -125,6 +125,19 @@ def recording(own: Sequence[str | os.PathLike[str]] = ()) -> Iterator[Reads]:
         _ACTIVE.remove(reads)
 
 
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Nothing read in this block is recorded: for reads that are no input of the command,
+    such as listing the search path for a tool's version, where the tool's own file (which
+    a plan stats) changes with any reinstall."""
+    saved = _ACTIVE[:]
+    _ACTIVE.clear()
+    try:
+        yield
+    finally:
+        _ACTIVE[:] = saved
+
+
 def note(*paths: str | os.PathLike[str]) -> None:
     """Record reads that are no `open` in this process: what a tool started here reads, or a
     file whose content a memo stands for by its stat."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pyree_build.core import lazy
+from pyree_build.core import lazy, reads
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import PACKAGE_DIR
 from pyree_build.core.records import field, record
@@ -103,8 +103,11 @@ INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), 
 
 def _dist_version(dist: str) -> str | None:
     # The version is in the name of the installed distribution's metadata directory;
-    # reading it there avoids importing importlib.metadata (~15 ms on every verb).
-    return _dist_version_on(dist, tuple(sys.path))
+    # reading it there avoids importing importlib.metadata (~15 ms on every verb). Listing the
+    # search path is no input of a command (reads.paused): a reinstall replaces the tool's
+    # own file, which is what a plan stats.
+    with reads.paused():
+        return _dist_version_on(dist, tuple(sys.path))
 
 
 @functools.cache
