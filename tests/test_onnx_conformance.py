@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ SLICE = {
     "test_where_example": "an i1 mask",
     "test_bitshift_right_uint8": "shifts",
     "test_argmax_default_axis_example": "an index reduction (two results: refused) and its parts",
-    "test_batchnorm_epsilon_training_mode": "groups the same as others (one import replaces both)",
+    "test_batchnorm_epsilon_training_mode": "groups the same as others (each replaced where listed)",
     "test_gelu_default_1_expanded": "GELU's constants; three groups, also replaced all at once",
     "test_einsum_batch_diagonal": "a gather: refused",
     "test_constantofshape_float_ones": "constants only: refused",
@@ -109,8 +110,8 @@ def test_ops_refuses_what_replace_cannot_do_and_says_why(records):
 
 
 def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records, data, tmp_path):
-    # Two groups with the same ops on the same types: one matcher finds both, so asking for
-    # both at once would leave the second import uncalled ("does not call import 'k6'").
+    # Two groups with the same ops on the same types: `ops` names the repeat; each matcher is
+    # tried on its own group alone, so both at once get their own import, each called once.
     record = records["test_batchnorm_epsilon_training_mode"]
     replaceable = [g for g in record["groups"] if g["replaceable"]]
     assert len(replaceable) >= 2 and all(g["outcome"] == "right" for g in replaceable), record
@@ -119,18 +120,30 @@ def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records
     import pyree_build as pb
 
     mlir = pb.import_onnx(data / "test_batchnorm_epsilon_training_mode" / "model.onnx", tmp_path / "m.mlir")
+    pb.replace(mlir, tmp_path / "k", ops=[first["index"], second["index"]], imports=["a", "b"])
+    placed = _placed_calls(mlir, tmp_path / "k" / "spec.mlir")
+    assert placed == {"a": 1, "b": 1}, placed
+    # The general form matches wherever its ops are: there one matcher finds both, refused up front.
     with pytest.raises(pb.PyreeError) as refused:
-        pb.replace(mlir, tmp_path / "k", ops=[first["index"], second["index"]], imports=["a", "b"])
-    assert "never be called" in refused.value.what and "list only one" in (refused.value.fix or "")
-    assert not (tmp_path / "k").exists()
+        pb.replace(mlir, tmp_path / "general", ops=[first["index"], second["index"]], imports=["a", "b"], dynamic=True)
+    assert "never be called" in refused.value.what and "leave out --dynamic" in (refused.value.fix or "")
+    assert not (tmp_path / "general").exists()
 
 
-def test_a_group_whose_ops_another_listed_groups_matcher_takes_is_refused_before_anything_is_written(tmp_path):
+def _placed_calls(mlir: Path, spec: Path) -> dict[str, int]:
+    """How many calls of each import the spec places in the program."""
+    from pyree_build.actions.models import program
+
+    placed = program.after_spec(mlir, spec.read_text())
+    found = re.findall(r"util\.call @(\w+)_call\(", placed)
+    return {name: found.count(name) for name in set(found)}
+
+
+def test_a_group_whose_ops_another_listed_groups_matcher_would_take_keeps_its_own_import(tmp_path):
     # GRU: a fill + transpose + matmul + add group's matcher also matches at a third site, made
-    # of a lone transpose (a group of its own) and ops of a group that cannot be replaced. In
-    # one spec the larger import takes the transpose and the smaller is never called (in
-    # either order, each matcher takes parts of the other's sites): `replace` counts the calls
-    # the spec places and refuses; each group alone is still placed.
+    # of a lone transpose (a group of its own) and ops of a group that cannot be replaced. Walked
+    # over the program, the larger matcher took the transpose and the smaller import was never
+    # called; tried each on its own group, both are called once, and the module compiles with both.
     import pyree_build as pb
 
     data = _harness().generate_data(tmp_path / "node", "^test_gru_batchwise$")
@@ -139,11 +152,8 @@ def test_a_group_whose_ops_another_listed_groups_matcher_takes_is_refused_before
     lone = [g.index for g in groups if g.replaceable and g.ops == ["linalg.transpose"] and [t.type for t in g.results] == ["tensor<6x6xf32>"]]
     larger = [g.index for g in groups if g.replaceable and g.same_as is None and "linalg.matmul" in g.ops and "linalg.transpose" in g.ops]
     assert lone and larger, [(g.index, g.ops, g.results) for g in groups]
-    with pytest.raises(pb.PyreeError) as refused:
-        pb.replace(mlir, tmp_path / "both", ops=[larger[0], lone[0]], imports=["big", "small"])
-    assert "'small' would never be called" in refused.value.what and "'small' x0" in (refused.value.details or ""), refused.value
-    assert not (tmp_path / "both").exists()
-    pb.replace(mlir, tmp_path / "alone", ops=[lone[0]], imports=["small"])
-    compiled = run_cli("compile", mlir, "-o", tmp_path / "alone" / "m.vmfb", "--transform-spec", tmp_path / "alone" / "spec.mlir",
-                       "--expect-import", "small")  # fmt: skip
+    out = tmp_path / "both"
+    pb.replace(mlir, out, ops=[larger[0], lone[0]], imports=["big", "small"])
+    assert _placed_calls(mlir, out / "spec.mlir") == {"big": 1, "small": 1}
+    compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "big", "--expect-import", "small")
     assert compiled.returncode == 0, compiled

@@ -14,6 +14,7 @@ body that the walk cannot reach. What the C generator cannot express is refused 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +106,7 @@ def _absorb_fills(function: Any, units: list[list[Any]]) -> list[list[Any]]:
                 target.extend(unit)
                 continue
         kept.append(unit)
-    order = {op: i for i, op in enumerate(program.body_ops(function))}
-    return [sorted(u, key=order.__getitem__) for u in kept]
+    return [sorted(u, key=lambda op: program.op_index(op, function)) for u in kept]
 
 
 def _fuse_consumers(function: Any, units: list[list[Any]]) -> list[list[Any]]:
@@ -158,20 +158,21 @@ def find_groups(module: Any) -> list[Group]:
             group = Group(index=0, module=module, function=function, members=ops, constant=constant)
             describe(group)
             described.append(group)
-        found += [g for g in described if not _absorbed(g, described)]
+        # How many groups hold each op, counted once for the function (not per group).
+        holders = Counter(op for g in described for op in g.members)
+        found += [g for g in described if not _absorbed(g, holders)]
     for number, group in enumerate(found, 1):
         group.index = number
     return found
 
 
-def _absorbed(group: Group, others: list[Group]) -> bool:
+def _absorbed(group: Group, holders: Counter[Any]) -> bool:
     """A group computed from constants alone whose every op another group computes for itself
     (_take_recomputable): no dispatch of its own runs, replaced or not (IREE folds it while
     compiling), so it is no group of the running program. Its ops are listed in those groups."""
     if not all(_recomputable(op, group.constant) for op in group.members):
         return False
-    elsewhere = {op for other in others if other is not group for op in other.members}
-    return all(op in elsewhere for op in group.members)
+    return all(holders[op] > 1 for op in group.members)
 
 
 def describe(group: Group) -> None:
@@ -288,8 +289,7 @@ def _take_recomputable(group: Group) -> None:
                 members.add(producer.operation)
                 pending.append(producer.operation)
     if len(members) != len(group.members):
-        order = {op: i for i, op in enumerate(program.body_ops(group.function))}
-        group.members = sorted(members, key=order.__getitem__)
+        group.members = sorted(members, key=lambda op: program.op_index(op, group.function))
 
 
 def _captures_unreachable(op: Any, group: Group, operands: set[Any]) -> bool:
@@ -361,7 +361,12 @@ def _constant_derived(value: Any, seen: dict[Any, bool | None]) -> bool:
 
 def _demoted_edge(function: Any) -> str | None:
     """An input or result of the program whose stored type differs from the tensor IREE
-    computes with (hal.tensor.import/export naming another encoding), described."""
+    computes with (hal.tensor.import/export naming another encoding), described: the
+    function's, read once for all its groups."""
+    return program.function_fact(function, "demoted edge", _find_demoted_edge)
+
+
+def _find_demoted_edge(function: Any) -> str | None:
     for op in program.body_ops(function):
         if op.name == "hal.tensor.import" and _encoding(op, "target_encoding") not in (None, str(op.results[0].type)):
             return f"input {_encoding(op, 'target_encoding')}"

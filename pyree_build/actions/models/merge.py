@@ -53,8 +53,7 @@ def select(found: list[groups.Group], request: Request | Sequence[int]) -> group
         raise PyreeError(
             f"op groups {label(chosen)} are in different functions", fix="merge groups of one function (pyree-build ops names each group's function)"
         )
-    order = {op: i for i, op in enumerate(program.body_ops(parts[0].function))}
-    members = sorted({op for g in parts for op in g.members}, key=order.__getitem__)
+    members = sorted({op for g in parts for op in g.members}, key=lambda op: program.op_index(op, parts[0].function))
     merged = groups.Group(index=chosen[0], module=parts[0].module, function=parts[0].function, members=members)
     groups.describe(merged)
     if merged.refusal:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import groups, limits, program, replace
+from pyree_build.actions.models import analysis, groups, limits, program, replace
 from pyree_build.core import escape, processes
 from pyree_build.core.errors import PyreeError
 
@@ -44,7 +44,8 @@ class OpGroup:
     reason: str | None
     # ops whose bodies use a constant from outside them: the spec matches them by name only
     matched_by_name: list[str]
-    # an earlier group with the same ops on the same types: one matcher finds both
+    # an earlier group with the same ops on the same types: one kernel fits both (each is
+    # replaced only where listed: a spec's matcher is tried on its own group alone)
     same_as: int | None = None
     # per GPU target asked for (ops --target): None where `replace --target` generates the
     # group's kernel, else why not
@@ -53,7 +54,7 @@ class OpGroup:
     def render(self) -> str:
         mark = "yes" if self.replaceable else f"no: {self.reason}"
         if self.replaceable and self.same_as is not None:
-            mark += f" (same ops and types as #{self.same_as}: replacing either replaces both)"
+            mark += f" (same ops and types as #{self.same_as}: the same kernel fits both; list each group to replace it)"
         if self.replaceable and self.matched_by_name:
             mark += f" (matched by name only: {', '.join(self.matched_by_name)}, whose bodies use outside constants)"
         lines = [
@@ -87,24 +88,24 @@ def _reason(e: PyreeError) -> str:
     return e.what.split(": ", 1)[-1] + (f" ({e.details})" if e.details else "")
 
 
-def target_reason(group: groups.Group, text: str, target: str) -> str | None:
+def target_reason(group: groups.Group, found: analysis.Analysis, target: str) -> str | None:
     """None where `replace --target` generates the group's kernel for `target`, else why not:
     the same call replace makes, so the two never disagree."""
     if group.refusal:
         return group.refusal
     try:
-        replace.generate(text, group.index, "check", target=target)
+        replace.generate(found, group.index, "check", target=target)
     except PyreeError as e:
         return _reason(e)
     return None
 
 
-def _listed(group: groups.Group, text: str, seen: dict[Any, int], targets: Sequence[str] = ()) -> OpGroup:
+def _listed(group: groups.Group, found: analysis.Analysis, seen: dict[Any, int], targets: Sequence[str] = ()) -> OpGroup:
     reason = group.refusal
     same_as = None
     if reason is None:
         try:
-            key = replace.matcher_key(replace.generate(text, group.index, "check"))
+            key = replace.matcher_key(replace.generate(found, group.index, "check"))
             same_as = seen.setdefault(key, group.index)
             same_as = None if same_as == group.index else same_as
         except PyreeError as e:
@@ -123,7 +124,7 @@ def _listed(group: groups.Group, text: str, seen: dict[Any, int], targets: Seque
         reason=reason,
         matched_by_name=[d for op, d in zip(group.members, replace.describe_ops(group)) if op in group.by_name],
         same_as=same_as,
-        targets={t: target_reason(group, text, t) for t in targets},
+        targets={t: target_reason(group, found, t) for t in targets},
     )
 
 
@@ -142,7 +143,8 @@ def ops(source: PathLike, *, targets: Sequence[str] = (), timeout: float | None 
     with processes.time_limit(limits.time_limit(timeout, [source])):
         text = program.spec_view_text(source)
     seen: dict[Any, int] = {}
-    return [_listed(group, text, seen, list(dict.fromkeys(targets))) for group in groups.find_groups(program.parse(text))]
+    with analysis.Analysis.of(text) as found:
+        return [_listed(group, found, seen, list(dict.fromkeys(targets))) for group in found.groups]
 
 
 def render(found: list[OpGroup], *, as_json: bool = False) -> str:

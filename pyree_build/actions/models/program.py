@@ -9,11 +9,13 @@ matcher must repeat.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pyree_build.actions.models import captures
 from pyree_build.core import lazy, processes, toolchain
@@ -23,6 +25,7 @@ ir = lazy.module("iree.compiler.ir")
 passmanager = lazy.module("iree.compiler.passmanager")
 
 PathLike = str | os.PathLike[str]
+T = TypeVar("T")
 
 # The phase after which IREE runs preprocessing, where a transform spec is applied.
 SPEC_PHASE = "abi"
@@ -93,8 +96,55 @@ def symbol_name(operation: Any) -> str:
     return str(ir.StringAttr(operation.attributes["sym_name"]).value)
 
 
-def body_ops(function: Any) -> list[Any]:
-    return [op.operation for op in function.regions[0].blocks[0].operations]
+# What is read once per function and asked per group (its ops' positions, its program edges):
+# asked afresh per group, the answer's cost made every group's work grow with the model's size.
+# Facts are kept only for modules being read (`reading`), and dropped with them: keyed by an op
+# of a freed module, a lookup would compare a live op with a dead one (a segfault in MLIR's
+# bindings). Parsing fixes a body's top-level ops (sink and generalization change what is inside
+# ops, never which ops a body holds), so a fact stays true while its module is read.
+_READING: list[tuple[Any, dict[Any, dict[str, Any]]]] = []
+
+
+@contextlib.contextmanager
+def reading(module: Any) -> Iterator[None]:
+    """Keep `module` alive and its functions' facts (function_fact) for the block."""
+    entry: tuple[Any, dict[Any, dict[str, Any]]] = (module, {})
+    _READING.append(entry)
+    try:
+        yield
+    finally:
+        _READING[:] = [e for e in _READING if e is not entry]
+
+
+def function_fact(function: Any, name: str, compute: Callable[[Any], T]) -> T:
+    """`compute(function)`, computed once per function and `name` while its module is read
+    (`reading`); computed afresh outside."""
+    parent = function.parent
+    for module, facts in _READING:
+        if parent is not None and parent == module.operation:
+            known = facts.setdefault(function, {})
+            if name not in known:
+                known[name] = compute(function)
+            return known[name]  # type: ignore[no-any-return]
+    return compute(function)
+
+
+def _body(function: Any) -> tuple[tuple[Any, ...], dict[Any, int]]:
+    def listed(function: Any) -> tuple[tuple[Any, ...], dict[Any, int]]:
+        ops = tuple(op.operation for op in function.regions[0].blocks[0].operations)
+        return ops, {op: i for i, op in enumerate(ops)}
+
+    return function_fact(function, "body", listed)
+
+
+def body_ops(function: Any) -> tuple[Any, ...]:
+    """The function's top-level ops, in program order."""
+    return _body(function)[0]
+
+
+def op_index(op: Any, function: Any) -> int:
+    """Where a top-level op of `function` is in its body (program order)."""
+    return _body(function)[1][op]
 
 
 # loc("fc1"), loc("fc1"("m.mlir":7:10)), loc(fused["a", "b"]), loc("m.mlir":7:10)
@@ -169,7 +219,7 @@ def position(value: Any, function: Any) -> tuple[int, int]:
     owner = defining_op(value)
     if owner is None:
         return -1, int(value.arg_number)
-    return body_ops(function).index(owner.operation), result_index(value)
+    return op_index(owner.operation, function), result_index(value)
 
 
 def value_at(where: tuple[int, int], function: Any) -> Any:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyree_build.actions.models import cgen, cnest, crows, gpunest, groups, limits, loopnest, merge, program, spec
+from pyree_build.actions.models import analysis, cgen, cnest, crows, gpunest, groups, limits, loopnest, merge, program, spec
 from pyree_build.core import escape, processes
 from pyree_build.core.args import import_name as check_import_name
 from pyree_build.core.errors import PyreeError, as_path
@@ -70,13 +70,13 @@ def describe_ops(group: groups.Group) -> list[str]:
     return out
 
 
-def generate(text: str, index: merge.Request, name: str, *, dynamic: bool = False, target: str = "llvm-cpu") -> Generated:
+def generate(found: analysis.Analysis, index: merge.Request, name: str, *, dynamic: bool = False, target: str = "llvm-cpu") -> Generated:
     """Both generated pieces for group `index` (from 1; a tuple: those groups merged into one
-    kernel) of the program `text`, or a PyreeError saying why that group cannot be replaced.
+    kernel) of the program `found` reads, or a PyreeError saying why that group cannot be replaced.
     `dynamic`: the form that matches any sizes. `target`: llvm-cpu (a C import) or a GPU
     target (vulkan, cuda, hip: a kernel in its language). `ops` calls this too, so it never
     promises what replace refuses."""
-    group = merge.select(groups.find_groups(program.parse(text)), index)
+    group = merge.select(found.groups, index)
     index = merge.label(index)  # type: ignore[assignment]  # as the messages name it: 3 or 1+2+3
     if group.refusal:
         raise PyreeError(
@@ -84,17 +84,19 @@ def generate(text: str, index: merge.Request, name: str, *, dynamic: bool = Fals
             fix="choose another group (pyree-build ops lists which can be replaced)",
         )
     rep = spec.replacement(name, group)
+    if not dynamic:  # the general form matches its ops wherever they are (spec._walking_passes)
+        rep.anchor = found.anchor(group.root)
     try:
         if target != "llvm-cpu":
-            return Generated(rep, _gpu_source(text, rep, target, dynamic=dynamic), gpunest.SUFFIXES[gpunest.TARGETS[target]])
-        c_text = _c_source(text, rep, dynamic=dynamic)
+            return Generated(rep, _gpu_source(found, rep, target, dynamic=dynamic), gpunest.SUFFIXES[gpunest.TARGETS[target]])
+        c_text = _c_source(found, rep, dynamic=dynamic)
     except PyreeError as e:
         e.what = f"op group {index}: {e.what}"
         raise
     return Generated(rep, c_text)
 
 
-def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool) -> str:
+def _gpu_source(found: analysis.Analysis, rep: spec.Replacement, target: str, *, dynamic: bool) -> str:
     """The group's kernel for a GPU target, one invocation per result element, from the loop-nest
     model (gpunest's emitters: the per-element nest, else the row-wise one); a PyreeError where the model does not cover the group or the
     target's language cannot hold its types or ops."""
@@ -103,13 +105,10 @@ def _gpu_source(text: str, rep: spec.Replacement, target: str, *, dynamic: bool)
         raise gpunest.refuse(target, "--dynamic (sizes known only at run time) is generated for the CPU only", group.root.name)
     if len(group.root.results) != 1:
         raise gpunest.refuse(target, f"the group has {len(group.root.results)} results; a generated GPU kernel writes one", group.root.name)
-    function_index = [program.symbol_name(f) for f in program.functions(group.module)].index(program.symbol_name(group.function))
-    generalized = program.parse(text, generalize=True)  # kept alive while its ops are read
-    function = program.functions(generalized)[function_index]
+    function = found.generalized_function(group.function)
     ops = program.body_ops(function)
-    body = program.body_ops(group.function)
-    members = [ops[body.index(op)] for op in group.members]
-    constants = [ops[body.index(op)] for op in group.constants]
+    members = [ops[program.op_index(op, group.function)] for op in group.members]
+    constants = [ops[program.op_index(op, group.function)] for op in group.constants]
     result = group.root.results[0]
     ins, out, sizes = gpunest.bindings(target, list(group.inputs), result, [_value_name(v) for v in group.inputs])
     k = cgen.Kernel()
@@ -181,17 +180,15 @@ def _roles(rep: spec.Replacement) -> dict[tuple[int, int], cgen.Buffer]:
     return roles
 
 
-def _c_source(text: str, rep: spec.Replacement, *, dynamic: bool) -> str:
+def _c_source(found: analysis.Analysis, rep: spec.Replacement, *, dynamic: bool) -> str:
     group = rep.group
-    function_index = [program.symbol_name(f) for f in program.functions(group.module)].index(program.symbol_name(group.function))
-    generalized = program.parse(text, generalize=True)  # kept alive while its ops are read
-    function = program.functions(generalized)[function_index]
-    body = program.body_ops(group.function)
-    members = [body.index(op) for op in group.members]
+    function = found.generalized_function(group.function)
+    members = [program.op_index(op, group.function) for op in group.members]
     if dynamic:
         inputs = [program.position(v, group.function) for v in group.inputs]
         spec.generalize(rep, cgen.derive_dims(function, members, inputs))
-    constants, empties = [body.index(op) for op in group.constants], [body.index(op) for op in group.empties]
+    constants = [program.op_index(op, group.function) for op in group.constants]
+    empties = [program.op_index(op, group.function) for op in group.empties]
     kernel = _fused_kernel(function, rep, members, constants)
     if kernel is None:
         kernel = cgen.kernel_body(function, [(m, 0) for m in members], constants, empties, _roles(rep))
@@ -297,20 +294,19 @@ def replace(
     _check_names(ops, imports, kind, target)
     src = Path(source).resolve()
     # One bound for the iree-compile runs below: a program IREE loops on must not hang replace.
-    with processes.time_limit(limits.time_limit(timeout, [src])):
-        text = program.spec_view_text(src)
-        made = [generate(text, index, name, dynamic=dynamic, target=target) for index, name in zip(ops, imports)]
+    with processes.time_limit(limits.time_limit(timeout, [src])), analysis.Analysis.of(program.spec_view_text(src)) as found:
+        made = [generate(found, index, name, dynamic=dynamic, target=target) for index, name in zip(ops, imports)]
         _check_distinct(made)
         on = f" --target {target}" if target != "llvm-cpu" else ""
         header = [
             f"Generated by `pyree-build replace {src.name} --ops {','.join(map(merge.label, ops))} --import {','.join(imports)}{on}`.",
-            "Each import replaces every match of its group, in every function, with a dispatch whose only",
-            "work is a call of the import; `pyree-build compile --expect-import NAME` proves the call is there.",
+            "Each import replaces its own group (its matcher is tried on that group's last op alone) with a",
+            "dispatch whose only work is a call of the import; `pyree-build compile --expect-import NAME` proves it.",
         ]
         if target != "llvm-cpu":
             header[1:] = [
-                "Each NAME replaces every match of its group, in every function, with a dispatch of the",
-                "precompiled kernel NAME_executable; `pyree-build compile --expect-import NAME` proves it is there.",
+                "Each NAME replaces its own group (its matcher is tried on that group's last op alone) with a",
+                "dispatch of the precompiled kernel NAME_executable; `pyree-build compile --expect-import NAME` proves it.",
             ]
         files = {"spec.mlir": spec.spec_text([g.replacement for g in made], header=header, embedded=kind == "embedded")}
         if len(made) > 1:
@@ -331,34 +327,47 @@ def matcher_key(generated: Generated) -> tuple[tuple[str, ...], ...]:
 
 
 def _check_distinct(made: list[Generated]) -> None:
-    """Each import must be called: a group whose matcher equals an earlier one's is found by
-    that one's matcher first (each replaces every match), so its own import never would be."""
+    """In the general form (--dynamic) each matcher walks the whole program: a group whose
+    matcher equals an earlier one's is found by that one's first, so its own import never
+    would be called. (The static form tries each matcher on its own group alone.)"""
     first: dict[tuple[tuple[str, ...], ...], Generated] = {}
     for g in made:
+        if g.replacement.anchor is not None:
+            continue
         earlier = first.setdefault(matcher_key(g), g)
         if earlier is not g:
             a, b = earlier.replacement, g.replacement
             raise PyreeError(
-                f"op groups {a.group.index} and {b.group.index} are the same ops on the same types: one matcher finds both, "
-                f"so import '{a.name}' would replace both and '{b.name}' would never be called",
-                fix=f"list only one of them (each import replaces every match of its group); `pyree-build ops` marks group {b.group.index} 'same as #{a.group.index}'",
+                f"op groups {a.group.index} and {b.group.index} are the same ops on the same types and --dynamic matches them "
+                f"wherever they are, so import '{a.name}' would replace both and '{b.name}' would never be called",
+                fix="list only one of them with --dynamic (it replaces every match), or leave out --dynamic: each import then replaces its own group",
             )
 
 
 def _check_all_placed(src: Path, spec_text: str, made: list[Generated]) -> None:
-    """Every import of a spec that replaces several groups is placed: one group's matcher can
-    also match ops of another listed group (the same ops on the same types, there made of
-    parts of two groups), and whichever matcher runs first takes them, in any order. The
-    program is compiled to the spec's phase and each import's calls counted."""
+    """Every import of a spec that replaces several groups is called. The static form tries
+    each matcher on its own group's last op alone (spec.entry), so this holds unless IREE sees
+    another program than `ops` read; in the general form (--dynamic) a matcher walks the whole
+    program and can also match ops of another listed group (there made of parts of two groups),
+    taking them first. The program is compiled to the spec's phase and each import's calls
+    counted, before anything is written."""
     placed = program.after_spec(src, spec_text)
     calls = {g.replacement.name: len(re.findall(rf"util\.call @{re.escape(g.replacement.name)}_call\(", placed)) for g in made}
     never = [g for g in made if calls[g.replacement.name] == 0]
     if never:
         counts = ", ".join(f"'{name}' x{n}" for name, n in calls.items())
+        lost = never[0].replacement
+        if lost.anchor is None:
+            raise PyreeError(
+                f"import '{lost.name}' would never be called: with --dynamic another listed group's matcher also matches its group's ops, and takes them first",
+                details=f"calls the spec places: {counts}",
+                fix="leave out --dynamic (each import then replaces its own group), or replace that group in a spec of its own",
+            )
         raise PyreeError(
-            f"import '{never[0].replacement.name}' would never be called: another listed group's matcher also matches its group's ops, and takes them first",
+            f"import '{lost.name}' would never be called: the spec finds no group {lost.group.index} where `ops` found it "
+            "(iree-compile read the program otherwise)",
             details=f"calls the spec places: {counts}",
-            fix="replace that group in a spec of its own (another `replace` run and compile), or leave it out",
+            fix="report this, with the program; meanwhile replace that group in a spec of its own (another `replace` run), or leave it out",
         )
 
 

@@ -46,6 +46,10 @@ class Replacement:
     row_workgroups: tuple[int, int] | None = None
     # The GPU target whose kernel replaces the group (vulkan, cuda, hip); None: a CPU import.
     target: str | None = None
+    # Where the group's last op is: its name, its place among the program's ops of that
+    # name (transform.structured.match's order), and how many the program has. The matcher is tried on that op alone, so it
+    # replaces its own group and never takes ops of another that looks the same.
+    anchor: tuple[str, int, int] | None = None  # (name, place, how many ops of that name)
 
     @property
     def dynamic(self) -> bool:
@@ -85,8 +89,7 @@ def general_matcher(body: list[str]) -> list[str]:
 
 
 def _ordered(group: groups.Group) -> list[Any]:
-    order = {op: i for i, op in enumerate(program.body_ops(group.function))}
-    return sorted({*group.constants, *group.empties, *group.members}, key=order.__getitem__)
+    return sorted({*group.constants, *group.empties, *group.members}, key=lambda op: program.op_index(op, group.function))
 
 
 def clone_matcher(group: groups.Group) -> tuple[list[str], list[str], list[str]]:
@@ -430,13 +433,48 @@ def rewriter(rep: Replacement) -> list[str]:
 
 
 def entry(reps: list[Replacement]) -> list[str]:
-    # One foreach_match per group, larger groups first, dead ops removed after each: a small
-    # group's matcher (a lone reshape) would otherwise take an op inside a larger group (the
-    # walk meets it before that group's root), and the larger group's matcher, finding a call
-    # there, would leave its import uncalled.
-    ordered = sorted(reps, key=lambda r: -len(r.matcher))
+    sink = captures.spec_lines(captures.types_in([op for r in reps for op in r.group.members]))
+    anchored = [r for r in reps if r.anchor is not None]
+    walking = [r for r in reps if r.anchor is None]
+    return [
+        "transform.named_sequence @__transform_main(%program: !transform.any_op) {",
+        '  %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op',
+        *(f"  {line}" for line in sink),
+        *_anchored_passes(anchored),
+        *_walking_passes(walking),
+        "  transform.yield",
+        "}",
+    ]
+
+
+def _anchored_passes(reps: list[Replacement]) -> list[str]:
+    # Each matcher is tried on its own group's last op only (the op `anchor` names, picked out of
+    # the program's ops of its name by position; `restrict_root`: that op, not what is nested in
+    # it), never walked over the whole program: a matcher finds the same ops on the same types
+    # wherever they are (the Q, K and V projections of an attention), and a smaller group's
+    # matcher finds its ops inside a larger group, so matchers tried everywhere took each
+    # other's groups and left imports uncalled. Picked out before any rewrite, every handle
+    # names an op of the program as `ops` read it.
+    if not reps:
+        return []
+    return [
+        *_anchor_lines(reps),
+        *(
+            f"  transform.foreach_match restrict_root in {_anchor_handle(r)} @{r.name}_match -> @{r.name}_rewrite : (!transform.any_op) -> (!transform.any_op)"
+            for r in reps
+        ),  # fmt: skip
+        "  transform.apply_dce to %program : !transform.any_op",
+    ]
+
+
+def _walking_passes(reps: list[Replacement]) -> list[str]:
+    # The general form (--dynamic) replaces its ops wherever they are, at any sizes, in any
+    # program: its matcher walks every function. One foreach_match per group, larger groups
+    # first, dead ops removed after each: a small group's matcher (a lone reshape) would
+    # otherwise take an op inside a larger group (the walk meets it before that group's root),
+    # and the larger group's matcher, finding a call there, would leave its import uncalled.
     passes: list[str] = []
-    for k, r in enumerate(ordered):
+    for k, r in enumerate(sorted(reps, key=lambda r: -len(r.matcher))):
         passes += [
             # foreach_match consumes its handle: each pass finds the functions anew
             f'  %fns{k} = transform.structured.match ops{{["util.func"]}} in %program : (!transform.any_op) -> !transform.any_op',
@@ -446,15 +484,41 @@ def entry(reps: list[Replacement]) -> list[str]:
             "  }",
             "  transform.apply_dce to %program : !transform.any_op",
         ]
-    sink = captures.spec_lines(captures.types_in([op for r in reps for op in r.group.members]))
-    return [
-        "transform.named_sequence @__transform_main(%program: !transform.any_op) {",
-        '  %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op',
-        *(f"  {line}" for line in sink),
-        *passes,
-        "  transform.yield",
-        "}",
-    ]
+    return passes
+
+
+def _anchor_name(op_name: str) -> str:
+    return "%at_" + re.sub(r"\W", "_", op_name, flags=re.ASCII)
+
+
+def _anchor_handle(rep: Replacement) -> str:
+    if rep.anchor is None:
+        raise ValueError(f"replacement {rep.name} has no anchor")  # generate() sets it
+    name, position, _ = rep.anchor
+    return f"{_anchor_name(name)}#{position}"
+
+
+def _anchor_lines(reps: list[Replacement]) -> list[str]:
+    """For each op name a group ends in: the program's ops of that name, one handle each. A
+    program with fewer such ops than the spec was made for gets empty handles (its imports are
+    then not called, which `compile --expect-import` reports); one with more is refused by the
+    interpreter, naming both counts. (No overflow handle: IREE 3.13's split_handle aborts
+    when an overflow handle would be empty.)"""
+    counts: dict[str, int] = {}
+    for rep in reps:
+        if rep.anchor is not None:
+            counts[rep.anchor[0]] = rep.anchor[2]
+    lines: list[str] = []
+    for name, count in counts.items():
+        handle = _anchor_name(name)
+        types = ", ".join(["!transform.any_op"] * count)
+        lines += [
+            f'  {handle}_all = transform.structured.match ops{{["{name}"]}} in %program : (!transform.any_op) -> !transform.any_op',
+            # The generic form: the custom form cannot set this property.
+            f'  {handle}:{count} = "transform.split_handle"({handle}_all) <{{fail_on_payload_too_small = false, pass_through_empty_handle = true}}>'
+            f" : (!transform.any_op) -> ({types})",
+        ]
+    return lines
 
 
 def spec_text(reps: list[Replacement], *, header: list[str], embedded: bool) -> str:
