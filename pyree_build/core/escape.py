@@ -12,6 +12,7 @@ Imports nothing of the package (errors.py uses it).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # Shown as their usual escapes; any other character a rule escapes as \xNN, \uNNNN or \UNNNNNNNN.
@@ -20,6 +21,13 @@ _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\"}
 # characters (the bidi overrides and isolates, zero-width joiners), line and paragraph
 # separators, surrogates, private use and unassigned code points.
 _INVISIBLE = ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")
+
+
+# Text every rule leaves as it is (printable ASCII, no backslash): checked once per string, so
+# a model's thousands of names cost one regex each, not a Python step per character.
+_PLAIN = re.compile(r"[ -\[\]-~]*")
+_PLAIN_LINES = re.compile(r"[ -\[\]-~\n\t\\]*")
+_COMMENT_BREAKS = ("??", "/*", "*/")
 
 
 def _code(ch: str) -> str:
@@ -32,6 +40,8 @@ def comment(text: str) -> str:
     ASCII only, everything else escaped. So no newline ends the comment early, no backslash
     ends a line (a line splice) nor does `??/` (its trigraph), `/*` and `*/` are broken up, and
     no compiler sees a character its language's set lacks (GLSL's is ASCII)."""
+    if _PLAIN.fullmatch(text) and not any(b in text for b in _COMMENT_BREAKS):
+        return text
     out: list[str] = []
     for ch in text:
         previous = out[-1][-1:] if out else ""
@@ -56,6 +66,8 @@ def name(text: str) -> str:
     one of its own (newlines and tabs too, controls, bidi overrides, zero-width characters) and
     the backslash escaped, so a name can neither break the line, move the cursor, reorder what
     is shown, nor pass for an escape it is not."""
+    if _PLAIN.fullmatch(text):
+        return text
     return "".join(_NAMED.get(ch) or (_code(ch) if unicodedata.category(ch) in _INVISIBLE else ch) for ch in text)
 
 
@@ -63,6 +75,8 @@ def terminal(text: str) -> str:
     """Text of several lines as printed on a terminal: name's rule on each line, the line breaks
     and tabs kept as layout. The backslash is kept as well: this is prose (a compiler's output,
     a path), not a name a reader must read back exactly."""
+    if _PLAIN_LINES.fullmatch(text):
+        return text
     return "".join(ch if ch in "\n\t\\" else name(ch) for ch in text)
 
 

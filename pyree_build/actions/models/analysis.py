@@ -24,6 +24,7 @@ class Analysis:
     module: Any
     groups: list[groups.Group]
     _generalized: Any = field(default=None, repr=False)
+    _generalized_functions: dict[str, Any] = field(default_factory=dict, repr=False)
     _anchors: dict[Any, tuple[str, int, int]] | None = field(default=None, repr=False)
 
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
@@ -44,8 +45,9 @@ class Analysis:
         if self._generalized is None:
             self._generalized = program.parse(self.text, generalize=True)
             self._stack.enter_context(program.reading(self._generalized))
-        names = [program.symbol_name(f) for f in program.functions(self.module)]
-        return program.functions(self._generalized)[names.index(program.symbol_name(function))]
+            # By name, listed once: a model's module holds a global per weight besides its functions.
+            self._generalized_functions = {program.symbol_name(f): f for f in program.functions(self._generalized)}
+        return self._generalized_functions[program.symbol_name(function)]
 
     def anchor(self, op: Any) -> tuple[str, int, int]:
         """`op`'s name, its place among the module's ops of that name in the order

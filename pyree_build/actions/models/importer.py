@@ -19,15 +19,16 @@ take; an unnamed node keeps the location of its line in the file.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pyree_build import backends
-from pyree_build.actions.models import limits
+from pyree_build.actions.models import limits, program
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, escape, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 onnx = lazy.module("onnx")
 
 PathLike = str | os.PathLike[str]
-
-# The target whose input conversion checks the import (every target's is the same).
-CHECK_TARGET = "llvm-cpu"
 
 _FUNC = re.compile(r'^  func\.func (?:public )?@(?P<name>"(?:[^"\\]|\\.)*"|[\w.$-]+)\(')
 _NONE = re.compile(r"^    %[\w.$-]+ = torch\.constant\.none\s*$")
@@ -303,14 +301,21 @@ def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
 
 
 def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp], *, hang_hint: str | None = None) -> None:
-    """IREE's input conversion of the imported file, once: an op it cannot lower is named by node."""
-    argv = toolchain.iree_compile().command(imported, "--compile-to=input", *backends.get(CHECK_TARGET).target_flags({}), "-o", os.devnull)
-    with echo.Stopwatch(f"iree-compile --compile-to=input {imported.name} (check)"):
-        result = processes.spawn(
-            argv, what="iree-compile (input conversion of the imported model)", file=source, check=False,
-            crash_hint="iree-compile crashed converting the imported model: most likely an ONNX op whose lowering is broken in this IREE release",
-            hang_hint=hang_hint,
-        )  # fmt: skip
+    """IREE's input conversion of the imported file, once: an op it cannot lower is named by
+    node. The compile is the one `ops` reads the program through (program.view_command), and
+    its output is kept for it: a model's input conversion runs once from import to replace."""
+    with tempfile.TemporaryDirectory(prefix="pyree-check.") as scratch:
+        view = Path(scratch) / "view.mlir"
+        argv = program.view_command(imported, view)
+        with echo.Stopwatch(f"iree-compile --compile-to={program.SPEC_PHASE} {imported.name} (check)"):
+            result = processes.spawn(
+                argv, what="iree-compile (input conversion of the imported model)", file=source, check=False,
+                crash_hint="iree-compile crashed converting the imported model: most likely an ONNX op whose lowering is broken in this IREE release",
+                hang_hint=hang_hint,
+            )  # fmt: skip
+        if result.returncode == 0:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                program.remember_view(imported, view.read_text(encoding="utf-8"))
     if result.returncode != 0:
         output = result.stderr + result.stdout
         raise unsupported_node_error(output, source, nodes) or PyreeError(

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pyree_build.actions.models import captures
-from pyree_build.core import lazy, processes, toolchain
+from pyree_build.cache import facts, local
+from pyree_build.core import files, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 
 ir = lazy.module("iree.compiler.ir")
@@ -33,7 +34,9 @@ _TARGET_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-devi
 
 
 def spec_view_text(source: PathLike) -> str:
-    """The program after input conversion and ABI, printed with its locations."""
+    """The program after input conversion and ABI, printed with its locations. Kept in the
+    cache by the program's content (import leaves it there: its check is this same compile),
+    so `ops` and `replace` of a program read before run no input conversion again."""
     src = require_file(source, "program").resolve()
     if src.suffix not in (".mlir", ".mlirbc"):
         raise PyreeError(
@@ -41,16 +44,52 @@ def spec_view_text(source: PathLike) -> str:
             file=src,
             fix="import an ONNX model first: pyree-build import MODEL.onnx -o MODEL.mlir",
         )
+    kept = _kept_view(src)
+    if kept is not None:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            return kept.read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="pyree-ops.") as scratch:
         out = Path(scratch) / "program.mlir"
-        argv: list[str] = [str(toolchain.iree_compile().path), str(src), f"--compile-to={SPEC_PHASE}", "--mlir-print-debuginfo", *_TARGET_FLAGS, "-o", str(out)]
         processes.spawn(
-            argv,
+            view_command(src, out),
             what="iree-compile (input conversion)",
             file=src,
             fix="the program must compile with iree-compile; fix the error shown (an imported model: re-import it with this IREE release)",
         )
-        return out.read_text(encoding="utf-8")
+        text = out.read_text(encoding="utf-8")
+    remember_view(src, text)
+    return text
+
+
+def view_command(source: Path, out: Path) -> list[str]:
+    """The iree-compile command that writes the program as a spec sees it."""
+    return [str(toolchain.iree_compile().path), str(source), f"--compile-to={SPEC_PHASE}", "--mlir-print-debuginfo", *_TARGET_FLAGS, "-o", str(out)]
+
+
+# Views kept in the cache, by the program's bytes and the compiler's identity; a view larger
+# than this (weights inline as text) is not worth its disk: reading it costs what making it does.
+_VIEWS = "spec-views"
+_VIEW_KEPT_MAX = 64 << 20
+
+
+def _kept_view(source: Path) -> Path | None:
+    directory = local.work_dir(_VIEWS)
+    digest = local.hash_file(source)
+    if directory is None or digest is None:
+        return None
+    key = local.digest("pyree_build.spec-view.v1", digest, facts.tool_identity(toolchain.iree_compile().path), SPEC_PHASE, *_TARGET_FLAGS)
+    return directory / f"{key}.mlir"
+
+
+def remember_view(source: Path, text: str) -> None:
+    """Keep `text`, the view of the program whose bytes `source` holds (view_command's output)."""
+    if len(text) > _VIEW_KEPT_MAX:
+        return
+    kept = _kept_view(source)
+    if kept is None:
+        return
+    with contextlib.suppress(OSError), files.atomic_output(kept) as private:
+        private.write_text(text, encoding="utf-8")
 
 
 def after_spec(source: PathLike, spec_text: str) -> str:
@@ -120,9 +159,9 @@ def function_fact(function: Any, name: str, compute: Callable[[Any], T]) -> T:
     """`compute(function)`, computed once per function and `name` while its module is read
     (`reading`); computed afresh outside."""
     parent = function.parent
-    for module, facts in _READING:
+    for module, by_function in _READING:
         if parent is not None and parent == module.operation:
-            known = facts.setdefault(function, {})
+            known = by_function.setdefault(function, {})
             if name not in known:
                 known[name] = compute(function)
             return known[name]  # type: ignore[no-any-return]
