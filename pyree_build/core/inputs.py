@@ -36,6 +36,8 @@ _CLOSE = set(_OPEN.values())
 
 def _unescape(body: str) -> str:
     """The value of an MLIR string literal's body: `\\\\`, `\\"`, `\\n`, `\\t` and `\\HH` escapes."""
+    if "\\" not in body:
+        return body  # a weights blob (`"0x..."`, hundreds of MB inline) has none: no walk per character
     out: list[str] = []
     i = 0
     while i < len(body):
@@ -79,6 +81,8 @@ def referenced_objects(mlir_text: str) -> list[str]:
 
     Parsed by tokens, so comments and strings cannot hide or fake a reference.
     """
+    if "#hal.executable.object" not in mlir_text:
+        return []  # no reference to parse: a model with weights inline is hundreds of MB of tokens
     toks = list(_tokens(mlir_text))
     found: dict[str, None] = {}
     i = 0

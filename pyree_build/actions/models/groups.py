@@ -335,7 +335,7 @@ def _constant_derived(value: Any, seen: dict[Any, bool | None]) -> bool:
         if op not in seen:
             seen[op] = None  # being decided: its producers first
             if op.name.startswith(("hal.", "util.global.load", "flow.tensor.load", "iree_")):
-                seen[op] = False
+                seen[op] = _weights(op)
                 stack.pop()
                 continue
         producers = []
@@ -387,8 +387,29 @@ def _no_elements(value: Any) -> bool:
 
 
 def _is_constant(value: Any) -> bool:
+    """A constant the program holds (weights inline, or in a parameter archive)."""
     owner = program.defining_op(value)
-    return owner is not None and owner.operation.name == "arith.constant"
+    return owner is not None and (owner.operation.name == "arith.constant" or _weights(owner.operation))
+
+
+def _weights(op: Any) -> bool:
+    """A load of a global nothing writes (weights a parameter archive holds: `import` keeps
+    large ones there): IREE's const-expr analysis takes it for a constant, as it takes one
+    written inline, and hoists what is computed from it alone out of the function."""
+    if op.name != "util.global.load" or "global" not in op.attributes:
+        return False
+    name = str(program.ir.FlatSymbolRefAttr(op.attributes["global"]).value)
+    return name not in program.function_fact(_function_of(op), "mutable globals", _mutable_globals)
+
+
+def _mutable_globals(function: Any) -> set[str]:
+    """The globals of `function`'s module that the program may write (state, not weights)."""
+    found: set[str] = set()
+    for op in function.parent.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "util.global" and "is_mutable" in op.attributes:
+            found.add(program.symbol_name(op))
+    return found
 
 
 def _function_of(op: Any) -> Any:
