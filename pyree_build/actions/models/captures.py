@@ -120,6 +120,18 @@ def _clone_into(constant: Any, users: list[Any]) -> None:
                 break
 
 
+def constant_values(op: Any) -> list[str]:
+    """The scalar constants inside a BODY_OPS op's body, as their attributes print
+    (`0.000000e+00 : f32`): what `sink` may have cloned into it, each found by value in the program."""
+    if op.name not in BODY_OPS:
+        return []
+    found: dict[str, None] = {}
+    for inner in nested_ops(op):
+        if inner.name == "arith.constant" and not isinstance(inner.results[0].type, ir.ShapedType):
+            found[str(inner.attributes["value"])] = None
+    return list(found)
+
+
 def types_in(ops: list[Any]) -> list[str]:
     """The scalar types of the constants inside these ops' bodies: the types the spec's
     rewrite must clone for these ops' matchers to see what `sink` made of them."""

@@ -46,10 +46,14 @@ class Replacement:
     row_workgroups: tuple[int, int] | None = None
     # The GPU target whose kernel replaces the group (vulkan, cuda, hip); None: a CPU import.
     target: str | None = None
-    # Where the group's last op is: its name, its place among the program's ops of that
-    # name (transform.structured.match's order), and how many the program has. The matcher is tried on that op alone, so it
-    # replaces its own group and never takes ops of another that looks the same.
-    anchor: tuple[str, int, int] | None = None  # (name, place, how many ops of that name)
+    # Where the group's last op is: its name, its place among the program's ops of that name
+    # (transform.structured.match's order), and how many the program has. The matcher is tried
+    # on that op alone, so it replaces its own group and never takes ops of another that looks
+    # the same.
+    anchor: tuple[str, int, int] | None = None
+    # With an anchor: the group's ops whose bodies hold scalar constants (each anchored the same
+    # way) and those constants' values: the spec clones each into that op alone (_sink_lines).
+    sinks: list[tuple[tuple[str, int, int], list[str]]] = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:
@@ -433,9 +437,11 @@ def rewriter(rep: Replacement) -> list[str]:
 
 
 def entry(reps: list[Replacement]) -> list[str]:
-    sink = captures.spec_lines(captures.types_in([op for r in reps for op in r.group.members]))
     anchored = [r for r in reps if r.anchor is not None]
     walking = [r for r in reps if r.anchor is None]
+    # Walking matchers compare bodies anywhere in the program, so every body gets its constants;
+    # anchored ones only their own groups' (_sink_lines).
+    sink = captures.spec_lines(captures.types_in([op for r in walking for op in r.group.members]))
     return [
         "transform.named_sequence @__transform_main(%program: !transform.any_op) {",
         '  %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op',
@@ -459,6 +465,7 @@ def _anchored_passes(reps: list[Replacement]) -> list[str]:
         return []
     return [
         *_anchor_lines(reps),
+        *_sink_lines(reps),
         *(
             f"  transform.foreach_match restrict_root in {_anchor_handle(r)} @{r.name}_match -> @{r.name}_rewrite : (!transform.any_op) -> (!transform.any_op)"
             for r in reps
@@ -487,6 +494,48 @@ def _walking_passes(reps: list[Replacement]) -> list[str]:
     return passes
 
 
+def _sink_lines(reps: list[Replacement]) -> list[str]:
+    """captures.sink's rewrite for the anchored groups' ops alone: each constant an op's body
+    uses, found by its value (`attributes{value = ...}`), cloned into that op. Per op and
+    constant, not per op and every constant of the function: on DenseNet-121 the latter was
+    some 50,000 tries and minutes of iree-compile."""
+    lines: list[str] = []
+    done: set[tuple[str, int, int]] = set()
+    for rep in reps:
+        for where, values in rep.sinks:
+            if where in done:
+                continue  # an op two groups share (a fill) gets its constants once
+            done.add(where)
+            op = f"{_anchor_name(where[0])}#{where[1]}"
+            fn = f"%fn_{len(done)}"
+            # The generic form: the custom form cannot set this property.
+            lines.append(f'  {fn} = "transform.get_parent_op"({op}) <{{isolated_from_above}}> : (!transform.any_op) -> !transform.any_op')
+            for k, value in enumerate(values):
+                found = f"%cst_{len(done)}_{k}"
+                lines += [
+                    f'  {found} = transform.structured.match ops{{["arith.constant"]}} attributes{{value = {value}}} in {fn} : (!transform.any_op) -> !transform.any_op',
+                    # The function's own constant is the first found (constants head the body):
+                    # later ones are clones already in bodies, and trying each of them made
+                    # a value k ops use cost k^2 tries. Split off the first; the function's
+                    # return pads the list (IREE 3.13's split_handle aborts on an empty rest),
+                    # an op nothing else holds a handle to, so the sequence may consume it.
+                    f'  {found}_end = transform.structured.match ops{{["util.return"]}} in {fn} : (!transform.any_op) -> !transform.any_op',
+                    f"  {found}_padded = transform.merge_handles {found}, {found}_end, {found}_end : !transform.any_op",
+                    f'  {found}_first, {found}_rest = "transform.split_handle"({found}_padded) <{{fail_on_payload_too_small = false, overflow_result = 1 : i64,'
+                    " pass_through_empty_handle = true}> : (!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+                    f"  transform.sequence {found}_first : !transform.any_op failures(suppress) {{",
+                    "    ^bb0(%constant: !transform.any_op):",
+                    # not the padding (no such constant), not a clone inside a body: the function's own
+                    '      transform.match.operation_name %constant ["arith.constant"] : !transform.any_op',
+                    "      %parent = transform.get_parent_op %constant : (!transform.any_op) -> !transform.any_op",
+                    '      transform.match.operation_name %parent ["util.func"] : !transform.any_op',
+                    f"      %fused, %into = transform.structured.fuse_into_containing_op %constant into {op}"
+                    " : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)",
+                    "  }",
+                ]
+    return lines
+
+
 def _anchor_name(op_name: str) -> str:
     return "%at_" + re.sub(r"\W", "_", op_name, flags=re.ASCII)
 
@@ -506,8 +555,9 @@ def _anchor_lines(reps: list[Replacement]) -> list[str]:
     when an overflow handle would be empty.)"""
     counts: dict[str, int] = {}
     for rep in reps:
-        if rep.anchor is not None:
-            counts[rep.anchor[0]] = rep.anchor[2]
+        for where in [rep.anchor, *(w for w, _ in rep.sinks)]:
+            if where is not None:
+                counts[where[0]] = where[2]
     lines: list[str] = []
     for name, count in counts.items():
         handle = _anchor_name(name)
