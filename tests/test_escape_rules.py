@@ -43,7 +43,9 @@ def terminal_by_character(text: str) -> str:
 
 
 # Mostly plain ASCII (the shortcut's case), with the characters each rule treats specially.
-_TEXT = st.text(alphabet=st.one_of(st.characters(min_codepoint=32, max_codepoint=126), st.sampled_from("\n\t\r\\?/*\x00\x7f\u202e\u200bé\U0001f600")), max_size=24)
+_TEXT = st.text(
+    alphabet=st.one_of(st.characters(min_codepoint=32, max_codepoint=126), st.sampled_from("\n\t\r\\?/*\x00\x7f\u202e\u200bé\U0001f600")), max_size=24
+)
 
 
 @settings(max_examples=3000, deadline=None)
