@@ -192,7 +192,7 @@ def test_externalized_params_stay_out_of_the_mlir(tmp_path, mlp):
     result = run_cli("import", onnx_file, "-o", tmp_path / "ext.mlir", "--externalize-params")
     assert result.returncode == 0, result
     text = (tmp_path / "ext.mlir").read_text()
-    assert "#stream.parameter.named<" in text and "dense_resource<W1>" not in text
+    assert "#flow.parameter.named<" in text and "dense_resource<W1>" not in text
     assert (tmp_path / "ext_params.irpa").stat().st_size > 16 * 32 * 4
     assert 'loc("fc1")' in text
 
