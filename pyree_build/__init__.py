@@ -237,7 +237,8 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     link_bitcode: Sequence[PathLike] = (),
     target_options: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Compile an MLIR program to a .vmfb.
+    """Compile an MLIR program to a .vmfb. A program whose weights `import_onnx` kept in `<stem>_params.irpa`
+    beside it gets every one of them imported into the module (which then needs no archive); the archive is an input.
 
     Example: pb.compile("example.mlir", "build/example.vmfb", target="cuda", sm=80, object_search_paths=["build/ptx"])
     """

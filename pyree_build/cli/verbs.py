@@ -136,8 +136,9 @@ COMPILE = Verb(
     ),
     description=(
         "Compile an MLIR program into a .vmfb module with iree-compile, finding the objects it "
-        "references on the object search paths, optionally substituting executables. Flags after "
-        "-- are passed to iree-compile unchanged."
+        "references on the object search paths, optionally substituting executables. A program "
+        "`import` wrote with its weights in NAME_params.irpa beside it gets them imported into the "
+        "module, which then needs no archive. Flags after -- are passed to iree-compile unchanged."
     ),
     examples=(
         "pyree-build compile example.mlir -o build/example.vmfb --target llvm-cpu\n"
