@@ -136,21 +136,6 @@ endfunction()
 
 # A pyree_* target name resolves to its output file; anything else is a path, which must
 # exist (relative to the build directory, then the source directory) or be made by the build.
-# A program (.mlir) from a pyree_onnx_import target or a path: out_var is its MLIR, files_var
-# every file its compile reads besides objects and specs: the MLIR and the archive of weights
-# beside it (<stem>_params.irpa, which the compile imports into the module) where there is one.
-function(_pyree_program item out_var files_var)
-  _pyree_artifact("${item}" _files)
-  list(GET _files 0 _mlir)
-  get_filename_component(_dir "${_mlir}" DIRECTORY)
-  get_filename_component(_stem "${_mlir}" NAME_WLE)
-  if(NOT TARGET "${item}" AND EXISTS "${_dir}/${_stem}_params.irpa")
-    list(APPEND _files "${_dir}/${_stem}_params.irpa")
-  endif()
-  set(${out_var} "${_mlir}" PARENT_SCOPE)
-  set(${files_var} "${_files}" PARENT_SCOPE)
-endfunction()
-
 function(_pyree_artifact item out_var)
   if(TARGET "${item}")
     get_target_property(_out "${item}" PYREE_OUTPUT)
@@ -170,6 +155,21 @@ function(_pyree_artifact item out_var)
     endif()
     set(${out_var} "${_abs}" PARENT_SCOPE)
   endif()
+endfunction()
+
+# A program (.mlir) from a pyree_onnx_import target or a path: out_var is its MLIR, files_var
+# every file its compile reads besides objects and specs: the MLIR and the archive of weights
+# beside it (<stem>_params.irpa, which the compile imports into the module) where there is one.
+function(_pyree_program item out_var files_var)
+  _pyree_artifact("${item}" _files)
+  list(GET _files 0 _mlir)
+  get_filename_component(_dir "${_mlir}" DIRECTORY)
+  get_filename_component(_stem "${_mlir}" NAME_WLE)
+  if(NOT TARGET "${item}" AND EXISTS "${_dir}/${_stem}_params.irpa")
+    list(APPEND _files "${_dir}/${_stem}_params.irpa")
+  endif()
+  set(${out_var} "${_mlir}" PARENT_SCOPE)
+  set(${files_var} "${_files}" PARENT_SCOPE)
 endfunction()
 
 # Appends `--timeout ARG_TIMEOUT` (seconds; the CLI's default bounds a run otherwise).

@@ -160,12 +160,13 @@ def test_cmake_module_depends_on_the_imports_archive(tmp_path):
 
     src, out = tmp_path / "src", tmp_path / "build"
     src.mkdir()
-    _model(src)
+    assert run_cli("import", _model(src), "-o", src / "byhand.mlir").returncode == 0  # a program given by path, its archive beside it
     write_project(src, "params_project", """
 pyree_onnx_import(NAME dense_mlir SRC dense.onnx)
 pyree_iree_module(NAME dense SRC dense_mlir TARGET llvm-cpu)
 pyree_onnx_import(NAME inline_mlir SRC dense.onnx INLINE_PARAMS)
 pyree_iree_module(NAME inline SRC inline_mlir TARGET llvm-cpu)
+pyree_iree_module(NAME byhand SRC byhand.mlir TARGET llvm-cpu)
 """, {})  # fmt: skip
     configure(src, out)
     ran = build(out)
@@ -175,6 +176,8 @@ pyree_iree_module(NAME inline SRC inline_mlir TARGET llvm-cpu)
     other.mkdir()
     assert run_cli("import", _model(other, seed=1), "-o", other / "dense.mlir").returncode == 0
     shutil.copyfile(other / "dense_params.irpa", out / "dense_mlir_params.irpa")  # the weights edited
+    shutil.copyfile(other / "dense_params.irpa", src / "byhand_params.irpa")
     again = build(out)
-    assert "compile -q --depfile" in again and "dense.vmfb" in again and "inline.vmfb" not in again and " import " not in again, again
+    assert "dense.vmfb" in again and "byhand.vmfb" in again and "inline.vmfb" not in again and " import " not in again, again
     assert not np.array_equal(_run(out / "dense.vmfb"), _run(out / "inline.vmfb"))
+    assert np.array_equal(_run(out / "dense.vmfb"), _run(out / "byhand.vmfb"))
