@@ -157,6 +157,21 @@ function(_pyree_artifact item out_var)
   endif()
 endfunction()
 
+# A program (.mlir) from a pyree_onnx_import target or a path: out_var is its MLIR, files_var
+# every file its compile reads besides objects and specs: the MLIR and the archive of weights
+# beside it (<stem>_params.irpa, which the compile imports into the module) where there is one.
+function(_pyree_program item out_var files_var)
+  _pyree_artifact("${item}" _files)
+  list(GET _files 0 _mlir)
+  get_filename_component(_dir "${_mlir}" DIRECTORY)
+  get_filename_component(_stem "${_mlir}" NAME_WLE)
+  if(NOT TARGET "${item}" AND EXISTS "${_dir}/${_stem}_params.irpa")
+    list(APPEND _files "${_dir}/${_stem}_params.irpa")
+  endif()
+  set(${out_var} "${_mlir}" PARENT_SCOPE)
+  set(${files_var} "${_files}" PARENT_SCOPE)
+endfunction()
+
 # Appends `--timeout ARG_TIMEOUT` (seconds; the CLI's default bounds a run otherwise).
 macro(_pyree_timeout fn args_var)
   if(DEFINED ARG_TIMEOUT)
@@ -366,9 +381,9 @@ function(pyree_tune)
     list(APPEND _flags --module "${_module}")
   endif()
   if(ARG_PROGRAM)  # a GPU kernel's: each variant compiles the program with the spec and its object
-    _pyree_artifact("${ARG_PROGRAM}" _program)
+    _pyree_program("${ARG_PROGRAM}" _program _program_files)
     get_filename_component(_spec "${ARG_SPEC}" ABSOLUTE)
-    list(APPEND _depends "${_program}" "${_spec}")
+    list(APPEND _depends ${_program_files} "${_spec}")
     list(APPEND _flags --target "${ARG_TARGET}" --program "${_program}" --spec "${_spec}")
   endif()
   list(APPEND _flags --function "${ARG_FUNCTION}")
@@ -584,6 +599,8 @@ endmacro()
 # executable by a file (relative to this directory): .mlir as source, anything else as object.
 # TRANSFORM_SPEC / PDL_SPEC rewrite the program first (IREE's preprocessing specs); an edited
 # spec rebuilds the module. EXPECT_IMPORTS fails the build unless the module calls each name.
+# A program whose weights are in <stem>_params.irpa beside it (pyree_onnx_import) gets them
+# imported into the module, which depends on that archive: an edited archive rebuilds it.
 # PREPROCESS runs iree-opt with that pipeline first (files it names: absolute paths, e.g.
 # ${CMAKE_CURRENT_SOURCE_DIR}/spec.pdl.mlir; they are tracked through the depfile).
 function(pyree_iree_module)
@@ -592,12 +609,13 @@ function(pyree_iree_module)
   _pyree_one_of(pyree_iree_module TARGET "${PYREE_BUILD_TARGETS}")
   if(TARGET "${ARG_SRC}")
     # A generated program (pyree_onnx_import): its MLIR, built first.
-    _pyree_artifact("${ARG_SRC}" _src)
-    list(GET _src 0 _src)
+    _pyree_program("${ARG_SRC}" _src _program_files)
     list(APPEND ARG_DEPENDS "${ARG_SRC}")
   else()
     _pyree_require_files(pyree_iree_module SRC "${ARG_SRC}")
     _pyree_absolute(_src "${ARG_SRC}")
+    _pyree_program("${_src}" _src _program_files)
+    list(APPEND ARG_DEPENDS ${_program_files})
   endif()
   if(ARG_OUTPUT)
     get_filename_component(_out "${ARG_OUTPUT}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
@@ -770,13 +788,15 @@ function(pyree_add_benchmark)
 endfunction()
 
 # pyree_onnx_import(NAME <name> SRC <model.onnx> [OUTPUT_DIR <dir>] [OPSET_VERSION <n>]
-#                   [DATA_DIR <dir>] [EXTERNALIZE_PARAMS])
+#                   [DATA_DIR <dir>] [INLINE_PARAMS])
 # Imports an ONNX model to <name>.mlir in ${CMAKE_CURRENT_BINARY_DIR} (or OUTPUT_DIR, relative
 # to the binary dir) with `pyree-build import` (needs pip install "pyree_build[onnx]"): every
 # op named by its ONNX node, checked by IREE's input conversion. The target <name> is a valid
-# SRC of pyree_iree_module. EXTERNALIZE_PARAMS also writes <name>_params.irpa.
+# SRC of pyree_iree_module. Large weights go to <name>_params.irpa beside it (always written,
+# empty where no weight is large), which the module's compile imports back and depends on;
+# INLINE_PARAMS keeps them in the MLIR instead (EXTERNALIZE_PARAMS, the default, is accepted).
 function(pyree_onnx_import)
-  _pyree_parse(pyree_onnx_import "EXTERNALIZE_PARAMS" "NAME;SRC;OUTPUT_DIR;OPSET_VERSION;DATA_DIR" "" ${ARGN})
+  _pyree_parse(pyree_onnx_import "EXTERNALIZE_PARAMS;INLINE_PARAMS" "NAME;SRC;OUTPUT_DIR;OPSET_VERSION;DATA_DIR" "" ${ARGN})
   _pyree_require(pyree_onnx_import NAME SRC)
   _pyree_require_files(pyree_onnx_import SRC "${ARG_SRC}")
   _pyree_absolute(_src "${ARG_SRC}")
@@ -800,8 +820,11 @@ function(pyree_onnx_import)
     endif()
     list(APPEND _args --data-dir "${_data}")
   endif()
-  if(ARG_EXTERNALIZE_PARAMS)
-    list(APPEND _args --externalize-params)
+  if(ARG_INLINE_PARAMS AND ARG_EXTERNALIZE_PARAMS)
+    message(FATAL_ERROR "pyree_onnx_import(${ARG_NAME}): INLINE_PARAMS and EXTERNALIZE_PARAMS contradict each other; pass one")
+  elseif(ARG_INLINE_PARAMS)
+    list(APPEND _args --inline-params)
+  else()
     list(APPEND _outs "${_dir}/${ARG_NAME}_params.irpa")
   endif()
   _pyree_action("${_outs}" "${_src}" "import ${ARG_NAME} (ONNX)" import "${_src}" -o "${_dir}/${ARG_NAME}.mlir" ${_args})

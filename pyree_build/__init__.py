@@ -237,7 +237,8 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     link_bitcode: Sequence[PathLike] = (),
     target_options: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Compile an MLIR program to a .vmfb.
+    """Compile an MLIR program to a .vmfb. A program whose weights `import_onnx` kept in `<stem>_params.irpa`
+    beside it gets every one of them imported into the module (which then needs no archive); the archive is an input.
 
     Example: pb.compile("example.mlir", "build/example.vmfb", target="cuda", sm=80, object_search_paths=["build/ptx"])
     """
@@ -360,7 +361,7 @@ def import_onnx(
     *,
     opset_version: int | None = None,
     data_dir: PathLike | None = None,
-    externalize_params: bool = False,
+    externalize_params: bool = True,
     depfile: PathLike | None = None,
     timeout: float | None = None,
     force: bool = False,
@@ -368,8 +369,10 @@ def import_onnx(
     """Import an ONNX model to MLIR with the compiler wheel's importer, each op named by its ONNX node (needs pyree_build[onnx]).
     `timeout`: seconds its tools may take in all (default: 600 plus 0.25 per MB of model; a model IREE loops on is stopped).
     An existing output pyree_build did not write (or that was edited since) is replaced only with `force`.
+    `externalize_params` (default True): weights of 100 elements or more go to `<output stem>_params.irpa` beside the
+    MLIR, not into its text; `pb.compile` imports them back into the module. False keeps them inline.
 
-    Example: pb.import_onnx("mlp.onnx", "build/mlp.mlir")
+    Example: pb.import_onnx("mlp.onnx", "build/mlp.mlir")  # also writes build/mlp_params.irpa
     """
     raise NotImplementedError
 

@@ -192,7 +192,7 @@ def test_externalized_params_stay_out_of_the_mlir(tmp_path, mlp):
     result = run_cli("import", onnx_file, "-o", tmp_path / "ext.mlir", "--externalize-params")
     assert result.returncode == 0, result
     text = (tmp_path / "ext.mlir").read_text()
-    assert "#stream.parameter.named<" in text and "dense_resource<W1>" not in text
+    assert "#flow.parameter.named<" in text and "dense_resource<W1>" not in text
     assert (tmp_path / "ext_params.irpa").stat().st_size > 16 * 32 * 4
     assert 'loc("fc1")' in text
 
@@ -253,6 +253,7 @@ set_tests_properties(wrong_module PROPERTIES WILL_FAIL TRUE)
         ("pyree_onnx_import(NAME m SRC missing.onnx)\n", ["pyree_onnx_import: SRC file 'missing.onnx' not found"]),
         ("pyree_onnx_import(NAME m MODEL mlp.onnx)\n", ["pyree_onnx_import: unknown argument(s) 'MODEL", "Valid keywords:"]),
         ("pyree_onnx_import(NAME m SRC mlp.onnx OPSET_VERSION latest)\n", ["OPSET_VERSION 'latest' is not an opset number"]),
+        ("pyree_onnx_import(NAME m SRC mlp.onnx INLINE_PARAMS EXTERNALIZE_PARAMS)\n", ["INLINE_PARAMS and EXTERNALIZE_PARAMS contradict each other"]),
         ("pyree_onnx_import(NAME m SRC mlp.onnx)\npyree_iree_module(NAME v SRC m TARGET llvm-cpu)\n"
          "pyree_add_verify_test(NAME t MODULE v ONNX absent.onnx)\n", ["pyree_add_verify_test: ONNX file 'absent.onnx' not found"]),
         ("pyree_onnx_import(NAME m SRC mlp.onnx)\npyree_iree_module(NAME v SRC m TARGET llvm-cpu)\n"
@@ -304,6 +305,7 @@ def test_import_cache_on_and_off_agree_through_an_edited_model(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "pyree_build", "import", model, "-o", uncached], capture_output=True, text=True, env={**os.environ, **env})
         assert proc.returncode == 0, proc.stderr
         assert cached.read_bytes() == uncached.read_bytes()
+        assert (tmp_path / "cached_params.irpa").read_bytes() == (tmp_path / "uncached_params.irpa").read_bytes()  # the weights' archive too
         if previous is not None:
             assert cached.read_bytes() != previous
         previous = cached.read_bytes()

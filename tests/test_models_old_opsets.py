@@ -55,6 +55,7 @@ def test_a_compile_failure_on_an_imported_model_does_not_ask_to_fix_its_mlir(tmp
     text = (tmp_path / "mlp.mlir").read_text()
     assert text.count('torch.operator "onnx.Softmax"') == 1
     (tmp_path / "odd.mlir").write_text(text.replace('torch.operator "onnx.Softmax"', 'torch.operator "onnx.NoSuchOp"'))
+    (tmp_path / "odd_params.irpa").write_bytes((tmp_path / "mlp_params.irpa").read_bytes())  # its weights, beside it
     result = run_cli("compile", tmp_path / "odd.mlir", "-o", tmp_path / "odd.vmfb")
     assert_clean_error(result, "imported from an ONNX model (no MLIR of yours)", "--opset-version")
     assert "fix the MLIR" not in result.stderr and not (tmp_path / "odd.vmfb").exists()

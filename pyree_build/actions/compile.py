@@ -1,6 +1,6 @@
 """MLIR -> .vmfb with iree-compile: a pipeline of short steps over one record of the compile.
 
-resolve inputs -> preprocess -> specs -> target flags -> substitutions -> backend checks ->
+resolve inputs -> specs -> preprocess -> parameters -> target flags -> substitutions -> backend checks ->
 run iree-compile (through the cache) -> post-checks. What a target adds (its flags, where it
 looks for objects, its checks before and after, its error explanations) is asked of its
 backend (pyree_build.backends); nothing here names a target.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build import backends
-from pyree_build.actions import releases
+from pyree_build.actions import parameters, releases
 from pyree_build.actions.specs import pipeline_files, spec_flags
 from pyree_build.actions.specs import preprocess as run_preprocess
 from pyree_build.backends.base import Backend, CompileJob
@@ -68,6 +68,7 @@ class CompileState:
     job: CompileJob
     pipeline: str | None = None
     spec_flags: list[str] = field(default_factory=list)
+    parameter_flags: list[str] = field(default_factory=list)
     argv_tail: list[str] = field(default_factory=list)
     substituted: list[Path] = field(default_factory=list)
     reads: Inputs | None = None
@@ -75,7 +76,7 @@ class CompileState:
 
 def _outputs_inputs(src: Path, search: Sequence[Path], substitutions: Sequence[str], substitute_from: PathLike | None) -> list[Path]:
     """Every file a compile may read, so that none of them is taken as its output."""
-    found = [src]
+    found = [src, parameters.archive_for(src)]
     found += [o for obj in referenced_objects(src.read_text(encoding="utf-8", errors="replace")) if (o := resolve_object(obj, search)[0])]
     found += [Path(item.partition("=")[2]) for item in substitutions if item.partition("=")[2]]
     if substitute_from is not None and Path(substitute_from).is_dir():
@@ -113,32 +114,40 @@ def add_preprocess(state: CompileState) -> None:
     state.job.spec_files = [*state.job.spec_files, *pipeline_inputs]
 
 
+def add_parameters(state: CompileState) -> None:
+    """Step 4: the weights a program keeps in an archive beside it (an import's
+    MODEL_params.irpa), imported back into the module: the archive is named by a flag, so it
+    is keyed by content and listed in the depfile (see parameters.py)."""
+    state.parameter_flags = parameters.import_flags(state.job.source, state.job.text, state.request.flags)
+
+
 def add_target_flags(state: CompileState) -> None:
-    """Step 4: the target's flags, where objects and bitcode are found, specs, then the caller's flags."""
+    """Step 5: the target's flags, where objects and bitcode are found, specs, parameters, then the caller's flags."""
     job = state.job
     state.argv_tail = [
         *state.backend.target_flags(job.options),
         *(f"--iree-hal-executable-object-search-path={s}" for s in job.search_paths),
         *([f"--iree-link-bitcode={','.join(map(str, job.link_bitcode))}"] if job.link_bitcode else []),
         *state.spec_flags,
+        *state.parameter_flags,
         *state.request.flags,
     ]
 
 
 def add_substitutions(state: CompileState) -> None:
-    """Step 5: executables replaced by edited sources or objects (see executables.py)."""
+    """Step 6: executables replaced by edited sources or objects (see executables.py)."""
     request = state.request
     if not request.substitutions and request.substitute_from is None:
         return
     sub_flags, state.substituted = executables.substitution_flags(
         state.job.source, target=request.target, substitutions=request.substitutions, substitute_from=request.substitute_from,
-        sm=state.job.options.get("sm"), flags=[*state.spec_flags, *request.flags],
+        sm=state.job.options.get("sm"), flags=[*state.spec_flags, *state.parameter_flags, *request.flags],
     )  # fmt: skip
     state.argv_tail += sub_flags
 
 
 def check_before(state: CompileState) -> None:
-    """Step 6: the backend's checks of the program, then every file iree-compile will read
+    """Step 7: the backend's checks of the program, then every file iree-compile will read
     (objects it references, files named by flags) and where each name resolved: keyed by
     content, listed in the depfile."""
     state.backend.before_compile(state.job)
@@ -157,7 +166,7 @@ def _inputs(state: CompileState) -> list[Path]:
 
 
 def run_compiler(state: CompileState) -> list[str]:
-    """Step 7: iree-compile through the cache; returns the files it read (for the depfile)."""
+    """Step 8: iree-compile through the cache; returns the files it read (for the depfile)."""
     assert state.reads is not None
     key = [*state.argv_tail, *state.reads.resolution]
     if state.pipeline is not None:
@@ -196,6 +205,8 @@ def _compile_into(state: CompileState, compile_src: Path, tmp: Path) -> None:
             explain=functools.partial(explain_failure, state),
             fix=compile_fix(job.source),
         )
+        if state.parameter_flags:
+            parameters.require_self_contained(tmp, job.source, job.text)
         state.backend.after_compile(job, dump)
 
 
@@ -217,7 +228,7 @@ def compile_fix(source: Path) -> str:
 
 
 def post_checks(state: CompileState, deps: list[str]) -> Path:
-    """Step 8: the imports the module must call (a spec that matched nothing), then the depfile."""
+    """Step 9: the imports the module must call (a spec that matched nothing), then the depfile."""
     out = state.job.output
     if state.request.expect_imports:
         try:
@@ -324,6 +335,12 @@ def compile(  # noqa: A001 - mirrors the CLI verb
 
     `substitutions` ("NAME=FILE") and `substitute_from` (a directory) replace executables:
     a .mlir/.mlirbc file as source, anything else as object (see executables.py).
+
+    A program whose globals name parameters (`import` keeps an ONNX model's large weights in
+    MODEL_params.irpa beside MODEL.mlir) gets every one of them imported back from that archive,
+    so the module needs no archive to run; the archive is an input of the compile (an edited one
+    rebuilds), and a missing one is a PyreeError. `flags` that import parameters themselves
+    (--iree-parameter-import...) replace this.
     """
     options = {"cpu": cpu, "sm": sm, "vulkan_target": vulkan_target, "gfx": gfx, **(target_options or {})}
     backend = backends.with_options(target, target_options or {})
@@ -331,6 +348,6 @@ def compile(  # noqa: A001 - mirrors the CLI verb
         target, object_search_paths, flags, depfile, substitutions, substitute_from, transform_spec, pdl_spec, expect_imports, preprocess, link_bitcode
     )
     state = resolve_inputs(source, output, request, backend, options)
-    for step in (add_specs, add_preprocess, add_target_flags, add_substitutions, check_before):
+    for step in (add_specs, add_preprocess, add_parameters, add_target_flags, add_substitutions, check_before):
         step(state)
     return post_checks(state, run_compiler(state))

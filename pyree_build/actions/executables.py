@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build import backends
+from pyree_build.actions import parameters
 from pyree_build.actions.specs import spec_flags
 from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
@@ -70,12 +71,16 @@ def _check_dumps(target: str) -> None:
 def _dump_flags(
     src: Path, flags: Sequence[str], transform_spec: PathLike | None, pdl_spec: PathLike | None, object_search_paths: Sequence[PathLike]
 ) -> tuple[list[str], list[Path]]:
-    """The flags compile would add for these specs and search paths, and the spec files."""
+    """The flags compile would add for these specs, search paths and parameters, and the spec files."""
     for directory in object_search_paths:
         if not Path(directory).is_dir():
             raise PyreeError("object search path is not a directory", file=directory, fix="pass an existing directory to --object-search-path")
     specs_flags, spec_files = spec_flags(transform_spec=transform_spec, pdl_spec=pdl_spec)
-    return [*(f"--iree-hal-executable-object-search-path={Path(d).resolve()}" for d in object_search_paths), *specs_flags, *flags], spec_files
+    # Weights kept in an archive beside the program are imported as compile imports them: they
+    # are constants of the executables compile builds (folded, hoisted), so of the dumped ones too.
+    params = parameters.import_flags(src, src.read_text(encoding="utf-8", errors="replace"), flags)
+    search = [f"--iree-hal-executable-object-search-path={Path(d).resolve()}" for d in object_search_paths]
+    return [*search, *specs_flags, *params, *flags], spec_files
 
 
 def _dump_into(staging: Path, src: Path, target: str, options: Mapping[str, Any], flags: Sequence[str]) -> list[Executable]:

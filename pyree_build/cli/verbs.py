@@ -136,8 +136,9 @@ COMPILE = Verb(
     ),
     description=(
         "Compile an MLIR program into a .vmfb module with iree-compile, finding the objects it "
-        "references on the object search paths, optionally substituting executables. Flags after "
-        "-- are passed to iree-compile unchanged."
+        "references on the object search paths, optionally substituting executables. A program "
+        "`import` wrote with its weights in NAME_params.irpa beside it gets them imported into the "
+        "module, which then needs no archive. Flags after -- are passed to iree-compile unchanged."
     ),
     examples=(
         "pyree-build compile example.mlir -o build/example.vmfb --target llvm-cpu\n"
@@ -449,12 +450,18 @@ IMPORT = Verb(
         ),
         Option(("--data-dir",), {"default": None, "metavar": "DIR", "help": "where the model's external data files are (default: the model's directory)"}),
         Option(
-            ("--externalize-params",),
+            ("--inline-params",),
             {
-                "action": "store_true",
-                "help": "keep large weights out of the MLIR, in OUT_params.irpa (scope 'model'), as iree-import-onnx --externalize-params",
+                "dest": "externalize_params",
+                "action": "store_false",
+                "default": True,
+                "help": "keep every weight inline in the MLIR as text (by default each weight of 100 elements or more goes to "
+                "OUT_params.irpa beside it, scope 'model', and compile imports them back into the module)",
             },
-        ),  # fmt: skip
+        ),
+        Option(
+            ("--externalize-params",), {"dest": "externalize_params", "action": "store_true", "default": True, "help": "the default (kept for older scripts)"}
+        ),
         Option(("--depfile",)),
         _MODEL_TIMEOUT,
         Option(("--force",), {"action": "store_true", "help": "overwrite an output you wrote or edited (by default import replaces only what it wrote)"}),
@@ -464,7 +471,9 @@ IMPORT = Verb(
         'top-level op its ONNX node name as its location (loc("fc1"), kept by iree-compile on the ops '
         "lowered from it), and check the result with IREE's input conversion: an op IREE cannot "
         "lower is an error naming its node. A model older than opset 17 is raised to opset 17 with onnx's "
-        "version converter first."
+        "version converter first. Large weights are written to OUT_params.irpa beside OUT.mlir, not as MLIR text "
+        "(at model size text costs minutes to write and to parse at every later step); `compile` imports them "
+        "back, so the module is self-contained: keep the archive beside the MLIR."
     ),
     examples="pyree-build import model.onnx -o build/model.mlir\npyree-build compile build/model.mlir -o build/model.vmfb",
 )

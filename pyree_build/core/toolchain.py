@@ -230,6 +230,10 @@ def iree_dump_module() -> Tool:
     return _need(_iree_binary("iree-dump-module", "iree._runtime_libs", "iree-base-runtime"))
 
 
+def iree_dump_parameters() -> Tool:
+    return _need(_iree_binary("iree-dump-parameters", "iree._runtime_libs", "iree-base-runtime"))
+
+
 def iree_benchmark_module() -> Tool:
     return _need(_iree_binary("iree-benchmark-module", "iree._runtime_libs", "iree-base-runtime"))
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pyree_build.actions import parameters
 from pyree_build.actions.models import limits, program
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, escape, lazy, processes, readers, toolchain
@@ -264,6 +265,8 @@ def unsupported_node_error(output: str, source: Path, nodes: Sequence[NodeOp]) -
 # The form of the locations the import writes, keyed: the cache does not key pyree_build's own
 # code, and an import from before repeated names got their node's index would merge nodes.
 _LOCATIONS = "locations=name,index-where-repeated"
+# Likewise the form of its parameter globals (an older import's #stream form is not imported by compile).
+_PARAMETERS = f"parameters=flow,scope={parameters.SCOPE},threshold={parameters.PARAM_ELEMENTS_THRESHOLD}"
 
 
 @record
@@ -278,7 +281,11 @@ class ImportJob:
 def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
     """The importer into private paths, the node names, then IREE's input conversion as a check."""
     out = private[0]
-    params = ["--externalize-params", "--save-params-to", str(private[1])] if job.externalize_params else []
+    params = (
+        ["--externalize-params", "--save-params-to", str(private[1]), "--params-scope", parameters.SCOPE,
+         "--num-elements-threshold", str(parameters.PARAM_ELEMENTS_THRESHOLD)]
+        if job.externalize_params else []
+    )  # fmt: skip
     with echo.Stopwatch(f"iree-import-onnx {job.source.name} -> {out.name}"):
         processes.spawn(
             toolchain.onnx_importer().command(job.source, "-o", out, *job.flags, *params),
@@ -288,13 +295,16 @@ def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
             fix="the importer could not read the model; check it with onnx.checker.check_model, or re-export it",
             hang_hint=job.hang_hint,
         )
-    named = name_locations(out.read_text(encoding="utf-8"), job.model.graph)
+    imported = out.read_text(encoding="utf-8")
+    text = parameters.flow_form(imported) if job.externalize_params else imported  # the form compile imports back
+    named = name_locations(text, job.model.graph)
     nodes: list[NodeOp] = []
     if isinstance(named, str):
         if echo.VERBOSITY >= 2:
             echo.log_step(f"note: {job.source}: ops left without ONNX node names: the alignment is not certain ({named})")
     else:
         text, nodes = named
+    if text != imported:
         out.write_text(text, encoding="utf-8")
     check_lowering(job.source, out, nodes, hang_hint=job.hang_hint)
     return []
@@ -333,7 +343,7 @@ def import_onnx(
     *,
     opset_version: int | None = None,
     data_dir: PathLike | None = None,
-    externalize_params: bool = False,
+    externalize_params: bool = True,
     depfile: PathLike | None = None,
     timeout: float | None = None,
     force: bool = False,
@@ -345,8 +355,12 @@ def import_onnx(
     ops it lowers from it (`--mlir-print-debuginfo`); then IREE's input conversion runs once,
     so an op it cannot lower is a PyreeError naming the node. `opset_version` upgrades the
     model first; without it a model older than opset MIN_OPSET (17) is raised to it with onnx's
-    version converter, and a note says so; `data_dir` is where external data lives (default: the model's directory);
-    `externalize_params` keeps large weights out of the MLIR, in `<output stem>_params.irpa`.
+    version converter, and a note says so; `data_dir` is where external data lives (default: the model's directory).
+    `externalize_params` (the default) keeps each weight of 100 elements or more out of the MLIR, in
+    `<output stem>_params.irpa` beside it (scope `model`; written even where no weight is that large, then empty): at
+    model size weights printed as text cost minutes to write and to parse at each later step. The program's globals
+    name them (`#flow.parameter.named<"model"::"W1">`) and `compile` imports every one of them back into the module,
+    so the .vmfb holds them all; keep the archive beside the MLIR. False keeps every weight inline (`--inline-params`).
     `timeout`: the seconds the import's tools may take in all (default: limits.time_limit's,
     beyond any real model's; a model IREE loops on is stopped by it, and nothing is written).
     An output that exists and that pyree_build did not write, or that was edited since, is
@@ -357,7 +371,7 @@ def import_onnx(
     data = external_data_files(proto, src, Path(data_dir) if data_dir is not None else src.parent)
     seconds = limits.time_limit(timeout, [src, *data])
     out = Path(output)
-    finals = [out, out.with_name(out.stem + "_params.irpa")] if externalize_params else [out]
+    finals = [out, parameters.archive_for(out)] if externalize_params else [out]
     outs = check_outputs(finals, [src, *data], depfile=depfile)
     check_ours(outs, force=force, verb="import")
     if opset_version is None:
@@ -371,7 +385,7 @@ def import_onnx(
     onnx_version = toolchain._dist_version("onnx") or "unknown"
     with processes.time_limit(seconds):
         deps = cached_action(
-            "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}", _LOCATIONS], inputs=[src, *data], outputs=outs,
+            "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}", _LOCATIONS, _PARAMETERS], inputs=[src, *data], outputs=outs,
             build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
         )  # fmt: skip
     record_ours(outs)

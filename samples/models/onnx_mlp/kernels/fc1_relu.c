@@ -17,7 +17,7 @@
 typedef struct {
   const float* in0;         // tensor<4x16xf32>, input 0: the result of hal.tensor.import
   size_t in0_offset;        // offset of in0 in elements
-  const float* in1;         // tensor<16x32xf32>, input 1: a constant tensor<16x32xf32> (weights)
+  const float* in1;         // tensor<16x32xf32>, input 1: the result of util.global.load
   size_t in1_offset;        // offset of in1 in elements
   const float* in2;         // tensor<32xf32>, input 2: a constant tensor<32xf32> (weights)
   size_t in2_offset;        // offset of in2 in elements
