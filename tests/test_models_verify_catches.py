@@ -450,16 +450,39 @@ def test_a_reduction_s_axes_are_read_off_the_declared_shapes_where_certain(tmp_p
 def test_onnxruntime_s_own_refusal_asks_for_stored_outputs(tmp_path):
     # LSTM with layout=1 is valid ONNX that IREE compiles and onnxruntime refuses: no reference
     # to draw against, and nothing the user should check the model for.
+    import onnxruntime
+
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.standard_normal((1, 12, n)).astype(np.float32), w) for w, n in (("W", 2), ("R", 3))]
     node = helper.make_node("LSTM", ["x", "W", "R"], ["", "h"], name="lstm", hidden_size=3, layout=1)
     model = _model("lstm", [node], {"x": (TensorProto.FLOAT, [2, 4, 2])}, {"h": (TensorProto.FLOAT, [2, 1, 3])}, weights)
+    onnx.checker.check_model(model, full_check=True)  # valid ONNX
     onnx.save(model, tmp_path / "lstm.onnx")
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    with pytest.raises(Exception, match="layout") as own:  # the installed onnxruntime really refuses it
+        onnxruntime.InferenceSession(str(tmp_path / "lstm.onnx"), options, providers=["CPUExecutionProvider"])
     assert run_cli("import", tmp_path / "lstm.onnx", "-o", tmp_path / "lstm.mlir").returncode == 0
     assert run_cli("compile", tmp_path / "lstm.mlir", "-o", tmp_path / "lstm.vmfb").returncode == 0
     refused = run_cli("verify", tmp_path / "lstm.vmfb", "--onnx", tmp_path / "lstm.onnx")
-    assert_clean_error(refused, "onnxruntime cannot load the model", "layout", "--inputs DIR", "output_N.pb")
-    assert "onnx.checker" not in refused.stderr
+    # The node and onnxruntime's own words; stored data as the way out, not a check of the model.
+    assert_clean_error(refused, "onnxruntime cannot load the model: it refuses LSTM 'lstm'", str(own.value).split(": ")[-1][:60], "--inputs DIR", "output_N.pb")
+    assert "onnx.checker" not in refused.stderr and "[E:onnxruntime" not in refused.stderr  # not also onnxruntime's log line
+
+
+def test_onnxruntime_s_refusal_at_the_run_names_the_node(tmp_path):
+    # Loaded, then refused on these inputs (an integer division by zero): the node is named.
+    node = helper.make_node("Div", ["a", "b"], ["y"], name="div")
+    model = _model("div", [node], {"a": (TensorProto.INT32, [4]), "b": (TensorProto.INT32, [4])}, {"y": (TensorProto.INT32, [4])})
+    onnx.save(model, tmp_path / "div.onnx")
+    with pytest.raises(verify.PyreeError) as refused:
+        verify.reference_outputs(tmp_path / "div.onnx", model, [np.ones(4, np.int32), np.zeros(4, np.int32)])
+    assert "onnxruntime refused to run Div 'div' on these inputs" in refused.value.what, refused.value
+    assert "division by zero" in (refused.value.details or "") and "--inputs DIR" in (refused.value.fix or "")
+    # A message that names no node names the op whose kernel refused, not a word of a sentence.
+    two = _model("two", [helper.make_node("If", [], [], name="if"), node], {}, {})
+    assert verify.refused_node(two, "onnxruntime::DivBase layout_ == 0 was false. If you need support ...") == "Div 'div'"
+    assert verify.refused_node(two, "something else") == "the model"
 
 
 def test_few_elements_meet_every_constant_at_every_element(tmp_path):
