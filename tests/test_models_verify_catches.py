@@ -308,6 +308,64 @@ def test_a_softmax_that_adds_its_row_maximum_fails(tmp_path):
     assert_clean_error(run_cli("verify", tmp_path / "added.vmfb", "--onnx", tmp_path / "softmax.onnx"), "differ from onnxruntime's")
 
 
+def _softmax_by(maximum: list, extra: list = ()) -> onnx.ModelProto:  # type: ignore[assignment]
+    """Softmax of x[4, 10] over axis 1 that subtracts `maximum`'s result 'm' (nodes from x)."""
+    nodes = [
+        *maximum,
+        helper.make_node("Sub", ["x", "m"], ["shifted"], name="sub"),
+        helper.make_node("Exp", ["shifted"], ["e"], name="exp"),
+        helper.make_node("ReduceSum", ["e", "one"], ["total"], name="sum", keepdims=1),
+        helper.make_node("Div", ["e", "total"], ["y"], name="div"),
+    ]
+    constants = [numpy_helper.from_array(np.array([1], np.int64), "one"), *extra]
+    return _model("sm", nodes, {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}, constants)
+
+
+@pytest.mark.parametrize("wrong", ["last_element_left_out", "next_row_s_maximum"])
+def test_a_softmax_whose_maximum_is_wrong_fails_on_the_peaks_draws(tmp_path, wrong):
+    # Subtracting any constant leaves softmax unchanged where exp neither overflows nor
+    # underflows: a maximum over 9 of the 10 elements (a bound off by one), or the next row's
+    # (an index off by one), passes every draw but those with one element of each row 128
+    # above the rest, at the row's ends in turn.
+    if wrong == "last_element_left_out":
+        maximum = [
+            helper.make_node("Slice", ["x", "s0", "s9", "s1"], ["first"], name="first9"),
+            helper.make_node("ReduceMax", ["first"], ["m"], name="max", axes=[1], keepdims=1),
+        ]
+        extra = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s0", 0), ("s9", 9), ("s1", 1))]
+    else:
+        maximum = [
+            helper.make_node("ReduceMax", ["x"], ["rows"], name="max", axes=[1], keepdims=1),
+            helper.make_node("Gather", ["rows", "next"], ["m"], name="next", axis=0),
+        ]
+        extra = [numpy_helper.from_array(np.array([1, 2, 3, 0], np.int64), "next")]
+    softmax = _model(
+        "sm", [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)], {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}
+    )
+    onnx.save(softmax, tmp_path / "softmax.onnx")
+    onnx.save(_softmax_by(maximum, extra), tmp_path / "wrong.onnx")
+    assert draws.peak_places(softmax, tmp_path / "softmax.onnx") == [0, 9, 1, 8]
+    assert run_cli("import", tmp_path / "wrong.onnx", "-o", tmp_path / "wrong.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "wrong.mlir", "-o", tmp_path / "wrong.vmfb").returncode == 0
+    before = run_cli("verify", tmp_path / "wrong.vmfb", "--onnx", tmp_path / "softmax.onnx", "--function", "sm", "--trials", "2")
+    assert before.returncode == 0, before  # uniform and wide: no row far above its maximum
+    caught = run_cli("verify", tmp_path / "wrong.vmfb", "--onnx", tmp_path / "softmax.onnx", "--function", "sm")
+    assert_clean_error(caught, "differ from onnxruntime's")
+    assert "peaks: a softmax's (or max's) input at the range's low end" in caught.stdout + caught.stderr
+    # Each line along every axis holds at most one peak, at each end in turn; some lines none.
+    first, last = (draws.draw(softmax, tmp_path / "softmax.onnx", seed=0, style=draws.PEAKS, turn=k).arrays[0] for k in (0, 1))
+    for drawn in (first, last):
+        assert ((drawn == 64).sum(axis=1) <= 1).all() and ((drawn == 64).sum(axis=0) <= 1).all()
+        assert set(np.unique(drawn).tolist()) == {-64.0, 64.0}
+    assert first[0, 0] == 64 and last[0, 9] == 64 and 0 in (first == 64).sum(axis=1)
+    # Deeper in a model (a MatMul first) a peak at the input is none at the maximum: no peaks draws.
+    deep = _model(
+        "deep", [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Softmax", ["h"], ["y"], name="sm")],
+        {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}, [numpy_helper.from_array(np.eye(10, dtype=np.float32), "w")],
+    )  # fmt: skip
+    assert draws.peak_places(deep, tmp_path / "deep.onnx") == []
+
+
 def _gather(clamped: bool) -> onnx.ModelProto:
     """Gather of 10 rows; `clamped`: the indices clamped at 0 first, as a kernel that drops
     ONNX's negative indices (counted from the end) computes."""

@@ -396,9 +396,13 @@ def _draws(
     if trials < 1:
         raise PyreeError(f"--trials must be at least 1, got {trials}", fix=f"pass e.g. --trials {draws.DEFAULT_TRIALS}")
     sets = [draws.draw(model, model_path, seed=seed + i, style=draws.style_of(i)) for i in range(trials)]
-    if trials >= draws.DEFAULT_TRIALS:  # a model of few elements: each element meets each of its constants
+    if trials >= draws.DEFAULT_TRIALS:
+        # A model of few elements: each element meets each of its constants.
         turns = draws.threshold_turns(model, model_path)
         sets += [draws.draw(model, model_path, seed=seed + trials + k, style=draws.THRESHOLDS, turn=k) for k in range(turns)]
+        # A maximum subtracted before exp: one peak per line, at its ends in turn.
+        peaks = len(draws.peak_places(model, model_path))
+        sets += [draws.draw(model, model_path, seed=seed + trials + turns + k, style=draws.PEAKS, turn=k) for k in range(peaks)]
     return sets
 
 
@@ -483,7 +487,8 @@ def verify(
     Inputs are `trials` seeded draws (seeds `seed`, `seed + 1`, ...; styles uniform, wide and
     ties in turn: floats in [-1, 1]; floats past and at the model's own constants, integers
     across their type; a few values only, so elements tie; with `trials` >= 3, one draw per
-    threshold value where the model's float inputs are few, draws.threshold_turns), or the given `inputs` (`--input`
+    threshold value where the model's float inputs are few, draws.threshold_turns, and peaks draws where
+    it subtracts a maximum before exp, draws.peak_places), or the given `inputs` (`--input`
     specs: `4x16xf32=1`, `@x.npy`), or `input_files`: an ONNX test directory (input_N.pb,
     with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
     with iree-run-module (`plugins` loaded, on `device`: by default the device its executables
