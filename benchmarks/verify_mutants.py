@@ -17,11 +17,18 @@ mutant, the generated C with one edit, is built as the plugin and
 The edits, each made once at each place it applies (at most --per-group per group, spread over
 the kinds): `bound` a loop bound or size one smaller; `sign` + and - swapped (not
 before a zero), a strict
-comparison made loose or back (not one that selects one of its own operands, as max does:
-equal operands make that no edit); `index` a load one element earlier; `bias` a result plus a small
-amount; `constant` a literal 0.1% larger. A mutant that computes the same function (an edit
-nothing reaches) is caught by no check: the target is every mutant that differs on the stored
-data caught, and >= 95% of all.
+comparison made loose or back (not one that selects one of its own operands, or a constant of
+the same value, as max and relu do: equal operands make that no edit); `index` a load one
+element earlier; `bias` a result plus a small amount; `constant` a literal 0.1% larger.
+
+A mutant that computes the same function is caught by no check. A missed one is counted apart
+as *equivalent*, with the reason, where that is shown: read from the kernel, the edit changes
+only values no output reads (a buffer IREE's decomposition fills and nothing reads: a
+softmax's argmax index); or run where it acts, a comparison of an element of the model's one
+input with a constant C, made strict or loose, in an elementwise model, gives the same outputs
+with every element at C (the only inputs where it acts). A mutant read as equivalent that
+verify catches is reported as a wrong reading. The target is every mutant that differs on the
+stored data caught, and >= 95% of all.
 """
 
 from __future__ import annotations

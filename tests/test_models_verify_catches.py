@@ -613,3 +613,54 @@ def test_every_mutant_of_a_generated_kernel_that_differs_on_the_stored_data_is_c
     assert counts["mutants"] >= 10 and counts["differ on stored data"] >= 5, counts
     assert counts["caught of those that differ"] == counts["differ on stored data"], found["missed"]
     assert counts["caught"] >= 0.9 * counts["mutants"], found["missed"]
+
+
+KERNEL = """#include <stdint.h>
+static inline double pyree_exp(double x) {
+  double term = 1.0;
+  double sum = 1.0;
+  for (int n = 1; n < 18; ++n) { term *= x / n; sum += term; }
+  return sum;
+}
+
+void k(const float* restrict in0, float* restrict out0, int64_t* restrict tmp0, int64_t* restrict tmp1) {
+  for (int64_t i0 = 0; i0 < 5; ++i0) {
+    tmp0[i0] = (int64_t)0;
+  }
+  for (int64_t e = 0; e < 5; ++e) tmp1[e] = tmp0[e];
+  for (int64_t i0 = 0; i0 < 5; ++i0) {
+    const float a1 = in0[i0];
+    const float v2 = (float)(0x0.0p+0f);
+    const int8_t v3 = (int8_t)(!((a1) <= (v2)));
+    const float v4 = (float)(0x0.0p+0f);
+    const float v5 = (float)(v3 ? a1 : v4);
+    const float v6 = (float)(pyree_exp(v5));
+    out0[i0] = (float)v6;
+  }
+}
+
+// The plugin's import
+"""
+
+
+def _bench() -> object:
+    spec = importlib.util.spec_from_file_location("verify_mutants", REPO / "benchmarks" / "verify_mutants.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_mutation_benchmark_reads_dead_edits_and_no_edits_from_the_kernel():
+    bench = _bench()
+    edited = {what: text for _, what, text in bench.mutants(KERNEL)}  # type: ignore[attr-defined]
+    # A bound of the loop that fills tmp0, which only tmp1 reads and no output: dead. The same
+    # bound of the loop that computes the output is not.
+    bound = "for (int64_t i0 = 0; i0 < 5; ++i0) { -> for (int64_t i0 = 0; i0 < 4; ++i0) {"
+    assert bench.dead_edit(KERNEL, edited[f"line 10: {bound}"]) == "dead: it changes only tmp0, which no output reads"  # type: ignore[attr-defined]
+    assert bench.dead_edit(KERNEL, edited[f"line 14: {bound}"]) is None  # type: ignore[attr-defined]
+    # The helper's series reaches the output through its return and the call: not dead.
+    series = "line 5: for (int n = 1; n < 18; ++n) { term *= x / n; sum += term; } -> for (int n = 1; n < 17; ++n) { term *= x / n; sum += term; }"
+    assert bench.dead_edit(KERNEL, edited[series]) is None  # type: ignore[attr-defined]
+    # relu's comparison selects its operand or a copy of the zero it compares with: no edit.
+    assert not any("v3 = " in what for what in edited)
