@@ -413,12 +413,21 @@ def reason_kind(reason: str) -> str:
     """A refusal's reason without what is particular to one group (types, values, names, op
     names, sizes), cut at its first clause: refusals for the same reason count together."""
     text = re.sub(r"tensor<[^>]*>", "tensor<...>", reason)
-    text = re.sub(r"%[\w#]+", "%v", text)
+    text = re.sub(r"%[\w#]+ \((?:tensor<\.\.\.>|[a-z]+\d+|index)\)", "%v (TYPE)", re.sub(r"%[\w#]+", "%v", text))
     text = re.sub(r"\b(?:math|arith|linalg|tensor|scf|flow|iree_[a-z_]+)\.[\w.]+", "OP", text)
-    text = re.sub(r"'[^']*'", "'...'", text)
+    text = re.sub(r"(?<![\w])'[^']*'(?!\w)", "'...'", text)  # a quoted name, not an apostrophe
     text = re.sub(r"\d+", "N", text)
     cut = min((i for i in (text.find(": "), text.find("; "), text.find(" (")) if i >= 20), default=len(text))
     return " ".join(text[:cut].split())[:110]
+
+
+def _unlowered(status: str) -> str:
+    """What an import failure is about: the ONNX op IREE cannot lower, else its reason's kind."""
+    found = re.search(r"ONNX node .*?\((\w+)(?:, graph\.node\[\d+\])?\) cannot be lowered", status)
+    if found:
+        return found[1]
+    illegal = re.search(r"failed to legalize operation '([\w.]+)'", status)
+    return f"IREE cannot legalize {illegal[1]}" if illegal else reason_kind(status.removeprefix("import failed: ").removeprefix("error: ").split(": ", 1)[-1])
 
 
 def summary(records: list[dict[str, Any]]) -> str:
@@ -428,8 +437,10 @@ def summary(records: list[dict[str, Any]]) -> str:
         ended[r["status"].split(":")[0] if r["status"] != "ok" else "ran"] += 1
     outcomes = Counter(g["outcome"] for r in records for g in r["groups"] if g.get("outcome"))
     refused = Counter(reason_kind(g.get("reason") or "(no reason given)") for r in records for g in r["groups"] if not g["replaceable"])
+    unlowered = Counter(_unlowered(r["status"]) for r in records if r["status"].startswith("import failed"))
     lines = [
         f"tests: {len(records)} (" + ", ".join(f"{n} {k}" for k, n in ended.most_common()) + ")",
+        "import failed: " + ", ".join(f"{n} {k}" for k, n in unlowered.most_common()),
         f"groups: {sum(len(r['groups']) for r in records)} listed, {sum(g['replaceable'] for r in records for g in r['groups'])} replaceable: "
         + ", ".join(f"{outcomes[o]} {o}" for o in OUTCOMES),
         f"refused by ops: {sum(refused.values())} groups, by reason:",
