@@ -409,7 +409,8 @@ def _draws(
 def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw) -> tuple[draws.Draw, list[str], list[numpy.ndarray], str]:
     """(the draw as used, output names, the reference outputs, the reference's name): the stored
     outputs where the inputs came with them, else onnxruntime's. A drawn set whose integers
-    onnxruntime refuses across their type (indices, sizes) is drawn again with small integers."""
+    onnxruntime refuses across their type (indices, sizes) is drawn again with small integers;
+    a model it cannot load is refused at once (no inputs change that)."""
     names = [o.name for o in model.graph.output]
     if draw.expected is not None:
         if len(draw.expected) != len(names):
@@ -423,7 +424,7 @@ def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw)
         found, expected = reference_outputs(model_path, model, draw.arrays)
         return draw, found, expected, "onnxruntime"
     except PyreeError as refused:
-        if draw.style is None or not any(a.dtype.kind in "iu" for a in draw.arrays):
+        if draw.style is None or not any(a.dtype.kind in "iu" for a in draw.arrays) or refused.what.startswith("onnxruntime cannot load"):
             raise
         first = refused
     for integers in draws.FALLBACKS:
