@@ -21,8 +21,11 @@ comparison made loose or back (not one that selects one of its own operands, or 
 the same value, as max and relu do: equal operands make that no edit); `index` a load one
 element earlier; `bias` a result plus a small amount; `constant` a literal 0.1% larger.
 
-A mutant that computes the same function is caught by no check. A missed one is counted apart
-as *equivalent*, with the reason, where that is shown: read from the kernel, the edit changes
+A mutant that computes the same function is caught by no check. One is counted apart as
+*equivalent*, with the reason, where that is shown: its plugin's loaded sections (code,
+constants, data) are byte for byte the right kernel's (the edit is in code the built knobs
+never run, such as a lane loop wider than the row, or the compiler folds it away); read from
+the kernel, the edit changes
 only values no output reads (a buffer IREE's decomposition fills and nothing reads: a
 softmax's argmax index); or run where it acts, a comparison of an element of the model's one
 input with a constant C, made strict or loose, in an elementwise model, gives the same outputs
@@ -306,6 +309,11 @@ def check_test(test_dir: Path, work: Path, per_group: int) -> dict[str, Any]:
                 plugin = pb.plugin(c, out / f"m{n}.so", cc="zig")
             except pb.PyreeError:
                 continue  # an edit that does not compile is no mutant
+            if _loaded_bytes(plugin) == _loaded_bytes(right):  # the compiler removed or folded the edit: nothing to run
+                result.update(differs=False, verify="passed", equivalent=SAME_CODE)
+                result["told apart"] = False
+                entry["mutants"].append(result)
+                continue
             try:
                 result["differs"] = harness.compare(run_to_arrays(module, function, inputs, plugins=[plugin]), expected) is not None
             except pb.PyreeError:
@@ -323,6 +331,27 @@ def check_test(test_dir: Path, work: Path, per_group: int) -> dict[str, Any]:
                     result["equivalent"] = reason
             entry["mutants"].append(result)
     return record
+
+
+SAME_CODE = "it compiles to the same machine code as the right kernel (code the built knobs never run, or an edit the compiler folds away)"
+
+
+def _loaded_bytes(path: Path) -> dict[str, bytes]:
+    """The contents of an ELF64 shared object's sections that are loaded (code, constants, data,
+    relocations), by name; not its notes (the build id hashes the source's name)."""
+    import struct
+
+    data = path.read_bytes()
+    (offset,) = struct.unpack_from("<Q", data, 0x28)
+    size, count, names = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, offset + i * size) for i in range(count)]
+    table = headers[names][4]
+
+    def name(at: int) -> str:
+        return data[table + at : data.index(b"\0", table + at)].decode()
+
+    sh_alloc, sh_nobits = 0x2, 8
+    return {name(h[0]): data[h[4] : h[4] + h[5]] for h in headers if h[2] & sh_alloc and h[1] != sh_nobits and not name(h[0]).startswith(".note")}
 
 
 # ONNX ops whose every output element is a function of the same element of each input.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_clean_error, run_cli
+from conftest import PLUGIN_SAMPLE, REPO, assert_clean_error, run_cli
 
 onnx = pytest.importorskip("onnx", reason='onnx is not installed (pip install "pyree_build[onnx]")')
 pytest.importorskip("onnxruntime", reason='onnxruntime is not installed (pip install "pyree_build[onnx]")')
@@ -664,3 +664,18 @@ def test_the_mutation_benchmark_reads_dead_edits_and_no_edits_from_the_kernel():
     assert bench.dead_edit(KERNEL, edited[series]) is None  # type: ignore[attr-defined]
     # relu's comparison selects its operand or a copy of the zero it compares with: no edit.
     assert not any("v3 = " in what for what in edited)
+
+
+def test_a_mutant_compiled_to_the_right_kernel_s_code_is_equivalent(tmp_path):
+    # An edit in a branch the built knobs never take (a lane loop wider than the row) leaves the
+    # plugin's loaded bytes as they were; an edit in code that runs does not.
+    import pyree_build as pb
+
+    bench = _bench()
+    base = (PLUGIN_SAMPLE / "system_plugin.c").read_text()
+    probe = "float pyree_probe(float x) {{ if (16 > 1 && 5 >= 16) {{ return x * {}f; }} return x + {}f; }}\n"
+    built = {}
+    for name, (dead, live) in {"right": ("2.0", "1.0"), "unrun": ("3.0", "1.0"), "run": ("2.0", "2.0")}.items():
+        (tmp_path / f"{name}.c").write_text(base + probe.format(dead, live))
+        built[name] = bench._loaded_bytes(pb.plugin(tmp_path / f"{name}.c", tmp_path / f"{name}.so", cc="zig"))  # type: ignore[attr-defined]
+    assert ".text" in built["right"] and built["unrun"] == built["right"] and built["run"] != built["right"]
