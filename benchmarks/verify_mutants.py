@@ -25,13 +25,12 @@ A mutant that computes the same function is caught by no check. One is counted a
 *equivalent*, with the reason, where that is shown: its plugin's loaded sections (code,
 constants, data) are byte for byte the right kernel's (the edit is in code the built knobs
 never run, such as a lane loop wider than the row, or the compiler folds it away); read from
-the kernel, the edit changes
-only values no output reads (a buffer IREE's decomposition fills and nothing reads: a
-softmax's argmax index); or run where it acts, a comparison of an element of the model's one
-input with a constant C, made strict or loose, in an elementwise model, gives the same outputs
-with every element at C (the only inputs where it acts). A mutant read as equivalent that
-verify catches is reported as a wrong reading. The target is every mutant that differs on the
-stored data caught, and >= 95% of all.
+the kernel, the edit changes only values no output reads (a buffer IREE's decomposition fills
+and nothing reads: a softmax's argmax index); or, run where it acts, a comparison of an
+element of the model's one input with a constant C, made strict or loose, in an elementwise
+model, gives the same outputs with every element at C (the only inputs where it acts). A
+mutant read as equivalent that verify catches is reported as a wrong reading. The target is
+every mutant that differs on the stored data caught, and >= 95% of all.
 """
 
 from __future__ import annotations
