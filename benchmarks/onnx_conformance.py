@@ -409,16 +409,24 @@ def report(records: list[dict[str, Any]]) -> None:
         print("\n".join(found))
 
 
+# A refusal whose first clause says only that the generator cannot write it: the op or type
+# after it is the reason.
+_NO_C = "the group cannot be generated in C: "
+
+
 def reason_kind(reason: str) -> str:
-    """A refusal's reason without what is particular to one group (types, values, names, op
-    names, sizes), cut at its first clause: refusals for the same reason count together."""
-    text = re.sub(r"tensor<[^>]*>", "tensor<...>", reason)
+    """A refusal's reason without what is particular to one group (types, values, names, sizes,
+    and op names except where the op is the reason), cut at its first clause: refusals for the
+    same reason count together."""
+    no_c = reason.startswith(_NO_C)
+    text = re.sub(r"tensor<[^>]*>", "tensor<...>", reason.removeprefix(_NO_C))
     text = re.sub(r"%[\w#]+ \((?:tensor<\.\.\.>|[a-z]+\d+|index)\)", "%v (TYPE)", re.sub(r"%[\w#]+", "%v", text))
-    text = re.sub(r"\b(?:math|arith|linalg|tensor|scf|flow|iree_[a-z_]+)\.[\w.]+", "OP", text)
+    if not no_c:
+        text = re.sub(r"\b(?:math|arith|linalg|tensor|scf|flow|iree_[a-z_]+)\.[\w.]+", "OP", text)
     text = re.sub(r"(?<![\w])'[^']*'(?!\w)", "'...'", text)  # a quoted name, not an apostrophe
-    text = re.sub(r"\d+", "N", text)
+    text = re.sub(r"\b\d+\b", "N", text)
     cut = min((i for i in (text.find(": "), text.find("; "), text.find(" (")) if i >= 20), default=len(text))
-    return " ".join(text[:cut].split())[:110]
+    return ("no C for it: " if no_c else "") + " ".join(text[:cut].split())[:110]
 
 
 def _unlowered(status: str) -> str:
@@ -427,7 +435,14 @@ def _unlowered(status: str) -> str:
     if found:
         return found[1]
     illegal = re.search(r"failed to legalize operation '([\w.]+)'", status)
-    return f"IREE cannot legalize {illegal[1]}" if illegal else reason_kind(status.removeprefix("import failed: ").removeprefix("error: ").split(": ", 1)[-1])
+    if illegal:
+        return f"IREE cannot legalize {illegal[1]}"
+    importer = re.search(r"OnnxImportError: ([^|]+?)(?: \||$| command:)", status)
+    return (
+        f"the importer: {reason_kind(importer[1])}"
+        if importer
+        else reason_kind(status.removeprefix("import failed: ").removeprefix("error: ").split(": ", 1)[-1])
+    )
 
 
 def summary(records: list[dict[str, Any]]) -> str:
