@@ -437,6 +437,8 @@ def _unlowered(status: str) -> str:
     illegal = re.search(r"failed to legalize operation '([\w.]+)'", status)
     if illegal:
         return f"IREE cannot legalize {illegal[1]}"
+    if killed := re.search(r"(iree-[\w-]+) .*?was killed by (SIG\w+)", status):
+        return f"{killed[1]} crashed ({killed[2]})"
     importer = re.search(r"OnnxImportError: ([^|]+?)(?: \||$| command:)", status)
     return (
         f"the importer: {reason_kind(importer[1])}"
