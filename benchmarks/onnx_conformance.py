@@ -1,7 +1,7 @@
 """ONNX's node conformance suite as a property test of import / ops / replace / compile --expect-import.
 
-    python benchmarks/onnx_conformance.py [--data DIR] [--only REGEX] [--jobs N] [--timeout S] [--json FILE] [--shuffle SEED] [--dynamic]
-                                          [--target vulkan] [-v]
+    python benchmarks/onnx_conformance.py [--data DIR] [--only REGEX] [--slice K/N] [--jobs N] [--timeout S] [--json FILE] [--shuffle SEED]
+                                          [--dynamic] [--target vulkan] [-v]
     python benchmarks/onnx_conformance.py --table FILE   # the table of a (partial) run's --json file
 
 For each node test (DIR/<test>/model.onnx, test_data_set_0/input_*.pb, output_*.pb): import the
@@ -21,7 +21,13 @@ import expected, one module). Each group is classified:
 Without --data the suite's data is generated first with onnx's own tool (into --data's
 place, a temporary directory). Each test runs in its own process, bounded by --timeout, so
 a kernel that crashes or hangs costs one test. The table is per op family (the model's
-node types) and in total.
+node types) and in total; below it how the tests ended (run, import failed, skipped: a sequence,
+map or optional input) and the groups `ops` refused, counted by reason.
+
+The whole suite in CI-sized runs: `--slice K/N` takes the K-th of N slices of the sorted test
+list (after --only), test i (from 0) in slice i % N + 1, so each slice samples every op family
+and the N slices together are the suite, each test once; `--table` of their --json files
+appended together is the whole suite's table.
 
 With --target vulkan the same runs for the GPU path: the groups `ops --target vulkan` marks
 generable are replaced by generated GLSL (`replace --target vulkan`), built to SPIR-V, compiled
@@ -43,7 +49,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,19 @@ OUTCOMES = ("right", "wrong", "error", "crash", "iree-differs")
 # The Vulkan target of --target vulkan's modules: iree-compile's portable one, whose code for the
 # groups left to IREE uses no subgroup operations (lavapipe's subgroups have 8 lanes).
 PORTABLE_VULKAN = "vp_android_baseline_2022"
+
+
+def parse_slice(text: str) -> tuple[int, int]:
+    """`K/N` as (K, N), 1 <= K <= N."""
+    found = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not found or not 1 <= int(found[1]) <= int(found[2]):
+        raise argparse.ArgumentTypeError(f"--slice takes K/N with 1 <= K <= N (the K-th of N slices), got {text!r}")
+    return int(found[1]), int(found[2])
+
+
+def take_slice(tests: list[Path], k: int, n: int) -> list[Path]:
+    """The K-th of N deterministic slices of the tests in sorted order: every N-th from the K-th."""
+    return [t for i, t in enumerate(sorted(tests)) if i % n == k - 1]
 
 
 def generate_data(directory: Path, only: str | None = None) -> Path:
@@ -324,6 +343,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="folder of node tests (<test>/model.onnx ...); generated when absent")
     parser.add_argument("--only", help="regular expression: only the tests whose names it matches (re.search)")
+    parser.add_argument("--slice", type=parse_slice, metavar="K/N", help="only the K-th of N deterministic slices of the sorted tests (N runs: the suite)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="tests at once (default: cores)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test (default 600)")
     parser.add_argument("--json", type=Path, help="append every record to this file as it comes (JSON lines)")
@@ -351,6 +371,9 @@ def main() -> None:
         if (data / "node").is_dir():
             data = data / "node"
         tests = sorted(p for p in data.iterdir() if (p / "model.onnx").exists() and (not args.only or re.search(args.only, p.name)))
+        if args.slice:
+            print(f"slice {args.slice[0]}/{args.slice[1]}: {len(take_slice(tests, *args.slice))} of {len(tests)} tests", file=sys.stderr)
+            tests = take_slice(tests, *args.slice)
         if args.shuffle is not None:
             random.Random(args.shuffle).shuffle(tests)
         start = time.monotonic()
@@ -379,10 +402,68 @@ def main() -> None:
 def report(records: list[dict[str, Any]]) -> None:
     records = sorted(_settled(records), key=lambda r: r["test"])
     print(table(records))
+    print("\n" + summary(records))
     found = problems(records)
     if found:
         print("\nwrong, crashes, errors:")
         print("\n".join(found))
+
+
+# A refusal whose first clause says only that the generator cannot write it: the op or type
+# after it is the reason.
+_NO_C = "the group cannot be generated in C: "
+
+
+def reason_kind(reason: str) -> str:
+    """A refusal's reason without what is particular to one group (types, values, names, sizes,
+    and op names except where the op is the reason), cut at its first clause: refusals for the
+    same reason count together."""
+    no_c = reason.startswith(_NO_C)
+    text = re.sub(r"tensor<[^>]*>", "tensor<...>", reason.removeprefix(_NO_C))
+    text = re.sub(r"%[\w#]+ \((?:tensor<\.\.\.>|[a-z]+\d+|index)\)", "%v (TYPE)", re.sub(r"%[\w#]+", "%v", text))
+    if not no_c:
+        text = re.sub(r"\b(?:math|arith|linalg|tensor|scf|flow|iree_[a-z_]+)\.[\w.]+", "OP", text)
+    text = re.sub(r"(?<![\w])'[^']*'(?!\w)", "'...'", text)  # a quoted name, not an apostrophe
+    text = re.sub(r"\b\d+\b", "N", text)
+    cut = min((i for i in (text.find(": "), text.find("; "), text.find(" (")) if i >= 20), default=len(text))
+    return ("no C for it: " if no_c else "") + " ".join(text[:cut].split())[:110]
+
+
+def _unlowered(status: str) -> str:
+    """What an import failure is about: the ONNX op IREE cannot lower, else its reason's kind."""
+    found = re.search(r"ONNX node .*?\((\w+)(?:, graph\.node\[\d+\])?\) cannot be lowered", status)
+    if found:
+        return found[1]
+    illegal = re.search(r"failed to legalize operation '([\w.]+)'", status)
+    if illegal:
+        return f"IREE cannot legalize {illegal[1]}"
+    if killed := re.search(r"(iree-[\w-]+) .*?was killed by (SIG\w+)", status):
+        return f"{killed[1]} crashed ({killed[2]})"
+    importer = re.search(r"OnnxImportError: ([^|]+?)(?: \||$| command:)", status)
+    return (
+        f"the importer: {reason_kind(importer[1])}"
+        if importer
+        else reason_kind(status.removeprefix("import failed: ").removeprefix("error: ").split(": ", 1)[-1])
+    )
+
+
+def summary(records: list[dict[str, Any]]) -> str:
+    """How the tests ended, the outcomes in total, and the refused groups by reason."""
+    ended: Counter[str] = Counter()
+    for r in records:
+        ended[r["status"].split(":")[0] if r["status"] != "ok" else "ran"] += 1
+    outcomes = Counter(g["outcome"] for r in records for g in r["groups"] if g.get("outcome"))
+    refused = Counter(reason_kind(g.get("reason") or "(no reason given)") for r in records for g in r["groups"] if not g["replaceable"])
+    unlowered = Counter(_unlowered(r["status"]) for r in records if r["status"].startswith("import failed"))
+    lines = [
+        f"tests: {len(records)} (" + ", ".join(f"{n} {k}" for k, n in ended.most_common()) + ")",
+        "import failed: " + ", ".join(f"{n} {k}" for k, n in unlowered.most_common()),
+        f"groups: {sum(len(r['groups']) for r in records)} listed, {sum(g['replaceable'] for r in records for g in r['groups'])} replaceable: "
+        + ", ".join(f"{outcomes[o]} {o}" for o in OUTCOMES),
+        f"refused by ops: {sum(refused.values())} groups, by reason:",
+    ]
+    lines += [f"  {n:>5}  {kind}" for kind, n in refused.most_common()]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

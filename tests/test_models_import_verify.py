@@ -21,6 +21,7 @@ import onnx_models as models  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import pyree_build as pb  # noqa: E402
+from pyree_build.actions.models import draws  # noqa: E402
 from pyree_build.core import toolchain  # noqa: E402
 
 
@@ -48,11 +49,14 @@ def test_each_model_imports_compiles_and_verifies(tmp_path, name):
         assert f'loc("{node.name}")' in text, node.name
     result = run_cli("verify", vmfb, "--onnx", onnx_file)
     assert result.returncode == 0, result
-    # Three sets of inputs by default (uniform, wide, ties), each output compared on each.
+    # Three sets of inputs by default (uniform, wide, ties), and the peaks draws where a softmax
+    # reads a graph input, each output compared on each.
+    sets = 3 + len(draws.peak_places(model, onnx_file)) + draws.threshold_turns(model, onnx_file)
+    assert (sets > 3) == (name == "softmax"), sets
     assert [line for line in result.stdout.splitlines() if line.startswith("inputs ")] == [
-        line for line in result.stdout.splitlines() if line.startswith("inputs ") and " of 3 (seed " in line
+        line for line in result.stdout.splitlines() if line.startswith("inputs ") and f" of {sets} (seed " in line
     ]
-    assert len([line for line in result.stdout.splitlines() if line.startswith("  output ")]) == 3 * len(model.graph.output)
+    assert len([line for line in result.stdout.splitlines() if line.startswith("  output ")]) == sets * len(model.graph.output)
     assert ": ok; worst at [" in result.stdout and "onnxruntime" in result.stdout
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_clean_error, run_cli
+from conftest import PLUGIN_SAMPLE, REPO, assert_clean_error, run_cli
 
 onnx = pytest.importorskip("onnx", reason='onnx is not installed (pip install "pyree_build[onnx]")')
 pytest.importorskip("onnxruntime", reason='onnxruntime is not installed (pip install "pyree_build[onnx]")')
@@ -308,6 +308,64 @@ def test_a_softmax_that_adds_its_row_maximum_fails(tmp_path):
     assert_clean_error(run_cli("verify", tmp_path / "added.vmfb", "--onnx", tmp_path / "softmax.onnx"), "differ from onnxruntime's")
 
 
+def _softmax_by(maximum: list, extra: list = ()) -> onnx.ModelProto:  # type: ignore[assignment]
+    """Softmax of x[4, 10] over axis 1 that subtracts `maximum`'s result 'm' (nodes from x)."""
+    nodes = [
+        *maximum,
+        helper.make_node("Sub", ["x", "m"], ["shifted"], name="sub"),
+        helper.make_node("Exp", ["shifted"], ["e"], name="exp"),
+        helper.make_node("ReduceSum", ["e", "one"], ["total"], name="sum", keepdims=1),
+        helper.make_node("Div", ["e", "total"], ["y"], name="div"),
+    ]
+    constants = [numpy_helper.from_array(np.array([1], np.int64), "one"), *extra]
+    return _model("sm", nodes, {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}, constants)
+
+
+@pytest.mark.parametrize("wrong", ["last_element_left_out", "next_row_s_maximum"])
+def test_a_softmax_whose_maximum_is_wrong_fails_on_the_peaks_draws(tmp_path, wrong):
+    # Subtracting any constant leaves softmax unchanged where exp neither overflows nor
+    # underflows: a maximum over 9 of the 10 elements (a bound off by one), or the next row's
+    # (an index off by one), passes every draw but those with one element of each row 128
+    # above the rest, at the row's ends in turn.
+    if wrong == "last_element_left_out":
+        maximum = [
+            helper.make_node("Slice", ["x", "s0", "s9", "s1"], ["first"], name="first9"),
+            helper.make_node("ReduceMax", ["first"], ["m"], name="max", axes=[1], keepdims=1),
+        ]
+        extra = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s0", 0), ("s9", 9), ("s1", 1))]
+    else:
+        maximum = [
+            helper.make_node("ReduceMax", ["x"], ["rows"], name="max", axes=[1], keepdims=1),
+            helper.make_node("Gather", ["rows", "next"], ["m"], name="next", axis=0),
+        ]
+        extra = [numpy_helper.from_array(np.array([1, 2, 3, 0], np.int64), "next")]
+    softmax = _model(
+        "sm", [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)], {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}
+    )
+    onnx.save(softmax, tmp_path / "softmax.onnx")
+    onnx.save(_softmax_by(maximum, extra), tmp_path / "wrong.onnx")
+    assert draws.peak_places(softmax, tmp_path / "softmax.onnx") == [0, 9, 1, 8]
+    assert run_cli("import", tmp_path / "wrong.onnx", "-o", tmp_path / "wrong.mlir").returncode == 0
+    assert run_cli("compile", tmp_path / "wrong.mlir", "-o", tmp_path / "wrong.vmfb").returncode == 0
+    before = run_cli("verify", tmp_path / "wrong.vmfb", "--onnx", tmp_path / "softmax.onnx", "--function", "sm", "--trials", "2")
+    assert before.returncode == 0, before  # uniform and wide: no row far above its maximum
+    caught = run_cli("verify", tmp_path / "wrong.vmfb", "--onnx", tmp_path / "softmax.onnx", "--function", "sm")
+    assert_clean_error(caught, "differ from onnxruntime's")
+    assert "peaks: a softmax's (or max's) input at the range's low end" in caught.stdout + caught.stderr
+    # Each line along every axis holds at most one peak, at each end in turn; some lines none.
+    first, last = (draws.draw(softmax, tmp_path / "softmax.onnx", seed=0, style=draws.PEAKS, turn=k).arrays[0] for k in (0, 1))
+    for drawn in (first, last):
+        assert ((drawn == 64).sum(axis=1) <= 1).all() and ((drawn == 64).sum(axis=0) <= 1).all()
+        assert set(np.unique(drawn).tolist()) == {-64.0, 64.0}
+    assert first[0, 0] == 64 and last[0, 9] == 64 and 0 in (first == 64).sum(axis=1)
+    # Deeper in a model (a MatMul first) a peak at the input is none at the maximum: no peaks draws.
+    deep = _model(
+        "deep", [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Softmax", ["h"], ["y"], name="sm")],
+        {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}, [numpy_helper.from_array(np.eye(10, dtype=np.float32), "w")],
+    )  # fmt: skip
+    assert draws.peak_places(deep, tmp_path / "deep.onnx") == []
+
+
 def _gather(clamped: bool) -> onnx.ModelProto:
     """Gather of 10 rows; `clamped`: the indices clamped at 0 first, as a kernel that drops
     ONNX's negative indices (counted from the end) computes."""
@@ -450,16 +508,39 @@ def test_a_reduction_s_axes_are_read_off_the_declared_shapes_where_certain(tmp_p
 def test_onnxruntime_s_own_refusal_asks_for_stored_outputs(tmp_path):
     # LSTM with layout=1 is valid ONNX that IREE compiles and onnxruntime refuses: no reference
     # to draw against, and nothing the user should check the model for.
+    import onnxruntime
+
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.standard_normal((1, 12, n)).astype(np.float32), w) for w, n in (("W", 2), ("R", 3))]
     node = helper.make_node("LSTM", ["x", "W", "R"], ["", "h"], name="lstm", hidden_size=3, layout=1)
     model = _model("lstm", [node], {"x": (TensorProto.FLOAT, [2, 4, 2])}, {"h": (TensorProto.FLOAT, [2, 1, 3])}, weights)
+    onnx.checker.check_model(model, full_check=True)  # valid ONNX
     onnx.save(model, tmp_path / "lstm.onnx")
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    with pytest.raises(Exception, match="layout") as own:  # the installed onnxruntime really refuses it
+        onnxruntime.InferenceSession(str(tmp_path / "lstm.onnx"), options, providers=["CPUExecutionProvider"])
     assert run_cli("import", tmp_path / "lstm.onnx", "-o", tmp_path / "lstm.mlir").returncode == 0
     assert run_cli("compile", tmp_path / "lstm.mlir", "-o", tmp_path / "lstm.vmfb").returncode == 0
     refused = run_cli("verify", tmp_path / "lstm.vmfb", "--onnx", tmp_path / "lstm.onnx")
-    assert_clean_error(refused, "onnxruntime cannot load the model", "layout", "--inputs DIR", "output_N.pb")
-    assert "onnx.checker" not in refused.stderr
+    # The node and onnxruntime's own words; stored data as the way out, not a check of the model.
+    assert_clean_error(refused, "onnxruntime cannot load the model: it refuses LSTM 'lstm'", str(own.value).split(": ")[-1][:60], "--inputs DIR", "output_N.pb")
+    assert "onnx.checker" not in refused.stderr and "[E:onnxruntime" not in refused.stderr  # not also onnxruntime's log line
+
+
+def test_onnxruntime_s_refusal_at_the_run_names_the_node(tmp_path):
+    # Loaded, then refused on these inputs (an integer division by zero): the node is named.
+    node = helper.make_node("Div", ["a", "b"], ["y"], name="div")
+    model = _model("div", [node], {"a": (TensorProto.INT32, [4]), "b": (TensorProto.INT32, [4])}, {"y": (TensorProto.INT32, [4])})
+    onnx.save(model, tmp_path / "div.onnx")
+    with pytest.raises(verify.PyreeError) as refused:
+        verify.reference_outputs(tmp_path / "div.onnx", model, [np.ones(4, np.int32), np.zeros(4, np.int32)])
+    assert "onnxruntime refused to run Div 'div' on these inputs" in refused.value.what, refused.value
+    assert "division by zero" in (refused.value.details or "") and "--inputs DIR" in (refused.value.fix or "")
+    # A message that names no node names the op whose kernel refused, not a word of a sentence.
+    two = _model("two", [helper.make_node("If", [], [], name="if"), node], {}, {})
+    assert verify.refused_node(two, "onnxruntime::DivBase layout_ == 0 was false. If you need support ...") == "Div 'div'"
+    assert verify.refused_node(two, "something else") == "the model"
 
 
 def test_few_elements_meet_every_constant_at_every_element(tmp_path):
@@ -532,3 +613,69 @@ def test_every_mutant_of_a_generated_kernel_that_differs_on_the_stored_data_is_c
     assert counts["mutants"] >= 10 and counts["differ on stored data"] >= 5, counts
     assert counts["caught of those that differ"] == counts["differ on stored data"], found["missed"]
     assert counts["caught"] >= 0.9 * counts["mutants"], found["missed"]
+
+
+KERNEL = """#include <stdint.h>
+static inline double pyree_exp(double x) {
+  double term = 1.0;
+  double sum = 1.0;
+  for (int n = 1; n < 18; ++n) { term *= x / n; sum += term; }
+  return sum;
+}
+
+void k(const float* restrict in0, float* restrict out0, int64_t* restrict tmp0, int64_t* restrict tmp1) {
+  for (int64_t i0 = 0; i0 < 5; ++i0) {
+    tmp0[i0] = (int64_t)0;
+  }
+  for (int64_t e = 0; e < 5; ++e) tmp1[e] = tmp0[e];
+  for (int64_t i0 = 0; i0 < 5; ++i0) {
+    const float a1 = in0[i0];
+    const float v2 = (float)(0x0.0p+0f);
+    const int8_t v3 = (int8_t)(!((a1) <= (v2)));
+    const float v4 = (float)(0x0.0p+0f);
+    const float v5 = (float)(v3 ? a1 : v4);
+    const float v6 = (float)(pyree_exp(v5));
+    out0[i0] = (float)v6;
+  }
+}
+
+// The plugin's import
+"""
+
+
+def _bench() -> object:
+    spec = importlib.util.spec_from_file_location("verify_mutants", REPO / "benchmarks" / "verify_mutants.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_mutation_benchmark_reads_dead_edits_and_no_edits_from_the_kernel():
+    bench = _bench()
+    edited = {what: text for _, what, text in bench.mutants(KERNEL)}  # type: ignore[attr-defined]
+    # A bound of the loop that fills tmp0, which only tmp1 reads and no output: dead. The same
+    # bound of the loop that computes the output is not.
+    bound = "for (int64_t i0 = 0; i0 < 5; ++i0) { -> for (int64_t i0 = 0; i0 < 4; ++i0) {"
+    assert bench.dead_edit(KERNEL, edited[f"line 10: {bound}"]) == "dead: it changes only tmp0, which no output reads"  # type: ignore[attr-defined]
+    assert bench.dead_edit(KERNEL, edited[f"line 14: {bound}"]) is None  # type: ignore[attr-defined]
+    # The helper's series reaches the output through its return and the call: not dead.
+    series = "line 5: for (int n = 1; n < 18; ++n) { term *= x / n; sum += term; } -> for (int n = 1; n < 17; ++n) { term *= x / n; sum += term; }"
+    assert bench.dead_edit(KERNEL, edited[series]) is None  # type: ignore[attr-defined]
+    # relu's comparison selects its operand or a copy of the zero it compares with: no edit.
+    assert not any("v3 = " in what for what in edited)
+
+
+def test_a_mutant_compiled_to_the_right_kernel_s_code_is_equivalent(tmp_path):
+    # An edit in a branch the built knobs never take (a lane loop wider than the row) leaves the
+    # plugin's loaded bytes as they were; an edit in code that runs does not.
+    import pyree_build as pb
+
+    bench = _bench()
+    base = (PLUGIN_SAMPLE / "system_plugin.c").read_text()
+    probe = "float pyree_probe(float x) {{ if (16 > 1 && 5 >= 16) {{ return x * {}f; }} return x + {}f; }}\n"
+    built = {}
+    for name, (dead, live) in {"right": ("2.0", "1.0"), "unrun": ("3.0", "1.0"), "run": ("2.0", "2.0")}.items():
+        (tmp_path / f"{name}.c").write_text(base + probe.format(dead, live))
+        built[name] = bench._loaded_bytes(pb.plugin(tmp_path / f"{name}.c", tmp_path / f"{name}.so", cc="zig"))  # type: ignore[attr-defined]
+    assert ".text" in built["right"] and built["unrun"] == built["right"] and built["run"] != built["right"]

@@ -157,3 +157,32 @@ def test_a_group_whose_ops_another_listed_groups_matcher_would_take_keeps_its_ow
     assert _placed_calls(mlir, out / "spec.mlir") == {"big": 1, "small": 1}
     compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "big", "--expect-import", "small")
     assert compiled.returncode == 0, compiled
+
+
+def test_the_suite_runs_in_slices_that_cover_it_once(tmp_path):
+    # --slice K/N: the K-th of N deterministic slices of the sorted tests; together every test once.
+    import argparse
+
+    harness = _harness()
+    tests = [tmp_path / f"test_{i:04d}" for i in range(1884)]
+    slices = [harness.take_slice(list(reversed(tests)), k, 48) for k in range(1, 49)]
+    assert sorted(t for s in slices for t in s) == tests  # each test once, whatever order they came in
+    assert {len(s) for s in slices} == {39, 40} and slices[0][:2] == [tests[0], tests[48]]
+    assert harness.parse_slice("3/48") == (3, 48)
+    for bad in ("0/48", "49/48", "3", "a/b"):
+        with pytest.raises(argparse.ArgumentTypeError, match="K/N"):
+            harness.parse_slice(bad)
+
+
+def test_the_summary_counts_refusals_by_reason_and_import_failures_by_op():
+    harness = _harness()
+    gather = "linalg.generic's body reads %{} (tensor<{}xf32>) from outside it, not through an operand (a gather such as tensor.extract): ..."
+    records = [
+        {"test": "a", "status": "ok", "groups": [{"replaceable": False, "reason": gather.format(3, 5)}, {"replaceable": True, "outcome": "right"}]},
+        {"test": "b", "status": "ok", "groups": [{"replaceable": False, "reason": gather.format(0, "2x7")}, {"replaceable": True, "outcome": "wrong"}]},
+        {"test": "c", "status": "import failed: error: m.onnx: ONNX node (unnamed) (If) cannot be lowered by IREE 3.13.0 | ...", "groups": []},
+    ]
+    text = harness.summary(records)
+    assert "tests: 3 (2 ran, 1 import failed)" in text and "import failed: 1 If" in text
+    assert "2 replaceable: 1 right, 1 wrong, 0 error, 0 crash, 0 iree-differs" in text
+    assert "      2  OP's body reads %v (TYPE) from outside it" in text, text

@@ -13,7 +13,15 @@ a value with its top bit set. So each draw has a style, and the default draws co
   equal elements;
 - `thresholds` (a model with few input elements and constants): each float element takes
   each constant, a step either side of it and the range's ends in turn, one draw per value,
-  so a kernel wrong at one element's bound meets it there.
+  so a kernel wrong at one element's bound meets it there;
+- `peaks` (an input that an op taking a maximum before an exponential reads: Softmax,
+  LogSoftmax, ReduceLogSumExp, ReduceMax): every element at the range's low end but at most
+  one of each line along every axis, at its high end (some lines none, beside lines with
+  one), the peak at each line's first and last places (and their neighbours) in turn; the
+  other float inputs uniform. Subtracting a maximum changes nothing mathematically, so only
+  exp's overflow and underflow tell a kernel whose maximum leaves an element out (a loop
+  bound or an index off by one) or is another line's from the right one; a peak 128 above
+  the rest overflows exp (and 128 below underflows it) in float32 and float16.
 
 Inputs whose values are not data are not drawn as data: an index (Gather's, GatherND's,
 ScatterND's ...) is drawn across the axis it indexes, negatives included; Slice's starts and
@@ -51,11 +59,13 @@ PathLike = str | os.PathLike[str]
 STYLES = ("uniform", "wide", "ties")
 DEFAULT_TRIALS = len(STYLES)
 THRESHOLDS = "thresholds"
+PEAKS = "peaks"
 STYLE_TEXT = {
     "uniform": "floats in [-1, 1], integers in [0, 4)",
     "wide": "floats past and at the model's constants, integers across their type",
     "ties": "a few values only, so elements tie",
     THRESHOLDS: "each float element at one of the model's constants, a step either side, or the range's ends",
+    PEAKS: "a softmax's (or max's) input at the range's low end, one element of each line along every axis at its high end",
 }
 # Float inputs of at most this many elements each are few: the wide draw cannot put every
 # threshold at every element, so the threshold draws do, one value per element per draw.
@@ -64,6 +74,9 @@ _FEW_ELEMENTS = 64
 _THRESHOLD_OPS = {"Clip", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Max", "Min", "Shrink", "ThresholdedRelu"}
 # More threshold values than this are more draws than a check should cost: the wide draw's random places stand.
 _MAX_TURNS = 24
+# Ops whose kernels take a maximum and subtract it before an exponential (ReduceMax: an expanded
+# softmax's), so that a wrong maximum shows only where exp overflows or underflows: the peaks draws.
+_PEAK_OPS = {"Softmax", "LogSoftmax", "ReduceLogSumExp", "SoftmaxCrossEntropyLoss", "ReduceMax"}
 # An index operand: (op, operand) -> the operand whose axis it indexes. The axis is the op's
 # `axis` attribute (default 0); an ND index's last dimension picks several leading axes.
 _INDEX_OPERANDS = {("Gather", 1): 0, ("GatherElements", 1): 0, ("ScatterElements", 1): 0, ("GatherND", 1): 0, ("ScatterND", 1): 0}
@@ -121,7 +134,7 @@ class Draw:
     expected: tuple[numpy.ndarray, ...] | None = None  # stored outputs, when the files had them
     style: str | None = None  # drawn: its style and seed; None for given or stored inputs
     seed: int = 0
-    turn: int = 0  # which threshold draw
+    turn: int = 0  # which threshold or peaks draw
 
 
 def numpy_dtype(elem_type: int, name: str, source: Path) -> numpy.dtype:
@@ -496,6 +509,37 @@ def threshold_turns(model: onnx_types.ModelProto, source: Path) -> int:
     return turns if turns <= _MAX_TURNS else 0
 
 
+def _peak_inputs(model: onnx_types.ModelProto, source: Path) -> list[GraphInput]:
+    """The float graph inputs of static shape that an op taking a maximum before exp (_PEAK_OPS)
+    reads directly: where the peaks draw puts its peaks (deeper in a model, a peak at the input
+    is no peak at the maximum)."""
+    read = {node.input[0] for node in model.graph.node if node.op_type in _PEAK_OPS and node.input}
+    return [g for g in graph_inputs(model, source) if g.name in read and g.dtype.kind == "f" and all(isinstance(d, int) for d in g.dims)]
+
+
+def _peak_period(model: onnx_types.ModelProto, source: Path) -> int:
+    """The longest axis of the inputs the peaks draws put peaks in (the peaks' period), or 0 where none."""
+    peaked = _peak_inputs(model, source)
+    return max((int(d) for g in peaked for d in g.dims), default=1) if peaked else 0
+
+
+def peak_places(model: onnx_types.ModelProto, source: Path) -> list[int]:
+    """The places of the peaks draws, one draw each: the first and last of each line and their
+    neighbours (where a loop bound or an index off by one leaves an element out); none where
+    no op taking a maximum before an exponential reads a graph input."""
+    period = _peak_period(model, source)
+    return list(dict.fromkeys(p for p in (0, period - 1, 1, period - 2) if 0 <= p < period))
+
+
+def _peaks(shape: tuple[int, ...], period: int, place: int) -> numpy.ndarray:
+    """The range's high end where an element's indices sum to `place` modulo `period` + 1 (the
+    longest axis plus one), its low end elsewhere: along any one axis two elements' sums differ
+    by less than that, so each line holds at most one peak; a line whose peak would fall past
+    its end holds none, beside lines that hold one (a maximum taken from another line shows)."""
+    total = np.indices(shape).sum(axis=0) if shape else np.zeros(())
+    return np.where(total % (period + 1) == place, _MAX_SCALE, -_MAX_SCALE)
+
+
 def _order_bounds(model: onnx_types.ModelProto, declared: Sequence[GraphInput], arrays: list[numpy.ndarray]) -> None:
     """Each pair of drawn bounds (_ORDERED_OPERANDS) in order, lower first, in place."""
     position = {g.name: i for i, g in enumerate(declared)}
@@ -511,12 +555,13 @@ def _order_bounds(model: onnx_types.ModelProto, declared: Sequence[GraphInput], 
 def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, integers: str | None = None, turn: int = 0) -> Draw:
     """One seeded draw of every graph input in `style`. `integers`: a FALLBACKS key, to draw the
     integers that way instead (for a model whose integer inputs are indices, sizes or divisors).
-    `turn`: which of the threshold draws (style THRESHOLDS) this is."""
+    `turn`: which of the threshold draws (style THRESHOLDS) or peaks draws (PEAKS) this is."""
     rng = np.random.default_rng(seed)
     marks = landmarks(model) if style != "uniform" else []
     bounded = _bounded_inputs(model)
     special = roles(model, source)
     windows: dict[Window, tuple[numpy.ndarray, numpy.ndarray]] = {}
+    peaked = {g.name for g in _peak_inputs(model, source)} if style == PEAKS else set()
     arrays = []
     for graph_input in graph_inputs(model, source):
         dynamic = [d for d in graph_input.dims if isinstance(d, str)]
@@ -538,6 +583,10 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, i
             values = _indices(rng, style, shape, role)
         elif isinstance(role, np.ndarray):
             values = role
+        elif kind == "f" and style == PEAKS and graph_input.name in peaked:
+            values = _peaks(shape, _peak_period(model, source), peak_places(model, source)[turn])
+        elif kind == "f" and style == PEAKS:
+            values = _floats(rng, "uniform", shape, marks)
         elif kind == "f" and style == THRESHOLDS:
             cover = _cover_values(model)
             values = np.array([cover[(i + turn) % len(cover)] for i in range(int(np.prod(shape, dtype=np.int64)))]).reshape(shape)
@@ -546,7 +595,7 @@ def draw(model: onnx_types.ModelProto, source: Path, *, seed: int, style: str, i
         elif kind == "b":
             values = rng.integers(0, 2, shape)
         else:
-            values = _integers(rng, integers or style, shape, graph_input.dtype, graph_input.name in bounded)
+            values = _integers(rng, integers or ("wide" if style == PEAKS else style), shape, graph_input.dtype, graph_input.name in bounded)
         arrays.append(np.asarray(values).astype(graph_input.dtype))
     _order_bounds(model, graph_inputs(model, source), arrays)
     what = STYLE_TEXT[style] + (f" (integers in {FALLBACKS[integers]}: onnxruntime refused the others)" if integers else "")

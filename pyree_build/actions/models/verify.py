@@ -12,6 +12,7 @@ difference, not the kernel's.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -187,27 +188,63 @@ def choose_function(module: Path, model: onnx_types.ModelProto, function: str | 
 # onnxruntime refuses models and inputs the ONNX spec allows (LSTM's layout=1, ops it does not
 # implement): the model is then no fault of the user's, and only stored outputs can be the reference.
 _NO_ONNXRUNTIME = (
-    "verify against stored outputs instead: --inputs DIR, a test_data_set_N directory of input_N.pb and output_N.pb (the outputs "
+    "this is onnxruntime's limit, not a fault of the model (nothing to check in it): verify against stored outputs instead: --inputs DIR, a test_data_set_N directory of input_N.pb and output_N.pb (the outputs "
     "another framework gave on those inputs); the details say what onnxruntime refused"
 )
 
 
 def reference_outputs(model_path: Path, model: onnx_types.ModelProto, inputs: Sequence[numpy.ndarray]) -> tuple[list[str], list[numpy.ndarray]]:
-    """onnxruntime's outputs (CPUExecutionProvider) and their names."""
+    """onnxruntime's outputs (CPUExecutionProvider) and their names. Where onnxruntime refuses
+    the model (at loading) or the inputs (at the run), the error names the node it refused,
+    carries onnxruntime's message and asks for stored outputs."""
     try:
-        session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # its refusal is in the error: not also logged to the terminal
+        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     except ImportError:
         raise PyreeError("onnxruntime is not installed", file=model_path, fix=INSTALL_ONNX) from None
     except Exception as exc:  # onnxruntime raises its own exception types for a model it cannot load
-        raise PyreeError("onnxruntime cannot load the model, so it cannot be the reference", file=model_path, details=str(exc), fix=_NO_ONNXRUNTIME) from None
+        raise PyreeError(
+            f"onnxruntime cannot load the model: it refuses {refused_node(model, str(exc))}, so it cannot be the reference",
+            file=model_path, details=str(exc), fix=_NO_ONNXRUNTIME,
+        ) from None  # fmt: skip
     names = [i.name for i in session.get_inputs()]
     try:
         results = session.run(None, dict(zip(names, inputs)))
     except Exception as exc:
         raise PyreeError(
-            "onnxruntime refused to run the model on these inputs, so it cannot be the reference", file=model_path, details=str(exc), fix=_NO_ONNXRUNTIME
-        ) from None
+            f"onnxruntime refused to run {refused_node(model, str(exc))} on these inputs, so it cannot be the reference",
+            file=model_path, details=str(exc), fix=_NO_ONNXRUNTIME,
+        ) from None  # fmt: skip
     return [o.name for o in session.get_outputs()], [np.asarray(r) for r in results]
+
+
+# Where onnxruntime's messages name the node they refuse: at a run ("running Div node.
+# Name:'div'"), a kernel it lacks ("node with name 'x'"), a graph it finds invalid ("In Node, ("x", Op").
+_ORT_NODE = (
+    re.compile(r"running (\w+) node\. Name:'([^']*)'"),
+    re.compile(r"(\w+)\(\d+\) node with name '([^']*)'"),
+    re.compile(r'In Node, \("([^"]*)", (\w+)'),
+)
+
+
+def refused_node(model: onnx_types.ModelProto, message: str) -> str:
+    """The node onnxruntime's `message` is about, as "LSTM 'lstm'": named by the message, else
+    the nodes of an op type the message names (its kernels are named after their op: an
+    LSTM's refusal comes from LSTMBase; an op's name starting a sentence is no op), else "the model"."""
+    for pattern in _ORT_NODE:
+        if found := pattern.search(message):
+            op, name = found.groups() if pattern is not _ORT_NODE[2] else found.groups()[::-1]
+            return f"{escape.name(op)} '{escape.name(name)}'" if name else f"a {escape.name(op)} node"
+    types = {n.op_type for n in model.graph.node}
+    named = [t for t in types if re.search(rf"\b{re.escape(t)}(?![a-z]| [a-z])", message)]  # not a word of a sentence ("If you ...")
+    if not named:
+        return "the model"
+    op = max(named, key=len)
+    nodes = [n for n in model.graph.node if n.op_type == op]
+    if len(nodes) == 1:
+        return f"{escape.name(op)} '{escape.name(nodes[0].name)}'" if nodes[0].name else f"the {escape.name(op)} of '{escape.name(nodes[0].output[0])}'"
+    return f"its {escape.name(op)} nodes ({len(nodes)})"
 
 
 def _as_reference_type(actual: numpy.ndarray, expected: numpy.ndarray) -> tuple[numpy.ndarray, str]:
@@ -359,16 +396,21 @@ def _draws(
     if trials < 1:
         raise PyreeError(f"--trials must be at least 1, got {trials}", fix=f"pass e.g. --trials {draws.DEFAULT_TRIALS}")
     sets = [draws.draw(model, model_path, seed=seed + i, style=draws.style_of(i)) for i in range(trials)]
-    if trials >= draws.DEFAULT_TRIALS:  # a model of few elements: each element meets each of its constants
+    if trials >= draws.DEFAULT_TRIALS:
+        # A model of few elements: each element meets each of its constants.
         turns = draws.threshold_turns(model, model_path)
         sets += [draws.draw(model, model_path, seed=seed + trials + k, style=draws.THRESHOLDS, turn=k) for k in range(turns)]
+        # A maximum subtracted before exp: one peak per line, at its ends in turn.
+        peaks = len(draws.peak_places(model, model_path))
+        sets += [draws.draw(model, model_path, seed=seed + trials + turns + k, style=draws.PEAKS, turn=k) for k in range(peaks)]
     return sets
 
 
 def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw) -> tuple[draws.Draw, list[str], list[numpy.ndarray], str]:
     """(the draw as used, output names, the reference outputs, the reference's name): the stored
     outputs where the inputs came with them, else onnxruntime's. A drawn set whose integers
-    onnxruntime refuses across their type (indices, sizes) is drawn again with small integers."""
+    onnxruntime refuses across their type (indices, sizes) is drawn again with small integers;
+    a model it cannot load is refused at once (no inputs change that)."""
     names = [o.name for o in model.graph.output]
     if draw.expected is not None:
         if len(draw.expected) != len(names):
@@ -382,7 +424,7 @@ def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw)
         found, expected = reference_outputs(model_path, model, draw.arrays)
         return draw, found, expected, "onnxruntime"
     except PyreeError as refused:
-        if draw.style is None or not any(a.dtype.kind in "iu" for a in draw.arrays):
+        if draw.style is None or not any(a.dtype.kind in "iu" for a in draw.arrays) or refused.what.startswith("onnxruntime cannot load"):
             raise
         first = refused
     for integers in draws.FALLBACKS:
@@ -446,7 +488,8 @@ def verify(
     Inputs are `trials` seeded draws (seeds `seed`, `seed + 1`, ...; styles uniform, wide and
     ties in turn: floats in [-1, 1]; floats past and at the model's own constants, integers
     across their type; a few values only, so elements tie; with `trials` >= 3, one draw per
-    threshold value where the model's float inputs are few, draws.threshold_turns), or the given `inputs` (`--input`
+    threshold value where the model's float inputs are few, draws.threshold_turns, and peaks draws where
+    it subtracts a maximum before exp, draws.peak_places), or the given `inputs` (`--input`
     specs: `4x16xf32=1`, `@x.npy`), or `input_files`: an ONNX test directory (input_N.pb,
     with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
     with iree-run-module (`plugins` loaded, on `device`: by default the device its executables
