@@ -280,7 +280,8 @@ def _step(name: str, model: Path, out: Path, args: dict[str, Any]) -> dict[str, 
         facts["passed"] = result.passed
         if not result.passed:
             bad = next(o for o in result.outputs if not o.passed)
-            facts["error"] = f"verify failed: {' '.join(str(bad).split())[:300]}"
+            facts["error"] = f"verify failed: {' '.join(bad.render().split())[:300]}"
+        facts["max_abs_error"] = max(o.max_abs_error for o in result.outputs)
     else:
         raise ValueError(f"no step {name!r}")
     return {"seconds": time.monotonic() - start, **facts}
@@ -327,7 +328,10 @@ def run_step(name: str, model: Path, out: Path, timeout: float, **args: Any) -> 
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[len("RESULT ") :])
             return {**result, "wall": wall}
-    return {"error": f"worker died (exit {code}): {_tail(stderr)}", "wall": wall}
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+    if code == -signal.SIGKILL:
+        how += " (out of memory?)"
+    return {"error": f"worker died ({how}): {_tail(stderr)}", "wall": wall}
 
 
 def iree_compile(mlir: Path, vmfb: Path, timeout: float) -> dict[str, Any]:
@@ -534,11 +538,12 @@ def main() -> None:
         began = time.monotonic()
         record = measure(name, found[name], args.work, timeout=args.timeout, full=full, log=sys.stderr if args.verbose else None)
         record["seconds"] = time.monotonic() - began
+        record["load"] = round(os.getloadavg()[1], 1)  # other work on the machine: the last 5 minutes' load average
         records.append(record)
         if args.json:
             with args.json.open("a", encoding="utf-8") as log:
                 log.write(json.dumps(record) + "\n")
-    print(f"{len(names)} models in {time.monotonic() - start:.0f} s\n")
+    print(f"{len(names)} models in {time.monotonic() - start:.0f} s on {os.cpu_count()} cores (load average {os.getloadavg()[1]:.1f})\n")
     report(records)
 
 
