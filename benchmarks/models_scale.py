@@ -342,7 +342,7 @@ def iree_compile(mlir: Path, vmfb: Path, timeout: float) -> dict[str, Any]:
     from pyree_build.core import toolchain
 
     argv = [str(toolchain.iree_compile().path), str(mlir), *IREE_FLAGS, "-o", str(vmfb)]
-    code, _, stderr, wall = _bounded(argv, timeout)
+    code, _, stderr, wall = _bounded(argv, timeout, vmfb.parent / "cache")
     if code is None:
         return {"error": f"timed out after {timeout:.0f} s", "seconds": None}
     if code != 0:
