@@ -161,8 +161,8 @@ void fc1_relu(
 static int fc1_relu_import(void* params, void* context, void* reserved) {
   (void)context;
   (void)reserved;
-  const fc1_relu_args_t* a = (const fc1_relu_args_t*)params;
-  fc1_relu(a->in0, a->in0_offset, a->in1, a->in1_offset, a->in2, a->in2_offset, a->out0, a->out0_offset, a->in0_d0, a->in0_d1, a->in1_d0, a->in1_d1, a->in2_d0, a->workgroup_id, a->workgroup_count);
+  const fc1_relu_args_t* fc1_relu_args = (const fc1_relu_args_t*)params;
+  fc1_relu(fc1_relu_args->in0, fc1_relu_args->in0_offset, fc1_relu_args->in1, fc1_relu_args->in1_offset, fc1_relu_args->in2, fc1_relu_args->in2_offset, fc1_relu_args->out0, fc1_relu_args->out0_offset, fc1_relu_args->in0_d0, fc1_relu_args->in0_d1, fc1_relu_args->in1_d0, fc1_relu_args->in1_d1, fc1_relu_args->in2_d0, fc1_relu_args->workgroup_id, fc1_relu_args->workgroup_count);
   return 0;  // non-zero tells the runtime the call failed
 }
 
