@@ -81,3 +81,62 @@ def test_a_tools_version_looked_up_on_the_search_path_is_no_input(tmp_path):
         (tmp_path / "after.txt").read_text()
     assert read.complete, read.unrecordable
     assert list(read.paths) == []  # written in the scope: its own
+
+
+def test_threads_pausing_and_recording_in_every_interleaving_keep_each_scope(tmp_path):
+    # tune's workers record and pause at once: a pause in one thread must neither drop a
+    # scope another thread opened meanwhile (its close failed: "x not in list") nor silence
+    # that thread's reads. Each step of the two threads is forced in turn, in every order.
+    import itertools
+    import threading
+
+    wanted = tmp_path / "input.txt"
+    wanted.write_text("x", encoding="utf-8")
+    version = tmp_path / "version.txt"
+    version.write_text("v", encoding="utf-8")
+
+    def pauser(steps: list[threading.Event], done: list[threading.Event]) -> None:
+        steps[0].wait()
+        with reads.paused():
+            done[0].set()
+            steps[1].wait()
+            open(version, encoding="utf-8").close()
+            done[1].set()
+            steps[2].wait()
+        done[2].set()
+
+    orders = set(itertools.permutations("PPPRRR"))
+    assert orders
+    for order in sorted(orders):
+        steps = {who: [threading.Event() for _ in range(3)] for who in "PR"}
+        done = {who: [threading.Event() for _ in range(3)] for who in "PR"}
+        got: dict[str, reads.Reads] = {}
+
+        def recorder(steps: list[threading.Event], done: list[threading.Event], got: dict[str, reads.Reads]) -> None:
+            steps[0].wait()
+            with reads.recording() as scope:
+                done[0].set()
+                steps[1].wait()
+                open(wanted, encoding="utf-8").close()
+                done[1].set()
+                steps[2].wait()
+            got["scope"] = scope
+            done[2].set()
+
+        threads = [
+            threading.Thread(target=pauser, args=(steps["P"], done["P"])),
+            threading.Thread(target=recorder, args=(steps["R"], done["R"], got)),
+        ]
+        for thread in threads:
+            thread.start()
+        taken = {"P": 0, "R": 0}
+        for who in order:
+            steps[who][taken[who]].set()
+            assert done[who][taken[who]].wait(10), (order, who)
+            taken[who] += 1
+        for thread in threads:
+            thread.join(10)
+        scope = got["scope"]
+        assert str(wanted) in scope.paths, order
+        assert str(version) not in scope.paths, order
+    assert not reads._ACTIVE

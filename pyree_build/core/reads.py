@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -70,8 +71,28 @@ class Reads:
             self.unrecordable = self.unrecordable or f"listed the directory {path}"
 
 
+# The scopes are the process's, not a thread's: a read by any thread of the command (a worker
+# pool's) belongs to it, and recording more than a scope's own reads only makes a plan stat
+# more. Pausing is the thread's own: one thread's reads that are no input (a tool's version)
+# must not silence another thread's, nor may its restore drop a scope that thread opened.
 _ACTIVE: list[Reads] = []
+_ACTIVE_LOCK = threading.Lock()
+
+
+class _Pauses(threading.local):
+    depth = 0
+
+
+_PAUSED = _Pauses()
 _INSTALLED = False
+
+
+def _recorders() -> list[Reads]:
+    """The scopes a read of this thread goes to (none while this thread is paused)."""
+    if not _ACTIVE or _PAUSED.depth:
+        return []
+    with _ACTIVE_LOCK:
+        return _ACTIVE[:]
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
@@ -87,7 +108,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     path = os.fspath(path)
     if _of_the_kernel(path):
         return
-    for reads in _ACTIVE:
+    for reads in _recorders():
         if event == "os.mkdir":
             reads._made(path, directory=True)
         elif event == "open" and isinstance(args[2], int) and args[2] & _WRITES:
@@ -118,11 +139,13 @@ def recording(own: Sequence[str | os.PathLike[str]] = ()) -> Iterator[Reads]:
         sys.addaudithook(_hook)
         _INSTALLED = True
     reads = Reads([os.fspath(d) for d in own])
-    _ACTIVE.append(reads)
+    with _ACTIVE_LOCK:
+        _ACTIVE.append(reads)
     try:
         yield reads
     finally:
-        _ACTIVE.remove(reads)
+        with _ACTIVE_LOCK:
+            _ACTIVE.remove(reads)
 
 
 @contextlib.contextmanager
@@ -130,12 +153,11 @@ def paused() -> Iterator[None]:
     """Nothing read in this block is recorded: for reads that are no input of the command,
     such as listing the search path for a tool's version, where the tool's own file (which
     a plan stats) changes with any reinstall."""
-    saved = _ACTIVE[:]
-    _ACTIVE.clear()
+    _PAUSED.depth += 1
     try:
         yield
     finally:
-        _ACTIVE[:] = saved
+        _PAUSED.depth -= 1
 
 
 def note(*paths: str | os.PathLike[str]) -> None:
@@ -144,11 +166,11 @@ def note(*paths: str | os.PathLike[str]) -> None:
     for path in paths:
         if _of_the_kernel(path):
             unrecordable(f"read {os.fspath(path)}, a report of the kernel")
-        for reads in _ACTIVE:
+        for reads in _recorders():
             reads._read(os.fspath(path))
 
 
 def unrecordable(why: str) -> None:
     """Something was read that no stat can stand for: nothing read in this scope is remembered."""
-    for reads in _ACTIVE:
+    for reads in _recorders():
         reads.unrecordable = reads.unrecordable or why
