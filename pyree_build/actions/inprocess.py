@@ -188,11 +188,11 @@ def call_many(module: PathLike, function: str, calls: Sequence[Sequence[object]]
     results = []
     for inputs in calls:
         result = entry(*_arguments(entry, inputs))
-        results.append([_to_host(config.device, r) for r in (result if isinstance(result, (tuple, list)) else [result])])
+        results.append([to_host(config.device, r) for r in (result if isinstance(result, (tuple, list)) else [result])])
     return results
 
 
-def _to_host(device: Any, result: Any) -> np.ndarray:
+def to_host(device: Any, result: Any) -> np.ndarray:
     """A result as a host array. Where the device cannot import the host array to_host copies
     into (lavapipe: minImportedHostPointerAlignment 4096, numpy aligns to 64 bytes), through a
     staging buffer of the device's own, mapped after the copy."""

@@ -3,8 +3,8 @@ this one process with the module loaded once, saving each call's results as `<i>
 
 iree-run-module calls a function once per process, and each process builds the module's
 pipelines again: on lavapipe, LLVM compiles every shader on its first dispatch (a SqueezeNet's
-29 shaders: ~85 s of CPU, as much as a run), unless Mesa's shader cache on disk has them. Here
-they are built once for all the calls. A child, so that a driver that
+29 shaders: about one run's time), unless Mesa's shader cache on disk has them. Here they are
+built once for all the calls. A child, so that a driver that
 crashes or hangs takes it down, never the caller (the server); no plugins are loaded here.
 
 Exit code 0: every call's results saved; any other: the runtime refused the module or a call,
