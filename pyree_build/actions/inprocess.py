@@ -173,6 +173,50 @@ def run(
         raise PyreeError(f"calling {function} failed", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
 
 
+def call_many(module: PathLike, function: str, calls: Sequence[Sequence[object]], *, device: str) -> list[list[np.ndarray]]:
+    """`function` called once per entry of `calls` (its inputs: arrays or `--input` specs), on one
+    device with the module loaded once: the device builds each executable's pipelines once for
+    every call (on lavapipe, LLVM compiling each shader on its first dispatch), where
+    iree-run-module builds them again in each of its processes. No plugins: this runs in the child
+    process run.run_calls starts (actions/run_calls.py), never in the caller's."""
+    mod = require_file(module, "module")
+    config = rt.Config(device)
+    context = rt.SystemContext(config=config)
+    vm_module = rt.VmModule.copy_buffer(context.instance, mod.read_bytes())
+    context.add_vm_module(vm_module)
+    entry = context.modules[vm_module.name][function]
+    results = []
+    for inputs in calls:
+        result = entry(*_arguments(entry, inputs))
+        results.append([to_host(config.device, r) for r in (result if isinstance(result, (tuple, list)) else [result])])
+    return results
+
+
+def to_host(device: Any, result: Any) -> np.ndarray:
+    """A result as a host array. Where the device cannot import the host array to_host copies
+    into (lavapipe: minImportedHostPointerAlignment 4096, numpy aligns to 64 bytes), through a
+    staging buffer of the device's own, mapped after the copy."""
+    if not hasattr(result, "to_host"):
+        return np.asarray(result)
+    try:
+        return np.asarray(result.to_host())
+    except ValueError as exc:
+        view = getattr(result, "_buffer_view", None)
+        if view is None or "import" not in str(exc):
+            raise
+    source = view.get_buffer()
+    staging = device.allocator.allocate_buffer(
+        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+        allocation_size=source.byte_length(),
+    )
+    semaphore = device.create_semaphore(0)
+    device.queue_copy(source, staging, wait_semaphores=rt.HalFence.create_at(semaphore, 0), signal_semaphores=rt.HalFence.create_at(semaphore, 1))
+    rt.HalFence.create_at(semaphore, 1).wait()
+    raw = np.array(staging.map().asarray(tuple(view.shape), rt.HalElementType.map_to_dtype(view.element_type)))
+    return raw if raw.dtype == result.dtype else raw.astype(result.dtype)
+
+
 def _require_resolves_answered(mod: Path, plugins: Sequence[PathLike]) -> None:
     """Loading the module calls each plugin's resolve inside a runtime call that holds the GIL:
     nothing in this process could bound it or see a SIGINT. So the plugins are asked first in a

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -46,7 +48,7 @@ PathLike = str | os.PathLike[str]
 
 __all__ = [
     "DEFAULT_RUN_TIMEOUT_S", "EMBEDDED_PREFIX", "SKIP_EXIT_CODE", "DeviceUnavailable", "RunResult", "check_timeout", "crash_hint",
-    "explain_run_failure", "format_result", "function_results", "npy_text", "plugin_flag", "require_device", "run", "run_to_arrays",
+    "explain_run_failure", "format_result", "function_results", "npy_text", "plugin_flag", "require_device", "run", "run_calls", "run_to_arrays",
 ]  # fmt: skip
 
 # Exit code ctest reads as "skipped" (SKIP_RETURN_CODE), used when a test asks for a GPU
@@ -57,6 +59,8 @@ SKIP_EXIT_CODE = 77
 DEFAULT_RUN_TIMEOUT_S = 300.0
 # iree-run-module elides results longer than this (1024 by default) with "...".
 _NO_ELISION = f"--output_max_element_count={1 << 30}"
+# The child that calls a function several times in one process (run_calls).
+_CALLS_CHILD = "pyree_build.actions.run_calls"
 _RESULT_HEADING = re.compile(r"^result\[\d+\]:", re.MULTILINE)  # compiled in the server, not in each worker
 
 
@@ -357,6 +361,60 @@ def run_to_arrays(
     mod = require_file(module, "module")
     with input_specs(mod, function, inputs) as specs:
         return run(mod, function, inputs=specs, plugins=plugins, device=device, timeout=timeout).outputs
+
+
+def run_calls(
+    module: PathLike,
+    function: str,
+    calls: Sequence[Sequence[object]],
+    *,
+    plugins: Sequence[PathLike] = (),
+    device: str = "local-sync",
+    timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
+) -> list[list[numpy.ndarray]]:
+    """`function` called once per entry of `calls` (its inputs, as run_to_arrays takes them):
+    each call's results as numpy arrays, the same as run_to_arrays gives.
+
+    Where each process builds the device's pipelines again at a cost (the backend's
+    `pipelines_per_process`: Vulkan, whose lavapipe compiles each shader with LLVM) and no plugin
+    is loaded, every call runs in one child process with the module loaded once
+    (actions/run_calls.py, through IREE's Python runtime), bounded by `timeout` seconds a call;
+    elsewhere each call is one iree-run-module, as a run is. Where the runtime refuses the module
+    or a call there, iree-run-module runs each call instead and its message names the problem."""
+    mod = require_file(module, "module")
+    if len(calls) < 2 or plugins or not _backend_of(device).pipelines_per_process:
+        return [run_to_arrays(mod, function, c, plugins=plugins, device=device, timeout=timeout) for c in calls]
+    check_timeout(timeout)
+    require_device(device, module=mod)
+    batched = _calls_in_one_process(mod, function, calls, device, timeout)
+    if batched is None:
+        return [run_to_arrays(mod, function, c, device=device, timeout=timeout) for c in calls]
+    return batched
+
+
+def _calls_in_one_process(mod: Path, function: str, calls: Sequence[Sequence[object]], device: str, timeout: float | None) -> list[list[numpy.ndarray]] | None:
+    """Every call in one child process; None where it ended with an error of its own (the runtime
+    refused the module or a call, or cannot be imported): a crash or a timeout is raised."""
+    with contextlib.ExitStack() as stack:
+        specs = [_untyped_scalars(mod, function, stack.enter_context(input_specs(mod, function, c))) for c in calls]
+        out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pyree-run.")))
+        spec = {"module": os.fspath(mod), "function": function, "device": device, "calls": specs, "out": os.fspath(out)}
+        argv = [*toolchain.python_module(_CALLS_CHILD), json.dumps(spec)]
+        reads.note(*_tool_reads(mod, (), sys.executable, [i for s in specs for i in s]))
+        limit = None if timeout is None else timeout * len(calls)
+        with processes.time_limit(limit):
+            result = processes.spawn(
+                argv, what=f"calling {function} {len(calls)} times on {device} in one process", file=mod, check=False,
+                explain=functools.partial(explain_run_failure, device=device), timeout=limit, crash_hint=crash_hint(()),
+            )  # fmt: skip
+        if result.returncode != 0:
+            return None
+        return [[load_npy((out / f"{i}_{j}.npy").read_bytes()) for j in range(_count(out, i))] for i in range(len(calls))]
+
+
+def _count(out: Path, call: int) -> int:
+    """How many results call `call` saved (`<call>_<j>.npy`)."""
+    return sum(1 for name in os.listdir(out) if name.startswith(f"{call}_"))
 
 
 @contextlib.contextmanager

@@ -151,6 +151,10 @@ class Backend:
     workflows: tuple[Workflow, ...] = ()
     #: whether `pb.run` may read results through IREE's Python runtime on this target's devices.
     runs_in_process: bool = True
+    #: whether each process may build the device's pipelines again, at a cost like a call's (a
+    #: driver compiling every shader: lavapipe's LLVM on a shader's first dispatch). Several
+    #: calls of one module (verify's draws) then run in one process (run.run_calls).
+    pipelines_per_process: bool = False
     #: whether `dump` supports this target.
     dumps: bool = False
     #: whether an executable's object (not only its source) may be substituted on this target.

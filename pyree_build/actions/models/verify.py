@@ -1,12 +1,13 @@
 """A module against the framework: run the module (through `run`'s iree-run-module path,
-plugins included) and the ONNX model (onnxruntime, CPUExecutionProvider) on the same
-inputs, and compare every output element by element.
+plugins included; on Vulkan every set of inputs in one process, run.run_calls) and the ONNX
+model (onnxruntime, CPUExecutionProvider) on the same inputs, and compare every output
+element by element.
 
 Inputs are several seeded draws that reach each input's meaningful range (draws.py), or the
 stored inputs of an ONNX test directory or .pb/.npy files (whose stored outputs are then the
 reference), or given as `--input` specs. With a baseline (the same model compiled without
-the replacement), an output that IREE's own module also gets wrong is reported as IREE's
-difference, not the kernel's.
+the replacement, run on the inputs where an output fails), an output that IREE's own module
+also gets wrong is reported as IREE's difference, not the kernel's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pyree_build.actions import checks
 from pyree_build.actions.models import draws
 from pyree_build.actions.models.importer import INSTALL_ONNX, load_model
 from pyree_build.actions.results import NPY_TENSOR, exported_functions, function_parameters
-from pyree_build.actions.run import require_device, run_to_arrays
+from pyree_build.actions.run import require_device, run_calls
 from pyree_build.core import escape, lazy
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import record
@@ -363,10 +364,13 @@ def module_device(module: Path) -> str:
 
 
 def _run_module(
-    module: Path, function: str, arrays: Sequence[numpy.ndarray], plugins: Sequence[PathLike], device: str, model_path: Path
-) -> list[numpy.ndarray]:
+    module: Path, function: str, calls: Sequence[Sequence[numpy.ndarray]], plugins: Sequence[PathLike], device: str, model_path: Path
+) -> list[list[numpy.ndarray]]:
+    """The module's results for each set of inputs in `calls` (run_calls: one process for them all
+    where the device builds its pipelines in each, Vulkan; one iree-run-module each elsewhere)."""
+    arrays = calls[0]  # every set has the graph's inputs' shapes and types
     try:
-        return run_to_arrays(module, function, arrays, plugins=plugins, device=device)
+        return run_calls(module, function, calls, plugins=plugins, device=device)
     except PyreeError as err:
         doubles = [i for i, a in enumerate(arrays) if a.dtype == np.float64]
         if doubles and "exceeds backing buffer byte length" in (err.details or ""):
@@ -492,13 +496,15 @@ def verify(
     it subtracts a maximum before exp, draws.peak_places), or the given `inputs` (`--input`
     specs: `4x16xf32=1`, `@x.npy`), or `input_files`: an ONNX test directory (input_N.pb,
     with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
-    with iree-run-module (`plugins` loaded, on `device`: by default the device its executables
+    with iree-run-module (`plugins` loaded; on Vulkan, once for every set of inputs, through IREE's
+    Python runtime in a child process, so that lavapipe compiles its shaders once; on `device`: by default the device its executables
     are for, vulkan, cuda or hip for a GPU module, else local-sync); `function` defaults to the graph's
     name or the module's only function. A float output passes where every element is within
     `atol + rtol * |reference|`, `rtol` defaulting to 1e-4 and `atol` to 1e-5 times the
     output's largest magnitude (both 4e-3 for float16); integer and bool outputs must be equal. `baseline`: the model compiled without
-    the replacement, run on the same inputs, so an output IREE itself computes differently
-    from the reference is reported as IREE's difference (verdict iree-differs).
+    the replacement, run on the same inputs where an output fails (it is read for nothing else),
+    so an output IREE itself computes differently from the reference is reported as IREE's
+    difference (verdict iree-differs).
     `skip_unavailable`: where `device` is absent (no GPU), stop with the exit code ctest reads
     as skipped (a GPU module's verify test on a machine without one).
     """
@@ -520,29 +526,43 @@ def verify(
     device = device or module_device(mod)
     if skip_unavailable:
         require_device(device, skip_unavailable=True)
-    results = [
-        _trial(model_path, model, drawn, (mod, fn, plugins, device), (base, base_fn, base_device) if base is not None else None, rtol, atol) for drawn in sets
-    ]
+    results = _trials(model_path, model, sets, (mod, fn, plugins, device), (base, base_fn, base_device) if base is not None else None, rtol, atol)
     return VerifyResult(mod, model_path, fn, tuple(results), rtol, atol, seed, base)
 
 
-def _trial(
-    model_path: Path, model: onnx_types.ModelProto, drawn: draws.Draw, run: tuple[Path, str, Sequence[PathLike], str],
+def _trials(
+    model_path: Path, model: onnx_types.ModelProto, sets: Sequence[draws.Draw], run: tuple[Path, str, Sequence[PathLike], str],
     baseline: tuple[Path, str, str] | None, rtol: float | None, atol: float | None,
-) -> TrialResult:  # fmt: skip
-    """One set of inputs: the module (`run`: module, function, plugins, device) and the baseline
-    (module, function, device) against the reference, every output judged."""
+) -> list[TrialResult]:  # fmt: skip
+    """Every set of inputs: the references first (a set onnxruntime refuses is drawn again), then
+    the module (`run`: module, function, plugins, device) once for all the sets (_run_module), every
+    output compared. The baseline (module, function, device) is read only for an output that fails
+    (_judge), so it runs only on the sets where one does, once for them all: a passing verify of a
+    SqueezeNet on lavapipe runs the model 3 times, not 6."""
     mod, fn, plugins, device = run
-    used, names, expected, reference = _reference(model_path, model, drawn)
-    actual = _run_module(mod, fn, used.arrays, plugins, device, model_path)
-    _require_matching(mod, fn, actual, names, expected)
-    own: list[numpy.ndarray] | None = None
-    if baseline is not None:
+    references = [_reference(model_path, model, drawn) for drawn in sets]
+    calls = [used.arrays for used, _, _, _ in references]
+    actual = _run_module(mod, fn, calls, plugins, device, model_path)
+    compared = []
+    for outputs, (_, names, expected, source) in zip(actual, references):
+        _require_matching(mod, fn, outputs, names, expected)
+        compared.append([compare(j, names[j], a, e, rtol, atol, source) for j, (a, e) in enumerate(zip(outputs, expected))])
+    failing = [k for k, outputs in enumerate(compared) if not all(o.passed for o in outputs)]
+    own: dict[int, list[numpy.ndarray]] = {}
+    if baseline is not None and failing:
         base, base_fn, base_device = baseline
-        own = _run_module(base, base_fn, used.arrays, (), base_device, model_path)
-        _require_matching(base, base_fn, own, names, expected)
-    outputs = tuple(
-        _judge(compare(j, names[j], a, e, rtol, atol, reference), a, e, own[j] if own is not None else None, rtol, atol)
-        for j, (a, e) in enumerate(zip(actual, expected))
+        for k, outputs in zip(failing, _run_module(base, base_fn, [calls[k] for k in failing], (), base_device, model_path)):
+            _require_matching(base, base_fn, outputs, references[k][1], references[k][2])
+            own[k] = outputs
+    return [_trial(references[k][0].label, compared[k], actual[k], references[k][2], own.get(k), rtol, atol) for k in range(len(sets))]
+
+
+def _trial(
+    label: str, compared: Sequence[OutputComparison], actual: Sequence[numpy.ndarray], expected: Sequence[numpy.ndarray],
+    own: Sequence[numpy.ndarray] | None, rtol: float | None, atol: float | None,
+) -> TrialResult:  # fmt: skip
+    """One set of inputs: each output's comparison with the reference, a failing one judged against
+    the baseline's output (`own`, where the baseline ran)."""
+    return TrialResult(
+        label, tuple(_judge(c, a, e, own[j] if own is not None else None, rtol, atol) for j, (c, a, e) in enumerate(zip(compared, actual, expected)))
     )
-    return TrialResult(used.label, outputs)
