@@ -296,3 +296,30 @@ def test_the_python_api_ends_its_tools_on_a_stop(tmp_path):
     assert code == 143 and "stopped 143" in watched.out
     _assert_all_gone(watched)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pool_left_by_a_stop_starts_none_of_its_queued_steps():
+    # A stopped ptx job with more sm than workers kept compiling the queued ones after SIGTERM,
+    # past its parent's grace, and was killed before it removed its scratch directory.
+    import threading
+
+    from pyree_build.core import processes
+
+    started: list[int] = []
+    release = threading.Event()
+
+    def step(k: int) -> int:
+        started.append(k)
+        release.wait(10)
+        return k
+
+    with pytest.raises(KeyboardInterrupt), processes.thread_pool(1) as pool:
+        queued = [pool.submit(step, k) for k in range(5)]
+        while not started:
+            time.sleep(0.01)
+        threading.Timer(0.3, release.set).start()  # step 0 still runs when the block is left
+        raise KeyboardInterrupt
+    assert started == [0]
+    assert [f.cancelled() for f in queued] == [False, True, True, True, True]
+    with processes.thread_pool(1) as pool:  # left normally: every step runs
+        assert list(pool.map(lambda k: k * 2, range(4))) == [0, 2, 4, 6]

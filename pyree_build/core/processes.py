@@ -328,10 +328,21 @@ class _Popen:
         return True
 
 
-def thread_pool(jobs: int | None) -> ThreadPoolExecutor:
+@contextlib.contextmanager
+def thread_pool(jobs: int | None) -> Iterator[ThreadPoolExecutor]:
     """A pool for a verb's independent steps (-j N; default: every core). concurrent.futures is
-    loaded here, when steps run, not by every verb (a cache hit needs no pool: ~5 ms)."""
-    return futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
+    loaded here, when steps run, not by every verb (a cache hit needs no pool: ~5 ms).
+
+    A block left by an exception (a stop, a failed step) starts none of the steps still queued:
+    it waits only for those running, so a stopped job ends, and removes its temporaries, within
+    the grace its parent gives it (end_group), not after every queued compile has run."""
+    pool = futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def spawn(
