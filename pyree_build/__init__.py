@@ -32,10 +32,10 @@ if TYPE_CHECKING:  # the verbs' annotations only: the modules behind them load o
     from pyree_build.actions.bench import BenchResult
     from pyree_build.actions.executables import Executable
     from pyree_build.actions.inline import InlineKernel
-    from pyree_build.actions.models.ops import OpGroup
-    from pyree_build.actions.models.verify import VerifyResult
-    from pyree_build.actions.tune import TuneResult
     from pyree_build.core.args import PathLike
+    from pyree_build.models.ops import OpGroup
+    from pyree_build.models.verify import VerifyResult
+    from pyree_build.tuning.sweep import TuneResult
 
 _P = _ParamSpec("_P")
 _R = _TypeVar("_R")
@@ -286,7 +286,7 @@ def bench(
     raise NotImplementedError
 
 
-@_verb(".actions.tune", "tune", optional=("module", "device", "reference", "onnx", "build_dir", "ray", "ray_resources", "program", "spec", "target_options"))
+@_verb(".tuning.sweep", "tune", optional=("module", "device", "reference", "onnx", "build_dir", "ray", "ray_resources", "program", "spec", "target_options"))
 def tune(
     sources: PathLike | Sequence[PathLike],
     output: PathLike,
@@ -354,7 +354,7 @@ def new(
     raise NotImplementedError
 
 
-@_verb(".actions.models.importer", "import_onnx")
+@_verb(".models.ir.importer", "import_onnx")
 def import_onnx(
     model: PathLike,
     output: PathLike,
@@ -377,7 +377,7 @@ def import_onnx(
     raise NotImplementedError
 
 
-@_verb(".actions.models.verify", "verify", optional=("function", "baseline", "rtol", "atol"))
+@_verb(".models.verify", "verify", optional=("function", "baseline", "rtol", "atol"))
 def verify(
     module: PathLike,
     onnx_model: PathLike,
@@ -403,7 +403,7 @@ def verify(
     raise NotImplementedError
 
 
-@_verb(".actions.models.ops", "ops")
+@_verb(".models.ops", "ops")
 def ops(source: PathLike, *, targets: Sequence[str] = (), timeout: float | None = None) -> list[OpGroup]:
     """The op groups of a program as a transform spec sees them, numbered for `replace`.
     `targets` (vulkan, cuda, hip): also whether each group's kernel can be generated for them;
@@ -414,7 +414,7 @@ def ops(source: PathLike, *, targets: Sequence[str] = (), timeout: float | None 
     raise NotImplementedError
 
 
-@_verb(".actions.models.replace", "replace", optional=("onnx", "function"))
+@_verb(".models.replace", "replace", optional=("onnx", "function"))
 def replace(
     source: PathLike,
     output_dir: PathLike,
@@ -553,10 +553,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "fatelf": (".backends.llvm_cpu.fatelf", ""),
     "BenchResult": (".actions.bench", "BenchResult"),
     "Executable": (".actions.executables", "Executable"),
-    "OpGroup": (".actions.models.ops", "OpGroup"),
-    "VerifyResult": (".actions.models.verify", "VerifyResult"),
+    "OpGroup": (".models.ops", "OpGroup"),
+    "VerifyResult": (".models.verify", "VerifyResult"),
     "InlineKernel": (".actions.inline", "InlineKernel"),
-    "TuneResult": (".actions.tune", "TuneResult"),
+    "TuneResult": (".tuning.sweep", "TuneResult"),
 }
 
 

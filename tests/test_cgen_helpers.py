@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyree_build.actions.models import cgen
 from pyree_build.core import toolchain
+from pyree_build.models.codegen import c_reference
 
 NAMES = ("pyree_roundeven", "pyree_round", "pyree_trunc", "pyree_powi", "pyree_ipowi")
 
@@ -21,13 +21,13 @@ NAMES = ("pyree_roundeven", "pyree_round", "pyree_trunc", "pyree_powi", "pyree_i
 @pytest.fixture(scope="module")
 def helpers(tmp_path_factory):
     """A program reading `op x n` lines and printing each result exactly (%a)."""
-    kernel = cgen.Kernel()
+    kernel = c_reference.Kernel()
     for name in NAMES:
-        cgen._helper(kernel, name)
+        c_reference._helper(kernel, name)
     source = tmp_path_factory.mktemp("helpers") / "check.c"
     source.write_text(
         "#include <stdint.h>\n#include <stdio.h>\n"
-        + "\n".join(cgen.helpers_text(kernel))
+        + "\n".join(c_reference.helpers_text(kernel))
         + r"""
 int main(void) {
   char op[4]; double x; long long n;

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pyree_build.actions.models import verify
+from pyree_build.models import verify
 
 FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=32)
 
@@ -62,7 +62,7 @@ def test_a_malformed_remote_url_is_noted_without_its_password(scheme, password, 
 
 @functools.cache
 def _mlir_context():  # one for every example: creating one costs ~0.1 s
-    from pyree_build.actions.models import program
+    from pyree_build.models.ir import program
 
     return program.ir.Context()
 
@@ -73,7 +73,7 @@ def _mlir_context():  # one for every example: creating one costs ~0.1 s
 @given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20))
 @settings(max_examples=300, deadline=None)
 def test_a_node_name_reads_back_from_the_location_mlir_printed(name):
-    from pyree_build.actions.models import program
+    from pyree_build.models.ir import program
 
     with _mlir_context():
         printed = str(program.ir.Location.name(name))  # MLIR's own printer: bytes outside printable ASCII as \HH

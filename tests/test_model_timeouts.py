@@ -112,7 +112,7 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused_up_front(tmp_path, v
 
 
 def test_the_default_bound_is_beyond_a_real_model_and_grows_with_its_size(tmp_path):
-    from pyree_build.actions.models import limits
+    from pyree_build.models.ir import limits
 
     small, large = tmp_path / "small.onnx", tmp_path / "large.onnx"
     small.write_bytes(b"x" * 1000)

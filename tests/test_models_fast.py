@@ -26,9 +26,9 @@ pytest.importorskip("onnxruntime")
 
 import onnx_models  # noqa: E402
 
-from pyree_build.actions import tune  # noqa: E402
-from pyree_build.actions.models import loopnest  # noqa: E402
 from pyree_build.core import toolchain  # noqa: E402
+from pyree_build.models.codegen import loopnest  # noqa: E402
+from pyree_build.tuning import sweep as tune  # noqa: E402
 
 
 def _replaced(directory: Path, m: int, k: int, n: int) -> tuple[Path, Path, Path]:
@@ -268,12 +268,12 @@ def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
     # results, underflow to 0, infinities and NaN.
     import numpy as np
 
-    from pyree_build.actions.models import cgen
+    from pyree_build.models.codegen import c_reference
 
     program = tmp_path / "expf.c"
     program.write_text(
         "#include <stdint.h>\n#include <stdio.h>\n"
-        + cgen.HELPERS["pyree_expf"]
+        + c_reference.HELPERS["pyree_expf"]
         + "\nint main(void) { float x; while (fread(&x, 4, 1, stdin) == 1) { float y = pyree_expf(x); fwrite(&y, 4, 1, stdout); } return 0; }\n"
     )
     exe = tmp_path / "expf"

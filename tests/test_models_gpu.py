@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 import pyree_build as pb
 from pyree_build import backends
-from pyree_build.actions import tune
-from pyree_build.actions.models import gpunest
-from pyree_build.actions.models import verify as verify_module
 from pyree_build.backends.vulkan import devices as vulkan
 from pyree_build.core.errors import PyreeError
+from pyree_build.models import verify as verify_module
+from pyree_build.models.codegen import gpu_source
+from pyree_build.tuning import sweep as tune
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -114,8 +114,8 @@ def test_every_vulkan_generable_group_of_the_zoo_runs_on_vulkan_and_verifies(tmp
 def test_the_zoo_has_groups_generated_for_every_gpu_target(tmp_path):
     # The property above is not vacuous: the zoo's dense layers and softmax are generated for each target.
     _, mlir = _imported(tmp_path, "mlp")
-    listed = pb.ops(mlir, targets=list(gpunest.TARGETS))
-    for target in gpunest.TARGETS:
+    listed = pb.ops(mlir, targets=list(gpu_source.TARGETS))
+    for target in gpu_source.TARGETS:
         assert [g.index for g in listed if g.targets[target] is None] == [1, 2, 3], (target, listed)
 
 
@@ -125,8 +125,8 @@ def test_row_wise_groups_are_generated_for_every_gpu_target(tmp_path, name):
     # recomputes its row's reductions in order, each in its own loop and register. (The zoo's
     # property above runs and verifies them on Vulkan; the CUDA and HIP test below compiles them.)
     _, mlir = _imported(tmp_path, name)
-    [group] = pb.ops(mlir, targets=list(gpunest.TARGETS))
-    assert group.targets == dict.fromkeys(gpunest.TARGETS), group.targets
+    [group] = pb.ops(mlir, targets=list(gpu_source.TARGETS))
+    assert group.targets == dict.fromkeys(gpu_source.TARGETS), group.targets
     pb.replace(mlir, tmp_path / "k", ops=[1], imports=["rows"], target="vulkan")
     text = (tmp_path / "k" / "rows.glsl").read_text()
     assert "O(n^2) per row" in text and "float row0 = " in text and "float row1 = " in text and "row2" not in text
@@ -144,7 +144,7 @@ def test_a_softmax_over_another_axis_than_the_last_is_refused_for_gpus_with_the_
     onnx_models.save(onnx_models._model("softmax0", [helper.make_node("Softmax", ["x"], ["y"], axis=0)], {"x": (4, 10)}, {"y": (4, 10)}), model)
     mlir = tmp_path / "softmax0.mlir"
     pb.import_onnx(model, mlir)
-    [group] = pb.ops(mlir, targets=list(gpunest.TARGETS))
+    [group] = pb.ops(mlir, targets=list(gpu_source.TARGETS))
     assert group.replaceable and all("not over the last loop" in (reason or "") for reason in group.targets.values()), group.targets
     refused = run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", tmp_path / "k", "--target", "hip")
     assert_clean_error(refused, "cannot be generated for hip", "does not cover this group", "not over the last loop")
@@ -178,12 +178,12 @@ def test_ops_and_replace_never_disagree_per_target(tmp_path):
     # one marked not is refused with that reason, for every target and group of these models.
     for name in ("mlp", "layer_norm"):
         model, mlir = _imported(tmp_path, name)
-        for group in pb.ops(mlir, targets=list(gpunest.TARGETS)):
+        for group in pb.ops(mlir, targets=list(gpu_source.TARGETS)):
             for target, reason in group.targets.items():
                 out = tmp_path / f"{name}_{group.index}_{target}"
                 if reason is None:
                     written = pb.replace(mlir, out, ops=[group.index], imports=["k"], target=target)
-                    assert out / f"k{gpunest.SUFFIXES[gpunest.TARGETS[target]]}" in written
+                    assert out / f"k{gpu_source.SUFFIXES[gpu_source.TARGETS[target]]}" in written
                 else:
                     with pytest.raises(PyreeError) as refused:
                         pb.replace(mlir, out, ops=[group.index], imports=["k"], target=target)
@@ -262,14 +262,14 @@ def test_vulkan_refuses_what_glsl_cannot_index_and_dynamic_sizes_with_the_reason
     assert_clean_error(run_cli("ops", dense, "--target", "metal"), "unknown GPU target 'metal'", "vulkan, cuda, hip")
 
 
-@pytest.mark.parametrize("target", tuple(gpunest.TARGETS))
+@pytest.mark.parametrize("target", tuple(gpu_source.TARGETS))
 def test_every_gpu_kernel_declares_its_workgroup_size_as_a_tune_knob_default_first(tmp_path, target):
     # The same knob line in GLSL, CUDA and HIP, the default (64, the spec's) first as the C's knobs:
     # among variants noise cannot tell apart, tune keeps the untuned kernel. The #ifndef default
     # lets a build without -D compile.
     _, mlir = _imported(tmp_path, "matmul_add_relu")
     pb.replace(mlir, tmp_path / "k", ops=[1], imports=["dense"], target=target)
-    source = tmp_path / "k" / f"dense{gpunest.SUFFIXES[gpunest.TARGETS[target]]}"
+    source = tmp_path / "k" / f"dense{gpu_source.SUFFIXES[gpu_source.TARGETS[target]]}"
     assert tune.declared_params(source) == {"PYREE_WG_SIZE": ["64", "32", "128", "256"]}
     assert "#ifndef PYREE_WG_SIZE\n#define PYREE_WG_SIZE 64\n#endif" in source.read_text()
 
@@ -305,7 +305,7 @@ def test_cuda_replacement_runs_and_verifies_on_a_gpu(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", tuple(gpunest.TARGETS))
+@pytest.mark.parametrize("target", tuple(gpu_source.TARGETS))
 def test_the_generated_gpu_directory_builds_and_its_verify_test_runs_or_skips(tmp_path, target):
     # The CMakeLists.txt `replace --target` writes: the kernel built by the target's function,
     # the module compiled with the spec and EXPECT_IMPORTS, the verify test on the target's device

@@ -21,8 +21,8 @@ import onnx_models as models  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import pyree_build as pb  # noqa: E402
-from pyree_build.actions.models import draws  # noqa: E402
 from pyree_build.core import toolchain  # noqa: E402
+from pyree_build.models import verify_inputs  # noqa: E402
 
 
 def _import_and_compile(tmp_path: Path, name: str, model: onnx.ModelProto) -> tuple[Path, Path, Path]:
@@ -51,7 +51,7 @@ def test_each_model_imports_compiles_and_verifies(tmp_path, name):
     assert result.returncode == 0, result
     # Three sets of inputs by default (uniform, wide, ties), and the peaks draws where a softmax
     # reads a graph input, each output compared on each.
-    sets = 3 + len(draws.peak_places(model, onnx_file)) + draws.threshold_turns(model, onnx_file)
+    sets = 3 + len(verify_inputs.peak_places(model, onnx_file)) + verify_inputs.threshold_turns(model, onnx_file)
     assert (sets > 3) == (name == "softmax"), sets
     assert [line for line in result.stdout.splitlines() if line.startswith("inputs ")] == [
         line for line in result.stdout.splitlines() if line.startswith("inputs ") and f" of {sets} (seed " in line
@@ -282,8 +282,8 @@ def test_cmake_functions_check_their_arguments_at_configure_time(tmp_path, body,
 
 
 def test_names_are_left_out_when_ops_and_nodes_do_not_line_up(mlp):
-    from pyree_build.actions.models import importer
     from pyree_build.core import escape
+    from pyree_build.models.ir import importer
 
     _, mlir, _ = mlp
     model = models.mlp()

@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 import onnx_models  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from pyree_build.actions.models import importer, program  # noqa: E402
+from pyree_build.models.ir import importer, program  # noqa: E402
 
 # The form a repeated name's location takes, forged into a name of its own.
 _FORGED = 'm"("onnx graph.node":3:0)'

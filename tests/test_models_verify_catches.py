@@ -28,7 +28,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from pyree_build.actions.models import draws, verify  # noqa: E402
+from pyree_build.models import verify, verify_inputs  # noqa: E402
 
 # The ONNX node tests the proofs read, written once per run by onnx's own tool.
 NODE_TESTS = ("test_abs", "test_det_2d", "test_bitshift_right_uint32", "test_bitwise_and_ui8_bcast_4v3d", "test_shrink_hard")
@@ -234,13 +234,13 @@ def test_bfloat16_and_float8_inputs_are_named(tmp_path, elem_type, name):
 
 def test_wide_draws_cross_the_model_s_constants_and_cover_integer_types(tmp_path):
     model = clip_constant_bounds()
-    drawn = draws.draw(model, tmp_path / "m.onnx", seed=1, style="wide").arrays[0]
+    drawn = verify_inputs.draw(model, tmp_path / "m.onnx", seed=1, style="wide").arrays[0]
     assert (drawn > 2.5).any() and (drawn < -2.5).any() and np.isin(drawn, np.float32([2.5, -2.5])).any()
     ints = _model("bits", [helper.make_node("BitShift", ["x", "s"], ["y"], direction="RIGHT")], {"x": (TensorProto.UINT32, [64]), "s": (TensorProto.UINT32, [64])},
                   {"y": (TensorProto.UINT32, [64])})  # fmt: skip
-    values, shifts = draws.draw(ints, tmp_path / "m.onnx", seed=1, style="wide").arrays
+    values, shifts = verify_inputs.draw(ints, tmp_path / "m.onnx", seed=1, style="wide").arrays
     assert values.max() >= 2**31 and values.min() == 0 and shifts.max() < 32  # a shift by 32 or more is undefined
-    ties = draws.draw(_argmax(0), tmp_path / "m.onnx", seed=2, style="ties").arrays[0]
+    ties = verify_inputs.draw(_argmax(0), tmp_path / "m.onnx", seed=2, style="ties").arrays[0]
     assert sum(np.sum(row == row.max()) > 1 for row in ties) >= 3
     # However small the input, each wide draw goes past both bounds (a handful of random values may not).
     tiny = clip_constant_bounds()
@@ -248,12 +248,12 @@ def test_wide_draws_cross_the_model_s_constants_and_cover_integer_types(tmp_path
         dim.dim_value = 1
     tiny.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3
     for seed in range(20):
-        (few,) = draws.draw(tiny, tmp_path / "m.onnx", seed=seed, style="wide").arrays
+        (few,) = verify_inputs.draw(tiny, tmp_path / "m.onnx", seed=seed, style="wide").arrays
         assert few.shape == (3, 1) and few.min() < -2.5 and few.max() > 2.5
-    (narrow,) = draws.draw(_model("n", [helper.make_node("Neg", ["x"], ["y"])], {"x": (TensorProto.UINT8, [2])}, {"y": (TensorProto.UINT8, [2])}),
+    (narrow,) = verify_inputs.draw(_model("n", [helper.make_node("Neg", ["x"], ["y"])], {"x": (TensorProto.UINT8, [2])}, {"y": (TensorProto.UINT8, [2])}),
                            tmp_path / "m.onnx", seed=0, style="wide").arrays  # fmt: skip
     assert sorted(narrow.tolist()) == [0, 255]
-    uniform = draws.draw(model, tmp_path / "m.onnx", seed=0, style="uniform").arrays[0]
+    uniform = verify_inputs.draw(model, tmp_path / "m.onnx", seed=0, style="uniform").arrays[0]
     assert np.array_equal(uniform, np.random.default_rng(0).uniform(-1.0, 1.0, (4, 8)).astype(np.float32))  # the draw verify made before
 
 
@@ -344,7 +344,7 @@ def test_a_softmax_whose_maximum_is_wrong_fails_on_the_peaks_draws(tmp_path, wro
     )
     onnx.save(softmax, tmp_path / "softmax.onnx")
     onnx.save(_softmax_by(maximum, extra), tmp_path / "wrong.onnx")
-    assert draws.peak_places(softmax, tmp_path / "softmax.onnx") == [0, 9, 1, 8]
+    assert verify_inputs.peak_places(softmax, tmp_path / "softmax.onnx") == [0, 9, 1, 8]
     assert run_cli("import", tmp_path / "wrong.onnx", "-o", tmp_path / "wrong.mlir").returncode == 0
     assert run_cli("compile", tmp_path / "wrong.mlir", "-o", tmp_path / "wrong.vmfb").returncode == 0
     before = run_cli("verify", tmp_path / "wrong.vmfb", "--onnx", tmp_path / "softmax.onnx", "--function", "sm", "--trials", "2")
@@ -353,7 +353,7 @@ def test_a_softmax_whose_maximum_is_wrong_fails_on_the_peaks_draws(tmp_path, wro
     assert_clean_error(caught, "differ from onnxruntime's")
     assert "peaks: a softmax's (or max's) input at the range's low end" in caught.stdout + caught.stderr
     # Each line along every axis holds at most one peak, at each end in turn; some lines none.
-    first, last = (draws.draw(softmax, tmp_path / "softmax.onnx", seed=0, style=draws.PEAKS, turn=k).arrays[0] for k in (0, 1))
+    first, last = (verify_inputs.draw(softmax, tmp_path / "softmax.onnx", seed=0, style=verify_inputs.PEAKS, turn=k).arrays[0] for k in (0, 1))
     for drawn in (first, last):
         assert ((drawn == 64).sum(axis=1) <= 1).all() and ((drawn == 64).sum(axis=0) <= 1).all()
         assert set(np.unique(drawn).tolist()) == {-64.0, 64.0}
@@ -363,7 +363,7 @@ def test_a_softmax_whose_maximum_is_wrong_fails_on_the_peaks_draws(tmp_path, wro
         "deep", [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Softmax", ["h"], ["y"], name="sm")],
         {"x": (TensorProto.FLOAT, [4, 10])}, {"y": (TensorProto.FLOAT, [4, 10])}, [numpy_helper.from_array(np.eye(10, dtype=np.float32), "w")],
     )  # fmt: skip
-    assert draws.peak_places(deep, tmp_path / "deep.onnx") == []
+    assert verify_inputs.peak_places(deep, tmp_path / "deep.onnx") == []
 
 
 def _gather(clamped: bool) -> onnx.ModelProto:
@@ -391,7 +391,7 @@ def test_indices_are_drawn_across_their_axis_negatives_included(tmp_path):
     caught = run_cli("verify", tmp_path / "clamped.vmfb", "--onnx", tmp_path / "gather.onnx")
     assert_clean_error(caught, "differ from onnxruntime's")
     for seed in range(3):
-        (data, idx) = draws.draw(_gather(False), tmp_path / "m.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        (data, idx) = verify_inputs.draw(_gather(False), tmp_path / "m.onnx", seed=seed, style=verify_inputs.style_of(seed)).arrays
         assert idx.min() >= -10 and idx.max() < 10 and (idx < 0).any(), idx
 
 
@@ -403,7 +403,7 @@ def test_scatter_and_nd_indices_are_distinct_places_across_every_axis(tmp_path):
                    {"y": (TensorProto.FLOAT, [5, 3, 2])})  # fmt: skip
     seen = set()
     for seed in range(6):
-        idx = draws.draw(model, tmp_path / "m.onnx", seed=seed, style=draws.style_of(seed)).arrays[1]
+        idx = verify_inputs.draw(model, tmp_path / "m.onnx", seed=seed, style=verify_inputs.style_of(seed)).arrays[1]
         places = {(int(a) % 5, int(b) % 3) for a, b in idx}
         assert len(places) == 6 and (idx[:, 0] >= -5).all() and (idx[:, 0] < 5).all() and (idx[:, 1] >= -3).all() and (idx[:, 1] < 3).all(), idx
         seen.update(int(v) for v in idx.ravel())
@@ -411,7 +411,7 @@ def test_scatter_and_nd_indices_are_distinct_places_across_every_axis(tmp_path):
     elements = helper.make_node("ScatterElements", ["data", "idx", "upd"], ["y"], name="scatter", axis=1)
     model = _model("scatter", [elements], {"data": (TensorProto.FLOAT, [4, 5]), "idx": (TensorProto.INT64, [4, 3]), "upd": (TensorProto.FLOAT, [4, 3])},
                    {"y": (TensorProto.FLOAT, [4, 5])})  # fmt: skip
-    idx = draws.draw(model, tmp_path / "m.onnx", seed=1, style="wide").arrays[1]
+    idx = verify_inputs.draw(model, tmp_path / "m.onnx", seed=1, style="wide").arrays[1]
     assert all(len({int(v) % 5 for v in row}) == 3 for row in idx), idx  # distinct along the axis written
 
 
@@ -423,7 +423,7 @@ def test_a_clip_s_bounds_given_as_inputs_are_drawn_in_order(tmp_path):
     )
     onnx.save(model, tmp_path / "clip.onnx")
     for seed in range(6):
-        drawn = draws.draw(model, tmp_path / "clip.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        drawn = verify_inputs.draw(model, tmp_path / "clip.onnx", seed=seed, style=verify_inputs.style_of(seed)).arrays
         assert drawn[1] <= drawn[2] and all(isinstance(a, np.ndarray) for a in drawn), drawn
         verify.reference_outputs(tmp_path / "clip.onnx", model, drawn)  # onnxruntime takes them
 
@@ -467,7 +467,7 @@ def test_slice_bounds_place_the_declared_window_anywhere_from_either_end(tmp_pat
     onnx.save(model, tmp_path / "slice.onnx")
     starts = set()
     for seed in range(9):
-        _, s, e = draws.draw(model, tmp_path / "slice.onnx", seed=seed, style=draws.style_of(seed)).arrays
+        _, s, e = verify_inputs.draw(model, tmp_path / "slice.onnx", seed=seed, style=verify_inputs.style_of(seed)).arrays
         first, last = int(s[0]) % 10, (int(e[0]) % 10 if int(e[0]) < 10 else 10) or 10
         assert last - first == 4, (s, e)
         starts.add(int(s[0]))
@@ -496,10 +496,10 @@ def test_a_reduction_s_axes_are_read_off_the_declared_shapes_where_certain(tmp_p
                    {"y": (TensorProto.FLOAT, result)}, opset=18)  # fmt: skip
     onnx.save(model, tmp_path / "sum.onnx")
     if axes is None:
-        with pytest.raises(draws.PyreeError, match="graph input 'axes' is the axes of ReduceSum 'sum'"):
-            draws.draw(model, tmp_path / "sum.onnx", seed=0, style="wide")
+        with pytest.raises(verify_inputs.PyreeError, match="graph input 'axes' is the axes of ReduceSum 'sum'"):
+            verify_inputs.draw(model, tmp_path / "sum.onnx", seed=0, style="wide")
         return
-    drawn = draws.draw(model, tmp_path / "sum.onnx", seed=0, style="wide").arrays
+    drawn = verify_inputs.draw(model, tmp_path / "sum.onnx", seed=0, style="wide").arrays
     assert drawn[1].tolist() == axes
     verify.reference_outputs(tmp_path / "sum.onnx", model, drawn)  # onnxruntime's result has the declared shape
     assert list(verify.reference_outputs(tmp_path / "sum.onnx", model, drawn)[1][0].shape) == result
@@ -546,21 +546,21 @@ def test_onnxruntime_s_refusal_at_the_run_names_the_node(tmp_path):
 def test_few_elements_meet_every_constant_at_every_element(tmp_path):
     # A 3-element clip to [-2.5, 2.5]: one threshold draw per value (the ends, each bound and
     # a step either side, 0), each element taking every value once over the draws.
-    assert draws.thresholds(clip_constant_bounds()) == [-2.5, 2.5]
+    assert verify_inputs.thresholds(clip_constant_bounds()) == [-2.5, 2.5]
     tiny = clip_constant_bounds()
     tiny.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3
     tiny.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 1
-    turns = draws.threshold_turns(tiny, tmp_path / "m.onnx")
+    turns = verify_inputs.threshold_turns(tiny, tmp_path / "m.onnx")
     assert turns == 9
-    drawn = np.stack([draws.draw(tiny, tmp_path / "m.onnx", seed=k, style=draws.THRESHOLDS, turn=k).arrays[0].ravel() for k in range(turns)])
+    drawn = np.stack([verify_inputs.draw(tiny, tmp_path / "m.onnx", seed=k, style=verify_inputs.THRESHOLDS, turn=k).arrays[0].ravel() for k in range(turns)])
     wanted = {np.float32(v) for v in (-5.0, 5.0, 0.0, *(b * f for b in (-2.5, 2.5) for f in (0.999, 1.0, 1.001)))}
     for element in drawn.T:
         assert set(element.tolist()) == {float(v) for v in wanted}, element
     # Inputs too large for one draw per value, and models that compare with no constant, get none.
     large = clip_constant_bounds()
     large.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 9
-    assert draws.threshold_turns(large, tmp_path / "m.onnx") == 0
-    assert draws.threshold_turns(_argmax(0), tmp_path / "m.onnx") == 0
+    assert verify_inputs.threshold_turns(large, tmp_path / "m.onnx") == 0
+    assert verify_inputs.threshold_turns(_argmax(0), tmp_path / "m.onnx") == 0
 
 
 def test_integer_divisors_onnxruntime_refuses_are_drawn_positive(tmp_path):

@@ -132,7 +132,7 @@ def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records
 
 def _placed_calls(mlir: Path, spec: Path) -> dict[str, int]:
     """How many calls of each import the spec places in the program."""
-    from pyree_build.actions.models import program
+    from pyree_build.models.ir import program
 
     placed = program.after_spec(mlir, spec.read_text())
     found = re.findall(r"util\.call @(\w+)_call\(", placed)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyree_build.actions import tune
+from pyree_build.tuning import sweep as tune
 
 TIMES = st.lists(st.floats(1.0, 2.0), min_size=3, max_size=20)
 

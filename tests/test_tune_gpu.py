@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import pyree_build as pb
 from pyree_build import backends
-from pyree_build.actions import tune_gpu
 from pyree_build.backends.vulkan import devices as vulkan
+from pyree_build.tuning import gpu as tune_gpu
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")

@@ -67,14 +67,14 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return pb.compile(out / "f.mlir", out / "f.vmfb", target="vulkan")
 
 
-def _draws(n: int) -> list[list[np.ndarray]]:
+def _verify_inputs(n: int) -> list[list[np.ndarray]]:
     rng = np.random.default_rng(7)
     return [[rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2)] for _ in range(n)]
 
 
 @needs_vulkan
 def test_calls_on_vulkan_run_in_one_process_with_iree_run_modules_numbers_bit_for_bit(module, tmp_path, monkeypatch):
-    calls = _draws(3)
+    calls = _verify_inputs(3)
     spawned = Spawned(monkeypatch)
     results = run_action.run_calls(module, "f", calls, device="vulkan")
     [child] = spawned.runs(module)
@@ -159,5 +159,5 @@ def test_calls_on_the_cpu_are_one_iree_run_module_each_as_before(tmp_path, monke
     (tmp_path / "f.mlir").write_text(PROGRAM)
     cpu = pb.compile(tmp_path / "f.mlir", tmp_path / "f.vmfb")
     spawned = Spawned(monkeypatch)
-    results = run_action.run_calls(cpu, "f", _draws(2), device="local-sync")
+    results = run_action.run_calls(cpu, "f", _verify_inputs(2), device="local-sync")
     assert len(results) == 2 and len(spawned.runs(cpu)) == 2 and not any("run_calls" in " ".join(a) for a in spawned.argvs), spawned.argvs

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pyree_build.actions.models import cgen, loopnest
+from pyree_build.models.codegen import c_reference, loopnest
 
 
 class Unfused(Exception):
@@ -73,9 +73,9 @@ def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True) -> list[str]:
 
 
 class _Emitter:
-    def __init__(self, k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: cgen.Buffer) -> None:
+    def __init__(self, k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: c_reference.Buffer) -> None:
         self.k, self.nest, self.plan, self.out = k, nest, plan, out
-        self.ctype = out.ctype if nest.reduction is None else cgen.c_type(nest.reduction.result.type, nest.reduction.op.name)
+        self.ctype = out.ctype if nest.reduction is None else c_reference.c_type(nest.reduction.result.type, nest.reduction.op.name)
         # While the reduction step is emitted with one reduction loop: loads strided along the
         # columns, read from a packed panel instead (ctype, load expression, panel name).
         self.packing: str | None = None  # the reduction loop's variable, when packing
@@ -102,11 +102,11 @@ class _Emitter:
         self.line(indent, f"const {buffer.ctype} {name} = {self._load(buffer, coords)};")
         return name
 
-    def _load(self, buffer: cgen.Buffer, coords: list[str]) -> str:
+    def _load(self, buffer: c_reference.Buffer, coords: list[str]) -> str:
         """A load's expression. In the reduction step, a load whose address moves by more than one
         element from column to column (a transposed weight: B[col][k]) and not with the row
         reads a panel packed before the step, so the column loop stays contiguous and vectorizes."""
-        load = f"{buffer.pointer}[{cgen.linear_index(coords, buffer.dims)}]"
+        load = f"{buffer.pointer}[{c_reference.linear_index(coords, buffer.dims)}]"
         column = "(col0 + c)"
         strided = any(column in coord for coord in coords[:-1])
         # Packed only when the address depends on the column and the reduction step alone: the
@@ -125,9 +125,11 @@ class _Emitter:
         self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
     ) -> str:
         """The stage's body at `coords` (its loops' values); `out_arg`: what its output block argument reads."""
-        return emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: cgen._emit_body_op(self.k, op, values, indent, coords, []))
+        return emit_stage(
+            self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: c_reference.emit_body_op(self.k, op, values, indent, coords, [])
+        )
 
-    def emit(self, name: str, fields: list[cgen.Parameter], constants: list[Any]) -> None:
+    def emit(self, name: str, fields: list[c_reference.Parameter], constants: list[Any]) -> None:
         """The tile function (into the preamble, after the knobs) and the kernel's loop over its
         workgroup's tiles (into the kernel's body), which calls it with constant sizes for a full
         tile (so it unrolls and vectorizes) and with the edge's sizes otherwise: one body to edit."""
@@ -137,7 +139,7 @@ class _Emitter:
         params = ", ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in passed)
         kernel_lines, self.k.lines = self.k.lines, []
         for op in constants:
-            cgen.emit_constant(self.k, op)
+            c_reference.emit_constant(self.k, op)
         self.tile(rows_knob, cols_knob, "  ")
         tile_lines, self.k.lines = self.k.lines, kernel_lines
         self.k.preamble += [
@@ -209,7 +211,7 @@ class _Emitter:
                     self.line(inner, "}")
         acc = "acc[r][c]" if reduction is not None else None
         out = self.out
-        store = f"{out.pointer}[{cgen.linear_index(at, out.dims)}]"
+        store = f"{out.pointer}[{c_reference.linear_index(at, out.dims)}]"
         self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
 
     def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:
@@ -300,7 +302,7 @@ def _stage_to_evaluate(emitter: Any, value: Any, coords: list[str], memo: dict[A
 def _reads(stage: loopnest.Stage, coords: list[str]) -> list[tuple[Any, list[str]]]:
     """What a stage's body reads (as emit_stage reads it): each used operand at its map's point."""
     return [
-        (operand, [_coordinate(e, coords) for e in stage.maps[n]])
+        (operand, [coordinate(e, coords) for e in stage.maps[n]])
         for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments))
         if list(arg.uses)
     ]
@@ -320,26 +322,26 @@ def emit_stage(
         if n >= stage.n_ins and out_arg is not None:
             values[arg] = out_arg
         else:
-            values[arg] = emitter.value(operand, [_coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
+            values[arg] = emitter.value(operand, [coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
     yielded = None
     for inner in stage.body.operations:
         op = inner.operation
         if op.name == "linalg.yield":
-            yielded = cgen._operand(emitter.k, values, op.operands[0], op.name)
+            yielded = c_reference.operand(emitter.k, values, op.operands[0], op.name)
         else:
             body_op(op, values)
     assert yielded is not None
     return yielded
 
 
-def _coordinate(expr: Any, coords: list[str]) -> str:
+def coordinate(expr: Any, coords: list[str]) -> str:
     """An operand's coordinate from the stage's loop values; a loop alone is passed as it is
     (so the reduction's result, read through an identity map, is recognised at its point)."""
-    loop = loopnest._loop_of(expr)
-    return coords[loop] if loop is not None else cgen.affine_c(expr, coords)
+    loop = loopnest.loop_of(expr)
+    return coords[loop] if loop is not None else c_reference.affine_c(expr, coords)
 
 
-def emit(k: cgen.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[cgen.Parameter], constants: list[Any]) -> None:
+def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[c_reference.Parameter], constants: list[Any]) -> None:
     """The nest as C: the knobs and the tile function into `k.preamble`, the loop over the
     workgroup's tiles into `k.lines`. `k` holds the buffers; `constants` are the group's
     scalar constant ops, defined in the tile function; `fields` the kernel's arguments."""

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyree_build.actions.models import program
 from pyree_build.backends.llvm_cpu import plugin_entry
 from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
+from pyree_build.models.ir import program
 
 C_TYPES = {"f32": "float", "f64": "double", "i1": "int8_t", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "index": "int64_t"}
 _UNSIGNED = {"int8_t": "uint8_t", "int16_t": "uint16_t", "int32_t": "uint32_t", "int64_t": "uint64_t"}
@@ -30,12 +30,12 @@ _BINARY = {
     "arith.addi": "+", "arith.subi": "-", "arith.muli": "*", "arith.divsi": "/", "arith.remsi": "%",
     "arith.andi": "&", "arith.ori": "|", "arith.xori": "^",
 }  # fmt: skip
-_CMPF = {
+CMPF = {
     "oeq": "a == b", "ogt": "a > b", "oge": "a >= b", "olt": "a < b", "ole": "a <= b", "one": "(a < b || a > b)",
     "ord": "(a == a && b == b)", "ueq": "!(a < b || a > b)", "ugt": "!(a <= b)", "uge": "!(a < b)", "ult": "!(a >= b)",
     "ule": "!(a > b)", "une": "a != b", "uno": "(a != a || b != b)", "true": "1", "false": "0",
 }  # fmt: skip
-_CMPI = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=", "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}
+CMPI = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=", "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}
 _CALLS = {
     "arith.maximumf": "pyree_maximum", "arith.minimumf": "pyree_minimum", "arith.maxnumf": "pyree_maxnum", "arith.minnumf": "pyree_minnum",
     "math.exp": "pyree_exp", "math.exp2": "pyree_exp2", "math.log": "pyree_log", "math.tanh": "pyree_tanh", "math.sqrt": "pyree_sqrt",
@@ -337,7 +337,7 @@ def emit_generic(k: Kernel, op: Any, results: list[Buffer]) -> None:
             continue
         values[arg] = _load(k, op, operand, maps[n], loops, indent, results[n - n_ins] if n >= n_ins else None)
     for inner in body.operations:
-        _emit_body_op(k, inner.operation, values, indent, loops, [(b, maps[n_ins + i]) for i, b in enumerate(results)])
+        emit_body_op(k, inner.operation, values, indent, loops, [(b, maps[n_ins + i]) for i, b in enumerate(results)])
     for _ in loops:
         indent = indent[:-2]
         k.lines.append(f"{indent}}}")
@@ -355,7 +355,7 @@ def _load(k: Kernel, op: Any, operand: Any, amap: Any, loops: list[str], indent:
     return name
 
 
-def _operand(k: Kernel, values: dict[Any, str], value: Any, op_name: str) -> str:
+def operand(k: Kernel, values: dict[Any, str], value: Any, op_name: str) -> str:
     if value in values:
         return values[value]
     if value in k.scalars:
@@ -363,16 +363,16 @@ def _operand(k: Kernel, values: dict[Any, str], value: Any, op_name: str) -> str
     raise refuse(f"a value from outside the op's body that is not a constant ({value.get_name()})", op_name)
 
 
-def _emit_body_op(k: Kernel, op: Any, values: dict[Any, str], indent: str, loops: list[str], stores: list[tuple[Buffer, Any]]) -> None:
+def emit_body_op(k: Kernel, op: Any, values: dict[Any, str], indent: str, loops: list[str], stores: list[tuple[Buffer, Any]]) -> None:
     if op.name == "linalg.yield":
         for (buffer, amap), value in zip(stores, op.operands):
             coordinates = [affine_c(e, loops) for e in amap.results]
-            k.lines.append(f"{indent}{buffer.pointer}[{linear_index(coordinates, buffer.dims)}] = ({buffer.ctype}){_operand(k, values, value, op.name)};")
+            k.lines.append(f"{indent}{buffer.pointer}[{linear_index(coordinates, buffer.dims)}] = ({buffer.ctype}){operand(k, values, value, op.name)};")
         return
     if len(op.results) != 1:
         raise refuse(f"{op.name} has {len(op.results)} results", op.name)
     ctype = c_type(op.results[0].type, op.name)
-    expression = _expression(k, op, [_operand(k, values, v, op.name) for v in op.operands], loops, ctype)
+    expression = _expression(k, op, [operand(k, values, v, op.name) for v in op.operands], loops, ctype)
     name = k.fresh()
     k.lines.append(f"{indent}const {ctype} {name} = ({ctype})({expression});")
     values[op.results[0]] = name
@@ -402,7 +402,7 @@ def _expression(k: Kernel, op: Any, args: list[str], loops: list[str], ctype: st
         predicate = str(op.attributes["predicate"]).split(":")[0].strip()
         table = {"0": "false", "1": "oeq", "2": "ogt", "3": "oge", "4": "olt", "5": "ole", "6": "one", "7": "ord",
                  "8": "ueq", "9": "ugt", "10": "uge", "11": "ult", "12": "ule", "13": "une", "14": "uno", "15": "true"}  # fmt: skip
-        form = _CMPF[table[predicate]]
+        form = CMPF[table[predicate]]
         return re.sub(r"\b([ab])\b", lambda m: f"({args[0] if m.group(1) == 'a' else args[1]})", form)
     if name == "arith.cmpi":
         number = str(op.attributes["predicate"]).split(":")[0].strip()
@@ -410,8 +410,8 @@ def _expression(k: Kernel, op: Any, args: list[str], loops: list[str], ctype: st
         if kind.startswith("u"):
             operand_type = c_type(op.operands[0].type, name)
             unsigned = _UNSIGNED.get(operand_type, operand_type)
-            return f"({unsigned}){args[0]} {_CMPI[kind]} ({unsigned}){args[1]}"
-        return f"{args[0]} {_CMPI[kind]} {args[1]}"
+            return f"({unsigned}){args[0]} {CMPI[kind]} ({unsigned}){args[1]}"
+        return f"{args[0]} {CMPI[kind]} {args[1]}"
     if name in _CASTS:
         return args[0]
     if name in _UNSIGNED_CASTS:

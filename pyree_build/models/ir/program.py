@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pyree_build.actions.models import captures
 from pyree_build.cache import facts, local
 from pyree_build.core import files, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.models.ir import captures
 
 ir = lazy.module("iree.compiler.ir")
 passmanager = lazy.module("iree.compiler.passmanager")

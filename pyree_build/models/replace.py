@@ -18,16 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyree_build.actions.models import analysis, captures, cgen, cnest, crows, gpunest, groups, limits, loopnest, merge, program, spec
 from pyree_build.core import escape, processes
 from pyree_build.core.args import import_name as check_import_name
 from pyree_build.core.errors import PyreeError, as_path
 from pyree_build.core.outputs import replace_directory_files
+from pyree_build.models import spec
+from pyree_build.models.codegen import c_reference, c_rows, c_tiled, gpu_source, loopnest
+from pyree_build.models.ir import analysis, captures, groups, limits, merge, program
 
 PathLike = str | os.PathLike[str]
 KINDS = ("plugin", "embedded")
 # Where the replacing kernel runs: a CPU import (C), or a GPU target's precompiled kernel.
-TARGETS = ("llvm-cpu", *gpunest.TARGETS)
+TARGETS = ("llvm-cpu", *gpu_source.TARGETS)
 
 
 @dataclass
@@ -84,12 +86,12 @@ def generate(found: analysis.Analysis, index: merge.Request, name: str, *, dynam
             fix="choose another group (pyree-build ops lists which can be replaced)",
         )
     rep = spec.replacement(name, group)
-    if not dynamic:  # the general form matches its ops wherever they are (spec._walking_passes)
+    if not dynamic:  # the general form matches its ops wherever they are (spec.walking_passes)
         rep.anchor = found.anchor(group.root)
         rep.sinks = [(found.anchor(op), values) for op in group.members if (values := captures.constant_values(op))]
     try:
         if target != "llvm-cpu":
-            return Generated(rep, _gpu_source(found, rep, target, dynamic=dynamic), gpunest.SUFFIXES[gpunest.TARGETS[target]])
+            return Generated(rep, _gpu_source(found, rep, target, dynamic=dynamic), gpu_source.SUFFIXES[gpu_source.TARGETS[target]])
         c_text = _c_source(found, rep, dynamic=dynamic)
     except PyreeError as e:
         e.what = f"op group {index}: {e.what}"
@@ -99,36 +101,36 @@ def generate(found: analysis.Analysis, index: merge.Request, name: str, *, dynam
 
 def _gpu_source(found: analysis.Analysis, rep: spec.Replacement, target: str, *, dynamic: bool) -> str:
     """The group's kernel for a GPU target, one invocation per result element, from the loop-nest
-    model (gpunest's emitters: the per-element nest, else the row-wise one); a PyreeError where the model does not cover the group or the
+    model (gpu_source's emitters: the per-element nest, else the row-wise one); a PyreeError where the model does not cover the group or the
     target's language cannot hold its types or ops."""
     group = rep.group
     if dynamic:
-        raise gpunest.refuse(target, "--dynamic (sizes known only at run time) is generated for the CPU only", group.root.name)
+        raise gpu_source.refuse(target, "--dynamic (sizes known only at run time) is generated for the CPU only", group.root.name)
     if len(group.root.results) != 1:
-        raise gpunest.refuse(target, f"the group has {len(group.root.results)} results; a generated GPU kernel writes one", group.root.name)
+        raise gpu_source.refuse(target, f"the group has {len(group.root.results)} results; a generated GPU kernel writes one", group.root.name)
     function = found.generalized_function(group.function)
     ops = program.body_ops(function)
     members = [ops[program.op_index(op, group.function)] for op in group.members]
     constants = [ops[program.op_index(op, group.function)] for op in group.constants]
     result = group.root.results[0]
-    ins, out, sizes = gpunest.bindings(target, list(group.inputs), result, [_value_name(v) for v in group.inputs])
-    k = cgen.Kernel()
+    ins, out, sizes = gpu_source.bindings(target, list(group.inputs), result, [_value_name(v) for v in group.inputs])
+    k = c_reference.Kernel()
     for value, binding in zip(group.inputs, ins):
-        k.buffers[program.value_at(program.position(value, group.function), function)] = cgen.Buffer(binding.name, binding.dims, binding.ctype)
+        k.buffers[program.value_at(program.position(value, group.function), function)] = c_reference.Buffer(binding.name, binding.dims, binding.ctype)
     generalized_result = program.value_at(program.position(result, group.function), function)
-    k.buffers[generalized_result] = cgen.Buffer(out.name, out.dims, out.ctype)
+    k.buffers[generalized_result] = c_reference.Buffer(out.name, out.dims, out.ctype)
     # Intermediates are computed where they are read, never stored: their buffers only give the
     # loop-nest model the sizes of a loop that no input or result dimension names alone.
     for j, value in enumerate(rep.scratch):
         shape = program.shape(value.type)
         if None not in shape:
-            k.buffers[program.value_at(program.position(value, group.function), function)] = cgen.Buffer(f"tmp{j}", [str(d) for d in shape], "")
+            k.buffers[program.value_at(program.position(value, group.function), function)] = c_reference.Buffer(f"tmp{j}", [str(d) for d in shape], "")
     # The per-element nest (at most one reduction); else the row-wise one (a softmax, a LayerNorm).
     nest: loopnest.Nest | loopnest.RowNest | None = loopnest.build(members, generalized_result, k.buffers)
     if nest is None:
         nest = loopnest.build_rows(members, generalized_result, k.buffers)
     if nest is None:
-        raise gpunest.refuse(
+        raise gpu_source.refuse(
             target,
             "the loop-nest model does not cover this group (a reshape that moves data, a reduction not over the last loop or "
             "with two results read, a stage with two results, or a value read at another point): only the CPU's per-op "
@@ -147,37 +149,37 @@ def _gpu_source(found: analysis.Analysis, rep: spec.Replacement, target: str, *,
         f"`pyree-build verify` (on --device {target}, the module's own) checks the numbers against the framework's own.",
     ]
     try:
-        source = gpunest.emit(target, k, nest, name=rep.name, inputs=ins, out=out, sizes=sizes, constants=constants, header=header)
-    except gpunest.Unfused as e:
-        raise gpunest.refuse(target, f"{e}: the per-element kernel cannot compute it", group.root.name) from None
+        source = gpu_source.emit(target, k, nest, name=rep.name, inputs=ins, out=out, sizes=sizes, constants=constants, header=header)
+    except gpu_source.Unfused as e:
+        raise gpu_source.refuse(target, f"{e}: the per-element kernel cannot compute it", group.root.name) from None
     rep.target, rep.scratch = target, []
     return source
 
 
-def _roles(rep: spec.Replacement) -> dict[tuple[int, int], cgen.Buffer]:
+def _roles(rep: spec.Replacement) -> dict[tuple[int, int], c_reference.Buffer]:
     """The buffers of the group's inputs, results and scratch, by position: sizes from the
     argument block for inputs; from the types, or in the general form from the inputs' sizes."""
     group = rep.group
-    roles: dict[tuple[int, int], cgen.Buffer] = {}
+    roles: dict[tuple[int, int], c_reference.Buffer] = {}
     for i, value in enumerate(group.inputs):
-        roles[program.position(value, group.function)] = cgen.Buffer(
-            f"in{i}", [f"in{i}_d{d}" for d in range(len(program.shape(value.type)))], cgen.c_type(value.type)
+        roles[program.position(value, group.function)] = c_reference.Buffer(
+            f"in{i}", [f"in{i}_d{d}" for d in range(len(program.shape(value.type)))], c_reference.c_type(value.type)
         )
     for stem, values in (("out", list(group.root.results)), ("tmp", rep.scratch)):
         for j, value in enumerate(values):
             if rep.dynamic:
-                sizes = [cgen.dim_c(d) for d in rep.sizes_of(value)]
+                sizes = [c_reference.dim_c(d) for d in rep.sizes_of(value)]
             elif None in program.shape(value.type):
                 # Without --dynamic the C takes only the inputs' sizes; a size the IR leaves
                 # open in a result or an intermediate has no value to read.
                 owner = program.defining_op(value)
-                raise cgen.refuse(
+                raise c_reference.refuse(
                     f"a result or intermediate has a size only known at run time ({value.type}); `replace --dynamic` takes every size from the inputs",
                     owner.operation.name if owner else "?",
                 )
             else:
                 sizes = [str(d) for d in program.shape(value.type)]
-            roles[program.position(value, group.function)] = cgen.Buffer(f"{stem}{j}", sizes, cgen.c_type(value.type))
+            roles[program.position(value, group.function)] = c_reference.Buffer(f"{stem}{j}", sizes, c_reference.c_type(value.type))
     return roles
 
 
@@ -187,13 +189,13 @@ def _c_source(found: analysis.Analysis, rep: spec.Replacement, *, dynamic: bool)
     members = [program.op_index(op, group.function) for op in group.members]
     if dynamic:
         inputs = [program.position(v, group.function) for v in group.inputs]
-        spec.generalize(rep, cgen.derive_dims(function, members, inputs))
+        spec.generalize(rep, c_reference.derive_dims(function, members, inputs))
     constants = [program.op_index(op, group.function) for op in group.constants]
     empties = [program.op_index(op, group.function) for op in group.empties]
     kernel = _fused_kernel(function, rep, members, constants)
     if kernel is None:
-        kernel = cgen.kernel_body(function, [(m, 0) for m in members], constants, empties, _roles(rep))
-    fields = cgen.parameters(group.inputs, list(group.root.results), rep.scratch, [_value_name(v) for v in group.inputs])
+        kernel = c_reference.kernel_body(function, [(m, 0) for m in members], constants, empties, _roles(rep))
+    fields = c_reference.parameters(group.inputs, list(group.root.results), rep.scratch, [_value_name(v) for v in group.inputs])
     header = [
         f"{rep.name}: generated by `pyree-build replace` for op group {group.index} ({group.root.name}) of {program.symbol_name(group.function)}.",
         f"ops: {', '.join(describe_ops(group))}",
@@ -207,16 +209,16 @@ def _c_source(found: analysis.Analysis, rep: spec.Replacement, *, dynamic: bool)
         "contiguous. Sizes of the inputs follow as int32_t"
         + (" and give every size: the spec matches these ops at any sizes (--dynamic)." if dynamic else "."),
     ]
-    return cgen.c_file(rep.name, fields, kernel, header)
+    return c_reference.c_file(rep.name, fields, kernel, header)
 
 
-def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], constants: list[int]) -> cgen.Kernel | None:
-    """The group as one loop nest (loopnest's model, cnest's C) with no scratch buffer, and the
+def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], constants: list[int]) -> c_reference.Kernel | None:
+    """The group as one loop nest (loopnest's model, c_tiled's C) with no scratch buffer, and the
     dispatch's workgroups set by its schedule; None where the model does not cover the group
     (the per-op reference body is generated instead)."""
     ops = program.body_ops(function)
     group = rep.group
-    k = cgen.Kernel()
+    k = c_reference.Kernel()
     for where, buffer in _roles(rep).items():
         k.buffers[program.value_at(where, function)] = buffer
     member_ops = [ops[m] for m in members]
@@ -227,10 +229,10 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
     if nest is None:
         return None if rep.dynamic else _row_kernel(k, rep, member_ops, result, [ops[i] for i in constants])
     plan = loopnest.schedule(nest)
-    fields = cgen.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
+    fields = c_reference.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
     try:
-        cnest.emit(k, nest, plan, name=rep.name, fields=fields, constants=[ops[i] for i in constants])
-    except cnest.Unfused:
+        c_tiled.emit(k, nest, plan, name=rep.name, fields=fields, constants=[ops[i] for i in constants])
+    except c_tiled.Unfused:
         return None
     rep.scratch = []
     rep.workgroups = plan.workgroups
@@ -239,16 +241,16 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
     return k
 
 
-def _row_kernel(k: cgen.Kernel, rep: spec.Replacement, member_ops: list[Any], result: Any, constants: list[Any]) -> cgen.Kernel | None:
-    """A row-wise group (a softmax, a LayerNorm) as one nest per row (loopnest.build_rows, crows's C);
+def _row_kernel(k: c_reference.Kernel, rep: spec.Replacement, member_ops: list[Any], result: Any, constants: list[Any]) -> c_reference.Kernel | None:
+    """A row-wise group (a softmax, a LayerNorm) as one nest per row (loopnest.build_rows, c_rows's C);
     None where that model does not cover it either."""
     rows = loopnest.build_rows(member_ops, result, k.buffers)
     if rows is None:
         return None
     plan = loopnest.schedule_rows(rows)
     try:
-        crows.emit(k, rows, plan, name=rep.name, constants=constants)
-    except cnest.Unfused:
+        c_rows.emit(k, rows, plan, name=rep.name, constants=constants)
+    except c_tiled.Unfused:
         return None
     rep.scratch = []
     rep.workgroups = plan.workgroups

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyree_build.actions.models import groups, program
 from pyree_build.core.errors import PyreeError
+from pyree_build.models.ir import groups, program
 
 # A request names one group (3) or groups to merge ((1, 2, 3), written 1+2+3).
 Request = int | tuple[int, ...]

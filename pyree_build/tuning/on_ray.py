@@ -1,7 +1,7 @@
 """A tune's sweep on a Ray cluster: each variant's build and check is a Ray task (any node), each
 benchmark a Ray task on a node with the requested resources, one at a time.
 
-Imported only for `tune --ray` (through core/lazy.py in actions/tune.py), so nothing else ever
+Imported only for `tune --ray` (through core/lazy.py in tuning/sweep.py), so nothing else ever
 imports Ray. The inputs (sources, headers beside them and in -I directories, the module, the
 expected results) travel through Ray's object store and are written on each node under a
 directory named by their content, the same path everywhere: a variant's build has the same
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 import ray
 import ray.exceptions
 
-from pyree_build.actions import tune
 from pyree_build.cache.remote import AUTH_ENV, MODE_ENV, TIMEOUT_ENV, TOKEN_ENV, URL_ENV
 from pyree_build.core import echo, lazy
 from pyree_build.core.errors import PyreeError
+from pyree_build.tuning import sweep as tune
 
 if TYPE_CHECKING:
     import numpy

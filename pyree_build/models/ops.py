@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import analysis, groups, limits, program, replace
 from pyree_build.core import escape, processes
 from pyree_build.core.errors import PyreeError
+from pyree_build.models import replace
+from pyree_build.models.ir import analysis, groups, limits, program
 
 PathLike = str | os.PathLike[str]
 

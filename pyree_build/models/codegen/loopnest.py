@@ -7,7 +7,7 @@ other op of the group as a *stage*: an elementwise linalg.generic whose value at
 its body evaluated at that point, so a stage is computed where it is read (a fill becomes
 the accumulator's initial value, a bias add and a relu an epilogue applied once per result
 element, an elementwise producer is inlined into the reduction) and never stored. The bodies
-stay the IR's scalar ops; an emitter (C today: cnest.py) translates them into its language.
+stay the IR's scalar ops; an emitter (C today: c_tiled.py) translates them into its language.
 
 The schedule says how the nest runs: the result's last loop is innermost (contiguous in the
 result, so it vectorizes), the other result loops are flattened into rows, rows x columns
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import program
+from pyree_build.models.ir import program
 
 
 @dataclass
@@ -147,7 +147,7 @@ def _maps(op: Any) -> list[list[Any]]:
     return [list(program.ir.AffineMapAttr(m).value.results) for m in op.attributes["indexing_maps"]]
 
 
-def _loop_of(expr: Any) -> int | None:
+def loop_of(expr: Any) -> int | None:
     """The loop an expression is, when it is a loop alone (`d3`)."""
     text = str(expr)
     return int(text[1:]) if text.startswith("d") and text[1:].isdigit() else None
@@ -156,7 +156,7 @@ def _loop_of(expr: Any) -> int | None:
 def _elementwise(stage: Stage) -> bool:
     """A stage computable at any point of its result: every loop parallel, the result's map the identity."""
     out = stage.maps[stage.n_ins]
-    return all(k == "parallel" for k in stage.kinds) and [_loop_of(e) for e in out] == list(range(len(stage.kinds)))
+    return all(k == "parallel" for k in stage.kinds) and [loop_of(e) for e in out] == list(range(len(stage.kinds)))
 
 
 def build(ops: list[Any], result: Any, buffers: dict[Any, Any]) -> Nest | None:
@@ -178,7 +178,7 @@ def build(ops: list[Any], result: Any, buffers: dict[Any, Any]) -> Nest | None:
     if len(reductions) > 1 or result not in {s.result for s in [*stages.values(), *reductions]}:
         return None
     root = reductions[0] if reductions else stages[result]
-    result_loops = [_loop_of(e) for e in root.maps[root.n_ins]]
+    result_loops = [loop_of(e) for e in root.maps[root.n_ins]]
     if not result_loops or None in result_loops or len(set(result_loops)) != len(result_loops):
         return None  # rank 0, or a result map that is not a projection of the loops
     sizes = _sizes(root, buffers)
@@ -198,7 +198,7 @@ def _sizes(root: Stage, buffers: dict[Any, Any]) -> list[str] | None:
         if buffer is None:
             continue
         for position, expr in enumerate(exprs):
-            loop = _loop_of(expr)
+            loop = loop_of(expr)
             if loop is not None and sizes[loop] is None:
                 sizes[loop] = buffer.dims[position]
     if None in sizes:
@@ -212,7 +212,7 @@ def _extents(root: Stage) -> list[int | None]:
     for operand, exprs in zip(root.op.operands, root.maps):
         if program.is_tensor(operand.type):
             for position, expr in enumerate(exprs):
-                loop = _loop_of(expr)
+                loop = loop_of(expr)
                 if loop is not None and extents[loop] is None:
                     extents[loop] = program.shape(operand.type)[position]
     return extents
@@ -307,7 +307,7 @@ def build_rows(ops: list[Any], result: Any, buffers: dict[Any, Any]) -> RowNest 
         # Over the result's loops, the last reduced, one value per row (unit dims allowed).
         if stage.kinds != ["parallel"] * (rank - 1) + ["reduction"] or _extents(stage) != extents:
             return None
-        if [_loop_of(e) for e in stage.maps[stage.n_ins + live] if str(e) != "0"] != list(range(rank - 1)):
+        if [loop_of(e) for e in stage.maps[stage.n_ins + live] if str(e) != "0"] != list(range(rank - 1)):
             return None
     sizes = buffers[result].dims if result in buffers else [str(e) for e in extents]
     return RowNest(list(sizes), extents, reductions, stages, reshapes, result)

@@ -20,15 +20,15 @@ from typing import Any
 
 from pyree_build import backends
 from pyree_build.actions import compile as compile_action
-from pyree_build.actions.models import gpunest
 from pyree_build.backends.base import InlineKernelSource
 from pyree_build.core import echo, files
 from pyree_build.core.errors import PyreeError, require_file
+from pyree_build.models.codegen import gpu_source
 
 PathLike = str | os.PathLike[str]
 CPU = "llvm-cpu"
 # The knob that is also the export's workgroup_size where the target launches the export's size (CUDA, HIP).
-WORKGROUP_KNOB = gpunest.WORKGROUP_SIZE.name
+WORKGROUP_KNOB = gpu_source.WORKGROUP_SIZE.name
 # compile's keywords for the options that pick the GPU (the kernel's build reads the same values).
 TARGET_KEYWORDS = ("sm", "vulkan_target", "gfx")
 
@@ -36,8 +36,8 @@ TARGET_KEYWORDS = ("sm", "vulkan_target", "gfx")
 def check_options(target: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The options that pick the GPU (`sm`, `gfx`, `vulkan_target`: compile's), each one of the
     target's own: another target's would be ignored without a word."""
-    if target not in gpunest.TARGETS:
-        raise PyreeError(f"unknown target '{target}' for tune", fix=f"use one of: {CPU}, {', '.join(gpunest.TARGETS)}")
+    if target not in gpu_source.TARGETS:
+        raise PyreeError(f"unknown target '{target}' for tune", fix=f"use one of: {CPU}, {', '.join(gpu_source.TARGETS)}")
     own = {o.dest: o.flags[0] for o in backends.get(target).compile_options}
     for key, value in options.items():
         if key not in own and value is not None:
@@ -49,8 +49,8 @@ def check_options(target: str, options: Mapping[str, Any]) -> dict[str, Any]:
 def check_inputs(target: str, program: PathLike | None, spec: PathLike | None, module: PathLike | None, sources: Sequence[str]) -> tuple[str, str]:
     """The program and spec of a GPU tune, resolved; a PyreeError naming what is missing or extra
     (the sources of the spec's other kernels included: before any variant is built)."""
-    if target not in gpunest.TARGETS:
-        raise PyreeError(f"unknown target '{target}' for tune", fix=f"use one of: {CPU}, {', '.join(gpunest.TARGETS)}")
+    if target not in gpu_source.TARGETS:
+        raise PyreeError(f"unknown target '{target}' for tune", fix=f"use one of: {CPU}, {', '.join(gpu_source.TARGETS)}")
     if len(sources) != 1:
         raise PyreeError(f"a {target} tune takes one kernel source, got {len(sources)}", fix="tune each kernel replace wrote on its own")
     if module is not None:
@@ -61,7 +61,7 @@ def check_inputs(target: str, program: PathLike | None, spec: PathLike | None, m
     if program is None or spec is None:
         raise PyreeError(
             f"a {target} tune needs the program and the spec that dispatches the kernel (each variant compiles them with its own kernel)",
-            fix=f"pyree-build tune DIR/NAME{gpunest.SUFFIXES[gpunest.TARGETS[target]]} --program PROGRAM.mlir --spec DIR/spec.mlir --target {target} ...",
+            fix=f"pyree-build tune DIR/NAME{gpu_source.SUFFIXES[gpu_source.TARGETS[target]]} --program PROGRAM.mlir --spec DIR/spec.mlir --target {target} ...",
         )
     checked_program, checked_spec = require_file(program, "program").resolve(), require_file(spec, "transform spec").resolve()
     others_of(checked_spec.read_text(encoding="utf-8", errors="replace"), Path(sources[0]).stem, checked_spec, target)
@@ -134,7 +134,7 @@ def _kernel_of(object_name: str) -> str:
 def others_of(spec_text: str, kernel: str, spec: Path, target: str) -> list[Path]:
     """The sources of the spec's other kernels (one spec replaces several groups): a variant's
     module needs their objects too. They are beside the spec, where replace wrote them."""
-    suffix = gpunest.SUFFIXES[gpunest.TARGETS[target]]
+    suffix = gpu_source.SUFFIXES[gpu_source.TARGETS[target]]
     names = dict.fromkeys(_kernel_of(Path(p).name) for p in re.findall(r'#hal\.executable\.object<\{path = "([^"]+)"', spec_text))
     sources = []
     for name in (n for n in names if n != kernel):

@@ -1,10 +1,10 @@
 """The GPU emitters of a loop nest (loopnest.Nest): a GLSL compute shader (Vulkan), CUDA C and
-HIP C, from the same model the C emitter (cnest.py) reads.
+HIP C, from the same model the C emitter (c_tiled.py) reads.
 
 One invocation per result element: the element's index is split into the result's loops,
 the reduction (if any) runs over its loops in the IR's order with the accumulator in a
 register, then the epilogue's stages are applied and the element stored; an elementwise
-producer is inlined where it is read, as in cnest. The invocations stride over the result
+producer is inlined where it is read, as in c_tiled. The invocations stride over the result
 (`i += invocations`), so any workgroup size and any workgroup count compute every element
 once: the workgroup size is a knob (`PYREE_WG_SIZE`, a `pyree-tune:` line) and the spec's
 count is only how the work is shared.
@@ -33,9 +33,10 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from pyree_build.actions.models import cgen, cnest, loopnest, program
 from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
+from pyree_build.models.codegen import c_reference, c_tiled, loopnest
+from pyree_build.models.ir import program
 
 # Each GPU target, the language its kernel is generated in, and that file's suffix.
 TARGETS = {"vulkan": "glsl", "cuda": "cuda", "hip": "hip"}
@@ -61,9 +62,9 @@ _GLSL_EXTENSIONS = [
 ]
 
 
-# The nest reads a value it cannot compute where it is read (per element): cnest's, as the
-# value and stage resolution is cnest's (emit_value, emit_stage).
-Unfused = cnest.Unfused
+# The nest reads a value it cannot compute where it is read (per element): c_tiled's, as the
+# value and stage resolution is c_tiled's (emit_value, emit_stage).
+Unfused = c_tiled.Unfused
 
 
 def refuse(target: str, what: str, op_name: str = "") -> PyreeError:
@@ -115,13 +116,13 @@ def _buffer_type(target: str, value: Any) -> str:
         if element not in _GLSL_BUFFER_TYPES:
             raise refuse(target, f"a tensor of {element} ({value.type}): GLSL buffers here hold f32, i64, i32, i16, i8 and i1")
         return _GLSL_BUFFER_TYPES[element]
-    return cgen.c_type(value.type)
+    return c_reference.c_type(value.type)
 
 
 class _Emitter:
     """Statements of one result element's computation, in the target's language."""
 
-    def __init__(self, target: str, k: cgen.Kernel, nest: loopnest.Nest, out: Binding) -> None:
+    def __init__(self, target: str, k: c_reference.Kernel, nest: loopnest.Nest, out: Binding) -> None:
         self.target, self.lang, self.k, self.nest, self.out = target, TARGETS[target], k, nest, out
         self.glsl_helpers: set[str] = set()
 
@@ -129,13 +130,13 @@ class _Emitter:
         self.k.lines.append(f"{indent}{text}")
 
     def scalar_type(self, type_: Any, op_name: str = "") -> str:
-        return glsl_type(type_, op_name) if self.lang == "glsl" else cgen.c_type(type_, op_name)
+        return glsl_type(type_, op_name) if self.lang == "glsl" else c_reference.c_type(type_, op_name)
 
     def declare(self, ctype: str, name: str, expression: str) -> str:
         return f"{ctype} {name} = {expression};" if self.lang == "glsl" else f"const {ctype} {name} = ({ctype})({expression});"
 
     def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
-        return cnest.emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
+        return c_tiled.emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
 
     def settled(self, value: Any) -> bool:
         """Whether `value()` answers for `value` before emit_value looks for its stage."""
@@ -146,7 +147,7 @@ class _Emitter:
         if buffer is None or buffer.pointer is None or not buffer.pointer.startswith("in"):
             raise Unfused("a value that is neither an input, a constant nor computed by the nest")
         name = self.k.fresh("a")
-        index = cgen.linear_index(coords, buffer.dims)
+        index = c_reference.linear_index(coords, buffer.dims)
         load = f"{buffer.pointer}.v[{index}]" if self.lang == "glsl" else f"{buffer.pointer}[{index}]"
         if self.lang == "glsl" and program.element_type(value.type) == "i1":
             self.line(indent, f"bool {name} = ({load} != int8_t(0));")  # stored as a byte
@@ -157,19 +158,19 @@ class _Emitter:
     def stage(
         self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
     ) -> str:
-        return cnest.emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: self.body_op(op, values, indent, coords))
+        return c_tiled.emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: self.body_op(op, values, indent, coords))
 
     def body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
         if self.lang == "glsl":
             self.glsl_op(op, values, indent, coords)
         else:
-            cgen._emit_body_op(self.k, op, values, indent, coords, [])
+            c_reference.emit_body_op(self.k, op, values, indent, coords, [])
 
     def glsl_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
         if len(op.results) != 1:
             raise refuse(self.target, f"{op.name} has {len(op.results)} results", op.name)
         gtype = glsl_type(op.results[0].type, op.name)
-        args = [cgen._operand(self.k, values, v, op.name) for v in op.operands]
+        args = [c_reference.operand(self.k, values, v, op.name) for v in op.operands]
         name = self.k.fresh()
         self.line(indent, f"{gtype} {name} = {self.glsl_expression(op, args, coords, gtype)};")
         values[op.results[0]] = name
@@ -205,8 +206,8 @@ class _Emitter:
             kind = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")[number]
             if kind.startswith("u"):
                 unsigned = _GLSL_UNSIGNED[operand_types[0]]
-                return f"({unsigned}({args[0]}) {cgen._CMPI[kind]} {unsigned}({args[1]}))"
-            return f"({args[0]} {cgen._CMPI[kind]} {args[1]})"
+                return f"({unsigned}({args[0]}) {c_reference.CMPI[kind]} {unsigned}({args[1]}))"
+            return f"({args[0]} {c_reference.CMPI[kind]} {args[1]})"
         if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast", "arith.index_castui", "arith.sitofp", "arith.fptosi"):
             if operand_types[0] == "i1" and name == "arith.extsi":
                 return f"{gtype}({args[0]} ? -1 : 0)"
@@ -291,7 +292,7 @@ class _Emitter:
         return 0
 
     def store(self, result: str, at: list[str], indent: str) -> None:
-        store = cgen.linear_index(at, self.out.dims)
+        store = c_reference.linear_index(at, self.out.dims)
         if self.lang == "glsl":
             stored = f"({result} ? 1 : 0)" if program.element_type(self.nest.result.type) == "i1" else result
             self.line(indent, f"out0.v[{store}] = {self.out.ctype}({stored});")
@@ -309,7 +310,7 @@ class _RowEmitter(_Emitter):
     The element itself is an elementwise nest over the result's loops (`self.nest`) whose
     reads of a reduction's result, at the element's row, are the registers computed first."""
 
-    def __init__(self, target: str, k: cgen.Kernel, rows: loopnest.RowNest, out: Binding) -> None:
+    def __init__(self, target: str, k: c_reference.Kernel, rows: loopnest.RowNest, out: Binding) -> None:
         rank = len(rows.sizes)
         super().__init__(target, k, loopnest.Nest(list(rows.sizes), ["parallel"] * rank, list(range(rank)), None, rows.stages, rows.result), out)
         self.rows = rows
@@ -336,7 +337,7 @@ class _RowEmitter(_Emitter):
 
     def _at_row(self, value: Any, coords: list[str]) -> bool:
         stage, live = next((s, j) for s, j in self.rows.reductions if s.op.results[j] == value)
-        expected = [cnest._coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+        expected = [c_tiled.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
         shape = program.shape(value.type)
         return [c for c, d in zip(coords, shape) if d != 1] == [c for c, d in zip(expected, shape) if d != 1]
 
@@ -349,7 +350,7 @@ class _RowEmitter(_Emitter):
             names = ", ".join(program.location_names(stage.op.location)) or "?"
             self.line(indent, escape.c_comment(f"reduction {n + 1} ({names}): one value for the element's row"))
             acc = f"row{n}"
-            init_at = [cnest._coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+            init_at = [c_tiled.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
             self.reduce(stage, acc, init_at, loops, index_type, indent, lambda inner: self._step(stage, live, loops, inner, acc))  # noqa: B023
             self.per_row[stage.op.results[live]] = acc
         self.store(self.value(self.rows.result, self.point, indent, {}, None, self.point), self.point, indent)
@@ -372,12 +373,12 @@ class _RowEmitter(_Emitter):
         values = {arguments[stage.n_ins + live]: acc}
         for n, (operand, arg) in enumerate(zip(stage.op.operands[: stage.n_ins], arguments)):
             if list(arg.uses):
-                values[arg] = self.value(operand, [cnest._coordinate(e, coords) for e in stage.maps[n]], indent, memo, None, coords)
+                values[arg] = self.value(operand, [c_tiled.coordinate(e, coords) for e in stage.maps[n]], indent, memo, None, coords)
         for n in sorted(needed):
             if any(v in arguments and v not in values for v in ops[n].operands):
                 raise Unfused("a reduction's step reads the accumulator of a result nothing needs")
             self.body_op(ops[n], values, indent, coords)
-        return cgen._operand(self.k, values, ops[-1].operands[live], stage.op.name)
+        return c_reference.operand(self.k, values, ops[-1].operands[live], stage.op.name)
 
 
 def _index(size: str, index_type: str) -> str:
@@ -385,8 +386,8 @@ def _index(size: str, index_type: str) -> str:
 
 
 def _coordinate(expr: Any, coords: list[str]) -> str:
-    loop = loopnest._loop_of(expr)
-    return coords[loop] if loop is not None else cgen.affine_c(expr, coords)
+    loop = loopnest.loop_of(expr)
+    return coords[loop] if loop is not None else c_reference.affine_c(expr, coords)
 
 
 _GLSL_BINARY = {
@@ -458,7 +459,7 @@ def _glsl_cmpf(op: Any, args: list[str]) -> str:
     # NaN tests by isnan, not x != x: a shader compiler may assume x == x.
     if form in ("ord", "uno"):
         return f"(!isnan{a} && !isnan{b})" if form == "ord" else f"(isnan{a} || isnan{b})"
-    return "(" + cgen._CMPF[form].replace("a", "\0").replace("b", b).replace("\0", a) + ")"
+    return "(" + c_reference.CMPF[form].replace("a", "\0").replace("b", b).replace("\0", a) + ")"
 
 
 def _glsl_widen(value: str, element: str, *, unsigned: bool) -> str:
@@ -525,7 +526,7 @@ _CUDA_INCLUDES = [
 
 def emit(
     target: str,
-    k: cgen.Kernel,
+    k: c_reference.Kernel,
     nest: loopnest.Nest | loopnest.RowNest,
     *,
     name: str,
@@ -547,7 +548,7 @@ def emit(
     for op in constants:
         ctype = emitter.scalar_type(op.results[0].type, op.name)
         const = k.fresh("c")
-        literal = _glsl_literal(op.attributes["value"], ctype) if lang == "glsl" else cgen.literal(op.attributes["value"], ctype)
+        literal = _glsl_literal(op.attributes["value"], ctype) if lang == "glsl" else c_reference.literal(op.attributes["value"], ctype)
         declared.append((const, f"  {ctype} {const} = {literal};" if lang == "glsl" else f"  const {ctype} {const} = {literal};"))
         k.scalars[op.results[0]] = const
     prologue, k.lines = list(k.lines), []
@@ -565,7 +566,7 @@ def emit(
     )
     if lang == "glsl":
         return _glsl_file(parts, inputs, out, sizes, emitter.glsl_helpers)
-    return _cuda_file(parts, lang, name, inputs, out, sizes, cgen.helpers_text(k))
+    return _cuda_file(parts, lang, name, inputs, out, sizes, c_reference.helpers_text(k))
 
 
 def _comment(nest: loopnest.Nest | loopnest.RowNest) -> list[str]:
@@ -624,14 +625,14 @@ def _glsl_file(parts: _Parts, inputs: list[Binding], out: Binding, sizes: list[s
 
 def _knob_lines(knob: loopnest.Knob) -> list[str]:
     """A knob as every language declares it: the `pyree-tune:` line tune reads, the default first as
-    the C's (cnest.declared_order: among variants noise cannot tell apart, tune keeps the untuned
+    the C's (c_tiled.declared_order: among variants noise cannot tell apart, tune keeps the untuned
     kernel), and the default."""
-    values = ",".join(map(str, cnest.declared_order(knob)))
+    values = ",".join(map(str, c_tiled.declared_order(knob)))
     return [f"// pyree-tune: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}", f"#define {knob.name} {knob.default}", "#endif"]
 
 
 def _cuda_file(parts: _Parts, lang: str, name: str, inputs: list[Binding], out: Binding, sizes: list[str], helpers: list[str]) -> str:
-    """CUDA C or HIP C: the cgen helpers as device functions, the kernel taking IREE's parameters."""
+    """CUDA C or HIP C: the c_reference helpers as device functions, the kernel taking IREE's parameters."""
     device_helpers = [h.replace("static inline ", "__device__ static inline ", 1) for h in helpers]
     params = [f"const {b.ctype}* __restrict__ {b.name}" for b in inputs] + [f"{out.ctype}* __restrict__ {out.name}"]
     params += [f"int32_t {s}" for s in sizes]

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import program
+from pyree_build.models.ir import program
 
 # Tensor ops that only reinterpret a row-major buffer: they may sit inside a group.
 RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")

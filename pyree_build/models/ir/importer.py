@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyree_build.actions import parameters
-from pyree_build.actions.models import limits, program
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, escape, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import write_depfile
 from pyree_build.core.outputs import check_ours, check_outputs, record_ours
 from pyree_build.core.records import record
+from pyree_build.models.ir import limits, program
 
 if TYPE_CHECKING:
     import onnx as onnx_types

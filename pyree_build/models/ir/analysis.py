@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import captures, groups, program
+from pyree_build.models.ir import captures, groups, program
 
 
 @dataclass

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pyree_build.actions.models import cgen, cnest, loopnest
 from pyree_build.core import escape
+from pyree_build.models.codegen import c_reference, c_tiled, loopnest
 
 # Combining two partial results by the body's own operation is exact reassociation only for
 # these (max and min exactly; sums and products within rounding).
@@ -40,7 +40,7 @@ def _strip(coordinate: str) -> str:
 
 
 class _RowEmitter:
-    def __init__(self, k: cgen.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedule, out: cgen.Buffer) -> None:
+    def __init__(self, k: c_reference.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedule, out: c_reference.Buffer) -> None:
         self.k, self.nest, self.plan, self.out = k, nest, plan, out
         self.rank = len(nest.sizes)
         self.at = [f"at{n}" for n in range(self.rank - 1)]
@@ -83,12 +83,17 @@ class _RowEmitter:
         later pass, the result's shape and type, with a math function in its computation."""
         passes = [set().union(*(self.cone(o) for o in stage.op.operands[: stage.n_ins])) for stage, _ in self.nest.reductions]
         passes.append(self.cone(self.nest.result))
-        shape = cgen.program.shape(self.nest.result.type)
+        shape = c_reference.program.shape(self.nest.result.type)
         candidates = set()
         for n, here in enumerate(passes[:-1]):
             for value in here:
                 later = any(value in p for p in passes[n + 1 :])
-                if later and cgen.program.shape(value.type) == shape and cgen.c_type(value.type) == self.out.ctype and self._has_math(self.cone(value)):
+                if (
+                    later
+                    and c_reference.program.shape(value.type) == shape
+                    and c_reference.c_type(value.type) == self.out.ctype
+                    and self._has_math(self.cone(value))
+                ):
                     candidates.add(value)
         maximal = [v for v in candidates if not any(v != w and v in self.cone(w) for w in candidates)]
         if len(maximal) == 1:
@@ -114,7 +119,7 @@ class _RowEmitter:
             name = self.value(self.nest.reshapes[value], self._reshaped(value, coords), memo)
         elif value in self.done:
             if not self._at_row(value, coords):
-                raise cnest.Unfused("a reduction's result is read at another row than the one being computed")
+                raise c_tiled.Unfused("a reduction's result is read at another row than the one being computed")
             name = self.done[value]
         elif self.stored is not None and value == self.stored and self.pass_index > (self.stored_in or 0) and [_strip(c) for c in coords] == self.point:
             name = self.k.fresh("s")
@@ -125,9 +130,9 @@ class _RowEmitter:
         else:
             buffer = self.k.buffers.get(value)
             if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
-                raise cnest.Unfused("a value that is neither an input, a constant nor computed by the nest, where it is read")
+                raise c_tiled.Unfused("a value that is neither an input, a constant nor computed by the nest, where it is read")
             name = self.k.fresh("a")
-            self.k.lines.append(f"{indent}const {buffer.ctype} {name} = {buffer.pointer}[{cgen.linear_index(coords, buffer.dims)}];")
+            self.k.lines.append(f"{indent}const {buffer.ctype} {name} = {buffer.pointer}[{c_reference.linear_index(coords, buffer.dims)}];")
         memo[key] = name
         return name
 
@@ -135,7 +140,7 @@ class _RowEmitter:
         """What `stage()` reads: each used input operand at its map's point."""
         block = stage.body
         return [
-            (operand, [cnest._coordinate(e, coords) for e in stage.maps[n]])
+            (operand, [c_tiled.coordinate(e, coords) for e in stage.maps[n]])
             for n, (operand, arg) in enumerate(zip(stage.op.operands, block.arguments))
             if n < stage.n_ins and list(arg.uses)
         ]
@@ -157,21 +162,21 @@ class _RowEmitter:
 
     def _reshaped(self, value: Any, coords: list[str]) -> list[str]:
         """A unit-dimension reshape's coordinates in its source: the non-unit ones, in order."""
-        kept = [c for c, d in zip(coords, cgen.program.shape(value.type)) if d != 1]
-        source = cgen.program.shape(self.nest.reshapes[value].type)
+        kept = [c for c, d in zip(coords, c_reference.program.shape(value.type)) if d != 1]
+        source = c_reference.program.shape(self.nest.reshapes[value].type)
         out = []
         for d in source:
             out.append("0" if d == 1 else kept.pop(0))
         return out
 
     def _at_row(self, value: Any, coords: list[str]) -> bool:
-        shape = cgen.program.shape(value.type)
+        shape = c_reference.program.shape(value.type)
         stage, live = next((s, j) for s, j in self.nest.reductions if s.op.results[j] == value)
-        expected = [cnest._coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+        expected = [c_tiled.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
         return [_strip(c) for c, d in zip(coords, shape) if d != 1] == [_strip(c) for c, d in zip(expected, shape) if d != 1]
 
     def _out_at(self) -> str:
-        return f"{self.out.pointer}[{cgen.linear_index(self.point, self.out.dims)}]"
+        return f"{self.out.pointer}[{c_reference.linear_index(self.point, self.out.dims)}]"
 
     def body(self, op: Any, arguments: dict[Any, str], yielded: int, coords: list[str], indent: str) -> str:
         """The ops of `op`'s body that yield result `yielded` (its others are not needed), with
@@ -197,27 +202,27 @@ class _RowEmitter:
                 continue
             used_args = [v for v in body_op.operands if v in list(block.arguments) and v not in values]
             if used_args:
-                raise cnest.Unfused("a reduction's body reads an accumulator of a result nothing needs")
+                raise c_tiled.Unfused("a reduction's body reads an accumulator of a result nothing needs")
             self._body_op(body_op, values, indent, coords)
-        return cgen._operand(self.k, values, terminator.operands[yielded], op.name)
+        return c_reference.operand(self.k, values, terminator.operands[yielded], op.name)
 
     def _body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
         helper = _FLOAT_CALLS.get(op.name)
-        if helper is not None and len(op.results) == 1 and cgen.c_type(op.results[0].type, op.name) == "float":
-            args = ", ".join(cgen._operand(self.k, values, v, op.name) for v in op.operands)
+        if helper is not None and len(op.results) == 1 and c_reference.c_type(op.results[0].type, op.name) == "float":
+            args = ", ".join(c_reference.operand(self.k, values, v, op.name) for v in op.operands)
             self.k.helpers.add(helper)
             name = self.k.fresh()
             self.k.lines.append(f"{indent}const float {name} = {helper}({args});")
             values[op.results[0]] = name
         else:
-            cgen._emit_body_op(self.k, op, values, indent, coords, [])
+            c_reference.emit_body_op(self.k, op, values, indent, coords, [])
 
     def stage(self, stage: loopnest.Stage, coords: list[str], memo: dict[Any, str], indent: str) -> str:
         block = stage.body
         arguments = {}
         for n, (operand, arg) in enumerate(zip(stage.op.operands, block.arguments)):
             if n < stage.n_ins and list(arg.uses):
-                arguments[arg] = self.value(operand, [cnest._coordinate(e, coords) for e in stage.maps[n]], memo)
+                arguments[arg] = self.value(operand, [c_tiled.coordinate(e, coords) for e in stage.maps[n]], memo)
         return self.body(stage.op, arguments, 0, coords, indent)
 
     # --- passes -------------------------------------------------------------------------
@@ -239,8 +244,8 @@ class _RowEmitter:
     def reduction(self, stage: loopnest.Stage, live: int) -> None:
         block = stage.body
         n_ins = stage.n_ins
-        ctype = cgen.c_type(stage.op.results[live].type, stage.op.name)
-        init = self.value(stage.op.operands[n_ins + live], [cnest._coordinate(e, self.point) for e in stage.maps[n_ins + live]], self.row_memo)
+        ctype = c_reference.c_type(stage.op.results[live].type, stage.op.name)
+        init = self.value(stage.op.operands[n_ins + live], [c_tiled.coordinate(e, self.point) for e in stage.maps[n_ins + live]], self.row_memo)
         acc = self.k.fresh("red")
         out_arg = block.arguments[n_ins + live]
 
@@ -249,13 +254,13 @@ class _RowEmitter:
                 arguments = {out_arg: out}
                 for n in range(n_ins):
                     if list(block.arguments[n].uses):
-                        coords = [cnest._coordinate(e, self.point) for e in stage.maps[n]]
+                        coords = [c_tiled.coordinate(e, self.point) for e in stage.maps[n]]
                         arguments[block.arguments[n]] = self.value(stage.op.operands[n], coords, memo)
                 return f"{target} = {self.body(stage.op, arguments, live, self.point, '')};"
 
             return statement
 
-        names = ", ".join(cgen.program.location_names(stage.op.location)) or "?"
+        names = ", ".join(c_reference.program.location_names(stage.op.location)) or "?"
         r = self.ind = self.row_indent
         self.pass_lines.append(f"{r}{escape.c_comment(f'reduction {self.pass_index + 1} ({names}): one value for the row')}")
         self.pass_lines.append(f"{r}{ctype} {acc} = {init};")
@@ -290,7 +295,7 @@ class _RowEmitter:
         """Each lane starts at the first element it takes (no identity value needed)."""
 
         def statement(memo: dict[Any, str]) -> str:
-            coords = [cnest._coordinate(e, self.point) for e in stage.maps[0]]
+            coords = [c_tiled.coordinate(e, self.point) for e in stage.maps[0]]
             return f"lane[c] = {self.value(stage.op.operands[0], coords, memo)};"
 
         return statement
@@ -301,7 +306,7 @@ class _RowEmitter:
             return False
         block = stage.body
         terminator = list(block.operations)[-1].operation
-        owner = cgen.program.defining_op(terminator.operands[live])
+        owner = c_reference.program.defining_op(terminator.operands[live])
         if owner is None or owner.operation.name not in _ASSOCIATIVE:
             return False
         operands = list(owner.operation.operands)
@@ -311,7 +316,7 @@ class _RowEmitter:
         nest = self.nest
         self.choose_stored()
         for op in constants:
-            cgen.emit_constant(self.k, op)
+            c_reference.emit_constant(self.k, op)
         rows = " * ".join(f"(int64_t){s}" for s in nest.sizes[:-1]) or "1"
         r = self.row_indent
         head = [
@@ -340,9 +345,9 @@ class _RowEmitter:
         self.k.lines += [*head, *self.row_lines, "  }"]
 
 
-def emit(k: cgen.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedule, *, name: str, constants: list[Any]) -> None:
+def emit(k: c_reference.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedule, *, name: str, constants: list[Any]) -> None:
     """The row-wise nest as C: the knobs into `k.preamble`, the loop over the workgroup's rows
     into `k.lines`. `k` holds the buffers; `constants` are the group's scalar constant ops;
-    `name` (the import's) is taken as cnest.emit takes it, the kernel being one function here."""
-    k.preamble = cnest.knob_lines(plan.knobs, pack=False)
+    `name` (the import's) is taken as c_tiled.emit takes it, the kernel being one function here."""
+    k.preamble = c_tiled.knob_lines(plan.knobs, pack=False)
     _RowEmitter(k, nest, plan, k.buffers[nest.result]).emit(constants)

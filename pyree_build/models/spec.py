@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyree_build.actions.models import captures, groups, program
 from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
+from pyree_build.models.ir import captures, groups, program
 
 EMBEDDED_ARCHES = (("x86_64", "x86_64"), ("arm_64", "aarch64"))
 
@@ -322,7 +322,7 @@ GPU_OBJECTS = {
     "cuda": ('#hal.executable.target<"cuda", "cuda-nvptx-fb">', "{name}_sm_80.ptx"),
     "hip": ('#hal.executable.target<"rocm", "rocm-hsaco-fb">', "{name}.co"),
 }
-GPU_WORKGROUP_SIZE = 64  # the generated kernel's default (gpunest.WORKGROUP_SIZE): any size is correct
+GPU_WORKGROUP_SIZE = 64  # the generated kernel's default (gpu_source.WORKGROUP_SIZE): any size is correct
 GPU_MAX_WORKGROUPS = 65535
 
 
@@ -447,7 +447,7 @@ def entry(reps: list[Replacement]) -> list[str]:
         '  %fns = transform.structured.match ops{["util.func"]} in %program : (!transform.any_op) -> !transform.any_op',
         *(f"  {line}" for line in sink),
         *_anchored_passes(anchored),
-        *_walking_passes(walking),
+        *walking_passes(walking),
         "  transform.yield",
         "}",
     ]
@@ -474,7 +474,7 @@ def _anchored_passes(reps: list[Replacement]) -> list[str]:
     ]
 
 
-def _walking_passes(reps: list[Replacement]) -> list[str]:
+def walking_passes(reps: list[Replacement]) -> list[str]:
     # The general form (--dynamic) replaces its ops wherever they are, at any sizes, in any
     # program: its matcher walks every function. One foreach_match per group, larger groups
     # first, dead ops removed after each: a small group's matcher (a lone reshape) would

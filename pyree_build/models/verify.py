@@ -3,7 +3,7 @@ plugins included; on Vulkan every set of inputs in one process, run.run_calls) a
 model (onnxruntime, CPUExecutionProvider) on the same inputs, and compare every output
 element by element.
 
-Inputs are several seeded draws that reach each input's meaningful range (draws.py), or the
+Inputs are several seeded draws that reach each input's meaningful range (verify_inputs.py), or the
 stored inputs of an ONNX test directory or .pb/.npy files (whose stored outputs are then the
 reference), or given as `--input` specs. With a baseline (the same model compiled without
 the replacement, run on the inputs where an output fails), an output that IREE's own module
@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyree_build.actions import checks
-from pyree_build.actions.models import draws
-from pyree_build.actions.models.importer import INSTALL_ONNX, load_model
 from pyree_build.actions.results import NPY_TENSOR, exported_functions, function_parameters
 from pyree_build.actions.run import require_device, run_calls
 from pyree_build.core import escape, lazy
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.records import record
+from pyree_build.models import verify_inputs
+from pyree_build.models.ir.importer import INSTALL_ONNX, load_model
 
 if TYPE_CHECKING:
     import numpy
@@ -150,7 +150,7 @@ def _size(shape: Sequence[int]) -> int:
 
 def given_inputs(model: onnx_types.ModelProto, specs: Sequence[str], source: Path) -> list[numpy.ndarray]:
     """The `--input` values, one per graph input, as arrays of the graph's element types."""
-    declared = draws.graph_inputs(model, source)
+    declared = verify_inputs.graph_inputs(model, source)
     if len(specs) != len(declared):
         raise PyreeError(
             f"{len(specs)} inputs given, the model has {len(declared)} ({', '.join(d.name for d in declared)})",
@@ -385,32 +385,32 @@ def _run_module(
         ) from None
 
 
-def _draws(
+def _verify_inputs(
     model: onnx_types.ModelProto, model_path: Path, *, inputs: Sequence[str], input_files: Sequence[PathLike], seed: int, trials: int
-) -> list[draws.Draw]:
+) -> list[verify_inputs.Draw]:
     """The sets of inputs to compare on: given specs, stored files, or `trials` seeded draws
     (styles in turn: uniform, wide, ties, then again with the next seeds)."""
     if inputs and input_files:
         raise PyreeError("both --input and --inputs given", file=model_path, fix="give the inputs one way: --input SPEC per input, or --inputs FILES|DIR")
-    declared = draws.graph_inputs(model, model_path)
+    declared = verify_inputs.graph_inputs(model, model_path)
     if inputs:
-        return [draws.Draw("given --input values", tuple(given_inputs(model, inputs, model_path)))]
+        return [verify_inputs.Draw("given --input values", tuple(given_inputs(model, inputs, model_path)))]
     if input_files:
-        return [draws.conform(draws.stored(input_files), declared, model_path)]
+        return [verify_inputs.conform(verify_inputs.stored(input_files), declared, model_path)]
     if trials < 1:
-        raise PyreeError(f"--trials must be at least 1, got {trials}", fix=f"pass e.g. --trials {draws.DEFAULT_TRIALS}")
-    sets = [draws.draw(model, model_path, seed=seed + i, style=draws.style_of(i)) for i in range(trials)]
-    if trials >= draws.DEFAULT_TRIALS:
+        raise PyreeError(f"--trials must be at least 1, got {trials}", fix=f"pass e.g. --trials {verify_inputs.DEFAULT_TRIALS}")
+    sets = [verify_inputs.draw(model, model_path, seed=seed + i, style=verify_inputs.style_of(i)) for i in range(trials)]
+    if trials >= verify_inputs.DEFAULT_TRIALS:
         # A model of few elements: each element meets each of its constants.
-        turns = draws.threshold_turns(model, model_path)
-        sets += [draws.draw(model, model_path, seed=seed + trials + k, style=draws.THRESHOLDS, turn=k) for k in range(turns)]
+        turns = verify_inputs.threshold_turns(model, model_path)
+        sets += [verify_inputs.draw(model, model_path, seed=seed + trials + k, style=verify_inputs.THRESHOLDS, turn=k) for k in range(turns)]
         # A maximum subtracted before exp: one peak per line, at its ends in turn.
-        peaks = len(draws.peak_places(model, model_path))
-        sets += [draws.draw(model, model_path, seed=seed + trials + turns + k, style=draws.PEAKS, turn=k) for k in range(peaks)]
+        peaks = len(verify_inputs.peak_places(model, model_path))
+        sets += [verify_inputs.draw(model, model_path, seed=seed + trials + turns + k, style=verify_inputs.PEAKS, turn=k) for k in range(peaks)]
     return sets
 
 
-def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw) -> tuple[draws.Draw, list[str], list[numpy.ndarray], str]:
+def _reference(model_path: Path, model: onnx_types.ModelProto, draw: verify_inputs.Draw) -> tuple[verify_inputs.Draw, list[str], list[numpy.ndarray], str]:
     """(the draw as used, output names, the reference outputs, the reference's name): the stored
     outputs where the inputs came with them, else onnxruntime's. A drawn set whose integers
     onnxruntime refuses across their type (indices, sizes) is drawn again with small integers;
@@ -431,10 +431,10 @@ def _reference(model_path: Path, model: onnx_types.ModelProto, draw: draws.Draw)
         if draw.style is None or not any(a.dtype.kind in "iu" for a in draw.arrays) or refused.what.startswith("onnxruntime cannot load"):
             raise
         first = refused
-    for integers in draws.FALLBACKS:
+    for integers in verify_inputs.FALLBACKS:
         if integers == "small" and draw.style == "uniform":
             continue  # the uniform draw's integers are already small
-        again = draws.draw(model, model_path, seed=draw.seed, style=draw.style, integers=integers, turn=draw.turn)
+        again = verify_inputs.draw(model, model_path, seed=draw.seed, style=draw.style, integers=integers, turn=draw.turn)
         try:
             found, expected = reference_outputs(model_path, model, again.arrays)
             return again, found, expected, "onnxruntime"
@@ -481,7 +481,7 @@ def verify(
     plugins: Sequence[PathLike] = (),
     baseline: PathLike | None = None,
     seed: int = 0,
-    trials: int = draws.DEFAULT_TRIALS,
+    trials: int = verify_inputs.DEFAULT_TRIALS,
     rtol: float | None = None,
     atol: float | None = None,
     device: str | None = None,
@@ -492,8 +492,8 @@ def verify(
     Inputs are `trials` seeded draws (seeds `seed`, `seed + 1`, ...; styles uniform, wide and
     ties in turn: floats in [-1, 1]; floats past and at the model's own constants, integers
     across their type; a few values only, so elements tie; with `trials` >= 3, one draw per
-    threshold value where the model's float inputs are few, draws.threshold_turns, and peaks draws where
-    it subtracts a maximum before exp, draws.peak_places), or the given `inputs` (`--input`
+    threshold value where the model's float inputs are few, verify_inputs.threshold_turns, and peaks draws where
+    it subtracts a maximum before exp, verify_inputs.peak_places), or the given `inputs` (`--input`
     specs: `4x16xf32=1`, `@x.npy`), or `input_files`: an ONNX test directory (input_N.pb,
     with output_N.pb as the reference) or .pb/.npy files, one per graph input. The module runs
     with iree-run-module (`plugins` loaded; on Vulkan, once for every set of inputs, through IREE's
@@ -513,12 +513,12 @@ def verify(
     base = require_file(baseline, "baseline module") if baseline is not None else None
     model = load_model(model_path)
     _check_settings(seed, rtol, atol)
-    sets = _draws(model, model_path, inputs=inputs, input_files=input_files, seed=seed, trials=trials)
+    sets = _verify_inputs(model, model_path, inputs=inputs, input_files=input_files, seed=seed, trials=trials)
     for value in model.graph.output:
-        draws.numpy_dtype(value.type.tensor_type.elem_type, value.name, model_path)
+        verify_inputs.numpy_dtype(value.type.tensor_type.elem_type, value.name, model_path)
     fn = choose_function(mod, model, function)
     base_fn = choose_function(base, model, function) if base is not None else fn
-    input_names = [g.name for g in draws.graph_inputs(model, model_path)]
+    input_names = [g.name for g in verify_inputs.graph_inputs(model, model_path)]
     _require_parameters(mod, fn, sets[0].arrays, model_path, input_names)
     if base is not None:
         _require_parameters(base, base_fn, sets[0].arrays, model_path, input_names)
@@ -531,7 +531,7 @@ def verify(
 
 
 def _trials(
-    model_path: Path, model: onnx_types.ModelProto, sets: Sequence[draws.Draw], run: tuple[Path, str, Sequence[PathLike], str],
+    model_path: Path, model: onnx_types.ModelProto, sets: Sequence[verify_inputs.Draw], run: tuple[Path, str, Sequence[PathLike], str],
     baseline: tuple[Path, str, str] | None, rtol: float | None, atol: float | None,
 ) -> list[TrialResult]:  # fmt: skip
     """Every set of inputs: the references first (a set onnxruntime refuses is drawn again), then

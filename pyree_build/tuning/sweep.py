@@ -5,10 +5,10 @@ A variant that computes a wrong result, crashes or hangs (the run's timeout) is 
 such and never chosen. Builds go through the plugin action, so each variant is cached (and
 shared through the remote cache) like any build. Builds and checks run in parallel (-j);
 benchmarks run one at a time so they do not disturb each other. `ray=` hands the same steps
-to a Ray cluster (actions/tune_ray.py, imported only then).
+to a Ray cluster (tuning/on_ray.py, imported only then).
 
 A GPU kernel (`target` vulkan, cuda, hip: what `replace --target` writes) goes through the same
-steps: only how a variant is built and which module it runs with differ (actions/tune_gpu.py:
+steps: only how a variant is built and which module it runs with differ (tuning/gpu.py:
 its object, the program compiled with the spec against it, on the target's device).
 """
 
@@ -44,11 +44,11 @@ if TYPE_CHECKING:
     import numpy
 
 np = lazy.module("numpy")
-_tune_ray = lazy.module("pyree_build.actions.tune_ray")
-_verify = lazy.module("pyree_build.actions.models.verify")
-_importer = lazy.module("pyree_build.actions.models.importer")
-_draws = lazy.module("pyree_build.actions.models.draws")
-_tune_gpu = lazy.module("pyree_build.actions.tune_gpu")
+_tune_ray = lazy.module("pyree_build.tuning.on_ray")
+_verify = lazy.module("pyree_build.models.verify")
+_importer = lazy.module("pyree_build.models.ir.importer")
+_verify_inputs = lazy.module("pyree_build.models.verify_inputs")
+_tune_gpu = lazy.module("pyree_build.tuning.gpu")
 
 PathLike = str | os.PathLike[str]
 
@@ -85,7 +85,7 @@ class Plan:
     repetitions: int = 3
     min_time: float = 0.05
     # A GPU kernel (target vulkan, cuda, hip): each variant compiles `program` with `spec` and its
-    # own object (tune_gpu.py), so `module` is unused; `target_options` pick the GPU (sm, gfx, ...).
+    # own object (tuning/gpu.py), so `module` is unused; `target_options` pick the GPU (sm, gfx, ...).
     target: str = "llvm-cpu"
     program: str = ""
     spec: str = ""
@@ -244,8 +244,8 @@ def drawn_inputs(onnx: PathLike, directory: Path) -> list[str]:
     those), saved as input_N.npy in `directory`, as `@` specs every variant's run reads."""
     model_path = require_file(onnx, "ONNX model")
     model = _importer.load_model(model_path)
-    for integers in (None, *_draws.FALLBACKS):
-        drawn = _draws.draw(model, model_path, seed=0, style="wide", integers=integers)
+    for integers in (None, *_verify_inputs.FALLBACKS):
+        drawn = _verify_inputs.draw(model, model_path, seed=0, style="wide", integers=integers)
         try:
             _verify.reference_outputs(model_path, model, drawn.arrays)
             break
@@ -387,7 +387,7 @@ def _check_repeated_calls(plan: Plan, plugin: PathLike, expected: Sequence[numpy
         try:
             with echo.muted_commands():
                 processes.spawn(
-                    [sys.executable, "-m", "pyree_build.actions.tune_calls", json.dumps(spec)],
+                    [sys.executable, "-m", "pyree_build.tuning.calls", json.dumps(spec)],
                     what=f"calling {plan.function} {CHECK_CALLS} times in one process", file=plugin,
                     timeout=plan.timeout * len(calls) + _START_ALLOWANCE_S, crash_hint=run_action.crash_hint([plugin]),
                 )  # fmt: skip
