@@ -58,9 +58,9 @@ def test_a_command_line_builds_only_the_verb_it_names():
     every = cli.build_parser()
     assert [name for name, _ in cli._parsers(one)] == ["", "plugin"]
     assert len(cli._parsers(every)) > 20
-    assert cli._named_verb(["-j", "2", "-v", "plugin", "x.c"]) == "plugin"
-    assert cli._named_verb(["--version"]) == ""
-    assert cli._named_verb(["-h", "plugin"]) is None
+    assert cli.named_verb(["-j", "2", "-v", "plugin", "x.c"]) == "plugin"
+    assert cli.named_verb(["--version"]) == ""
+    assert cli.named_verb(["-h", "plugin"]) is None
 
 
 def test_an_unknown_verb_still_lists_every_verb():

@@ -129,11 +129,11 @@ def test_expect_import_fails_the_compile_and_leaves_no_module(cli, tmp_path):
 
 def test_memref_imports_without_bareptr_are_warned_about(cli, tmp_path):
     text = (PLUGIN_SAMPLE / "example.mlir").read_text()
-    assert imports.declarations_without_bareptr(text) == []
-    assert imports.declarations_without_bareptr((SAMPLES / "custom_dispatch" / "cpu" / "embedded" / "example.mlir").read_text()) == []
+    assert [i.name for i in imports.memref_imports_without_bareptr(text)] == []
+    assert [i.name for i in imports.memref_imports_without_bareptr((SAMPLES / "custom_dispatch" / "cpu" / "embedded" / "example.mlir").read_text())] == []
     bare = tmp_path / "no_bareptr.mlir"
     bare.write_text(text.replace(",\n        llvm.bareptr = true", ""))
-    assert imports.declarations_without_bareptr(bare.read_text()) == ["simple_mul_workgroup"]
+    assert [i.name for i in imports.memref_imports_without_bareptr(bare.read_text())] == ["simple_mul_workgroup"]
     result = cli("compile", bare, "-o", tmp_path / "m.vmfb", "-q")
     assert result.returncode == 0, result
     assert "import @simple_mul_workgroup takes memrefs but is not declared with `llvm.bareptr = true`" in result.stderr

@@ -48,6 +48,7 @@ def test_a_dense_layer_is_one_nest_with_knobs_and_workgroups(tmp_path):
     c_text = (out / "dense.c").read_text()
     # One nest: no scratch tensor in the argument block, one accumulator, the relu applied to it.
     assert "tmp0" not in c_text and c_text.count("acc[r][c] = ") >= 2, c_text
+    assert "fused into one loop nest, tiled" in c_text and "naive" not in c_text  # the header says what the body is
     assert "restrict" in c_text and "PYREE_VECTORIZE" in c_text
     # The knobs are declared as tune reads them, with their defaults as macros.
     declared = tune.declared_params([out / "dense.c"])
@@ -115,6 +116,7 @@ def test_a_softmax_is_one_nest_per_row_with_lanes_and_workgroups(tmp_path):
     _, _, out = _replaced_rows(tmp_path, _row_model("softmax", (2, 64, 100)))
     c_text = (out / "rows.c").read_text()
     assert "One row at a time" in c_text and "tmp0" not in c_text, c_text
+    assert "fused row by row" in c_text and "naive" not in c_text
     assert c_text.count("reduction 1 (") == 1 and c_text.count("reduction 2 (") == 1 and "reduction 3 (" not in c_text
     assert re.search(r"const float s\d+ = out0\[", c_text), c_text
     # The max's index result (ONNX's softmax lowers through an argmax) is not computed.
@@ -154,7 +156,7 @@ def test_a_reduction_over_another_loop_than_the_last_keeps_the_per_op_path(tmp_p
     # covers it, so the per-op reference body is generated (and verifies).
     model, mlir, out = _replaced_rows(tmp_path, _row_model("softmax", (5, 7), axis=0))
     c_text = (out / "rows.c").read_text()
-    assert "pyree-tune:" not in c_text and "tmp0" in c_text
+    assert "pyree-tune:" not in c_text and "tmp0" in c_text and "naive reference: one loop nest per op" in c_text
     module = out / "rows.vmfb"
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "rows").returncode == 0
     assert run_cli("plugin", "--kind", "system", out / "rows.c", "-o", out / "rows.so").returncode == 0

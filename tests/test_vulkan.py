@@ -8,6 +8,7 @@ import array
 import functools
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,24 @@ needs_glslang = pytest.mark.skipif(
 on_lavapipe = pytest.mark.skipif(not any(d.driver == "llvmpipe" for d in vulkan.devices()), reason="no lavapipe (llvmpipe) Vulkan device here")
 
 
+def spirv_entry_points(path: Path) -> list[str]:
+    """The names of the GLCompute entry points of a SPIR-V module (what hal.executable.export names)."""
+    data = Path(path).read_bytes()
+    if len(data) < 20 or struct.unpack_from("<I", data)[0] != 0x07230203:
+        raise AssertionError(f"{path}: not a SPIR-V module (bad magic)")
+    names, offset = [], 20
+    while offset + 4 <= len(data):
+        word = struct.unpack_from("<I", data, offset)[0]
+        count, opcode = word >> 16, word & 0xFFFF
+        if count == 0:
+            break
+        if opcode == 15:  # OpEntryPoint: model, id, name (nul-terminated string), interface...
+            raw = data[offset + 12 : offset + 4 * count]
+            names.append(raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
+        offset += 4 * count
+    return names
+
+
 def cli_env(*args, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pyree_build", *map(os.fspath, args)], capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=cwd
@@ -61,7 +80,7 @@ def test_spirv_writes_one_valid_module_per_shader_with_a_main_entry(cli, tmp_pat
     assert result.returncode == 0, result
     assert sorted(p.name for p in (tmp_path / "spv").iterdir()) == ["simple_mul.spv", "simple_mul_inplace.spv"]
     for spv in (tmp_path / "spv").iterdir():
-        assert spirv.read_spirv_entry_points(spv) == ["main"]
+        assert spirv_entry_points(spv) == ["main"]
         subprocess.run(toolchain.spirv_val().command("--target-env", "vulkan1.1", spv), check=True)
     deps = (tmp_path / "spv.d").read_text()
     assert all(str(s) in deps for s in SHADERS) and "glslang" in deps
@@ -107,7 +126,7 @@ def test_glslc_missing_says_how_to_install_it(cli, tmp_path):
 @pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc (shaderc) is not installed here")
 def test_glslc_compiles_the_sample_shaders_and_names_the_line_of_an_error(cli, tmp_path):
     outs = spirv.spirv(SHADERS, tmp_path / "ok", compiler="glslc")
-    assert [spirv.read_spirv_entry_points(o) for o in outs] == [["main"], ["main"]]
+    assert [spirv_entry_points(o) for o in outs] == [["main"], ["main"]]
     bad = tmp_path / "bad.glsl"
     bad.write_text("#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  float y = undefined_x;\n}\n")
     result = cli("spirv", bad, "--compiler", "glslc", "-o", tmp_path / "bad")

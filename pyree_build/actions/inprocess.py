@@ -36,7 +36,6 @@ rt = lazy.module("iree.runtime")
 rt_binding = lazy.module("iree.runtime._binding")
 
 PathLike = str | os.PathLike[str]
-InputValue = "np.ndarray | str | float | int"
 
 # (the --executable_plugin value, the SHA-256 of the file it names), in the order given.
 PluginSet = tuple[tuple[str, str], ...]

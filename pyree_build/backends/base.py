@@ -242,8 +242,3 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<pyree_build backend {self.name}>"
-
-
-def option_values(options: Sequence[Option], values: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of `options` found in `values` (by dest), leaving out those not given."""
-    return {o.dest: values[o.dest] for o in options if values.get(o.dest) is not None}

@@ -28,7 +28,6 @@ resource = lazy.module("resource")  # only where a write was refused
 SKIP_EXIT_CODE = 77  # actions.run.SKIP_EXIT_CODE, without importing it for every verb
 
 # The names tests and tools used before the CLI was split into modules.
-_named_verb = named_verb
 _verb_parser = verb_parser
 
 

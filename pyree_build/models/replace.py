@@ -201,7 +201,7 @@ def _c_source(found: analysis.Analysis, rep: spec.Replacement, *, dynamic: bool)
         f"ops: {', '.join(describe_ops(group))}",
         f"from: {', '.join(source_names(group)) or 'unknown'}",
         "",
-        "A correct, naive reference: one loop nest per op, as the IR says. Make it fast; then",
+        f"{kernel.form} Make it faster; then",
         "`pyree-build verify` checks the numbers against the framework's own.",
         "",
         "Argument block: the operands of the func.call in the spec, in order. Under llvm.bareptr",
@@ -236,6 +236,7 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
         return None
     rep.scratch = []
     rep.workgroups = plan.workgroups
+    k.form = "The group's ops fused into one loop nest, tiled into register blocks (the schedule's knobs below)."
     if rep.dynamic:  # the rows are only known at run time: the spec counts the workgroups from them
         rep.row_workgroups = (loopnest.ROWS_PER_WORKGROUP, loopnest.MAX_WORKGROUPS)
     return k
@@ -254,6 +255,7 @@ def _row_kernel(k: c_reference.Kernel, rep: spec.Replacement, member_ops: list[A
         return None
     rep.scratch = []
     rep.workgroups = plan.workgroups
+    k.form = "The group's ops fused row by row: each row's passes in one loop nest (the schedule's knobs below)."
     return k
 
 

@@ -30,7 +30,6 @@ ARCH_ALIASES = {
     "x86_64": "x86_64", "aarch64": "aarch64", "arm_64": "aarch64", "arm64": "aarch64", "riscv64": "riscv64", "riscv_64": "riscv64",
 }  # fmt: skip
 ELF_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64", "riscv64": "EM_RISCV"}
-IREE_ARCH_NAMES = {"x86_64": "x86_64", "aarch64": "arm_64", "riscv64": "riscv_64"}
 
 
 def normalize_arch(arch: str) -> str:

@@ -406,11 +406,6 @@ def memref_imports_without_bareptr(mlir_text: str) -> list[MemrefImport]:
     return found
 
 
-def declarations_without_bareptr(mlir_text: str) -> list[str]:
-    """The names of memref_imports_without_bareptr(mlir_text)."""
-    return [i.name for i in memref_imports_without_bareptr(mlir_text)]
-
-
 def _top_level_split(text: str) -> list[str]:
     """`text` split at the commas outside any (), <>, [] or {}."""
     parts, depth, start = [], 0, 0

@@ -116,21 +116,3 @@ class _SpirvJob:
             for i, tmp in enumerate(private):  # renamed into place once all are written
                 os.replace(build / f"{i}.spv", tmp)
         return [str(Path(d).resolve()) for d in deps]
-
-
-def read_spirv_entry_points(path: PathLike) -> list[str]:
-    """The names of the GLCompute entry points of a SPIR-V module (what hal.executable.export names)."""
-    data = Path(path).read_bytes()
-    if len(data) < 20 or struct.unpack_from("<I", data)[0] != 0x07230203:
-        raise PyreeError("not a SPIR-V module (bad magic)", file=path, fix="compile it with `pyree-build spirv`")
-    names, offset = [], 20
-    while offset + 4 <= len(data):
-        word = struct.unpack_from("<I", data, offset)[0]
-        count, opcode = word >> 16, word & 0xFFFF
-        if count == 0:
-            break
-        if opcode == 15:  # OpEntryPoint: model, id, name (nul-terminated string), interface...
-            raw = data[offset + 12 : offset + 4 * count]
-            names.append(raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
-        offset += 4 * count
-    return names

@@ -202,6 +202,8 @@ class Kernel:
     lines: list[str] = field(default_factory=list)
     preamble: list[str] = field(default_factory=list)  # before the kernel: the schedule's knobs
     counter: int = 0
+    # What the body is, for the file's header: an emitter that writes another form says which.
+    form: str = "A correct, naive reference: one loop nest per op, as the IR says."
 
     def fresh(self, stem: str = "v") -> str:
         self.counter += 1

@@ -385,11 +385,6 @@ def _index(size: str, index_type: str) -> str:
     return size if size.isdigit() or index_type == "int" else f"({index_type}){size}"
 
 
-def _coordinate(expr: Any, coords: list[str]) -> str:
-    loop = loopnest.loop_of(expr)
-    return coords[loop] if loop is not None else c_reference.affine_c(expr, coords)
-
-
 _GLSL_BINARY = {
     "arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/",
     "arith.addi": "+", "arith.subi": "-", "arith.muli": "*", "arith.divsi": "/", "arith.remsi": "%",

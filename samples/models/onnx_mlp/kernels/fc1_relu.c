@@ -2,7 +2,7 @@
 // ops: linalg.fill, linalg.matmul, linalg.generic(arith.addf), linalg.generic(arith.cmpf, arith.select)
 // from: fc1, bias1, relu1
 //
-// A correct, naive reference: one loop nest per op, as the IR says. Make it fast; then
+// The group's ops fused into one loop nest, tiled into register blocks (the schedule's knobs below). Make it faster; then
 // `pyree-build verify` checks the numbers against the framework's own.
 //
 // Argument block: the operands of the func.call in the spec, in order. Under llvm.bareptr
