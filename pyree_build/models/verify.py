@@ -37,15 +37,10 @@ ort = lazy.module("onnxruntime")
 
 PathLike = str | os.PathLike[str]
 
-# float32 kernels reorder sums (tiling, vector lanes, fused exp/div): a few ulps of a value
-# near 1 (1e-4 relative) are rounding. The absolute tolerance is relative to each output's
-# largest magnitude, so rounding noise near zero passes while a 1000-class softmax (every
-# value ~1e-3) is still compared to its own scale. Integer and bool outputs are exact.
-DEFAULT_RTOL = 1e-4
-DEFAULT_ATOL_SCALE = 1e-5
-# float16 has 11 significant bits (one ulp is ~1e-3 relative): 1e-4 would fail every result one
-# ulp apart, so a float16 output is held to a few ulps of its values and of its scale.
-FLOAT16_TOLERANCE = 4e-3
+# The tolerance against a computed reference is checks' (tune holds its variants to the same).
+DEFAULT_RTOL = checks.COMPUTED_RTOL
+DEFAULT_ATOL_SCALE = checks.COMPUTED_ATOL_SCALE
+FLOAT16_TOLERANCE = checks.FLOAT16_TOLERANCE
 
 # What an output's comparison concluded.
 OK, MISMATCH, IREE_DIFFERS = "ok", "mismatch", "iree-differs"
@@ -266,26 +261,15 @@ def compare(
     relative one `rtol`, or DEFAULT_RTOL (FLOAT16_TOLERANCE for both where it is float16)."""
     want_raw = np.asarray(expected)
     got_raw, note = _as_reference_type(actual, want_raw)
-    exact = want_raw.dtype.kind in "biu"
+    rtol, tolerance = checks.computed_tolerance(want_raw, rtol, atol)
+    close = checks.close_elements(got_raw, want_raw, rtol=rtol, atol=tolerance)
     got, want = got_raw.astype(np.float64), want_raw.astype(np.float64)
-    finite = np.abs(want[np.isfinite(want)])
-    scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-    half = want_raw.dtype == np.float16
-    if rtol is None:
-        rtol = FLOAT16_TOLERANCE if half else DEFAULT_RTOL
-    if exact and atol is None:
-        rtol, tolerance = 0.0, 0.0
-    else:
-        tolerance = atol if atol is not None else (FLOAT16_TOLERANCE if half else DEFAULT_ATOL_SCALE) * scale
-    same = (got_raw == want_raw) if exact else ((got == want) | (np.isnan(got) & np.isnan(want)))
     with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(same, 0.0, np.abs(got - want))
+        diff = np.where(checks.same_elements(got_raw, want_raw), 0.0, np.abs(got - want))
     diff = np.where(np.isnan(diff), np.inf, diff)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(diff == 0, 0.0, diff / np.abs(want))
-    bound = tolerance + rtol * np.abs(np.where(np.isfinite(want), want, 0.0))
-    close = same | (diff <= bound)
-    excess = diff - bound
+    excess = diff - (tolerance + rtol * np.abs(np.where(np.isfinite(want), want, 0.0)))
     flat = int(np.argmax(excess)) if excess.size else 0
     worst = tuple(int(i) for i in np.unravel_index(flat, want.shape)) if want.size else ()
     return OutputComparison(
