@@ -92,3 +92,30 @@ def test_the_native_clients_plan_run_does_not_pass_with_its_output_lost(runtime,
         out.write_bytes(b"x" * 3000)
         code, err = _command(argv, env, out, fsize=2048)
         _assert_one_clear_error(code, err, f"cannot write to standard output ({out}): File too large", "ulimit -f")
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 1 << 20])
+def test_an_atomic_write_past_the_file_size_limit_leaves_the_old_file_and_no_temporary(tmp_path, size):
+    # files.write_atomic is every pyree_build-written file's one write (cache tags and records,
+    # manifests, plans, stamps): a write that fails partway leaves the file as it was.
+    target = tmp_path / "state.json"
+    target.write_text("old", encoding="utf-8")
+    child = (
+        "import resource, signal, sys\n"
+        "from pyree_build.core import files\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))\n"
+        "try:\n"
+        f"    files.write_atomic(sys.argv[1], b'x' * {size})\n"
+        "except OSError as exc:\n"
+        "    print('failed', exc.errno)\n"
+        "else:\n"
+        "    print('written')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(target)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    if size <= 100:
+        assert done.stdout.strip() == "written" and target.read_bytes() == b"x" * size
+    else:
+        assert done.stdout.startswith("failed") and target.read_text(encoding="utf-8") == "old", done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]

@@ -14,7 +14,6 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 from pyree_build.core import echo, files, lazy, readers, reads, toolchain
 from pyree_build.core import outputs as outputs_mod
@@ -64,27 +63,8 @@ def _note(message: str) -> None:
         echo.log_step(f"  cache: {message}")
 
 
-def hash_file(path: Path) -> str | None:
-    """The sha256 of a regular file's bytes (always all of them), or None. The path may come
-    from a remote server's record: a FIFO or device there is None, never a hang."""
-    fd = readers.open_fd(path)
-    if fd is None:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as f:
-            return _sha256(f)
-    except OSError:
-        return None
-
-
-def _sha256(f: BinaryIO) -> str:
-    """hashlib.file_digest(f, "sha256") where there is one (Python 3.11+); read in 1 MiB chunks before."""
-    if hasattr(hashlib, "file_digest"):
-        return hashlib.file_digest(f, "sha256").hexdigest()
-    digest = hashlib.sha256()
-    while chunk := f.read(1 << 20):
-        digest.update(chunk)
-    return digest.hexdigest()
+# The path may come from a remote server's record: a FIFO or device there is None, never a hang.
+hash_file = readers.sha256_of
 
 
 def _digest(*parts: str) -> str:
@@ -123,9 +103,7 @@ def _open_cache(root: Path) -> Path | None:
             )
             return None
         root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".{_TAG}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
-        tmp.write_text(_TAG_TEXT, encoding="utf-8")
-        os.replace(tmp, root / _TAG)
+        files.write_atomic(root / _TAG, _TAG_TEXT)
     except OSError as exc:
         echo.log_step(f"  note: not caching: cannot use {root} ({exc.strerror or exc})")
         return None
@@ -180,13 +158,7 @@ def _read_json(path: Path) -> object:
 
 def _write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
-    try:
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    files.write_atomic(path, json.dumps(data))
 
 
 def read_json(path: Path) -> object:
@@ -493,9 +465,7 @@ def _save_commands(root: Path, base: str, outputs: Sequence[Path], lines: list[s
     target = root / "commands" / f"{base}.json"
     with contextlib.suppress(OSError):
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{target.name}.{os.urandom(6).hex()}.tmp"
-        tmp.write_text(json.dumps(templated), encoding="utf-8")
-        os.replace(tmp, target)
+        files.write_atomic(target, json.dumps(templated))
 
 
 def _replay_commands(root: Path, base: str, outputs: Sequence[Path]) -> None:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from pyree_build.core import echo
+from pyree_build.core import echo, files
 from pyree_build.core.records import record
 
 URL_ENV = "PYREE_BUILD_REMOTE_CACHE"
@@ -217,10 +217,7 @@ class RemoteCache:
         if self.state_dir is not None:
             with contextlib.suppress(OSError):
                 self.state_dir.mkdir(parents=True, exist_ok=True)
-                marker = self.state_dir / _BACKOFF_FILE
-                tmp = self.state_dir / f".{_BACKOFF_FILE}.{os.getpid()}.tmp"
-                tmp.write_text(f"{self.display}\n{reason}\n", encoding="utf-8")
-                os.replace(tmp, marker)
+                files.write_atomic(self.state_dir / _BACKOFF_FILE, f"{self.display}\n{reason}\n")
 
     def backed_off(self) -> bool:
         """True while another process of this build found the server unavailable lately."""

@@ -134,14 +134,9 @@ def write(args: Sequence[str], ran: Ran, read_files: Sequence[str], timeout: flo
 
 def _write_whole(path: Path, body: bytes) -> bool:
     """Write `path` all or nothing (0600); False if it could not be written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        with open(tmp, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
-            f.write(body)
-        os.replace(tmp, path)
+        files.write_atomic(path, body, mode=0o600)
     except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         return False
     return True
 

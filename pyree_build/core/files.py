@@ -228,6 +228,25 @@ def text_or_empty(path: Path) -> str:
         return ""
 
 
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o666) -> None:
+    """Write `path` all or nothing: the bytes (text as UTF-8) go to a hidden sibling named for its
+    writer (`.NAME.PID-RANDOM.tmp`, what sweep_stale_temps recognises), renamed over `path` once
+    complete; on any failure the sibling is removed and `path` is as it was. The one atomic write
+    of pyree_build's own files (a tool's outputs: atomic_outputs). `mode` before the umask.
+    Lists no directory, so a command whose reads are recorded (core/reads.py) stays recordable."""
+    final = Path(path)
+    tmp = final.parent / f".{final.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
 def write_text_if_changed(path: Path, text: str) -> bool:
     """Write `text` to `path` atomically, unless the file already holds exactly it (its time
     then stays, so what was built from it is still up to date); True if it wrote."""
@@ -235,13 +254,8 @@ def write_text_if_changed(path: Path, text: str) -> bool:
         if path.read_text() == text:
             return False
     prepare_output_dir(path.parent)
-    tmp = _temp_name(path)
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    sweep_stale_temps(path)
+    write_atomic(path, text)
     return True
 
 

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from pyree_build.core import processes, server_protocol, toolchain
+from pyree_build.core import files, processes, server_protocol, toolchain
 from pyree_build.core.errors import PyreeError
 
 SOURCE = Path(__file__).with_name("native_client.c")
@@ -61,8 +61,8 @@ def build(out_dir: str | os.PathLike[str]) -> Path:
             what="building the native pyree-build client",
             file=SOURCE,
         )
-        os.replace(tmp, out)
-        stamp.write_text(key)
+        os.replace(tmp, out)  # the tool wrote it whole: renamed into place as atomic_outputs does
+        files.write_atomic(stamp, key)
     finally:
         for path in (src, tmp):
             path.unlink(missing_ok=True)

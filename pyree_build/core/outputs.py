@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import stat
@@ -239,17 +238,7 @@ def file_hash(p: Path) -> str | None:
     """sha256 of a regular file's bytes; None for anything else (absent, a directory, a FIFO)."""
     if os.path.islink(p):
         return None
-    fd = readers.open_fd(p)  # a FIFO swapped in after a check would block a plain open
-    if fd is None:
-        return None
-    try:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
-    except OSError:
-        return None
+    return readers.sha256_of(p)  # a FIFO swapped in after a check would block a plain open
 
 
 def _relative_name(name: str) -> bool:
@@ -269,13 +258,9 @@ def read_manifest(directory: Path) -> dict[str, list[str]]:
 
 
 def write_manifest(directory: Path, files: Mapping[str, Sequence[str]]) -> None:
-    tmp = directory / f".{MANIFEST}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(json.dumps({"files": {k: list(v) for k, v in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, directory / MANIFEST)
+        files_mod.write_atomic(directory / MANIFEST, json.dumps({"files": {k: list(v) for k, v in sorted(files.items())}}, indent=1) + "\n")
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         if exc.errno in files_mod.DISK_ERRORS:
             raise files_mod.disk_error(exc, directory / MANIFEST) from None
         raise

@@ -8,6 +8,7 @@ and the open file itself is checked (fstat) before a byte is read.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import stat
@@ -60,6 +61,26 @@ def open_fd(path: str | os.PathLike[str]) -> int | None:
         pass
     os.close(fd)
     return None
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str | None:
+    """The sha256 of a regular file's bytes (all of them), or None for anything else (absent, a
+    directory, a FIFO or device, unreadable): the one file hash of pyree_build, what the cache
+    keys, outputs' manifests and tune's records compare. A name from a remote record or a
+    user's argument can never hang it (open_fd)."""
+    fd = open_fd(path)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if hasattr(hashlib, "file_digest"):  # Python 3.11+
+                return hashlib.file_digest(f, "sha256").hexdigest()
+            digest = hashlib.sha256()
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+            return digest.hexdigest()
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
