@@ -1,7 +1,9 @@
-"""The aarch64 ELF of a standalone FatELF plugin, run for real under qemu-user.
+"""The aarch64 code pyree_build builds, run for real under qemu-user: the aarch64 ELF of a
+standalone FatELF plugin, and aarch64 objects embedded in a module.
 
-Opt-in: needs qemu-aarch64-static, an aarch64 sysroot and the aarch64 iree-run-module,
-which tests/foreign/setup_qemu.sh DIR fetches; then PYREE_QEMU_DIR=DIR. Skipped otherwise
+Needs qemu-aarch64-static, an aarch64 sysroot and the aarch64 iree-run-module,
+which tests/foreign/setup_qemu.sh DIR fetches; then PYREE_QEMU_DIR=DIR (.ci/run does both where it
+runs as root). Skipped otherwise
 (every arch's ELF is still checked by reading it in test_standalone_plugin.py).
 """
 
@@ -12,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE
+from conftest import PLUGIN_SAMPLE, SAMPLES
 
 QEMU_DIR = Path(os.environ["PYREE_QEMU_DIR"]) if os.environ.get("PYREE_QEMU_DIR") else None
 QEMU = QEMU_DIR / "qemu" / "usr" / "bin" / "qemu-aarch64-static" if QEMU_DIR else None
@@ -40,3 +42,24 @@ def test_the_aarch64_elf_of_the_fatelf_runs_under_qemu(cli, tmp_path, device):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "8xf32=12 12 12 12 12 12 12 12" in proc.stdout
+
+
+def _run_aarch64(*args: object) -> subprocess.CompletedProcess[str]:
+    assert QEMU is not None and QEMU_DIR is not None and RUNNER is not None
+    return subprocess.run([QEMU, "-L", QEMU_DIR / "sysroot-aarch64", RUNNER, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("device", ["local-sync", "local-task"])
+def test_aarch64_objects_embedded_in_a_module_run_under_qemu(cli, tmp_path, device):
+    sample = SAMPLES / "custom_dispatch" / "cpu" / "embedded"
+    objects = tmp_path / "objects"
+    result = cli("objects", sample / "functions.c", "-o", objects, "--arch", "aarch64")
+    assert result.returncode == 0, result
+    vmfb = tmp_path / "embedded_aarch64.vmfb"
+    result = cli(
+        "compile", sample / "example.mlir", "-o", vmfb, "--object-search-path", objects, "--", "--iree-llvmcpu-target-triple=aarch64-unknown-unknown-eabi-elf"
+    )
+    assert result.returncode == 0, result
+    proc = _run_aarch64(f"--module={vmfb}", f"--device={device}", "--function=mixed_invocation", "--input=8xf32=2", "--input=8xf32=4")
+    assert proc.returncode == 0, proc.stderr
+    assert "8xf32=96 96 96 96 96 96 96 96" in proc.stdout
