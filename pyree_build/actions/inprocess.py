@@ -274,7 +274,7 @@ def _call_bounded(
         raise
     if "error" in box:
         raise box["error"]
-    return box["ok"]  # type: ignore[no-any-return]
+    return box["ok"]
 
 
 def _load_fix(message: str) -> str:

@@ -65,7 +65,7 @@ def remembered(
     stored = local.read_json(directory / f"{key}.json")
     if isinstance(stored, dict) and stored.get("format") == _FORMAT and stored.get("kind") == kind and "answer" in stored:
         _remember("fact", memo, stored["answer"])
-        return stored["answer"]  # type: ignore[no-any-return]
+        return stored["answer"]
     root = local.cache_root()
     with reads.recording(own=[root] if root is not None else []) as read:
         answer = compute()

@@ -14,6 +14,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pyree_build.core import echo, files, lazy, readers, reads, toolchain
 from pyree_build.core import outputs as outputs_mod
@@ -26,6 +27,8 @@ from pyree_build.core.package import PACKAGE_DIR
 # when PYREE_BUILD_REMOTE_CACHE is set (a cache hit pays for neither).
 platform = lazy.module("platform")
 remote_cache = lazy.module("pyree_build.cache.remote")
+if TYPE_CHECKING:
+    from pyree_build.cache import remote
 
 CACHE_ENV = "PYREE_BUILD_CACHE"
 # Tests set this to a directory to force interleavings: a build that has run its tool
@@ -212,7 +215,7 @@ def _valid_entry(e: object) -> bool:
     )
 
 
-def _read_manifest(path: Path) -> list[dict]:
+def _read_manifest(path: Path) -> list[dict[str, Any]]:
     data = _read_json(path)
     if data is None:
         return []
@@ -282,7 +285,7 @@ class _DepHashes:
     def __init__(self, root: Path, key: str) -> None:
         self.path = root / "stats" / f"{key}.json"
         known = _read_json(self.path)
-        self.memo: dict[str, list] = known if isinstance(known, dict) else {}
+        self.memo: dict[str, list[Any]] = known if isinstance(known, dict) else {}
         self.seen: dict[str, str | None] = {}
         self.learned = False
 
@@ -593,7 +596,7 @@ def _cached_outputs(action: str, slot: _Slot, outputs: Sequence[Path], before: d
     return list(fetched.deps)
 
 
-def _take_remote(slot: _Slot, outputs: Sequence[Path], fetched: remote_cache.Fetched) -> None:
+def _take_remote(slot: _Slot, outputs: Sequence[Path], fetched: remote.Fetched) -> None:
     """Write fetched bytes to private temporaries, check them, store them locally from there
     (never from the final paths, which another process may rewrite), then rename them into
     place, all or none."""

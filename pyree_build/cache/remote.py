@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from pyree_build.core import echo, files
@@ -113,13 +114,13 @@ class RemoteCache:
         self.disabled = False
         self._upload_disabled = False
         self._noted: set[str] = set()
-        self._conn = None
-        self._records: dict[str, list[dict]] = {}  # records read by this process, for the merge on upload
+        self._conn: http.client.HTTPConnection | None = None
+        self._records: dict[str, list[dict[str, Any]]] = {}  # records read by this process, for the merge on upload
         self.hits = 0
 
     # --- transport --------------------------------------------------------------
 
-    def _connection(self):  # type: ignore[no-untyped-def]
+    def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
             cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
             self._conn = cls(self.host, self.port, timeout=self.timeout)
@@ -264,11 +265,11 @@ class RemoteCache:
 
     # --- records and blobs ------------------------------------------------------
 
-    def _record(self, key: str) -> list[dict]:
+    def _record(self, key: str) -> list[dict[str, Any]]:
         if key in self._records:
             return self._records[key]
         data = self._get(_ac_path(key), _MAX_RECORD)
-        entries: list[dict] = []
+        entries: list[dict[str, Any]] = []
         if data is not None:
             parsed = _parse_record(data, key, self.secret)
             if isinstance(parsed, str):
@@ -366,13 +367,13 @@ class Fetched:
     executable: list[bool]
 
 
-def _mac(secret: bytes, key: str, entries: list[dict]) -> str:
+def _mac(secret: bytes, key: str, entries: list[dict[str, Any]]) -> str:
     """The record's signature: its key and entries, canonical JSON, under the shared secret."""
     message = json.dumps({"key": key, "entries": entries}, sort_keys=True, separators=(",", ":")).encode("utf-8")
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
-def _parse_record(data: bytes, key: str, secret: bytes | None) -> list[dict] | str:
+def _parse_record(data: bytes, key: str, secret: bytes | None) -> list[dict[str, Any]] | str:
     """The entries of a record, or why they are not used: not a record of ours, an entry
     that names no dependency (nothing ties its bytes to any input), or a signature missing
     or wrong while a shared secret is set."""

@@ -159,8 +159,8 @@ class _NamedStream:
 @contextlib.contextmanager
 def _named_output() -> Iterator[None]:
     saved = sys.stdout, sys.stderr
-    sys.stdout = _NamedStream(sys.stdout, "standard output")  # type: ignore[assignment]
-    sys.stderr = _NamedStream(sys.stderr, "standard error")  # type: ignore[assignment]
+    sys.stdout = _NamedStream(sys.stdout, "standard output")
+    sys.stderr = _NamedStream(sys.stderr, "standard error")
     try:
         yield
     finally:

@@ -98,10 +98,10 @@ def _add_option(parser: argparse.ArgumentParser, option: Option) -> None:
         del kwargs["choices"]  # set after: argparse lists choices when adding, which would read them all
     action = parser.add_argument(*option.flags, **kwargs)
     if isinstance(choices, Registered):
-        action.choices = choices  # type: ignore[assignment]
+        action.choices = choices
 
 
-def _add_verb(sub: argparse._SubParsersAction, verb: Verb, extra: Sequence[Option] = ()) -> None:
+def _add_verb(sub: argparse._SubParsersAction[argparse.ArgumentParser], verb: Verb, extra: Sequence[Option] = ()) -> None:
     """One verb's parser (and its sub-verbs'), from its declaration; `extra`: backends' options."""
     p = sub.add_parser(verb.name, help=verb.help, description=verb.description or None, epilog=_epilog(verb.examples))
     p.set_defaults(declared_verb=verb)

@@ -12,6 +12,6 @@ from collections.abc import Callable
 def function(name: str) -> Callable[..., int] | None:
     """libc's `name`, with errno kept for ctypes.get_errno(); None where it has none (not Linux)."""
     try:
-        return getattr(ctypes.CDLL(None, use_errno=True), name)  # type: ignore[no-any-return]
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None

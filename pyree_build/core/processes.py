@@ -311,7 +311,7 @@ class _Tool(subprocess.Popen):  # type: ignore[type-arg]
                 finally:
                     os.close(pidfd)
                 timeout = 0.0  # exited (reaped now, without a sleep) or out of time (TimeoutExpired)
-        return super()._wait(timeout)  # type: ignore[misc,no-any-return]
+        return super()._wait(timeout)  # type: ignore[misc]
 
 
 class _Popen:

@@ -443,7 +443,7 @@ def _judge(
 
 
 def _with(comparison: OutputComparison, **changes: object) -> OutputComparison:
-    fields: dict[str, object] = {n: getattr(comparison, n) for n in comparison.__match_args__}  # type: ignore[attr-defined]
+    fields: dict[str, object] = {n: getattr(comparison, n) for n in comparison.__match_args__}
     return OutputComparison(**{**fields, **changes})  # type: ignore[arg-type]
 
 

@@ -320,7 +320,7 @@ def _index(node: onnx_types.NodeProto, operand: int, shapes: dict[str, tuple[int
     axis = axis + len(data) if axis < 0 else axis
     if not 0 <= axis < len(data) or (distinct and (len(indices) != len(data) or indices[axis] is None)):
         return None
-    return Index((int(data[axis]),), False, distinct, axis, where)  # type: ignore[arg-type]
+    return Index((int(data[axis]),), False, distinct, axis, where)
 
 
 def _shape_value(node: onnx_types.NodeProto, operand: int, graph_input: GraphInput, shapes: dict[str, tuple[int | None, ...]], source: Path) -> numpy.ndarray:
@@ -330,7 +330,7 @@ def _shape_value(node: onnx_types.NodeProto, operand: int, graph_input: GraphInp
     result = shapes.get(node.output[0])
     if node.op_type in _SHAPE_IS_RESULT and result is not None and all(d is not None for d in result):
         axes = _attributes(node).get("axes") if node.op_type == "CenterCropPad" else None
-        value = [result[int(a)] for a in axes] if isinstance(axes, list) else list(result)  # type: ignore[union-attr]
+        value = [result[int(a)] for a in axes] if isinstance(axes, list) else list(result)
         if graph_input.dims == (len(value),):
             return np.array(value, np.int64)
     if node.op_type.startswith("Reduce") and (axes := _reduced_axes(node, graph_input, shapes.get(node.input[0]), result)) is not None:

@@ -111,7 +111,7 @@ def connect(address: str) -> None:
 
 def require_resources(resources: Mapping[str, float]) -> None:
     """Refuse resources no node has (Ray would wait for them forever)."""
-    available = ray.cluster_resources()
+    available = ray.cluster_resources()  # type: ignore[no-untyped-call]
     missing = {k: v for k, v in resources.items() if available.get(k, 0.0) < v}
     if missing:
         raise PyreeError(

@@ -380,7 +380,7 @@ class _PtxJob:
             _write_step(final, data, echo.shell_line(["cp", raw_file, final]))
         else:  # the ISA ceiling rewrote the .version line
             version = f".version {isa[0]}.{isa[1]}" if isa else ""
-            sed = ["sed", "-E", rf"0,/^\.version[[:space:]]+[0-9]+\.[0-9]+[[:space:]]*$/s//{version}/", raw_file]
+            sed: list[str | os.PathLike[str]] = ["sed", "-E", rf"0,/^\.version[[:space:]]+[0-9]+\.[0-9]+[[:space:]]*$/s//{version}/", raw_file]
             _write_step(final, data, echo.shell_line(sed, stdout=final))
         if self.ptxas is not None:
             _verify(self.ptxas, final, sm, src, sm_dir)

@@ -260,21 +260,20 @@ def resolve(names: Sequence[str], plugins: Sequence[PathLike]) -> Resolution:
             if loadable is not None:
                 requests.append((len(answers) - 1, str(loadable)))
         ask_quietly = plugin_abi.ask_quietly  # loaded here: the forked child must not import
-        for index, loadable in requests:
+        for index, copy in requests:
             # A fork of this process, not a new Python (~70 ms less per run): the plugin's
             # code still runs apart from pyree_build, so a crash or hang there is reported.
             # Remembered by the plugin's bytes: the same file answers the same names alike.
-            ask = functools.partial(
-                processes.call_in_child, ask_quietly, loadable, list(names), what="asking its resolve", file=answers[index].path, timeout=120
-            )
+            ask = functools.partial(processes.call_in_child, ask_quietly, copy, list(names), what="asking its resolve", file=answers[index].path, timeout=120)
             try:
-                reply = facts.remembered("plugin-resolves", [Path(loadable)], ask, depends_on=list(names), keep=_answered)
+                reply = facts.remembered("plugin-resolves", [Path(copy)], ask, depends_on=list(names), keep=_answered)
             except PyreeError as err:
                 answers[index].error = err.what
                 continue
-            answers[index].name = reply.get("name", "")  # type: ignore[union-attr]
-            answers[index].resolves = reply.get("resolves", [])  # type: ignore[union-attr]
-            answers[index].error = reply.get("error")  # type: ignore[union-attr]
+            reply_fields = reply if isinstance(reply, dict) else {}
+            answers[index].name = reply_fields.get("name", "")
+            answers[index].resolves = reply_fields.get("resolves", [])
+            answers[index].error = reply_fields.get("error")
     provider: dict[str, str] = {}
     for answer in answers:
         for name in answer.resolves:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pyree_build.core import escape
 from pyree_build.models.codegen import c_reference, c_tiled, loopnest
+from pyree_build.models.ir import program
 
 # Combining two partial results by the body's own operation is exact reassociation only for
 # these (max and min exactly; sums and products within rounding).
@@ -83,17 +84,12 @@ class _RowEmitter:
         later pass, the result's shape and type, with a math function in its computation."""
         passes = [set().union(*(self.cone(o) for o in stage.op.operands[: stage.n_ins])) for stage, _ in self.nest.reductions]
         passes.append(self.cone(self.nest.result))
-        shape = c_reference.program.shape(self.nest.result.type)
+        shape = program.shape(self.nest.result.type)
         candidates = set()
         for n, here in enumerate(passes[:-1]):
             for value in here:
                 later = any(value in p for p in passes[n + 1 :])
-                if (
-                    later
-                    and c_reference.program.shape(value.type) == shape
-                    and c_reference.c_type(value.type) == self.out.ctype
-                    and self._has_math(self.cone(value))
-                ):
+                if later and program.shape(value.type) == shape and c_reference.c_type(value.type) == self.out.ctype and self._has_math(self.cone(value)):
                     candidates.add(value)
         maximal = [v for v in candidates if not any(v != w and v in self.cone(w) for w in candidates)]
         if len(maximal) == 1:
@@ -162,15 +158,15 @@ class _RowEmitter:
 
     def _reshaped(self, value: Any, coords: list[str]) -> list[str]:
         """A unit-dimension reshape's coordinates in its source: the non-unit ones, in order."""
-        kept = [c for c, d in zip(coords, c_reference.program.shape(value.type)) if d != 1]
-        source = c_reference.program.shape(self.nest.reshapes[value].type)
+        kept = [c for c, d in zip(coords, program.shape(value.type)) if d != 1]
+        source = program.shape(self.nest.reshapes[value].type)
         out = []
         for d in source:
             out.append("0" if d == 1 else kept.pop(0))
         return out
 
     def _at_row(self, value: Any, coords: list[str]) -> bool:
-        shape = c_reference.program.shape(value.type)
+        shape = program.shape(value.type)
         stage, live = next((s, j) for s, j in self.nest.reductions if s.op.results[j] == value)
         expected = [c_tiled.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
         return [_strip(c) for c, d in zip(coords, shape) if d != 1] == [_strip(c) for c, d in zip(expected, shape) if d != 1]
@@ -260,7 +256,7 @@ class _RowEmitter:
 
             return statement
 
-        names = ", ".join(c_reference.program.location_names(stage.op.location)) or "?"
+        names = ", ".join(program.location_names(stage.op.location)) or "?"
         r = self.ind = self.row_indent
         self.pass_lines.append(f"{r}{escape.c_comment(f'reduction {self.pass_index + 1} ({names}): one value for the row')}")
         self.pass_lines.append(f"{r}{ctype} {acc} = {init};")
@@ -306,7 +302,7 @@ class _RowEmitter:
             return False
         block = stage.body
         terminator = list(block.operations)[-1].operation
-        owner = c_reference.program.defining_op(terminator.operands[live])
+        owner = program.defining_op(terminator.operands[live])
         if owner is None or owner.operation.name not in _ASSOCIATIVE:
             return False
         operands = list(owner.operation.operands)

@@ -263,7 +263,7 @@ def emit_value(
     if key in memo:
         return memo[key]
     if value in emitter.k.scalars:
-        return emitter.k.scalars[value]  # type: ignore[no-any-return]
+        return emitter.k.scalars[value]
     reduction = emitter.nest.reduction
     if reduction is not None and value == reduction.result:
         if acc is None or coords != at:

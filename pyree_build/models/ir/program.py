@@ -164,7 +164,7 @@ def function_fact(function: Any, name: str, compute: Callable[[Any], T]) -> T:
             known = by_function.setdefault(function, {})
             if name not in known:
                 known[name] = compute(function)
-            return known[name]  # type: ignore[no-any-return]
+            return known[name]
     return compute(function)
 
 
