@@ -9,8 +9,10 @@ Inside, three layers, each importing only the ones below it:
   (which ops form a group, what it reads), `merge`, `analysis` (one pass: every group of a
   program, once), `limits` (how long a tool may run on a model's behalf).
 - `codegen`: a group's computation as a loop nest (`loopnest`), written out by one emitter per
-  output language: `c_reference` (one loop nest per op; also the shared body-op forms),
-  `c_tiled`, `c_rows` (C for the CPU plugins), `gpu_source` (GLSL, CUDA, HIP).
+  output language behind one base (`emitter.NestEmitter`: which name holds a value at a point,
+  a stage's body; a language adds its loads and scalar ops): `c_reference` (one loop nest per
+  op; also C's scalar forms), `c_tiled`, `c_rows` (C for the CPU plugins), `gpu_source` (GLSL,
+  CUDA, HIP: one language-neutral GPU emitter, each language's forms mixed in).
 - the verbs' modules: `spec` (the transform spec that calls the kernel), `replace`, `ops`,
   `verify` and `verify_inputs` (the draws that reach every input's meaningful range).
 """

@@ -23,7 +23,7 @@ from pyree_build.core.args import import_name as check_import_name
 from pyree_build.core.errors import PyreeError, as_path
 from pyree_build.core.outputs import replace_directory_files
 from pyree_build.models import spec
-from pyree_build.models.codegen import c_reference, c_rows, c_tiled, gpu_source, loopnest
+from pyree_build.models.codegen import c_reference, c_rows, c_tiled, emitter, gpu_source, loopnest
 from pyree_build.models.ir import analysis, captures, groups, limits, merge, program
 
 PathLike = str | os.PathLike[str]
@@ -150,7 +150,7 @@ def _gpu_source(found: analysis.Analysis, rep: spec.Replacement, target: str, *,
     ]
     try:
         source = gpu_source.emit(target, k, nest, name=rep.name, inputs=ins, out=out, sizes=sizes, constants=constants, header=header)
-    except gpu_source.Unfused as e:
+    except emitter.Unfused as e:
         raise gpu_source.refuse(target, f"{e}: the per-element kernel cannot compute it", group.root.name) from None
     rep.target, rep.scratch = target, []
     return source
@@ -232,7 +232,7 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
     fields = c_reference.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
     try:
         c_tiled.emit(k, nest, plan, name=rep.name, fields=fields, constants=[ops[i] for i in constants])
-    except c_tiled.Unfused:
+    except emitter.Unfused:
         return None
     rep.scratch = []
     rep.workgroups = plan.workgroups
@@ -251,7 +251,7 @@ def _row_kernel(k: c_reference.Kernel, rep: spec.Replacement, member_ops: list[A
     plan = loopnest.schedule_rows(rows)
     try:
         c_rows.emit(k, rows, plan, name=rep.name, constants=constants)
-    except c_tiled.Unfused:
+    except emitter.Unfused:
         return None
     rep.scratch = []
     rep.workgroups = plan.workgroups

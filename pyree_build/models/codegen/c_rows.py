@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from pyree_build.core import escape
-from pyree_build.models.codegen import c_reference, c_tiled, loopnest
+from pyree_build.models.codegen import c_reference, c_tiled, emitter, loopnest
 from pyree_build.models.ir import program
 
 # Combining two partial results by the body's own operation is exact reassociation only for
@@ -115,7 +115,7 @@ class _RowEmitter:
             name = self.value(self.nest.reshapes[value], self._reshaped(value, coords), memo)
         elif value in self.done:
             if not self._at_row(value, coords):
-                raise c_tiled.Unfused("a reduction's result is read at another row than the one being computed")
+                raise emitter.Unfused("a reduction's result is read at another row than the one being computed")
             name = self.done[value]
         elif self.stored is not None and value == self.stored and self.pass_index > (self.stored_in or 0) and [_strip(c) for c in coords] == self.point:
             name = self.k.fresh("s")
@@ -126,7 +126,7 @@ class _RowEmitter:
         else:
             buffer = self.k.buffers.get(value)
             if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
-                raise c_tiled.Unfused("a value that is neither an input, a constant nor computed by the nest, where it is read")
+                raise emitter.Unfused("a value that is neither an input, a constant nor computed by the nest, where it is read")
             name = self.k.fresh("a")
             self.k.lines.append(f"{indent}const {buffer.ctype} {name} = {buffer.pointer}[{c_reference.linear_index(coords, buffer.dims)}];")
         memo[key] = name
@@ -136,7 +136,7 @@ class _RowEmitter:
         """What `stage()` reads: each used input operand at its map's point."""
         block = stage.body
         return [
-            (operand, [c_tiled.coordinate(e, coords) for e in stage.maps[n]])
+            (operand, [emitter.coordinate(e, coords) for e in stage.maps[n]])
             for n, (operand, arg) in enumerate(zip(stage.op.operands, block.arguments))
             if n < stage.n_ins and list(arg.uses)
         ]
@@ -168,7 +168,7 @@ class _RowEmitter:
     def _at_row(self, value: Any, coords: list[str]) -> bool:
         shape = program.shape(value.type)
         stage, live = next((s, j) for s, j in self.nest.reductions if s.op.results[j] == value)
-        expected = [c_tiled.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+        expected = [emitter.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
         return [_strip(c) for c, d in zip(coords, shape) if d != 1] == [_strip(c) for c, d in zip(expected, shape) if d != 1]
 
     def _out_at(self) -> str:
@@ -198,7 +198,7 @@ class _RowEmitter:
                 continue
             used_args = [v for v in body_op.operands if v in list(block.arguments) and v not in values]
             if used_args:
-                raise c_tiled.Unfused("a reduction's body reads an accumulator of a result nothing needs")
+                raise emitter.Unfused("a reduction's body reads an accumulator of a result nothing needs")
             self._body_op(body_op, values, indent, coords)
         return c_reference.operand(self.k, values, terminator.operands[yielded], op.name)
 
@@ -218,7 +218,7 @@ class _RowEmitter:
         arguments = {}
         for n, (operand, arg) in enumerate(zip(stage.op.operands, block.arguments)):
             if n < stage.n_ins and list(arg.uses):
-                arguments[arg] = self.value(operand, [c_tiled.coordinate(e, coords) for e in stage.maps[n]], memo)
+                arguments[arg] = self.value(operand, [emitter.coordinate(e, coords) for e in stage.maps[n]], memo)
         return self.body(stage.op, arguments, 0, coords, indent)
 
     # --- passes -------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class _RowEmitter:
         block = stage.body
         n_ins = stage.n_ins
         ctype = c_reference.c_type(stage.op.results[live].type, stage.op.name)
-        init = self.value(stage.op.operands[n_ins + live], [c_tiled.coordinate(e, self.point) for e in stage.maps[n_ins + live]], self.row_memo)
+        init = self.value(stage.op.operands[n_ins + live], [emitter.coordinate(e, self.point) for e in stage.maps[n_ins + live]], self.row_memo)
         acc = self.k.fresh("red")
         out_arg = block.arguments[n_ins + live]
 
@@ -250,7 +250,7 @@ class _RowEmitter:
                 arguments = {out_arg: out}
                 for n in range(n_ins):
                     if list(block.arguments[n].uses):
-                        coords = [c_tiled.coordinate(e, self.point) for e in stage.maps[n]]
+                        coords = [emitter.coordinate(e, self.point) for e in stage.maps[n]]
                         arguments[block.arguments[n]] = self.value(stage.op.operands[n], coords, memo)
                 return f"{target} = {self.body(stage.op, arguments, live, self.point, '')};"
 
@@ -291,7 +291,7 @@ class _RowEmitter:
         """Each lane starts at the first element it takes (no identity value needed)."""
 
         def statement(memo: dict[Any, str]) -> str:
-            coords = [c_tiled.coordinate(e, self.point) for e in stage.maps[0]]
+            coords = [emitter.coordinate(e, self.point) for e in stage.maps[0]]
             return f"lane[c] = {self.value(stage.op.operands[0], coords, memo)};"
 
         return statement

@@ -13,15 +13,10 @@ contiguous in the result, marked for the vectorizer; pointers are `restrict`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from pyree_build.models.codegen import c_reference, loopnest
-
-
-class Unfused(Exception):
-    """The nest reads a value the fused form cannot compute where it is read: use the per-op path."""
-
+from pyree_build.models.codegen.emitter import NestEmitter, Unfused
 
 # No interleave on the column loop: a full tile is one vector of AVX-512 at 16 columns, and an
 # interleaved loop of two vectors would never run (measured: 28 ms against 0.9 ms). The row loop
@@ -72,35 +67,28 @@ def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True) -> list[str]:
     return lines + _VECTORIZE
 
 
-class _Emitter:
+class TiledEmitter(NestEmitter):
+    """The nest as C tiles of PYREE_TILE_ROWS x PYREE_TILE_COLS result elements."""
+
     def __init__(self, k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, out: c_reference.Buffer) -> None:
-        self.k, self.nest, self.plan, self.out = k, nest, plan, out
+        super().__init__(k, nest)
+        self.plan, self.out = plan, out
         self.ctype = out.ctype if nest.reduction is None else c_reference.c_type(nest.reduction.result.type, nest.reduction.op.name)
         # While the reduction step is emitted with one reduction loop: loads strided along the
         # columns, read from a packed panel instead (ctype, load expression, panel name).
         self.packing: str | None = None  # the reduction loop's variable, when packing
         self.packs: list[tuple[str, str, str]] = []
 
-    def line(self, indent: str, text: str) -> None:
-        self.k.lines.append(f"{indent}{text}")
-
-    def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
-        """A C name holding `value` at the point `coords`: a constant, the accumulator (the
-        reduction's result where the nest computes it), a stage's body evaluated there, or a
-        load from an input's buffer."""
-        return emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
-
-    def settled(self, value: Any) -> bool:
-        """Whether `value()` answers for `value` before emit_value looks for its stage."""
-        return False
-
-    def _load_into(self, value: Any, coords: list[str], indent: str) -> str:
+    def load(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
         if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
             raise Unfused("a value that is neither an input, a constant nor computed by the nest")
         name = self.k.fresh("a")
         self.line(indent, f"const {buffer.ctype} {name} = {self._load(buffer, coords)};")
         return name
+
+    def body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
+        c_reference.emit_body_op(self.k, op, values, indent, coords, [])
 
     def _load(self, buffer: c_reference.Buffer, coords: list[str]) -> str:
         """A load's expression. In the reduction step, a load whose address moves by more than one
@@ -120,14 +108,6 @@ class _Emitter:
         panel = f"panel{len(self.packs)}"
         self.packs.append((buffer.ctype, load, panel))
         return f"{panel}[{self.packing} - kb][c]"
-
-    def stage(
-        self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
-    ) -> str:
-        """The stage's body at `coords` (its loops' values); `out_arg`: what its output block argument reads."""
-        return emit_stage(
-            self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: c_reference.emit_body_op(self.k, op, values, indent, coords, [])
-        )
 
     def emit(self, name: str, fields: list[c_reference.Parameter], constants: list[Any]) -> None:
         """The tile function (into the preamble, after the knobs) and the kernel's loop over its
@@ -252,98 +232,9 @@ class _Emitter:
         self.line(indent, "}")
 
 
-def emit_value(
-    emitter: Any, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str],
-    load: Callable[[Any, list[str], str], str],
-) -> str:  # fmt: skip
-    """The name holding `value` at the point `coords`, for any emitter of a nest (`k`, `nest`,
-    `stage(...)`): a constant, the accumulator (the reduction's result where the nest computes
-    it), a stage's body evaluated there, or what `load` (the language's) reads from an input."""
-    key = (value, tuple(coords))
-    if key in memo:
-        return memo[key]
-    if value in emitter.k.scalars:
-        return emitter.k.scalars[value]
-    reduction = emitter.nest.reduction
-    if reduction is not None and value == reduction.result:
-        if acc is None or coords != at:
-            raise Unfused("the reduction's result is read at another point than the one being computed")
-        return acc
-    stage = emitter.nest.stages.get(value)
-    if stage is not None:
-        _resolve_operands(emitter, stage, coords, indent, memo, acc, at)
-    name: str = emitter.stage(stage, coords, indent, memo, acc, at) if stage is not None else load(value, coords, indent)
-    memo[key] = name
-    return name
-
-
-def _resolve_operands(emitter: Any, top: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> None:
-    """Put every value `top`'s body reads, through stages at any depth, into `memo` first,
-    deepest first and in the order the body reads them (so the C is the same)."""
-
-    def pending(value: Any, at_coords: list[str]) -> list[loopnest.Read] | None:
-        stage = _stage_to_evaluate(emitter, value, at_coords, memo)
-        return None if stage is None else _reads(stage, at_coords)
-
-    loopnest.deepest_first(_reads(top, coords), pending, lambda value, at_coords: emitter.value(value, at_coords, indent, memo, acc, at))
-
-
-def _stage_to_evaluate(emitter: Any, value: Any, coords: list[str], memo: dict[Any, str]) -> loopnest.Stage | None:
-    """The stage emit_value would evaluate for `value` at `coords`, if it would evaluate one."""
-    reduction = emitter.nest.reduction
-    if (value, tuple(coords)) in memo or value in emitter.k.scalars or (reduction is not None and value == reduction.result):
-        return None
-    if emitter.settled(value):  # the emitter's own answer (a row's reduction result, a reshape's source)
-        return None
-    stage: loopnest.Stage | None = emitter.nest.stages.get(value)
-    return stage
-
-
-def _reads(stage: loopnest.Stage, coords: list[str]) -> list[tuple[Any, list[str]]]:
-    """What a stage's body reads (as emit_stage reads it): each used operand at its map's point."""
-    return [
-        (operand, [coordinate(e, coords) for e in stage.maps[n]])
-        for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments))
-        if list(arg.uses)
-    ]
-
-
-def emit_stage(
-    emitter: Any, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str],
-    out_arg: str | None, body_op: Callable[[Any, dict[Any, str]], None],
-) -> str:  # fmt: skip
-    """A stage's body at `coords`, for any emitter that has `k` and `value(...)` (each operand read
-    at its map's point; `out_arg`: what the output block argument reads), each scalar op written
-    by `body_op` (the language's); returns the yielded value's name."""
-    values: dict[Any, str] = {}
-    for n, (operand, arg) in enumerate(zip(stage.op.operands, stage.body.arguments)):
-        if not list(arg.uses):
-            continue
-        if n >= stage.n_ins and out_arg is not None:
-            values[arg] = out_arg
-        else:
-            values[arg] = emitter.value(operand, [coordinate(e, coords) for e in stage.maps[n]], indent, memo, acc, at)
-    yielded = None
-    for inner in stage.body.operations:
-        op = inner.operation
-        if op.name == "linalg.yield":
-            yielded = c_reference.operand(emitter.k, values, op.operands[0], op.name)
-        else:
-            body_op(op, values)
-    assert yielded is not None
-    return yielded
-
-
-def coordinate(expr: Any, coords: list[str]) -> str:
-    """An operand's coordinate from the stage's loop values; a loop alone is passed as it is
-    (so the reduction's result, read through an identity map, is recognised at its point)."""
-    loop = loopnest.loop_of(expr)
-    return coords[loop] if loop is not None else c_reference.affine_c(expr, coords)
-
-
 def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[c_reference.Parameter], constants: list[Any]) -> None:
     """The nest as C: the knobs and the tile function into `k.preamble`, the loop over the
     workgroup's tiles into `k.lines`. `k` holds the buffers; `constants` are the group's
     scalar constant ops, defined in the tile function; `fields` the kernel's arguments."""
     k.preamble = knob_lines(plan.knobs)
-    _Emitter(k, nest, plan, k.buffers[nest.result]).emit(name, fields, constants)
+    TiledEmitter(k, nest, plan, k.buffers[nest.result]).emit(name, fields, constants)

@@ -36,6 +36,7 @@ from typing import Any
 from pyree_build.core import escape
 from pyree_build.core.errors import PyreeError
 from pyree_build.models.codegen import c_reference, c_tiled, loopnest
+from pyree_build.models.codegen.emitter import NestEmitter, Unfused, coordinate
 from pyree_build.models.ir import program
 
 # Each GPU target, the language its kernel is generated in, and that file's suffix.
@@ -60,11 +61,6 @@ _GLSL_EXTENSIONS = [
     "#extension GL_EXT_shader_8bit_storage : require",
     "#extension GL_EXT_shader_16bit_storage : require",
 ]
-
-
-# The nest reads a value it cannot compute where it is read (per element): c_tiled's, as the
-# value and stage resolution is c_tiled's (emit_value, emit_stage).
-Unfused = c_tiled.Unfused
 
 
 def refuse(target: str, what: str, op_name: str = "") -> PyreeError:
@@ -119,52 +115,140 @@ def _buffer_type(target: str, value: Any) -> str:
     return c_reference.c_type(value.type)
 
 
-class _Emitter:
-    """Statements of one result element's computation, in the target's language."""
+class GpuEmitter(NestEmitter):
+    """Statements of one result element's computation, one invocation each. The language's forms
+    (types, declarations, loads, stores, scalar ops) come from GlslForms or CudaForms, mixed in
+    by the concrete emitters at the end of this module."""
 
     def __init__(self, target: str, k: c_reference.Kernel, nest: loopnest.Nest, out: Binding) -> None:
-        self.target, self.lang, self.k, self.nest, self.out = target, TARGETS[target], k, nest, out
+        super().__init__(k, nest)
+        self.target, self.out = target, out
         self.glsl_helpers: set[str] = set()
 
-    def line(self, indent: str, text: str) -> None:
-        self.k.lines.append(f"{indent}{text}")
-
     def scalar_type(self, type_: Any, op_name: str = "") -> str:
-        return glsl_type(type_, op_name) if self.lang == "glsl" else c_reference.c_type(type_, op_name)
+        raise NotImplementedError
 
     def declare(self, ctype: str, name: str, expression: str) -> str:
-        return f"{ctype} {name} = {expression};" if self.lang == "glsl" else f"const {ctype} {name} = ({ctype})({expression});"
+        raise NotImplementedError
 
-    def value(self, value: Any, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str]) -> str:
-        return c_tiled.emit_value(self, value, coords, indent, memo, acc, at, self._load_into)
+    def literal(self, attr: Any, ctype: str) -> str:
+        raise NotImplementedError
 
-    def settled(self, value: Any) -> bool:
-        """Whether `value()` answers for `value` before emit_value looks for its stage."""
-        return False
+    def element_load(self, buffer: c_reference.Buffer, index: str, value: Any, name: str) -> str:
+        """The statement declaring `name` as `buffer`'s element at `index`."""
+        raise NotImplementedError
 
-    def _load_into(self, value: Any, coords: list[str], indent: str) -> str:
+    def element_store(self, result: str, index: str) -> str:
+        """The statement storing `result` as the result's element at `index`."""
+        raise NotImplementedError
+
+    def load(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
         if buffer is None or buffer.pointer is None or not buffer.pointer.startswith("in"):
             raise Unfused("a value that is neither an input, a constant nor computed by the nest")
         name = self.k.fresh("a")
-        index = c_reference.linear_index(coords, buffer.dims)
-        load = f"{buffer.pointer}.v[{index}]" if self.lang == "glsl" else f"{buffer.pointer}[{index}]"
-        if self.lang == "glsl" and program.element_type(value.type) == "i1":
-            self.line(indent, f"bool {name} = ({load} != int8_t(0));")  # stored as a byte
-        else:
-            self.line(indent, self.declare(buffer.ctype, name, load))
+        self.line(indent, self.element_load(buffer, c_reference.linear_index(coords, buffer.dims), value, name))
         return name
 
-    def stage(
-        self, stage: loopnest.Stage, coords: list[str], indent: str, memo: dict[Any, str], acc: str | None, at: list[str], out_arg: str | None = None
-    ) -> str:
-        return c_tiled.emit_stage(self, stage, coords, indent, memo, acc, at, out_arg, lambda op, values: self.body_op(op, values, indent, coords))
+    def element(self, index_type: str, indent: str) -> None:
+        """The statements computing result element `i` (already declared) into out0."""
+        nest = self.nest
+        self.split_index(index_type, indent)
+        loops = ["0"] * len(nest.sizes)
+        for d in nest.result_loops:
+            loops[d] = f"l{d}"
+        for d in nest.reduction_loops:
+            loops[d] = f"k{d}"
+        at = [loops[d] for d in nest.result_loops]
+        acc = None
+        reduction = nest.reduction
+        if reduction is not None:
+            acc = "acc"
+            self.reduce(reduction, acc, at, loops, index_type, indent, lambda inner: self.stage(reduction, loops, inner, {}, None, at, out_arg=acc))
+        self.store(self.value(nest.result, at, indent, {}, acc, at), at, indent)
+
+    def split_index(self, index_type: str, indent: str) -> None:
+        """The result loops' variables (l<d>) from the element's index `i`."""
+        nest = self.nest
+        self.line(indent, f"{index_type} q = i;")
+        for position, d in reversed(list(enumerate(nest.result_loops))):
+            if position:
+                self.line(indent, f"{index_type} l{d} = q % {_index(nest.sizes[d], index_type)};")
+                self.line(indent, f"q /= {_index(nest.sizes[d], index_type)};")
+            else:
+                self.line(indent, f"{index_type} l{d} = q;")
+
+    def reduce(self, stage: loopnest.Stage, acc: str, init_at: list[str], loops: list[str], index_type: str, indent: str, step: Any) -> None:
+        """A reduction into the register `acc`: its initial value at `init_at`, then its loops (the
+        `loops` named k<d>) in the IR's order, each step's value `step(indent)`."""
+        live = self.live(stage)
+        init = stage.op.operands[stage.n_ins + live]
+        rtype = self.scalar_type(stage.op.results[live].type, stage.op.name)
+        self.line(indent, f"{rtype} {acc} = {self.value(init, init_at, indent, {}, None, init_at)};")
+        inner = indent
+        reduced = [d for d, loop in enumerate(loops) if loop == f"k{d}"]
+        for d in reduced:
+            self.line(inner, f"for ({index_type} k{d} = 0; k{d} < {_index(self.nest.sizes[d], index_type)}; ++k{d}) {{")
+            inner += "  "
+        self.line(inner, f"{acc} = {step(inner)};")
+        for _ in reduced:
+            inner = inner[:-2]
+            self.line(inner, "}")
+
+    def live(self, stage: loopnest.Stage) -> int:
+        """The result of a reduction the nest reads (its only one, in a per-element nest)."""
+        return 0
+
+    def store(self, result: str, at: list[str], indent: str) -> None:
+        self.line(indent, self.element_store(result, c_reference.linear_index(at, self.out.dims)))
+
+
+class CudaForms(GpuEmitter):
+    """CUDA and HIP C: C's types, expressions and helpers, buffers as pointers."""
+
+    def scalar_type(self, type_: Any, op_name: str = "") -> str:
+        return c_reference.c_type(type_, op_name)
+
+    def declare(self, ctype: str, name: str, expression: str) -> str:
+        return f"const {ctype} {name} = ({ctype})({expression});"
+
+    def literal(self, attr: Any, ctype: str) -> str:
+        return c_reference.literal(attr, ctype)
+
+    def element_load(self, buffer: c_reference.Buffer, index: str, value: Any, name: str) -> str:
+        return self.declare(buffer.ctype, name, f"{buffer.pointer}[{index}]")
+
+    def element_store(self, result: str, index: str) -> str:
+        return f"out0[{index}] = ({self.out.ctype})({result});"
 
     def body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
-        if self.lang == "glsl":
-            self.glsl_op(op, values, indent, coords)
-        else:
-            c_reference.emit_body_op(self.k, op, values, indent, coords, [])
+        c_reference.emit_body_op(self.k, op, values, indent, coords, [])
+
+
+class GlslForms(GpuEmitter):
+    """GLSL (Vulkan): its types, constructors and built-ins, buffers as blocks (`.v[i]`), i1 stored as a byte."""
+
+    def scalar_type(self, type_: Any, op_name: str = "") -> str:
+        return glsl_type(type_, op_name)
+
+    def declare(self, ctype: str, name: str, expression: str) -> str:
+        return f"{ctype} {name} = {expression};"
+
+    def literal(self, attr: Any, ctype: str) -> str:
+        return _glsl_literal(attr, ctype)
+
+    def element_load(self, buffer: c_reference.Buffer, index: str, value: Any, name: str) -> str:
+        load = f"{buffer.pointer}.v[{index}]"
+        if program.element_type(value.type) == "i1":
+            return f"bool {name} = ({load} != int8_t(0));"  # stored as a byte
+        return self.declare(buffer.ctype, name, load)
+
+    def element_store(self, result: str, index: str) -> str:
+        stored = f"({result} ? 1 : 0)" if program.element_type(self.nest.result.type) == "i1" else result
+        return f"out0.v[{index}] = {self.out.ctype}({stored});"
+
+    def body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
+        self.glsl_op(op, values, indent, coords)
 
     def glsl_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
         if len(op.results) != 1:
@@ -242,65 +326,8 @@ class _Emitter:
                 self.glsl_helpers.add(current)
                 pending.extend(_GLSL_HELPER_NEEDS.get(current, ()))
 
-    def element(self, index_type: str, indent: str) -> None:
-        """The statements computing result element `i` (already declared) into out0."""
-        nest = self.nest
-        self.split_index(index_type, indent)
-        loops = ["0"] * len(nest.sizes)
-        for d in nest.result_loops:
-            loops[d] = f"l{d}"
-        for d in nest.reduction_loops:
-            loops[d] = f"k{d}"
-        at = [loops[d] for d in nest.result_loops]
-        acc = None
-        reduction = nest.reduction
-        if reduction is not None:
-            acc = "acc"
-            self.reduce(reduction, acc, at, loops, index_type, indent, lambda inner: self.stage(reduction, loops, inner, {}, None, at, out_arg=acc))
-        self.store(self.value(nest.result, at, indent, {}, acc, at), at, indent)
 
-    def split_index(self, index_type: str, indent: str) -> None:
-        """The result loops' variables (l<d>) from the element's index `i`."""
-        nest = self.nest
-        self.line(indent, f"{index_type} q = i;")
-        for position, d in reversed(list(enumerate(nest.result_loops))):
-            if position:
-                self.line(indent, f"{index_type} l{d} = q % {_index(nest.sizes[d], index_type)};")
-                self.line(indent, f"q /= {_index(nest.sizes[d], index_type)};")
-            else:
-                self.line(indent, f"{index_type} l{d} = q;")
-
-    def reduce(self, stage: loopnest.Stage, acc: str, init_at: list[str], loops: list[str], index_type: str, indent: str, step: Any) -> None:
-        """A reduction into the register `acc`: its initial value at `init_at`, then its loops (the
-        `loops` named k<d>) in the IR's order, each step's value `step(indent)`."""
-        live = self.live(stage)
-        init = stage.op.operands[stage.n_ins + live]
-        rtype = self.scalar_type(stage.op.results[live].type, stage.op.name)
-        self.line(indent, f"{rtype} {acc} = {self.value(init, init_at, indent, {}, None, init_at)};")
-        inner = indent
-        reduced = [d for d, loop in enumerate(loops) if loop == f"k{d}"]
-        for d in reduced:
-            self.line(inner, f"for ({index_type} k{d} = 0; k{d} < {_index(self.nest.sizes[d], index_type)}; ++k{d}) {{")
-            inner += "  "
-        self.line(inner, f"{acc} = {step(inner)};")
-        for _ in reduced:
-            inner = inner[:-2]
-            self.line(inner, "}")
-
-    def live(self, stage: loopnest.Stage) -> int:
-        """The result of a reduction the nest reads (its only one, in a per-element nest)."""
-        return 0
-
-    def store(self, result: str, at: list[str], indent: str) -> None:
-        store = c_reference.linear_index(at, self.out.dims)
-        if self.lang == "glsl":
-            stored = f"({result} ? 1 : 0)" if program.element_type(self.nest.result.type) == "i1" else result
-            self.line(indent, f"out0.v[{store}] = {self.out.ctype}({stored});")
-        else:
-            self.line(indent, f"out0[{store}] = ({self.out.ctype})({result});")
-
-
-class _RowEmitter(_Emitter):
+class RowElements(GpuEmitter):
     """Statements of one result element of a row-wise nest (loopnest.RowNest: a softmax, a
     LayerNorm): the element's row's reductions first, in program order, each in its own loop
     over the last (contiguous) loop with its own register, reading the earlier ones' results
@@ -337,7 +364,7 @@ class _RowEmitter(_Emitter):
 
     def _at_row(self, value: Any, coords: list[str]) -> bool:
         stage, live = next((s, j) for s, j in self.rows.reductions if s.op.results[j] == value)
-        expected = [c_tiled.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+        expected = [coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
         shape = program.shape(value.type)
         return [c for c, d in zip(coords, shape) if d != 1] == [c for c, d in zip(expected, shape) if d != 1]
 
@@ -350,7 +377,7 @@ class _RowEmitter(_Emitter):
             names = ", ".join(program.location_names(stage.op.location)) or "?"
             self.line(indent, escape.c_comment(f"reduction {n + 1} ({names}): one value for the element's row"))
             acc = f"row{n}"
-            init_at = [c_tiled.coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
+            init_at = [coordinate(e, self.point) for e in stage.maps[stage.n_ins + live]]
             self.reduce(stage, acc, init_at, loops, index_type, indent, lambda inner: self._step(stage, live, loops, inner, acc))  # noqa: B023
             self.per_row[stage.op.results[live]] = acc
         self.store(self.value(self.rows.result, self.point, indent, {}, None, self.point), self.point, indent)
@@ -373,7 +400,7 @@ class _RowEmitter(_Emitter):
         values = {arguments[stage.n_ins + live]: acc}
         for n, (operand, arg) in enumerate(zip(stage.op.operands[: stage.n_ins], arguments)):
             if list(arg.uses):
-                values[arg] = self.value(operand, [c_tiled.coordinate(e, coords) for e in stage.maps[n]], indent, memo, None, coords)
+                values[arg] = self.value(operand, [coordinate(e, coords) for e in stage.maps[n]], indent, memo, None, coords)
         for n in sorted(needed):
             if any(v in arguments and v not in values for v in ops[n].operands):
                 raise Unfused("a reduction's step reads the accumulator of a result nothing needs")
@@ -535,16 +562,19 @@ def emit(
     `inputs` and `out`); `constants` are the group's scalar constant ops; `sizes` the push
     constants (the inputs' sizes, in order). Raises Unfused where the per-element form cannot
     compute the nest, a PyreeError where the language cannot hold a type or op. A row-wise nest
-    (a softmax, a LayerNorm) is computed by each element from its row's reductions (_RowEmitter)."""
+    (a softmax, a LayerNorm) is computed by each element from its row's reductions (RowElements)."""
     lang = TARGETS[target]
-    emitter = _RowEmitter(target, k, nest, out) if isinstance(nest, loopnest.RowNest) else _Emitter(target, k, nest, out)
+    emitter: GpuEmitter
+    if isinstance(nest, loopnest.RowNest):
+        emitter = (GlslRowEmitter if lang == "glsl" else CudaRowEmitter)(target, k, nest, out)
+    else:
+        emitter = (GlslEmitter if lang == "glsl" else CudaEmitter)(target, k, nest, out)
     index_type = "int" if lang == "glsl" else "int64_t"
     declared = []
     for op in constants:
         ctype = emitter.scalar_type(op.results[0].type, op.name)
         const = k.fresh("c")
-        literal = _glsl_literal(op.attributes["value"], ctype) if lang == "glsl" else c_reference.literal(op.attributes["value"], ctype)
-        declared.append((const, f"  {ctype} {const} = {literal};" if lang == "glsl" else f"  const {ctype} {const} = {literal};"))
+        declared.append((const, f"  {emitter.declare(ctype, const, emitter.literal(op.attributes['value'], ctype))}"))
         k.scalars[op.results[0]] = const
     prologue, k.lines = list(k.lines), []
     emitter.element(index_type, "    ")
@@ -655,3 +685,20 @@ def _cuda_file(parts: _Parts, lang: str, name: str, inputs: list[Binding], out: 
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+# The concrete emitters: a language's forms over the per-element or the row-wise nest.
+class GlslEmitter(GlslForms):
+    pass
+
+
+class CudaEmitter(CudaForms):
+    pass
+
+
+class GlslRowEmitter(RowElements, GlslForms):
+    pass
+
+
+class CudaRowEmitter(RowElements, CudaForms):
+    pass
