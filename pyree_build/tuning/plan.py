@@ -21,9 +21,7 @@ _tune_gpu = lazy.module("pyree_build.tuning.gpu")
 
 PathLike = str | os.PathLike[str]
 
-
 DEFAULT_TIMEOUT_S = 60.0
-
 
 # What a variant's check or benchmark ended as, besides "ok".
 WRONG, CRASHED, HUNG, BUILD_FAILED, LOST = "wrong result", "crashed", "hung", "build failed", "lost"
