@@ -12,7 +12,8 @@ from hypothesis.extra import numpy as hnp
 from pyree_build.actions import checks
 from pyree_build.core.errors import PyreeError
 from pyree_build.models import verify
-from pyree_build.tuning import sweep
+from pyree_build.tuning import references, variant_checks
+from pyree_build.tuning.plan import Plan
 
 DTYPES = st.sampled_from([np.float32, np.float64, np.float16, np.int32, np.int64, np.int8, np.bool_])
 TOLERANCES = st.sampled_from([0.0, 1e-8, 1e-5, 1e-3, 0.5])
@@ -48,8 +49,8 @@ def _run_passes(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: flo
 
 
 def _tune_passes(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> bool:
-    plan = sweep.Plan(sources=["k.c"], kind="system", module="m.vmfb", function="f", inputs=[], rtol=rtol, atol=atol)
-    return sweep._compare(plan, "k.so", [actual], [expected])[0] == "ok"
+    plan = Plan(sources=["k.c"], kind="system", module="m.vmfb", function="f", inputs=[], rtol=rtol, atol=atol)
+    return variant_checks.compare(plan, "k.so", [actual], [expected])[0] == "ok"
 
 
 @settings(max_examples=400, deadline=None)
@@ -72,7 +73,7 @@ def test_run_verify_and_tune_agree_on_every_array_at_given_tolerances(pair, rtol
 @given(pair=pairs())
 def test_verify_and_tune_use_the_same_default_tolerance_against_a_computed_reference(pair):
     actual, expected = pair
-    rtol, atol = sweep.tolerance(None, None, [expected], computed=True)
+    rtol, atol = references.tolerance(None, None, [expected], computed=True)
     verified = verify.compare(0, "y", actual, expected, None, None).passed
     if expected.dtype.kind == "f" and expected.size:
         assert (rtol, atol) == checks.computed_tolerance(expected)

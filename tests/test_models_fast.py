@@ -28,7 +28,7 @@ import onnx_models  # noqa: E402
 
 from pyree_build.core import toolchain  # noqa: E402
 from pyree_build.models.codegen import loopnest  # noqa: E402
-from pyree_build.tuning import sweep as tune  # noqa: E402
+from pyree_build.tuning.params import declared_params  # noqa: E402
 
 
 def _replaced(directory: Path, m: int, k: int, n: int) -> tuple[Path, Path, Path]:
@@ -51,7 +51,7 @@ def test_a_dense_layer_is_one_nest_with_knobs_and_workgroups(tmp_path):
     assert "fused into one loop nest, tiled" in c_text and "naive" not in c_text  # the header says what the body is
     assert "restrict" in c_text and "PYREE_VECTORIZE" in c_text
     # The knobs are declared as tune reads them, with their defaults as macros.
-    declared = tune.declared_params([out / "dense.c"])
+    declared = declared_params([out / "dense.c"])
     assert {name: sorted(map(int, values)) for name, values in declared.items()} == {
         k.name: sorted(k.candidates) for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS)
     }
@@ -121,7 +121,7 @@ def test_a_softmax_is_one_nest_per_row_with_lanes_and_workgroups(tmp_path):
     assert re.search(r"const float s\d+ = out0\[", c_text), c_text
     # The max's index result (ONNX's softmax lowers through an argmax) is not computed.
     assert not re.search(r"const int64_t v\d+ = ", c_text), c_text
-    lanes = tune.declared_params([out / "rows.c"])["PYREE_LANES"]
+    lanes = declared_params([out / "rows.c"])["PYREE_LANES"]
     assert sorted(map(int, lanes)) == sorted(loopnest.LANES.candidates) and lanes[0] == str(loopnest.LANES.default)
     rows = 2 * 64
     workgroups = min(rows, -(-rows * 100 // loopnest.ELEMENTS_PER_WORKGROUP))

@@ -27,7 +27,7 @@ from pyree_build.backends.vulkan import devices as vulkan
 from pyree_build.core.errors import PyreeError
 from pyree_build.models import verify as verify_module
 from pyree_build.models.codegen import gpu_source
-from pyree_build.tuning import sweep as tune
+from pyree_build.tuning.params import declared_params
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -270,7 +270,7 @@ def test_every_gpu_kernel_declares_its_workgroup_size_as_a_tune_knob_default_fir
     _, mlir = _imported(tmp_path, "matmul_add_relu")
     pb.replace(mlir, tmp_path / "k", ops=[1], imports=["dense"], target=target)
     source = tmp_path / "k" / f"dense{gpu_source.SUFFIXES[gpu_source.TARGETS[target]]}"
-    assert tune.declared_params(source) == {"PYREE_WG_SIZE": ["64", "32", "128", "256"]}
+    assert declared_params(source) == {"PYREE_WG_SIZE": ["64", "32", "128", "256"]}
     assert "#ifndef PYREE_WG_SIZE\n#define PYREE_WG_SIZE 64\n#endif" in source.read_text()
 
 

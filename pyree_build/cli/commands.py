@@ -29,6 +29,7 @@ _run = lazy.module(RUN_MODULE)
 _executables = lazy.module("pyree_build.actions.executables")
 _bench = lazy.module("pyree_build.actions.bench")
 _tune = lazy.module("pyree_build.tuning.sweep")
+_tune_apply = lazy.module("pyree_build.tuning.apply")
 _sample_runner = lazy.module("pyree_build.actions.sample_runner")
 _scaffold = lazy.module("pyree_build.actions.scaffold")
 _doctor = lazy.module("pyree_build.actions.doctor")
@@ -153,10 +154,10 @@ def tune_command(a: argparse.Namespace) -> None:
     c_options = dict(kind=a.kind, archs=a.archs, cc=a.cc, include_dirs=a.include_dirs, defines=a.defines, cpu=a.cpu)
     gpu = {dest: getattr(a, dest) for dest in ("vulkan_target", "sm", "gfx") if getattr(a, dest) is not None}
     if a.apply:
-        out = _tune.build_tuned(
+        out = _tune_apply.build_tuned(
             a.sources, a.output, tuned=a.apply, depfile=a.depfile, jobs=a.jobs, target=a.target, spec=a.spec, target_options=gpu, **c_options
         )
-        echo.log_step(f"wrote {out} ({' '.join('-D' + d for d in _tune.tuned_defines(a.apply))})")
+        echo.log_step(f"wrote {out} ({' '.join('-D' + d for d in _tune_apply.tuned_defines(a.apply))})")
         return
     # No --param: tune sweeps the knobs the source declares (`// pyree-tune:` lines).
     if not a.function:

@@ -3,7 +3,7 @@ once per entry of `calls` and all in this one process, saving every result as `<
 
 A kernel can be right on its first call and wrong after (state kept between calls, a buffer
 reused); iree-run-module calls a function once per process, so several calls need one process
-that keeps the plugin loaded: this one, started by tune.check_variant so that a variant that
+that keeps the plugin loaded: this one, started by variant_checks.check_variant so that a variant that
 crashes or hangs takes down this child, never the tune.
 """
 

@@ -4,7 +4,7 @@ SPIR-V, PTX, a code object), and the program compiled again with the replace spe
 object, so each variant has a module of its own; it runs on the target's device.
 
 The rest of a tune (the check against the reference, the benchmark, the choice, best.json) is
-tune.py's, the same as for a CPU plugin: this module only says how a variant is built and which
+the other tuning/ modules', the same as for a CPU plugin: this module only says how a variant is built and which
 module it runs with. Targets are asked of the registry (build_inline_objects builds a kernel
 source into the directory iree-compile searches), never named here.
 """

@@ -14,10 +14,12 @@ reported as lost, never chosen, and the sweep goes on.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import logging
 import os
 import socket
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +28,11 @@ import ray
 import ray.exceptions
 
 from pyree_build.cache.remote import AUTH_ENV, MODE_ENV, TIMEOUT_ENV, TOKEN_ENV, URL_ENV
-from pyree_build.core import echo, lazy
+from pyree_build.core import echo, files, lazy
 from pyree_build.core.errors import PyreeError
-from pyree_build.tuning import sweep as tune
+from pyree_build.tuning.benchmarks import measure_variant
+from pyree_build.tuning.plan import LOST, PathLike, Plan, Variant
+from pyree_build.tuning.variant_checks import build_and_check, log_checked
 
 if TYPE_CHECKING:
     import numpy
@@ -41,7 +45,7 @@ _HEADERS = (".h", ".hpp", ".hh", ".inc", ".def")
 RETRIES = 3
 
 
-def bundle(plan: tune.Plan, expected: Sequence[numpy.ndarray]) -> dict[str, bytes]:
+def bundle(plan: Plan, expected: Sequence[numpy.ndarray]) -> dict[str, bytes]:
     """Every file a variant's build, check and benchmark read, by a name relative to one directory."""
     blobs: dict[str, bytes] = {}
     for source in map(Path, plan.sources):
@@ -61,7 +65,25 @@ def bundle(plan: tune.Plan, expected: Sequence[numpy.ndarray]) -> dict[str, byte
     return blobs
 
 
-def rebased(plan: tune.Plan, root: Path) -> tune.Plan:
+def materialize(blobs: Mapping[str, bytes], root: PathLike | None = None) -> Path:
+    """Files (relative name -> bytes) written under a directory named by their content, the same
+    path on every machine: a build there has the same cache key everywhere (the remote cache
+    shares it). Used by the Ray tasks; written once, atomically."""
+    digest = hashlib.sha256()
+    for name in sorted(blobs):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(blobs[name]).digest())
+    base = Path(root) if root is not None else Path(tempfile.gettempdir()) / "pyree-tune"
+    directory = base / digest.hexdigest()[:24]
+    for name, data in blobs.items():
+        path = directory / name
+        if not path.is_file() or path.read_bytes() != data:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with files.atomic_output(path) as tmp:
+                tmp.write_bytes(data)
+    return directory
+
+
+def rebased(plan: Plan, root: Path) -> Plan:
     """The plan with its paths in the bundle's directory on this node."""
     return dataclasses.replace(
         plan,
@@ -75,21 +97,21 @@ def _node() -> str:
     return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
 
-def build_and_check_task(blobs: Mapping[str, bytes], plan: tune.Plan, params: dict[str, str]) -> dict[str, Any]:
+def build_and_check_task(blobs: Mapping[str, bytes], plan: Plan, params: dict[str, str]) -> dict[str, Any]:
     """On a worker: build one variant (cached), check it; its status and its plugin's bytes."""
-    root = tune.materialize(blobs)
+    root = materialize(blobs)
     expected = [np.load(io.BytesIO(blobs[f"expected/{k}.npy"])) for k in range(sum(n.startswith("expected/") for n in blobs))]
-    variant = tune.build_and_check(rebased(plan, root), tune.Variant(dict(params)), root / "variants", expected)
+    variant = build_and_check(rebased(plan, root), Variant(dict(params)), root / "variants", expected)
     plugin = Path(variant.plugin).read_bytes() if variant.status == "ok" and variant.plugin else None
     return {"status": variant.status, "reason": variant.reason, "plugin": plugin, "node": _node()}
 
 
-def measure_task(blobs: Mapping[str, bytes], plan: tune.Plan, params: dict[str, str], plugin: bytes, name: str) -> dict[str, Any]:
+def measure_task(blobs: Mapping[str, bytes], plan: Plan, params: dict[str, str], plugin: bytes, name: str) -> dict[str, Any]:
     """On a benchmark node: the variant's rounds, timed there."""
-    root = tune.materialize(blobs)
-    variant = tune.Variant(dict(params), status="ok")
-    variant.plugin = str(tune.materialize({name: plugin}, root / "plugins") / name)
-    tune.measure_variant(rebased(plan, root), variant)
+    root = materialize(blobs)
+    variant = Variant(dict(params), status="ok")
+    variant.plugin = str(materialize({name: plugin}, root / "plugins") / name)
+    measure_variant(rebased(plan, root), variant)
     return {"status": variant.status, "reason": variant.reason, "samples_ms": variant.samples_ms, "node": _node()}
 
 
@@ -120,14 +142,14 @@ def require_resources(resources: Mapping[str, float]) -> None:
         )
 
 
-def _lost(variant: tune.Variant, error: BaseException) -> None:
-    variant.status = tune.LOST
+def _lost(variant: Variant, error: BaseException) -> None:
+    variant.status = LOST
     variant.reason = (
         f"its task failed on the cluster after {RETRIES} retries: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
     )
 
 
-def _collect_checks(plan: tune.Plan, variants: list[tune.Variant], blobs: Any, directory: Path) -> None:
+def _collect_checks(plan: Plan, variants: list[Variant], blobs: Any, directory: Path) -> None:
     refs = [(_build_and_check.remote(blobs, plan, v.params), v) for v in variants]
     for ref, variant in refs:
         try:
@@ -143,7 +165,7 @@ def _collect_checks(plan: tune.Plan, variants: list[tune.Variant], blobs: Any, d
             variant.plugin = str(out)
 
 
-def _collect_measurements(plan: tune.Plan, variants: list[tune.Variant], blobs: Any, resources: Mapping[str, float]) -> None:
+def _collect_measurements(plan: Plan, variants: list[Variant], blobs: Any, resources: Mapping[str, float]) -> None:
     task = _measure.options(resources=dict(resources)) if resources else _measure
     for variant in (v for v in variants if v.status == "ok" and v.plugin):
         plugin = Path(variant.plugin or "")
@@ -153,7 +175,7 @@ def _collect_measurements(plan: tune.Plan, variants: list[tune.Variant], blobs: 
                 answer = ray.get(ref, timeout=plan.budget + plan.max_rounds * plan.timeout + 120)
             except ray.exceptions.GetTimeoutError:
                 ray.cancel(ref, force=True)
-                variant.status, variant.reason = tune.LOST, f"no node with {dict(resources) or 'a free CPU'} finished its benchmark in time"
+                variant.status, variant.reason = LOST, f"no node with {dict(resources) or 'a free CPU'} finished its benchmark in time"
                 continue
             except ray.exceptions.RayError as error:
                 _lost(variant, error)
@@ -161,9 +183,7 @@ def _collect_measurements(plan: tune.Plan, variants: list[tune.Variant], blobs: 
         variant.status, variant.reason, variant.samples_ms, variant.node = answer["status"], answer["reason"], answer["samples_ms"], answer["node"]
 
 
-def sweep(
-    plan: tune.Plan, variants: list[tune.Variant], expected: Sequence[numpy.ndarray], *, address: str, resources: Mapping[str, float], directory: Path
-) -> None:
+def sweep(plan: Plan, variants: list[Variant], expected: Sequence[numpy.ndarray], *, address: str, resources: Mapping[str, float], directory: Path) -> None:
     """Build and check every variant as Ray tasks, then benchmark the correct ones, one at a time."""
     connect(address)
     try:
@@ -171,7 +191,7 @@ def sweep(
         blobs = ray.put(bundle(plan, expected))
         with echo.Stopwatch(f"build and check {len(variants)} variant(s) on the Ray cluster at {address}"):
             _collect_checks(plan, variants, blobs, directory)
-            tune.log_checked(variants)
+            log_checked(variants)
         _collect_measurements(plan, variants, blobs, resources)
     finally:
         ray.shutdown()
