@@ -193,7 +193,7 @@ macro(_pyree_inputs_and_plugins args_var)
   endforeach()
 endmacro()
 
-# A shared remote cache behind the local one (README: "Sharing the cache between machines").
+# A shared remote cache behind the local one (docs/cache-and-rebuilds.md: "Sharing a cache between machines").
 # Empty: the environment's PYREE_BUILD_REMOTE_CACHE applies, if any. Credentials belong in the
 # environment (PYREE_BUILD_REMOTE_CACHE_TOKEN / _AUTH, and the signing secret
 # PYREE_BUILD_REMOTE_CACHE_KEY), never here: this ends up in build.ninja.

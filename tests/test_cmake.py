@@ -200,12 +200,13 @@ def test_find_package_without_a_usable_python_says_what_to_do(tmp_path):
     assert "-DPYREE_BUILD_PYTHON=" in result.stderr
 
 
-def test_without_pyree_build_dir_cmake_names_the_package_and_the_fix_is_in_the_readme(tmp_path):
+def test_without_pyree_build_dir_cmake_names_the_package_and_the_fix_is_in_the_docs(tmp_path):
     src = tmp_path / "src"
     write_downstream(src)
     env = {k: v for k, v in os.environ.items() if not k.lower().startswith(("pyree_build", "cmake_prefix"))}
     result = cmake_run("-G", "Ninja", "-S", src, "-B", tmp_path / "build", f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja().path}", env=env)
     assert result.returncode != 0
     assert "pyree_build" in result.stderr
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert '-Dpyree_build_DIR="$(pyree-build --cmake-dir)"' in readme
+    checkout = Path(__file__).resolve().parent.parent
+    for page in ("README.md", "docs/cmake.md"):  # the README's CMake screen and the CMake reference
+        assert '-Dpyree_build_DIR="$(pyree-build --cmake-dir)"' in (checkout / page).read_text(), page

@@ -1,6 +1,9 @@
-"""The READMEs are executable truth: every ```sh / ```bash / ```python block of README.md, of each
-sample's README and of the README `pyree-build new` writes runs, in order, in a scratch copy
-of the checkout, and must exit 0 and print what it claims.
+"""The READMEs are executable truth: every ```sh / ```bash / ```python block of README.md, of
+every page of docs/, of each sample's README and of the README `pyree-build new` writes runs, in
+order, in a scratch copy of the checkout, and must exit 0 and print what it claims. The README and
+the reference pages of docs/ (REFERENCE_PAGES: cli.md, python.md, ...) run from the checkout's
+root, one after another, as one document split in pages; the walk-throughs (WALKTHROUGHS) run in
+docs/, each sample's README in its sample's directory.
 
 Conventions inside a block (visible in the README on purpose):
   `# readme-test: skip (REASON)`  the block is reported as skipped with REASON;
@@ -34,6 +37,11 @@ class Block:
     line: int
     language: str
     code: str
+    cwd: Path | None = None  # where it runs, relative to the checkout; None: the page's directory
+
+    @property
+    def directory(self) -> Path:
+        return self.readme.parent if self.cwd is None else self.cwd
 
     @property
     def id(self) -> str:
@@ -46,7 +54,7 @@ class Block:
         return [m.group(1).strip() for m in map(CLAIM.match, self.code.splitlines()) if m]
 
 
-def extract(text: str, readme: Path) -> list[Block]:
+def extract(text: str, readme: Path, cwd: Path | None = None) -> list[Block]:
     blocks, inside, start, lang, lines = [], False, 0, "", []
     for number, line in enumerate(text.splitlines(), 1):
         fence = re.match(r"^```\s*([\w+-]*)", line)
@@ -55,7 +63,7 @@ def extract(text: str, readme: Path) -> list[Block]:
         elif line.startswith("```") and inside:
             inside = False
             if lang in RUNNABLE:
-                blocks.append(Block(readme, start, RUNNABLE[lang], "\n".join(lines) + "\n"))
+                blocks.append(Block(readme, start, RUNNABLE[lang], "\n".join(lines) + "\n", cwd))
         elif inside:
             lines.append(line)
     return blocks
@@ -167,16 +175,28 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> None:
     check_claims(block, output)
 
 
+# Pages of docs/ that continue the README: their blocks run from the checkout's root, after the
+# README's, in this order (python.md reads build/onnx/mlp.onnx, which cli.md's import block writes).
+REFERENCE_PAGES = ("cli.md", "python.md", "tuning.md", "server.md", "cmake.md", "troubleshooting.md", "developing.md",
+                   "models-at-scale.md", "install.md", "architecture.md")  # fmt: skip
+# Pages of docs/ that are walk-throughs: every block runs in docs/, as in a README.
+WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md", "cache-and-rebuilds.md", "writing-an-import.md")
+
+
+def _pages() -> list[tuple[Path, Path | None]]:
+    """(page, where its blocks run, or None for the page's own directory), in the order they run."""
+    root = Path(".")
+    reference = [(Path("docs") / name, root) for name in REFERENCE_PAGES]
+    walkthroughs = [(Path("docs") / name, None) for name in WALKTHROUGHS]
+    samples = [(p.relative_to(REPO), None) for p in sorted((REPO / "samples").rglob("README.md"))]
+    return [(Path("README.md"), None), *reference, *walkthroughs, *samples]
+
+
 def _readmes() -> list[Path]:
-    walkthroughs = [Path("docs") / name for name in WALKTHROUGHS]
-    return [Path("README.md"), *walkthroughs, *sorted(p.relative_to(REPO) for p in (REPO / "samples").rglob("README.md"))]
+    return [page for page, _ in _pages()]
 
 
-# Pages of docs/ that are walk-throughs: every block runs, as in a README.
-WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md", "cache-and-rebuilds.md")
-
-
-BLOCKS = [b for readme in _readmes() for b in extract((REPO / readme).read_text(encoding="utf-8"), readme)]
+BLOCKS = [b for page, cwd in _pages() for b in extract((REPO / page).read_text(encoding="utf-8"), page, cwd)]
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +210,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_readme_block(block: Block, scratch: tuple[Path, dict[str, str]]) -> None:
     root, env = scratch
-    run_block(block, root / block.readme.parent, env)
+    run_block(block, root / block.directory, env)
 
 
 def _new_readme_blocks() -> list[Block]:
@@ -251,3 +271,69 @@ def test_every_link_of_a_page_leads_somewhere(page: Path) -> None:
         if anchor and linked.suffix == ".md":
             headings = re.findall(r"^#+ (.*)$", re.sub(r"```.*?```", "", linked.read_text(encoding="utf-8"), flags=re.S), re.M)
             assert anchor in {_slug(h) for h in headings}, f"{page.relative_to(REPO)}: link to {target}: no such heading"
+
+
+def _text(page: str) -> str:
+    return (REPO / page).read_text(encoding="utf-8")
+
+
+def _fenced(text: str, language: str | None = None) -> list[str]:
+    """The bodies of the page's fenced blocks (of one language, or of every language)."""
+    return [body for lang, body in re.findall(r"^```\s*([\w+-]*)\n(.*?)^```", text, re.M | re.S) if language in (None, lang.lower())]
+
+
+def test_every_page_of_docs_runs_its_blocks():
+    """A page added to docs/ is either a reference page (run from the root) or a walk-through (run in
+    docs/): none is left out, so a block moved out of the README is never left unrun."""
+    pages = {p.name for p in (REPO / "docs").glob("*.md")}
+    assert pages == set(REFERENCE_PAGES) | set(WALKTHROUGHS), "add the page to REFERENCE_PAGES or WALKTHROUGHS"
+    assert not set(REFERENCE_PAGES) & set(WALKTHROUGHS)
+    assert {b.readme.name for b in BLOCKS} >= {"README.md", "cli.md", "python.md", "server.md", "writing-an-import.md"}
+    assert all(b.directory == Path(".") for b in BLOCKS if b.readme.name in REFERENCE_PAGES)
+
+
+def test_the_readme_is_short_and_names_the_two_commands_ci_runs():
+    """A newcomer's README: at most 400 lines, with the fresh machine's two commands in one block,
+    the second of them the one .ci/run runs, and how long that takes."""
+    readme = _text("README.md")
+    assert len(readme.splitlines()) <= 400
+    main = 'pip install ".[all]" && pyree-build samples'
+    tests = 'pip install ".[test]" && pytest'
+    assert any(re.search(rf"^{re.escape(main)} .*\n^{re.escape(tests)} ", b, re.M) for b in _fenced(readme, "sh"))
+    assert _text(".ci/run").rstrip().splitlines()[-1] == tests
+    assert "about 25 min on 2 cores" in readme
+
+
+def test_every_cli_verb_has_an_example_in_the_cli_reference():
+    """docs/cli.md has a section and a shell example for every verb the parser knows."""
+    import argparse
+
+    from pyree_build.cli.parser import build_parser
+
+    (sub,) = [a for a in build_parser(external=False)._actions if isinstance(a, argparse._SubParsersAction)]
+    cli = _text("docs/cli.md")
+    commands = "\n".join(_fenced(cli, "sh"))
+    headings = " ".join(re.findall(r"^## (.*)$", cli, re.M))
+    for verb in sub.choices:
+        assert re.search(rf"(^|[\s!=]|\$\()pyree-build {re.escape(verb)}\b", commands, re.M), f"docs/cli.md: no example of `pyree-build {verb}`"
+        assert re.search(rf"(^|[\s,]){re.escape(verb)}\b", headings), f"docs/cli.md: no section for {verb}"
+
+
+def test_every_cmake_function_is_in_the_cmake_reference():
+    """docs/cmake.md shows a call of every public pyree_* function cmake/ defines."""
+    defined = set(re.findall(r"^\s*function\((pyree_\w+)", "\n".join(p.read_text() for p in (REPO / "cmake").glob("*.cmake")), re.M))
+    assert len(defined) >= 12, defined
+    calls = "\n".join(_fenced(_text("docs/cmake.md"), "cmake"))
+    missing = sorted(f for f in defined if not re.search(rf"^\s*{f}\(NAME ", calls, re.M))
+    assert not missing, f"docs/cmake.md has no example of {missing}"
+
+
+def test_the_troubleshooting_table_is_whole():
+    """Every row says what you did, what pyree_build says and what to do; none was lost in the move
+    out of the README (218 rows then)."""
+    rows = [line for line in _text("docs/troubleshooting.md").splitlines() if line.startswith("| ") and not line.startswith("| what you did")]
+    assert len(rows) >= 218
+    for row in rows:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+        assert len(cells) == 3 and all(cells[:2]), f"docs/troubleshooting.md: a row without its three cells: {row[:120]}"
+    assert "(docs/troubleshooting.md)" in _text("README.md")

@@ -1,5 +1,5 @@
 """Issue 45: a Vulkan module's calls share one process. lavapipe compiles each shader with LLVM on
-its first dispatch in a process (as much CPU as a SqueezeNet run, README "Vulkan on lavapipe";
+its first dispatch in a process (as much CPU as a SqueezeNet run, docs/models-at-scale.md "Vulkan on lavapipe";
 Mesa's shader cache on disk spares a later process that only where it is on and warm), so
 `verify` runs the module once for all its draws (run.run_calls: one child, the module loaded
 once), where it ran iree-run-module once a draw; the baseline runs only on the draws where an

@@ -492,7 +492,7 @@ def _tune_needs(variable: str | None, function: str | None, knob: str) -> list[s
     if variable is not None and function is not None:
         return []
     why = "no --onnx model was given to `replace`" if variable is None else "the program has several public functions"
-    return ["", f"# Tuning the kernels' {knob} needs a reference and a function ({why}): see pyree_tune in the README."]
+    return ["", f"# Tuning the kernels' {knob} needs a reference and a function ({why}): see pyree_tune in docs/tuning.md."]
 
 
 def _tune_lines(stem: str, variable: str | None, tunable: list[str], function: str | None) -> list[str]:
@@ -580,7 +580,7 @@ def _gpu_tune_lines(stem: str, variable: str | None, tunable: list[str], functio
     ext = _GPU_CMAKE[target][2]
     if target != "vulkan":
         return ["", f"# Tune the kernels' block size on a machine with the GPU: pyree-build tune NAME{ext} --target {target} --program PROGRAM",
-                "# --spec spec.mlir --function F --onnx MODEL -o best.json (README: Tuning), then use the spec.mlir its --apply writes."]  # fmt: skip
+                "# --spec spec.mlir --function F --onnx MODEL -o best.json (docs/tuning.md), then use the spec.mlir its --apply writes."]  # fmt: skip
     missing = _tune_needs(variable, function, "workgroup size")
     if missing:
         return missing

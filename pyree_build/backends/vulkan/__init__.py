@@ -24,7 +24,7 @@ class VulkanBackend(Backend):
     # IREE's Python runtime cannot read results back on every Vulkan device (lavapipe).
     runs_in_process = False
     # lavapipe compiles each shader with LLVM on its first dispatch in a process: a SqueezeNet
-    # module's 29 cost about one run (README: "Vulkan on lavapipe"); only Mesa's shader cache on
+    # module's 29 cost about one run (docs/models-at-scale.md: "Vulkan on lavapipe"); only Mesa's shader cache on
     # disk, where it is on and holds them, spares a later process that.
     pipelines_per_process = True
     compile_options = (Option(("--vulkan-target",), {"default": None, "help": "vulkan: auto (default: the Vulkan device here), llvmpipe, ampere, rdna3, ..."}),)
