@@ -281,7 +281,11 @@ def test_the_globals_compared_after_a_command_are_those_pyree_build_code_can_reb
         want_here[name] = here
     assert per_module == want_here and anywhere == want_anywhere
     compared = {f"{d['__name__']}.{k}" for d, k in reuse.Plan.of_loaded().globals}
-    assert {"pyree_build.core.echo.VERBOSITY", "pyree_build.core.processes._STOP_SIGNAL", "pyree_build.core.processes._PARENT_ENDS_TOOLS"} <= compared
+    assert {
+        "pyree_build.core.echo.VERBOSITY",
+        "pyree_build.core.processes.stops._STOP_SIGNAL",
+        "pyree_build.core.processes.tools._PARENT_ENDS_TOOLS",
+    } <= compared
 
 
 _FIELD = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)) | st.sampled_from(["\udcff", "\udc80"]), max_size=8)

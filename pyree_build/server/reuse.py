@@ -87,7 +87,7 @@ _STORES = re.compile(b"(?=[" + b"".join(re.escape(bytes([op])) for op in sorted(
 def _rebindable(modules: dict[str, types.ModuleType]) -> tuple[dict[str, set[str] | None], set[str]]:
     """The module globals pyree_build's code can rebind once imported, read from its bytecode:
     per module, the names its functions declare `global` and assign or delete; and every
-    attribute name any of its code assigns or deletes (`processes._STOP_SIGNAL = ...` from
+    attribute name any of its code assigns or deletes (`stops._SPAWN_LOCK = ...` from
     another module, conservatively of any object). A module whose code cannot be read is None:
     all its globals are compared. Comparing only these after each command, not all ~670 module
     globals, spares the worker ~0.25 ms a command (scattered dict reads, cold after a tool ran)."""
