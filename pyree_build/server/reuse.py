@@ -17,7 +17,7 @@ the next client. What a command may change is of two kinds:
   process group or session changed, a pyree_build container (a dict, list or set at module
   level) that grew or shrank, other than the facts every worker shares by design
   (cache/facts.py). A command that failed with an uncaught error or got a signal of its
-  client's may have stopped anywhere: its worker exits too (daemon.run).
+  client's may have stopped anywhere: its worker exits too (worker.run).
 
 Everything else a command does lives in its own objects, which are gone when it returns.
 """
