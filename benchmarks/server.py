@@ -46,7 +46,8 @@ sys.path[:0] = [str(REPO), str(BENCH)]
 
 import run as run_bench  # noqa: E402  benchmarks/run.py: its sections, through the native client
 
-from pyree_build.core import native_client, processes, server_protocol, toolchain  # noqa: E402
+from pyree_build.core import native_client, server_protocol, toolchain  # noqa: E402
+from pyree_build.core.processes import tools  # noqa: E402
 
 PLUGIN = REPO / "samples" / "custom_dispatch" / "cpu" / "plugin"
 INPUTS = ("8xf32=2", "8xf32=4")
@@ -113,20 +114,20 @@ def section_split(work: Path, env: dict[str, str], repeat: int) -> None:
         f"--module={module}", "--function=mixed_invocation", *(f"--input={i}" for i in INPUTS), f"--executable_plugin={plugin}"
     )
     args = ["run", str(module), "--function", "mixed_invocation", *(a for i in INPUTS for a in ("--input", i)), "--plugin", str(plugin)]
-    wrapper = list(processes._pdeathsig_wrapper())
+    wrapper = list(tools._pdeathsig_wrapper())
     typed = [str(TYPED)] if TYPED.is_file() else [*clients(work, env)["native"][0]]
     cli_main = importlib.import_module("pyree_build.cli").main
 
     def in_process() -> float:
         # As a served worker spawns: the server ends a killed worker's tools, so no wrapper.
-        saved, processes._PARENT_ENDS_TOOLS = processes._PARENT_ENDS_TOOLS, True
+        saved, tools._PARENT_ENDS_TOOLS = tools._PARENT_ENDS_TOOLS, True
         start = time.perf_counter()
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 assert cli_main(["-q", *args]) == 0
             return time.perf_counter() - start
         finally:
-            processes._PARENT_ENDS_TOOLS = saved
+            tools._PARENT_ENDS_TOOLS = saved
 
     steps: dict[str, Callable[[], float]] = {
         "tool": lambda: timed(raw, env),

@@ -203,18 +203,20 @@ def test_a_timed_out_in_process_run_leaves_no_leak_noise_at_exit(tmp_path, syste
 SERVER_REAPS = """
 import os, subprocess, sys, time
 from pyree_build.core import processes
-from pyree_build.server import daemon
+from pyree_build.core.processes import reaping
+from pyree_build.server.pool import Pool
+from pyree_build.server.state import State
 assert processes.become_subreaper()
 worker = subprocess.Popen(["sleep", "30"])  # stands for a worker: the pool's own child, left alone
 # What a worker left, reparented here: one still running (it forked again after a pause), one that ended by itself.
 subprocess.run(["sh", "-c", "setsid sh -c 'sleep 0.3; sleep 30' & setsid sleep 0.1 & exit 0"], check=True,
                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # a survivor holds no pipe of the test's
 time.sleep(0.8)
-state = daemon.State(path="", idle_s=1.0, watch=None, reaps=True)
-pool = daemon._Pool(None, state, -1, -1)
+state = State(path="", idle_s=1.0, watch=None, reaps=True)
+pool = Pool(None, state, -1, -1)
 pool.children[worker.pid] = 0
 pool.reap()
-left = sorted(p for p in processes._children() or [] if p != worker.pid)
+left = sorted(p for p in reaping._children() or [] if p != worker.pid)
 print("left:", left, "worker running:", worker.poll() is None)
 worker.kill()
 """

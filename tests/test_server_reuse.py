@@ -23,7 +23,7 @@ from test_server import _normal
 from test_stop import RUN_ARGS
 
 from pyree_build.core import server_protocol
-from pyree_build.server import daemon, reuse
+from pyree_build.server import reuse, startup
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
 
@@ -199,7 +199,7 @@ _PROBE = textwrap.dedent(
 
 def _probe(case: str) -> dict[str, object]:
     # As the server imports: numpy's BLAS held to one thread (a baseline has none but the main one).
-    env = {**os.environ, **dict.fromkeys(daemon._ONE_THREAD, "1")}
+    env = {**os.environ, **dict.fromkeys(startup.ONE_THREAD, "1")}
     done = subprocess.run([sys.executable, "-c", _PROBE, case], capture_output=True, text=True, timeout=120, cwd="/", env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
@@ -281,7 +281,11 @@ def test_the_globals_compared_after_a_command_are_those_pyree_build_code_can_reb
         want_here[name] = here
     assert per_module == want_here and anywhere == want_anywhere
     compared = {f"{d['__name__']}.{k}" for d, k in reuse.Plan.of_loaded().globals}
-    assert {"pyree_build.core.echo.VERBOSITY", "pyree_build.core.processes._STOP_SIGNAL", "pyree_build.core.processes._PARENT_ENDS_TOOLS"} <= compared
+    assert {
+        "pyree_build.core.echo.VERBOSITY",
+        "pyree_build.core.processes.stops._STOP_SIGNAL",
+        "pyree_build.core.processes.tools._PARENT_ENDS_TOOLS",
+    } <= compared
 
 
 _FIELD = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)) | st.sampled_from(["\udcff", "\udc80"]), max_size=8)

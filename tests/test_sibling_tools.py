@@ -31,13 +31,14 @@ def test_an_orphan_sweep_never_ends_a_sibling_started_while_it_looks():
         """
         import threading, time
         from pyree_build.core import processes
+        from pyree_build.core.processes import stops
         processes.become_subreaper()
-        real_register = processes._register
+        real_register = stops._register
         def late_register(pgid, name):
             if name == "sh":
                 time.sleep(0.4)
             real_register(pgid, name)
-        processes._register = late_register
+        stops._register = late_register
         errors = []
         def sibling():
             time.sleep(0.05)  # after A's tool started, so that its start time is no earlier
@@ -67,6 +68,7 @@ def test_the_orphan_sweep_reads_the_children_a_walk_of_proc_finds():
         """
         import os, subprocess, tempfile, threading, time
         from pyree_build.core import processes
+        from pyree_build.core.processes import reaping
         os.chdir(tempfile.mkdtemp())
         processes.become_subreaper()
         started, done = [], threading.Event()
@@ -88,7 +90,7 @@ def test_the_orphan_sweep_reads_the_children_a_walk_of_proc_finds():
                     walked.add(int(entry))
             except OSError:
                 pass
-        read = processes._children()
+        read = reaping._children()
         for pid in walked:
             os.kill(pid, 9)
         done.set()
@@ -108,11 +110,12 @@ def test_a_forked_child_never_holds_a_siblings_pipes():
         """
         import threading, time
         from pyree_build.core import processes
-        real_execute = processes._Tool._execute_child
+        from pyree_build.core.processes import tools
+        real_execute = tools._Tool._execute_child
         def slow_execute(self, *args, **kwargs):
             time.sleep(0.3)
             return real_execute(self, *args, **kwargs)
-        processes._Tool._execute_child = slow_execute
+        tools._Tool._execute_child = slow_execute
         errors = []
         def sibling():
             time.sleep(0.1)  # inside A's held-back Popen
@@ -156,14 +159,15 @@ def test_a_stop_between_a_fork_and_its_registration_still_ends_the_tool():
         """
         import os, signal, time
         from pyree_build.core import processes
+        from pyree_build.core.processes import stops
         started = []
-        real_register = processes._register
+        real_register = stops._register
         def register_after_a_stop(pgid, name):
             started.append(pgid)
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)  # the handler runs meanwhile, between two bytecodes
             real_register(pgid, name)
-        processes._register = register_after_a_stop
+        stops._register = register_after_a_stop
         outcome = "returned"
         try:
             with processes.stop_on_signals():

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from pyree_build.core import lazy, libc
 
-# Loaded by the server before it forks (daemon._preload; not at this module's import, which comes
+# Loaded by the server before it forks (startup.preload; not at this module's import, which comes
 # before the server holds BLAS to one thread): a scan costs ~0.1 ms, where a Python loop took ~2.
 numpy = lazy.module("numpy")
 

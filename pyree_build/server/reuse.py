@@ -17,7 +17,7 @@ the next client. What a command may change is of two kinds:
   process group or session changed, a pyree_build container (a dict, list or set at module
   level) that grew or shrank, other than the facts every worker shares by design
   (cache/facts.py). A command that failed with an uncaught error or got a signal of its
-  client's may have stopped anywhere: its worker exits too (daemon.run).
+  client's may have stopped anywhere: its worker exits too (worker.run).
 
 Everything else a command does lives in its own objects, which are gone when it returns.
 """
@@ -87,7 +87,7 @@ _STORES = re.compile(b"(?=[" + b"".join(re.escape(bytes([op])) for op in sorted(
 def _rebindable(modules: dict[str, types.ModuleType]) -> tuple[dict[str, set[str] | None], set[str]]:
     """The module globals pyree_build's code can rebind once imported, read from its bytecode:
     per module, the names its functions declare `global` and assign or delete; and every
-    attribute name any of its code assigns or deletes (`processes._STOP_SIGNAL = ...` from
+    attribute name any of its code assigns or deletes (`stops._SPAWN_LOCK = ...` from
     another module, conservatively of any object). A module whose code cannot be read is None:
     all its globals are compared. Comparing only these after each command, not all ~670 module
     globals, spares the worker ~0.25 ms a command (scattered dict reads, cold after a tool ran)."""

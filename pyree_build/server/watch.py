@@ -9,7 +9,7 @@ The server sets the watches before it imports anything, so an edit during its im
 seen. Where inotify cannot be had, every watched path is stat()ed instead (~0.3 ms).
 
 The inotify descriptor is shared by the server and all its workers: the worker that reads an
-event retires the server (daemon._retire), so no other reader needs to see it.
+event retires the server (worker._retire), so no other reader needs to see it.
 """
 
 from __future__ import annotations
