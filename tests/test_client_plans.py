@@ -144,20 +144,22 @@ def test_a_run_unlike_its_plan_is_reported_as_without_the_client_from_one_run(cl
     that run without the client: a failure is never run again until it passes."""
     _settled()
     args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT, "--timeout", "3"]
-    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    # A temporary directory of this test's own: whatever else runs on the machine, what is left
+    # in it was left by these runs.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    assert _run(client, args, _env(runtime, TMPDIR=str(tmp)), tmp_path)[0] == 0
     assert len(_plans(runtime)) == 1
     (tmp_path / "mode").write_text(mode)
     calls = _calls(tmp_path)
-    reference = _run(client, args, _env(runtime, "off"), tmp_path)
+    reference = _run(client, args, _env(runtime, "off", TMPDIR=str(tmp)), tmp_path)
     assert reference[0] != 0, reference
     once = _calls(tmp_path) - calls
-    results_dirs = set(Path(tempfile.gettempdir()).glob("pyree-run.*"))
-    assert _run(client, args, _env(runtime), tmp_path) == reference
+    assert _run(client, args, _env(runtime, TMPDIR=str(tmp)), tmp_path) == reference
     assert _calls(tmp_path) == calls + 2 * once, "the tool did not run exactly once"
-    # Only directories made since count: other pyree_build commands on this machine make and remove their own.
-    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) - results_dirs == set(), "a results directory was left behind"
+    assert list(tmp.iterdir()) == [], "a results directory was left behind"
     (tmp_path / "mode").write_text("p")
-    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    assert _run(client, args, _env(runtime, TMPDIR=str(tmp)), tmp_path)[0] == 0
 
 
 def test_a_changed_file_or_environment_runs_through_the_server(client, runtime, system_module, moody, tmp_path):
@@ -339,16 +341,16 @@ def test_what_the_client_cannot_hand_over_is_an_error_that_says_where(client, ru
     cannot be kept for pyree_build to report, and the client says so rather than run it again."""
     _settled()
     args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT]
-    assert _run(client, args, _env(runtime), tmp_path)[0] == 0
+    tmp = tmp_path / "tmp"  # this test's own: what is left in it, these runs left
+    tmp.mkdir()
+    assert _run(client, args, _env(runtime, TMPDIR=str(tmp)), tmp_path)[0] == 0
     (tmp_path / "mode").write_text("b")
     calls = _calls(tmp_path)
-    results_dirs = set(Path(tempfile.gettempdir()).glob("pyree-run.*"))
-    code, _, err = _run(client, args, _env(runtime), tmp_path, preexec_fn=_file_limit(100))
+    code, _, err = _run(client, args, _env(runtime, TMPDIR=str(tmp)), tmp_path, preexec_fn=_file_limit(100))
     assert code == 1, err
     assert re.fullmatch(r"error: cannot keep what iree-run-module printed in /\S+/<results>: File too large\n", err), err
     assert _calls(tmp_path) == calls + 1, "the tool ran again"
-    # Only directories made since count: other pyree_build commands on this machine make and remove their own.
-    assert set(Path(tempfile.gettempdir()).glob("pyree-run.*")) - results_dirs == set(), "a results directory was left behind"
+    assert list(tmp.iterdir()) == [], "a results directory was left behind"
 
 
 def _same_size_edit(path: Path, data: bytes) -> None:
