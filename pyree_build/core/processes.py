@@ -392,7 +392,7 @@ def ran_elsewhere(
     timeout: float | None = None, crash_hint: str | None = None,
 ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """What `spawn` returns or raises for a tool that another process ran with this argv (the
-    native client, core/client_plans.py): its output decoded as spawn decodes a tool's (the
+    native client, client/plans.py): its output decoded as spawn decodes a tool's (the
     locale's encoding, undecodable bytes replaced, universal newlines)."""
     check_stopped()
     _, command_limit = _bounded(timeout)

@@ -35,8 +35,8 @@ import traceback
 from dataclasses import dataclass, field
 
 from pyree_build.cache import facts
+from pyree_build.client import protocol
 from pyree_build.core import lazy, libc, processes
-from pyree_build.core import server_protocol as protocol
 from pyree_build.server import prefault, reuse
 from pyree_build.server.watch import Watch
 
@@ -83,7 +83,7 @@ class State:
     shared: mmap.mmap = field(default_factory=lambda: mmap.mmap(-1, 4 * 8))
     # A record lock (per process, unlike flock's per open file) for workers' increments.
     lock: int = field(default_factory=lambda: os.memfd_create("pyree_build-server-lock"))
-    # server_protocol.context() of the server, after its imports: what every worker runs with,
+    # protocol.context() of the server, after its imports: what every worker runs with,
     # so the only context it may serve.
     context: bytes = b""
     bound: str = ""  # the name the listening socket was bound to: a client's end reports it as its peer
@@ -215,7 +215,7 @@ def _on_term(_signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pyree_build.server", description="the per-user pyree_build server (started by the client)")
-    parser.add_argument("--socket", required=True, help="the socket path (core/server_protocol.socket_path)")
+    parser.add_argument("--socket", required=True, help="the socket path (core/protocol.socket_path)")
     parser.add_argument("--idle", type=float, default=None, help=f"seconds without work before exiting (default ${protocol.IDLE_ENV} or 900)")
     a = parser.parse_args(argv)
     os.closerange(3, 1 << 16)  # nothing the client's parent passed down (a jobserver's pipe) stays open here
@@ -705,7 +705,7 @@ def _adopt(state: State, request: dict[str, object], fds: list[int]) -> None:
     reuse.become_environment(env)
     os.umask(int(str(request["umask"])))
     cwd = str(request["cwd"])
-    os.chdir(cwd)  # never on sys.path: the server was started without it (server_protocol.BOOT)
+    os.chdir(cwd)  # never on sys.path: the server was started without it (protocol.BOOT)
     encoding, _, errors = env.get("PYTHONIOENCODING", "").partition(":")
     encoding = encoding or sys.stdout.encoding or "utf-8"
     streams = {
