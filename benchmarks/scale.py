@@ -344,7 +344,7 @@ def _ctest_rounds(t: Timer, build: Path, raw: Path, cache: Path, repeat: int, jo
     )  # fmt: skip
     ctest, ctest_raw, ctest_by_hand, floor = [], [], [], []
     # One environment per side for every round, as a user's shell is between two `ctest`s: a run
-    # that passed is run by the native client from its plan (core/client_plans.py), keyed by the
+    # that passed is run by the native client from its plan (client/plans.py), keyed by the
     # whole environment, and t.env() gives each call fresh zig cache directories (for builds).
     pyree_env, raw_env = t.env(cache), t.env("off")
     for _ in range(repeat):

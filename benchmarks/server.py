@@ -11,7 +11,7 @@ the server). Rows alternate their commands `--repeat` times and print medians:
   run    `run` of the cpu/plugin sample with its system plugin  vs  the raw iree-run-module
          binary with the same flags (target <= 1.5x). The same command line each time: from
          its second run on, the native clients run the tool from the run's plan
-         (core/client_plans.py) without the server
+         (client/plans.py) without the server
   split  where that run's milliseconds go: the tool, the worker's own work (the CLI in this
          warm process), a served run (the typed client with another environment each time,
          so that no plan applies), the typed client from the plan (minimums); and the setpriv
@@ -46,7 +46,9 @@ sys.path[:0] = [str(REPO), str(BENCH)]
 
 import run as run_bench  # noqa: E402  benchmarks/run.py: its sections, through the native client
 
-from pyree_build.core import native_client, server_protocol, toolchain  # noqa: E402
+from pyree_build.client import native as native_client  # noqa: E402
+from pyree_build.client import protocol  # noqa: E402
+from pyree_build.core import toolchain  # noqa: E402
 from pyree_build.core.processes import tools  # noqa: E402
 
 PLUGIN = REPO / "samples" / "custom_dispatch" / "cpu" / "plugin"
@@ -202,7 +204,7 @@ def main() -> int:
             for name in a.only.split(","):
                 SECTIONS[name.strip()](work, env, a.repeat)
         finally:
-            report = server_protocol.control("stop", env)
+            report = protocol.control("stop", env)
             if report:
                 print(f"\n(server pid {report['pid']} served {report['requests']} requests)")
             else:

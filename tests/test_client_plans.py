@@ -1,4 +1,4 @@
-"""Runs the native client makes itself (core/client_plans.py): a `run` command line that passed
+"""Runs the native client makes itself (client/plans.py): a `run` command line that passed
 is run again by the client from its plan, printing what pyree_build printed, while every file
 it read is unchanged; whatever the tool does otherwise is reported by pyree_build exactly as
 without the client, from that one run of the tool.
@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from test_cmake import build, configure, write_downstream
 from test_stop import RUN_ARGS, Watched
 
-from pyree_build.core import client_plans, toolchain
+from pyree_build.client import plans
+from pyree_build.core import toolchain
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the native client is built for Linux")
 
@@ -100,15 +101,15 @@ def _normal(text: str) -> str:
 
 def _served(runtime: Path) -> int:
     """How many requests this test's server has answered (a status request counts after its answer)."""
-    code = "import json, os; from pyree_build.core import server_protocol as p; print(json.dumps(p.control('status', dict(os.environ))))"
+    code = "import json, os; from pyree_build.client import protocol as p; print(json.dumps(p.control('status', dict(os.environ))))"
     asked = subprocess.run([sys.executable, "-c", code], env=_env(runtime), capture_output=True, text=True, timeout=60)
     report = __import__("json").loads(asked.stdout)
     return int(report["requests"]) if report else 0
 
 
 def _plans(runtime: Path) -> list[str]:
-    directory = runtime / "pyree_build" / client_plans.PLANS_DIR  # client_plans.plans_dir() in the test's runtime
-    return sorted(n for n in os.listdir(directory) if not n.startswith(client_plans.CODE_FILE)) if directory.is_dir() else []
+    directory = runtime / "pyree_build" / plans.PLANS_DIR  # plans.plans_dir() in the test's runtime
+    return sorted(n for n in os.listdir(directory) if not n.startswith(plans.CODE_FILE)) if directory.is_dir() else []
 
 
 def _settled() -> None:
@@ -303,7 +304,7 @@ def test_a_plan_of_other_pyree_build_code_runs_through_the_server(client, runtim
     _settled()
     args = ["run", system_module, *RUN_ARGS, "--plugin", moody, *EXPECT]
     assert _run(client, args, _env(runtime), tmp_path)[0] == 0
-    (code,) = (runtime / "pyree_build" / client_plans.PLANS_DIR).glob(f"{client_plans.CODE_FILE}-*")
+    (code,) = (runtime / "pyree_build" / plans.PLANS_DIR).glob(f"{plans.CODE_FILE}-*")
     written = code.read_bytes()
     assert written[4:36].isalnum(), "plans/code begins with the code's digest"
     for other in (written[:4] + b"0" * 32 + written[36:], written[:-1] + bytes([written[-1] ^ 1])):  # other code; a file changed

@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_stop import RUN_ARGS, Watched, _leftovers, _plugin_variant, _process_table, _slow_c_source, is_server_process
 
-from pyree_build.core import server_protocol
+from pyree_build.client import protocol
 from pyree_build.server import prefault, watch
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
@@ -85,7 +85,7 @@ def _status(env: dict[str, str] | None = None) -> dict[str, object] | None:
     """The server's status, asked from a process that imports pyree_build as the commands do
     (`python -m` from this directory takes a checkout's copy before an installed one, and the
     server's identity names the package directory)."""
-    code = "import json, os; from pyree_build.core import server_protocol as p; print(json.dumps(p.control('status', dict(os.environ))))"
+    code = "import json, os; from pyree_build.client import protocol as p; print(json.dumps(p.control('status', dict(os.environ))))"
     asked = subprocess.run([sys.executable, "-c", code], env=env if env is not None else os.environ, capture_output=True, text=True, timeout=60)
     assert asked.returncode == 0, asked.stderr
     return json.loads(asked.stdout)  # type: ignore[no-any-return]
@@ -153,8 +153,9 @@ def test_the_python_client_imports_none_of_the_cli():
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pyree_build", "--version"], env=_env("on"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("pyree_build "), proc.stderr[-2000:]
     names = {line.split("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:") and line.count("|") == 2}
-    assert "pyree_build.server.client" in names and "pyree_build.core.server_protocol" in names
-    loaded = sorted(n for n in names if n.startswith(("pyree_build.cli", "pyree_build.actions", "pyree_build.backends", "argparse", "subprocess")))
+    assert "pyree_build.server.client" in names and "pyree_build.client.protocol" in names
+    heavy = ("pyree_build.cli", "pyree_build.actions", "pyree_build.backends", "argparse", "subprocess")  # not pyree_build.client
+    loaded = sorted(n for n in names if any(n == h or n.startswith(h + ".") for h in heavy))
     assert loaded == [], loaded
 
 
@@ -327,11 +328,11 @@ def test_a_socket_directory_others_can_open_is_refused(runtime):
 
 def test_a_request_of_another_identity_is_refused():
     _ensure_server()
-    frame = server_protocol.encode("run", ["--version"], {}, "/").replace(server_protocol.identity().encode(), b"/other/python|/other/env|/other/pyree_build")
+    frame = protocol.encode("run", ["--version"], {}, "/").replace(protocol.identity().encode(), b"/other/python|/other/env|/other/pyree_build")
     frame = len(frame[4:]).to_bytes(4, "little") + frame[4:]
-    with server_protocol.connect(server_protocol.socket_path()) as sock:
-        server_protocol.send_request(sock, frame, [0, 1, 2])
-        assert server_protocol.read_line(sock).startswith("refused")
+    with protocol.connect(protocol.socket_path()) as sock:
+        protocol.send_request(sock, frame, [0, 1, 2])
+        assert protocol.read_line(sock).startswith("refused")
 
 
 def test_the_server_exits_when_idle_and_removes_its_socket(runtime):
@@ -340,9 +341,9 @@ def test_the_server_exits_when_idle_and_removes_its_socket(runtime):
     report = _status(env)
     assert report is not None and report["idle_timeout_s"] == 1
     deadline = time.monotonic() + 20
-    while server_protocol.alive(int(str(report["pid"]))) and time.monotonic() < deadline:
+    while protocol.alive(int(str(report["pid"]))) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not server_protocol.alive(int(str(report["pid"])))
+    assert not protocol.alive(int(str(report["pid"])))
     assert not Path(str(report["socket"])).exists()
 
 
@@ -357,7 +358,7 @@ def test_server_status_and_stop(runtime):
     pid = int(status.split("pid: ")[1].split()[0])
     stopped = _cli("server", "stop", env=env)
     assert stopped.returncode == 0 and f"server: stopped (pid {pid}, " in stopped.stdout
-    assert not server_protocol.alive(pid)
+    assert not protocol.alive(pid)
     assert "server: not running" in _cli("server", "status", env=env).stdout
 
 
@@ -498,7 +499,7 @@ def test_the_native_client_forwards_signals(native_client, tmp_path, sig):
 def test_a_dead_servers_socket_is_replaced(runtime):
     """A socket file nobody listens on (its server was killed before it could remove it)."""
     env = _env("on", XDG_RUNTIME_DIR=str(runtime))
-    path = server_protocol.socket_path(env)
+    path = protocol.socket_path(env)
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(path)
     dead.close()  # the file stays; connecting is refused

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from test_stop import RUN_ARGS, Watched, _plugin_variant
 
 import pyree_build
-from pyree_build.core import server_protocol
+from pyree_build.client import protocol
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
 
@@ -50,9 +50,9 @@ def runtime() -> Iterator[Path]:
     yield path
     subprocess.run([sys.executable, "-m", "pyree_build", "server", "stop"], env={**os.environ, "XDG_RUNTIME_DIR": str(path)}, capture_output=True, timeout=60)
     for sock in (path / "pyree_build").glob("s-*.sock"):
-        with contextlib.suppress(OSError), server_protocol.connect(str(sock), timeout=30) as conn:
-            server_protocol.send_request(conn, server_protocol.encode("stop", [], {}, "/"), [])
-            server_protocol.read_line(conn)
+        with contextlib.suppress(OSError), protocol.connect(str(sock), timeout=30) as conn:
+            protocol.send_request(conn, protocol.encode("stop", [], {}, "/"), [])
+            protocol.read_line(conn)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -71,7 +71,7 @@ def _sh(script: str, *args: str | os.PathLike[str], env: dict[str, str], cwd: Pa
 
 
 def _status_pid(env: dict[str, str]) -> int | None:
-    report = server_protocol.control("status", env)
+    report = protocol.control("status", env)
     return None if report is None else int(str(report["pid"]))
 
 
@@ -136,7 +136,7 @@ def test_the_boot_command_imports_the_clients_package_and_nothing_from_the_direc
         [
             sys.executable,
             "-c",
-            server_protocol.BOOT.replace("from pyree_build.server.client import in_process as main", "main = lambda a: print(*a)"),
+            protocol.BOOT.replace("from pyree_build.server.client import in_process as main", "main = lambda a: print(*a)"),
             os.path.dirname(pyree_build.__file__),
             "cli",
             "x",
@@ -148,7 +148,7 @@ def test_the_boot_command_imports_the_clients_package_and_nothing_from_the_direc
         timeout=60,
     )
     assert probe.returncode == 0 and probe.stdout.strip() == "x", probe
-    loader = server_protocol.BOOT.split("what, sys.argv")[0]
+    loader = protocol.BOOT.split("what, sys.argv")[0]
     shown = subprocess.run([sys.executable, "-c", loader + code, os.path.dirname(pyree_build.__file__)], cwd=root, env=_as_a_user_runs(os.environ),
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert shown.returncode == 0 and _marks(root) == [], shown
@@ -159,21 +159,21 @@ def test_server_stop_answers_a_client_of_another_identity(runtime):
     """`server stop` stops this user's server on this socket whatever pyree_build either runs."""
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYREE_BUILD_SERVER": "on"}
     assert subprocess.run([sys.executable, "-m", "pyree_build", "--version"], env=env, capture_output=True, timeout=120).returncode == 0
-    path = server_protocol.socket_path(env, create=False)
+    path = protocol.socket_path(env, create=False)
     replies = []
     for kind in ("status", "stop"):
-        frame = server_protocol.encode(kind, [], {}, "/").replace(server_protocol.identity().encode(), b"/other/python|/other/env|/other/pyree_build")
+        frame = protocol.encode(kind, [], {}, "/").replace(protocol.identity().encode(), b"/other/python|/other/env|/other/pyree_build")
         frame = len(frame[4:]).to_bytes(4, "little") + frame[4:]
-        with server_protocol.connect(path, timeout=30) as sock:
-            server_protocol.send_request(sock, frame, [])
-            replies.append(json.loads(server_protocol.read_line(sock)))
+        with protocol.connect(path, timeout=30) as sock:
+            protocol.send_request(sock, frame, [])
+            replies.append(json.loads(protocol.read_line(sock)))
     assert replies[0]["pid"] == replies[1]["pid"]
-    assert replies[0]["identity"] == server_protocol.identity()
+    assert replies[0]["identity"] == protocol.identity()
     deadline = time.monotonic() + 30
-    while server_protocol.alive(int(replies[1]["pid"])) and time.monotonic() < deadline:
+    while protocol.alive(int(replies[1]["pid"])) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not server_protocol.alive(int(replies[1]["pid"]))
-    assert server_protocol.control("status", env) is None
+    assert not protocol.alive(int(replies[1]["pid"]))
+    assert protocol.control("status", env) is None
 
 
 SCRIPT = Path(sys.executable).with_name("pyree-build-py")
@@ -202,10 +202,10 @@ def test_the_typed_pyree_build_is_the_native_client_and_answers_as_the_python_cl
             seen = [(r.returncode, _TIMES.sub("<time>", r.stdout), _TIMES.sub("<time>", r.stderr)) for r in (typed, python)]
             assert seen[0] == seen[1], (mode, args)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
-    before = server_protocol.control("status", env)
+    before = protocol.control("status", env)
     assert before is not None, "the typed client started no server"
     assert subprocess.run([str(TYPED), "--version"], env=env, capture_output=True, timeout=60).returncode == 0
-    after = server_protocol.control("status", env)
+    after = protocol.control("status", env)
     assert after is not None and after["pid"] == before["pid"] and after["requests"] == int(str(before["requests"])) + 2, (
         "the typed client used another server"
     )  # + its command and this status
@@ -235,8 +235,8 @@ def test_the_typed_client_takes_its_python_from_the_console_script_beside_it(tmp
     assert len(configs) == (0 if form == "none" else 1), configs
     if configs:
         identity, package, boot, _ = configs[0].read_bytes().split(b"\0")
-        assert identity.decode() == server_protocol.identity() and package.decode() == os.path.dirname(pyree_build.__file__)
-        assert boot.decode() == server_protocol.BOOT
+        assert identity.decode() == protocol.identity() and package.decode() == os.path.dirname(pyree_build.__file__)
+        assert boot.decode() == protocol.BOOT
 
 
 _MLIR = PLUGIN_SAMPLE / "example.mlir"
@@ -319,7 +319,7 @@ def test_a_server_started_with_another_gid_serves_no_caller_of_this_gid(tmp_path
     assert {p.stat().st_gid for p in (tmp_path / "mine").rglob("*")} == {os.getgid()}
     assert len(_sockets(runtime)) == 2
     # Supplementary groups alone (setgroups, newgrp): a server of their own, holding them.
-    status = [sys.executable, "-c", "from pyree_build.core import server_protocol as p; print(p.control('status')['pid'])"]
+    status = [sys.executable, "-c", "from pyree_build.client import protocol as p; print(p.control('status')['pid'])"]
     extra = subprocess.run(["setpriv", "--groups", "4243", *status[:1], "-m", "pyree_build", "--version"], env=env, capture_output=True, text=True, timeout=120)
     assert extra.returncode == 0, extra.stderr
     assert len(_sockets(runtime)) == 3
@@ -394,13 +394,13 @@ def test_a_failing_log_write_keeps_the_server_serving(runtime):
     """The log on a full disk (here /dev/full): the server's first line, and the line `_reap`
     writes for a worker killed by a signal, raised and took the server down."""
     env = _env(runtime)
-    path = Path(server_protocol.socket_path(env))
+    path = Path(protocol.socket_path(env))
     os.symlink("/dev/full", path.with_suffix(".log"))
     first = subprocess.run([sys.executable, "-m", "pyree_build", "--version"], env=env, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     pid = _status_pid(env)
     assert pid is not None, "no server runs with its log on /dev/full"
-    with server_protocol.connect(str(path), timeout=30):  # a spare takes it and waits for the request
+    with protocol.connect(str(path), timeout=30):  # a spare takes it and waits for the request
         # Once it has, it holds a socket the server does not (the accepted connection).
         deadline = time.monotonic() + 30
         while not _a_child_holds_a_connection(pid) and time.monotonic() < deadline:
@@ -432,7 +432,7 @@ def test_bad_idle_values_are_refused_with_the_range(runtime):
         )
         assert server.returncode == 1 and IDLE_RANGE in server.stderr, server
     for value in ("1", " 2.5 ", "1e3", ""):
-        assert server_protocol.idle_seconds({server_protocol.IDLE_ENV: value}) == (float(value) if value.strip() else server_protocol.DEFAULT_IDLE_S)
+        assert protocol.idle_seconds({protocol.IDLE_ENV: value}) == (float(value) if value.strip() else protocol.DEFAULT_IDLE_S)
 
 
 @pytest.fixture(scope="module")
@@ -445,11 +445,11 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_native_client_keys_refuses_and_reads_fds_as_the_python_client(native, tmp_path, runtime, system_module, system_plugin):
-    """native_client.c builds the context, the socket key and the refusals itself: a ulimit'd
+    """client/transport.c builds the context, the socket key and the refusals itself: a ulimit'd
     caller reaches the server the Python client keys for that context, bad settings read the
     same, and closed fds 0-2 do not crash it."""
     env = _env(runtime)
-    both = 'ulimit -f 64; "$1" --version && "$0" -c "from pyree_build.core import server_protocol as p; print(p.socket_path())"'
+    both = 'ulimit -f 64; "$1" --version && "$0" -c "from pyree_build.client import protocol as p; print(p.socket_path())"'
     got = _sh(both, native, env=env)
     assert got.returncode == 0, got
     assert [str(p) for p in _sockets(runtime)] == [got.stdout.splitlines()[-1]]
@@ -475,7 +475,7 @@ def test_a_socket_served_by_another_uid_is_sent_nothing(tmp_path, runtime, nativ
     """The socket's peer credentials name its server's uid: a listener of another user gets no
     request (it would get the environment and the terminal's fds); the command runs in process."""
     env = _env(runtime)
-    path = server_protocol.socket_path(env)
+    path = protocol.socket_path(env)
     listener = (
         "import os, socket, sys\n"
         "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.setuid(65534); s.listen(8); print('ready', flush=True)\n"
@@ -501,7 +501,7 @@ def test_a_socket_served_by_another_uid_is_sent_nothing(tmp_path, runtime, nativ
 
 
 _RAW_CLIENT = """import os, sys
-from pyree_build.core import server_protocol as p
+from pyree_build.client import protocol as p
 sock = p.connect(sys.argv[1], timeout=60)
 p.send_request(sock, p.encode("run", ["--version"], os.environ, "/"), [0, sock.fileno(), 2])
 while line := p.read_line(sock):
@@ -515,7 +515,7 @@ def test_the_server_checks_each_requests_context_and_never_answers_into_its_own_
     with fd 1 closed) has /dev/null there, so no output comes back on the control channel."""
     env = _env(runtime)
     assert subprocess.run([sys.executable, "-m", "pyree_build", "--version"], env=env, capture_output=True, timeout=120).returncode == 0
-    path = server_protocol.socket_path(env)
+    path = protocol.socket_path(env)
     same = subprocess.run([sys.executable, "-c", _RAW_CLIENT, path], env=env, capture_output=True, text=True, timeout=120)
     assert same.returncode == 0 and re.fullmatch(r"ok \d+\nexit 0\n", same.stdout), same
     other = _sh('ulimit -f 8; exec "$0" -c "$1" "$2"', _RAW_CLIENT, path, env=env)
@@ -525,17 +525,17 @@ def test_the_server_checks_each_requests_context_and_never_answers_into_its_own_
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=st.text(alphabet="0123456789.eE+- \tinfaINx_", max_size=10))
 def test_the_native_client_accepts_exactly_the_idle_values_python_accepts(native, runtime, value):
-    """native_client.c parses PYREE_BUILD_SERVER_IDLE itself (strtod on [0-9.eE+-]): the same
+    """client/transport.c parses PYREE_BUILD_SERVER_IDLE itself (strtod on [0-9.eE+-]): the same
     values pass, and a refused one reads the same."""
     try:
-        server_protocol.idle_seconds({server_protocol.IDLE_ENV: value})
+        protocol.idle_seconds({protocol.IDLE_ENV: value})
         accepted = True
-    except server_protocol.BadSetting:
+    except protocol.BadSetting:
         accepted = False
     got = subprocess.run([native, "--version"], env=_env(runtime, PYREE_BUILD_SERVER_IDLE=value), capture_output=True, text=True, timeout=60)
     assert (got.returncode == 0) == accepted, (value, got)
     if not accepted:
-        assert got.stderr == server_protocol.idle_error(value) + "\n", (value, got.stderr)
+        assert got.stderr == protocol.idle_error(value) + "\n", (value, got.stderr)
 
 
 def _unshare_pid_works() -> str | None:

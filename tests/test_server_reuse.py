@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from test_server import _normal
 from test_stop import RUN_ARGS
 
-from pyree_build.core import server_protocol
+from pyree_build.client import protocol
 from pyree_build.server import reuse, startup
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server is tested on Linux (/proc, SCM_RIGHTS)")
@@ -104,7 +104,7 @@ def test_three_runs_in_a_row_are_served_by_a_worker_that_served_before(work):
         outputs = [subprocess.run([sys.executable, "-m", "pyree_build", *_RUN], env=env, cwd=work / "a", capture_output=True, text=True, timeout=300)
                    for _ in range(3)]  # fmt: skip
         assert [o.returncode for o in outputs] == [0, 0, 0] and len({o.stdout for o in outputs}) == 1, outputs
-        report = server_protocol.control("status", env)
+        report = protocol.control("status", env)
         assert report is not None and int(str(report["served_again"])) >= 1, report
     finally:
         _stop(env)
@@ -112,7 +112,7 @@ def test_three_runs_in_a_row_are_served_by_a_worker_that_served_before(work):
 
 
 def _server_log(env: dict[str, str]) -> str:
-    return Path(server_protocol.socket_path(env)).with_suffix(".log").read_text()
+    return Path(protocol.socket_path(env)).with_suffix(".log").read_text()
 
 
 def test_a_worker_that_imported_modules_exits_and_the_log_says_why(work):
@@ -297,6 +297,6 @@ def test_a_request_decodes_to_what_the_client_encoded(argv, env, cwd):
     """The worker decodes a request whole (one call, not one per field): arguments, variables
     and directories of any characters, undecodable bytes (surrogate escapes) included, come
     out as the client put them in."""
-    decoded = server_protocol.decode(server_protocol.encode("run", argv, env, cwd)[4:])
+    decoded = protocol.decode(protocol.encode("run", argv, env, cwd)[4:])
     decoded.pop("umask")
-    assert decoded == {"kind": "run", "identity": server_protocol.identity(), "cwd": cwd, "argv": argv, "env": env}
+    assert decoded == {"kind": "run", "identity": protocol.identity(), "cwd": cwd, "argv": argv, "env": env}

@@ -98,6 +98,8 @@ def test_the_wheel_needs_no_python_abi_and_its_one_compiled_file_is_the_typed_cl
 
     from conftest import REPO
 
+    from pyree_build.client import native
+
     pytest.importorskip("scikit_build_core")
     src = tmp_path / "src"
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns("build", ".git", "__pycache__", "*.egg-info"))
@@ -118,3 +120,5 @@ def test_the_wheel_needs_no_python_abi_and_its_one_compiled_file_is_the_typed_cl
     assert "pyree-build-py = pyree_build.server.client:main" in entry_points
     assert "pyree_build/share/cmake/pyree_build/pyree_buildConfig.cmake" in names
     assert "pyree_build/include/iree/hal/local/executable_plugin.h" in names
+    # `--native-client DIR` (CMake's configure) builds from the package's own C files
+    assert {f"pyree_build/client/{n}" for n in (*native.SOURCES, *native.HEADERS)} <= set(names), names

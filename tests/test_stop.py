@@ -124,7 +124,7 @@ class Watched:
 
 def is_server_process(cmdline: str) -> bool:
     """The per-user server or one of its workers: started as `python -c BOOT PACKAGE_DIR server
-    --socket PATH` (server_protocol.boot_argv)."""
+    --socket PATH` (client/protocol.boot_argv)."""
     return " server --socket " in cmdline
 
 

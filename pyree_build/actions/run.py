@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pyree_build import backends
 from pyree_build.actions import arguments, checks
@@ -34,7 +34,7 @@ from pyree_build.actions.results import (
 )
 from pyree_build.backends.llvm_cpu.imports import require_resolved
 from pyree_build.backends.llvm_cpu.loader import EMBEDDED_PREFIX, plugin_flag
-from pyree_build.core import client_plans, echo, lazy, processes, reads, toolchain
+from pyree_build.core import echo, lazy, processes, reads, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 
 if TYPE_CHECKING:
@@ -134,6 +134,36 @@ def crash_hint(plugins: Sequence[PathLike], *, timed_out_too: bool = True) -> st
     )
 
 
+class Ran(NamedTuple):
+    """A run as the tool did it: its argv (result paths under `results_dir`), stdout, result
+    bytes: what a plan of the native client remembers (client/plans.py)."""
+
+    argv: list[str]
+    results_dir: str
+    stdout: str
+    results: list[bytes]
+
+
+class HandedOver(Protocol):
+    """A run of this very argv that another process made (the native client's run of a plan,
+    client/plans.Outcome), handed to this one to check and report as its own."""
+
+    @property
+    def argv(self) -> list[str]: ...  # as the plan has it: NUL where the results directory goes
+    @property
+    def results_dir(self) -> str: ...
+    @property
+    def returncode(self) -> int: ...
+    @property
+    def stdout(self) -> bytes: ...
+    @property
+    def stderr(self) -> bytes: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def timed_out(self) -> bool: ...
+
+
 class RunResult:
     """A run's text and timing; `outputs` (the results as numpy arrays) are made when first
     read, so a run that only prints or checks text never imports numpy (~100 ms)."""
@@ -146,9 +176,9 @@ class RunResult:
         self.stdout = stdout
         self.seconds = seconds
         self._outputs = outputs if outputs is not None else []
-        # For the native client (core/client_plans.py): the tool's run as it was; None for a
+        # For the native client (client/plans.py): the tool's run as it was; None for a
         # run the client handed over.
-        self.ran: client_plans.Ran | None = None
+        self.ran: Ran | None = None
 
     @property
     def outputs(self) -> list[numpy.ndarray]:
@@ -206,15 +236,16 @@ def _run_argv(
 
 
 def _spawn_run(
-    argv: list[str], mod: Path, function: str, device: str, plugins: Sequence[PathLike], npy: bool, timeout: float | None, results: Path
-) -> tuple[subprocess.CompletedProcess[str], float, bool]:
+    argv: list[str], mod: Path, function: str, device: str, plugins: Sequence[PathLike], npy: bool, timeout: float | None, results: Path,
+    handed_over: Callable[[], HandedOver | None] | None,
+) -> tuple[subprocess.CompletedProcess[str], float, bool]:  # fmt: skip
     """The tool's run: (its result, seconds, whether the native client ran it and handed it over)."""
     # Under -v, the command a user can paste: the same run, its results printed in full
     # by iree-run-module itself instead of written to this run's private .npy files.
     echo.echo_command(echo.shell_line([a for a in argv if not a.startswith("--output=@")] + ([] if not npy else [_NO_ELISION])))
     what = f"running {function} on {device}" + (f" with plugin(s) {', '.join(os.fspath(p) for p in plugins)}" if plugins else "")
     how = dict(what=what, file=mod, explain=functools.partial(explain_run_failure, device=device), timeout=timeout, crash_hint=crash_hint(plugins))
-    handed = _handed_over(argv, results)
+    handed = None if handed_over is None else _handed_over(argv, results, handed_over())
     if handed is not None:  # the tool ran already: what it did is checked and reported here
         return processes.ran_elsewhere(argv, handed.returncode, handed.stdout, handed.stderr, timed_out=handed.timed_out, **how), handed.seconds, True  # type: ignore[arg-type]
     start = time.perf_counter()
@@ -223,10 +254,9 @@ def _spawn_run(
     return result, time.perf_counter() - start, False
 
 
-def _handed_over(argv: list[str], results: Path) -> client_plans.Outcome | None:
-    """The native client's run of this very argv (core/client_plans.py), its result files
-    moved to `results`; None when it handed over none, or another run's."""
-    outcome = client_plans.take_outcome()
+def _handed_over(argv: list[str], results: Path, outcome: HandedOver | None) -> HandedOver | None:
+    """The native client's run of this very argv (client/plans.py), its result files moved to
+    `results`; None when it handed over none, or another run's."""
     if outcome is None:
         return None
     try:
@@ -271,6 +301,7 @@ def run(
     expect_close: Sequence[str] = (),
     rtol: float = checks.DEFAULT_RTOL,
     atol: float = checks.DEFAULT_ATOL,
+    handed_over: Callable[[], HandedOver | None] | None = None,
 ) -> RunResult:
     """Run `function` of `module` with iree-run-module; check its output if asked.
 
@@ -278,19 +309,22 @@ def run(
     values), printed as iree-run-module prints them; other results as its text, never
     elided. A run that exits without producing the function's results (a plugin that
     called exit()) is an error, as is one killed by a signal or by `timeout` seconds.
+    `handed_over` (the CLI's: client/plans.take_outcome), asked just before the tool would
+    start, gives the run of this argv the native client made already, if it made one.
     """
     mod = require_file(module, "module")
     inputs = _untyped_scalars(mod, function, inputs)
     plugin_flags = [plugin_flag(p) for p in plugins]
     with processes.time_limit(check_timeout(timeout)):  # one bound for the whole command: the import check too
         return _run_bounded(mod, function, inputs, plugins, plugin_flags, device, expect, check_file, flags, skip_unavailable,
-                            check_prefixes, timeout, expect_close, rtol, atol)  # fmt: skip
+                            check_prefixes, timeout, expect_close, rtol, atol, handed_over)  # fmt: skip
 
 
 def _run_bounded(
     mod: Path, function: str, inputs: Sequence[str], plugins: Sequence[PathLike], plugin_flags: Sequence[str], device: str,
     expect: Sequence[str], check_file: PathLike | None, flags: Sequence[str], skip_unavailable: bool,
     check_prefixes: Sequence[str], timeout: float | None, expect_close: Sequence[str], rtol: float, atol: float,
+    handed_over: Callable[[], HandedOver | None] | None,
 ) -> RunResult:  # fmt: skip
     _check_run_inputs(mod, inputs, plugins, device, timeout, skip_unavailable)
     toolchain.iree_run_module()  # a missing runner is named before the module is inspected
@@ -302,7 +336,7 @@ def _run_bounded(
         files = [Path(tmp) / f"result{k}.npy" for k in range(signature[0])] if npy and signature else []
         argv = _run_argv(mod, function, device, plugin_flags, inputs, files, npy, flags)
         reads.note(*_tool_reads(mod, plugins, argv[0], inputs))
-        result, seconds, handed = _spawn_run(argv, mod, function, device, plugins, npy, timeout, Path(tmp))
+        result, seconds, handed = _spawn_run(argv, mod, function, device, plugins, npy, timeout, Path(tmp), handed_over)
         stdout = result.stdout
         produced = sum(f.is_file() for f in files) if npy else len(_RESULT_HEADING.findall(stdout))
         if signature is not None:
@@ -313,7 +347,7 @@ def _run_bounded(
             raw = [f.read_bytes() for f in files]
             outputs = _NpyOutputs(raw)
             stdout += "".join(result_text(k, data, declared) for k, (data, declared) in enumerate(zip(raw, signature[1])))
-        ran = None if handed else client_plans.Ran(argv, tmp, result.stdout, raw)
+        ran = None if handed else Ran(argv, tmp, result.stdout, raw)
     if expect:
         checks.check_expected(stdout, expect, source=str(mod))
     if check_file:

@@ -17,7 +17,8 @@ from typing import TextIO
 
 from pyree_build.cli.commands import dispatch
 from pyree_build.cli.parser import _parsers, build_parser, named_verb, needs_installed_backends, parser_for, verb_parser
-from pyree_build.core import echo, files, lazy, native_client, processes, toolchain
+from pyree_build.client import native
+from pyree_build.core import echo, files, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.package import cmake_dir
 
@@ -53,7 +54,7 @@ def _run(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> int:
         print(toolchain.include_dir())
         return 0
     if ns.native_client:
-        print(native_client.build(ns.native_client))
+        print(native.build(ns.native_client))
         return 0
     if not ns.verb:
         build_parser().print_help()

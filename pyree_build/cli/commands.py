@@ -17,7 +17,8 @@ from typing import Any
 from pyree_build import backends
 from pyree_build.backends.base import Verb
 from pyree_build.cli.parser import compile_options
-from pyree_build.core import echo, lazy, reads, server_protocol
+from pyree_build.client import protocol
+from pyree_build.core import echo, lazy
 from pyree_build.core.errors import PyreeError
 
 # The action modules of `compile` and `run`, loaded when the verb runs.
@@ -34,7 +35,7 @@ _sample_runner = lazy.module("pyree_build.actions.sample_runner")
 _scaffold = lazy.module("pyree_build.actions.scaffold")
 _doctor = lazy.module("pyree_build.actions.doctor")
 _cache = lazy.module("pyree_build.cache.local")
-_client_plans = lazy.module("pyree_build.core.client_plans")
+_plans = lazy.module("pyree_build.client.plans")
 _importer = lazy.module("pyree_build.models.ir.importer")
 _verify = lazy.module("pyree_build.models.verify")
 _ops = lazy.module("pyree_build.models.ops")
@@ -78,13 +79,11 @@ def run_command(a: argparse.Namespace) -> None:
     if a.check_prefixes and not a.check_file:
         raise PyreeError("--check-prefix selects lines of a --check-file, and none was given", fix="add --check-file FILE")
     said = echo.lines_written()
-    # What the run reads (its checks too), recorded for a plan: pyree_build's cache and server
-    # directories are its own, named by the content of what is recorded, or the plans.
-    with reads.recording(own=[d for d in (_cache.cache_root(), server_protocol.socket_dir()) if d is not None]) as read:
+    with _plans.recording() as read:  # what the run reads, for its plan (client/plans.py)
         result = _run.run(
             a.module, a.function, inputs=a.inputs, plugins=a.plugins, device=a.device, expect=a.expect,
             check_file=a.check_file, skip_unavailable=a.skip_unavailable, check_prefixes=a.check_prefixes, timeout=_timeout(a),
-            expect_close=a.expect_close, rtol=a.rtol, atol=a.atol,
+            expect_close=a.expect_close, rtol=a.rtol, atol=a.atol, handed_over=_plans.take_outcome,
         )  # fmt: skip
     quiet_before = echo.lines_written() == said
     if not a.quiet:
@@ -92,20 +91,12 @@ def run_command(a: argparse.Namespace) -> None:
     checked = a.expect or a.check_file or a.expect_close
     if checked:
         echo.log_step(f"output check passed ({result.seconds:.2f} s)")
-    if quiet_before:
-        _plan_for_client(a, result, read, checked="output check passed ({seconds} s)\n" if checked and echo.VERBOSITY == 1 else None)
-
-
-def _plan_for_client(a: argparse.Namespace, result: Any, read: reads.Reads, checked: str | None) -> None:
-    """Write down this passing run for the native client to run itself next time
-    (core/client_plans.py), where what it printed is all the client needs to print and all
-    it read could be recorded."""
-    if (
-        result.ran is None or a.command_line is None or echo.VERBOSITY > 1 or not a.device.startswith("local-") or a.check_file
-        or not read.complete or not server_protocol.enabled() or _cache.work_dir("facts") is None
-    ):  # fmt: skip
-        return
-    _client_plans.write(a.command_line, result.ran, list(read.paths), _timeout(a), "" if a.quiet else result.stdout, checked, quiet=a.quiet)
+    if quiet_before:  # for the native client to run itself next time
+        _plans.remember_run(
+            a.command_line, result.ran, read, device=a.device, check_file=a.check_file, timeout=_timeout(a),
+            printed="" if a.quiet else result.stdout, check_line="output check passed ({seconds} s)\n" if checked and echo.VERBOSITY == 1 else None,
+            quiet=a.quiet,
+        )  # fmt: skip
 
 
 def dump_command(a: argparse.Namespace) -> None:
@@ -256,7 +247,7 @@ def new_command(a: argparse.Namespace) -> None:
 def cache_command(a: argparse.Namespace) -> None:
     if a.action == "clear":
         removed, left = _cache.cache_clear()
-        _client_plans.forget()  # what the native client would run without pyree_build's checks
+        _plans.forget()  # what the native client would run without pyree_build's checks
         print(f"removed {removed} entries")
         if left:
             print(f"left {len(left)} files the cache did not write, e.g. {left[0]}")
@@ -272,12 +263,12 @@ def cache_command(a: argparse.Namespace) -> None:
 
 def server_command(a: argparse.Namespace) -> None:
     try:
-        where = server_protocol.socket_path(create=False)
-        report = server_protocol.control(a.action)
-    except server_protocol.NoContext as err:
+        where = protocol.socket_path(create=False)
+        report = protocol.control(a.action)
+    except protocol.NoContext as err:
         print(f"server: none for this process ({err}: every command runs in its own process)")
         return
-    except (server_protocol.Unsafe, OSError) as err:
+    except (protocol.Unsafe, OSError) as err:
         raise PyreeError(f"cannot reach the server: {err}", fix="pyree-build server stop, or PYREE_BUILD_SERVER=off to run in process") from None
     if report is None:
         print(f"server: not running (socket {where})")
@@ -285,7 +276,7 @@ def server_command(a: argparse.Namespace) -> None:
     if a.action == "stop":
         pid = int(str(report["pid"]))
         deadline = time.monotonic() + 30
-        while server_protocol.alive(pid) and time.monotonic() < deadline:
+        while protocol.alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         print(f"server: stopped (pid {pid}, {report['requests']} requests served)")
         return

@@ -1,6 +1,6 @@
 """What a command read, recorded where each file is opened.
 
-A remembered verdict (a plan of the native client, core/client_plans.py) stands only for
+A remembered verdict (a plan of the native client, client/plans.py) stands only for
 the files it was drawn from, so those are not listed by hand (a list misses a form: the
 `@file` of `--expect-close 8xf32=@ref.bin` was missed): Python's audit hook sees every
 `open` of this process (`open()`, `os.open`, numpy's loads), and the few reads that are no

@@ -1,7 +1,7 @@
 """`pyree-build` and `python -m pyree_build`: hand the command to the per-user server, or run it
 in this process (PYREE_BUILD_SERVER=off, the `server` verb, or no server to be had).
 
-Kept to the standard library's smallest modules and core/server_protocol.py: this module's
+Kept to the standard library's smallest modules and client/protocol.py: this module's
 imports are the Python client's whole start-up cost; the CLI loads only on the in-process path.
 """
 
@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 
-from pyree_build.core import server_protocol as protocol
+from pyree_build.client import protocol
 
 # How long a first client waits for the server it started to listen (its imports take ~0.5 s).
 START_TIMEOUT_S = 20.0

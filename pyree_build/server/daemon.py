@@ -22,8 +22,8 @@ import os
 import signal
 
 from pyree_build.cache import facts
+from pyree_build.client import protocol
 from pyree_build.core import libc, processes
-from pyree_build.core import server_protocol as protocol
 from pyree_build.server import reuse
 from pyree_build.server.serve import serve
 from pyree_build.server.startup import NOT_PRELOADED, listen, on_term, preload
@@ -35,7 +35,7 @@ __all__ = ["NOT_PRELOADED", "State", "main"]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pyree_build.server", description="the per-user pyree_build server (started by the client)")
-    parser.add_argument("--socket", required=True, help="the socket path (core/server_protocol.socket_path)")
+    parser.add_argument("--socket", required=True, help="the socket path (core/protocol.socket_path)")
     parser.add_argument("--idle", type=float, default=None, help=f"seconds without work before exiting (default ${protocol.IDLE_ENV} or 900)")
     a = parser.parse_args(argv)
     os.closerange(3, 1 << 16)  # nothing the client's parent passed down (a jobserver's pipe) stays open here

@@ -43,7 +43,7 @@ class State:
     shared: mmap.mmap = field(default_factory=lambda: mmap.mmap(-1, 4 * 8))
     # A record lock (per process, unlike flock's per open file) for workers' increments.
     lock: int = field(default_factory=lambda: os.memfd_create("pyree_build-server-lock"))
-    # server_protocol.context() of the server, after its imports: what every worker runs with,
+    # client.protocol.context() of the server, after its imports: what every worker runs with,
     # so the only context it may serve.
     context: bytes = b""
     bound: str = ""  # the name the listening socket was bound to: a client's end reports it as its peer

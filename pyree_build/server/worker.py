@@ -22,8 +22,8 @@ import time
 import traceback
 
 from pyree_build.cache import facts
+from pyree_build.client import protocol
 from pyree_build.core import libc, processes
-from pyree_build.core import server_protocol as protocol
 from pyree_build.server import prefault, reuse
 from pyree_build.server.state import FACTS, PAGES, REPORT_EVERY, SETTLED_AFTER, State, log, ours, unlink_if_ours
 
@@ -275,7 +275,7 @@ def _adopt(state: State, request: dict[str, object], fds: list[int]) -> None:
     reuse.become_environment(env)
     os.umask(int(str(request["umask"])))
     cwd = str(request["cwd"])
-    os.chdir(cwd)  # never on sys.path: the server was started without it (server_protocol.BOOT)
+    os.chdir(cwd)  # never on sys.path: the server was started without it (client.protocol.BOOT)
     encoding, _, errors = env.get("PYTHONIOENCODING", "").partition(":")
     encoding = encoding or sys.stdout.encoding or "utf-8"
     streams = {

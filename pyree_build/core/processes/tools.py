@@ -167,7 +167,7 @@ def ran_elsewhere(
     timeout: float | None = None, crash_hint: str | None = None,
 ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """What `spawn` returns or raises for a tool that another process ran with this argv (the
-    native client, core/client_plans.py): its output decoded as spawn decodes a tool's (the
+    native client, client/plans.py): its output decoded as spawn decodes a tool's (the
     locale's encoding, undecodable bytes replaced, universal newlines)."""
     stops.check_stopped()
     _, command_limit = stops._bounded(timeout)

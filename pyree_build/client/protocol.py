@@ -3,7 +3,8 @@ by the Python client, the server, the `server status|stop` verb and the native c
 
 Standard library only, and only what a client needs: the Python client imports this module
 and nothing else of pyree_build before the server answers, so its start-up stays small.
-core/native_client.c speaks the same protocol; a change here is a change there (PROTOCOL).
+The native client (client/transport.c) speaks the same protocol; a change here is a change
+there (PROTOCOL).
 
 A request is one frame: a 4-byte little-endian length, then NUL-terminated fields
     PROTOCOL, kind ("run" | "status" | "stop"), identity, cwd, umask (octal), argc, argv..., env...
@@ -56,7 +57,7 @@ class BadSetting(ValueError):
 
 
 # The characters of a plain decimal number: float() and C's strtod agree on such text (neither
-# "inf", "nan", "0x10" nor "1_000"), so native_client.c refuses exactly what this module does.
+# "inf", "nan", "0x10" nor "1_000"), so transport.c refuses exactly what this module does.
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
 
 
@@ -64,7 +65,7 @@ def idle_seconds(env: dict[str, str] | os._Environ[str] = os.environ) -> float:
     """$PYREE_BUILD_SERVER_IDLE (unset or empty: the default), refused (BadSetting) unless a
     number of seconds in (0, MAX_IDLE_S]: NaN compared false everywhere and made a server that
     never exits, and so did inf."""
-    text = env.get(IDLE_ENV, "").strip(" \t\n\r\f\v")  # C's isspace(), as native_client.c strips
+    text = env.get(IDLE_ENV, "").strip(" \t\n\r\f\v")  # C's isspace(), as transport.c strips
     if not text:
         return DEFAULT_IDLE_S
     try:
@@ -77,7 +78,7 @@ def idle_seconds(env: dict[str, str] | os._Environ[str] = os.environ) -> float:
 
 
 def idle_error(text: str) -> str:
-    """The refusal of an idle value, rendered as PyreeError renders (native_client.c prints the
+    """The refusal of an idle value, rendered as PyreeError renders (transport.c prints the
     same words)."""
     return (
         f"error: {IDLE_ENV}={text} is not a number of seconds in (0, {MAX_IDLE_S:.0f}]\n"
@@ -85,7 +86,7 @@ def idle_error(text: str) -> str:
     )
 
 
-OFF_VALUES = ("off", "0", "no", "false")  # native_client.c has the same lists
+OFF_VALUES = ("off", "0", "no", "false")  # transport.c has the same lists
 ON_VALUES = ("on", "1", "yes", "true", "")
 
 
@@ -142,7 +143,7 @@ def boot_argv(what: str, args: list[str]) -> list[str]:
 
 
 def fnv1a64(data: bytes) -> int:
-    """The hash naming the socket (also in native_client.c, which has no other hash at hand)."""
+    """The hash naming the socket (also in transport.c, which has no other hash at hand)."""
     h = 0xCBF29CE484222325
     for byte in data:
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
@@ -155,7 +156,7 @@ def fnv1a64(data: bytes) -> int:
 # groups (real, effective, saved, fs), capabilities, no_new_privs, seccomp, CPU and memory node
 # affinity. Then whole files: resource limits, cgroup (its memory and CPU limits), OOM score,
 # LSM label; nice, real-time priority and policy from
-# /proc/PID/stat; every namespace; the root directory (chroot). native_client.c builds the same
+# /proc/PID/stat; every namespace; the root directory (chroot). transport.c builds the same
 # bytes: a change here is a change there.
 _STATUS_FIELDS = (
     b"Uid",

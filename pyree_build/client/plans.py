@@ -19,7 +19,7 @@ named by a hash of the command line, working directory, whole environment and id
   stands for that directory), the time limit;
 - what the tool gave: its stdout and each result's bytes; and what pyree_build printed then.
 
-native_client.c reads the plan. When every stat is the same it runs the argv itself (its
+The native client (plan_runner.c) reads the plan. When every stat is the same it runs the argv itself (its
 own session, ended with the client, orphans ended when the tool exits) and, when the tool
 exits 0 with the same stdout and result bytes, prints what pyree_build printed, with this
 run's seconds, and exits 0: a pure function of those bytes, so the same as the full path.
@@ -44,15 +44,20 @@ import os
 import stat
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from pyree_build.core import files, server_protocol
+from pyree_build.cache import local as cache
+from pyree_build.client import protocol
+from pyree_build.core import echo, files, reads
+
+if TYPE_CHECKING:
+    from pyree_build.actions.run import Ran
 
 MAGIC = b"pyree-plan-2\n"
 PLANS_DIR = "plans"
-OUTCOME_ENV = "PYREE_BUILD_RAN"  # set by native_client.c for the Python CLI it hands a run to
+OUTCOME_ENV = "PYREE_BUILD_RAN"  # set by plan_runner.c for the Python CLI it hands a run to
 MAX_PLANS = 4096  # past it the directory starts over: plans are cheap to write again
 MAX_PRINTED = 4096  # printed stdout beyond this is not all held back until the end (its order would differ)
 MAX_RESULTS = 1 << 20
@@ -64,41 +69,56 @@ def _blob(data: bytes) -> bytes:
 
 
 def _environment() -> bytes:
-    """Every variable as NAME=VALUE, sorted as bytes: native_client.c sorts its environ the same way."""
+    """Every variable as NAME=VALUE, sorted as bytes: plan_runner.c sorts its environ the same way."""
     return b"".join(entry + b"\0" for entry in sorted(k + b"=" + v for k, v in os.environb.items()))
 
 
 def key_material(args: Sequence[str]) -> bytes:
     """What a plan is for: identity, working directory, arguments and environment."""
-    head = [server_protocol.identity(), os.getcwd(), str(len(args)), *args]
+    head = [protocol.identity(), os.getcwd(), str(len(args)), *args]
     return b"".join(os.fsencode(part) + b"\0" for part in head) + _environment()
 
 
 def plans_dir(*, create: bool) -> Path | None:
-    """The plans' directory, in the server's (native_client.c looks there); None where that
+    """The plans' directory, in the server's (plan_runner.c looks there); None where that
     directory is not this user's alone."""
     try:
-        directory = Path(server_protocol.check_dir(server_protocol.socket_dir(), create=create)) / PLANS_DIR
+        directory = Path(protocol.check_dir(protocol.socket_dir(), create=create)) / PLANS_DIR
         if create:
             directory.mkdir(mode=0o700, exist_ok=True)
-    except (OSError, server_protocol.Unsafe):
+    except (OSError, protocol.Unsafe):
         return None
     return directory
 
 
 def plan_path(material: bytes, *, create: bool) -> Path | None:
-    """Where the plan for `material` lives (named by its FNV-1a, as native_client.c names it)."""
+    """Where the plan for `material` lives (named by its FNV-1a, as plan_runner.c names it)."""
     directory = plans_dir(create=create)
-    return None if directory is None else directory / f"{server_protocol.fnv1a64(material):016x}"
+    return None if directory is None else directory / f"{protocol.fnv1a64(material):016x}"
 
 
-class Ran(NamedTuple):
-    """A run as the tool did it: its argv (result paths under `results_dir`), stdout, result bytes."""
+@contextlib.contextmanager
+def recording() -> Iterator[reads.Reads]:
+    """What a `run` reads (its checks too), recorded for its plan: pyree_build's cache and
+    server directories are its own, named by the content of what is recorded, or the plans."""
+    with reads.recording(own=[d for d in (cache.cache_root(), protocol.socket_dir()) if d is not None]) as read:
+        yield read
 
-    argv: list[str]
-    results_dir: str
-    stdout: str
-    results: list[bytes]
+
+def remember_run(
+    command_line: Sequence[str] | None, ran: Ran | None, read: reads.Reads, *, device: str, check_file: str | os.PathLike[str] | None, timeout: float | None,
+    printed: str, check_line: str | None, quiet: bool,
+) -> bool:  # fmt: skip
+    """Write down a `run` that passed, and printed nothing before its tool, for the native
+    client to run itself next time: where what it printed (`printed`, then `check_line`) is
+    all the client needs to print and all it read (`read`, from `recording`) could be recorded.
+    False (nothing written) where it cannot be one."""
+    if (
+        ran is None or command_line is None or echo.VERBOSITY > 1 or not device.startswith("local-") or check_file
+        or not read.complete or not protocol.enabled() or cache.work_dir("facts") is None
+    ):  # fmt: skip
+        return False
+    return write(command_line, ran, list(read.paths), timeout, printed, check_line, quiet=quiet)
 
 
 def write(args: Sequence[str], ran: Ran, read_files: Sequence[str], timeout: float | None, printed: str, check_line: str | None, *, quiet: bool) -> bool:
@@ -167,7 +187,7 @@ def _settled_code_stamp() -> tuple[bytes, bytes]:
 
 def code_path(directory: Path) -> Path:
     """The code file of this install's plans in `directory`."""
-    return directory / f"{CODE_FILE}-{server_protocol.fnv1a64(os.fsencode(server_protocol.identity())):016x}"
+    return directory / f"{CODE_FILE}-{protocol.fnv1a64(os.fsencode(protocol.identity())):016x}"
 
 
 def warm_up() -> None:
