@@ -6,7 +6,7 @@
 The cases (issue 36's targets):
 - `dense128`, `dense256`: a dense layer, MatMul + Add + Relu (x[M,K] @ W[K,N] + b[N], relu) at
   128x512 @ 512x512 and 256x1024 @ 1024x1024;
-- `softmax`: the attention block's softmax group (tests/onnx_models.py's transformer block: max,
+- `softmax`: the attention block's softmax group (tests/support/onnx_models.py's transformer block: max,
   exp(x - max) summed, divide) over the scores of 4 heads x 256 tokens, x[4,256,256].
 
 Each model is built with the onnx helper API, imported, its one group replaced by the generated
@@ -34,9 +34,9 @@ from onnx import helper
 import pyree_build as pb
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests"))  # support/onnx_models.py
 
-import onnx_models  # noqa: E402
+from support import onnx_models  # noqa: E402
 
 CASES = {
     "dense128": ("MatMul + Add + Relu, x 128x512 @ W 512x512", (128, 512)),

@@ -4,7 +4,7 @@ IREE's MLIR syntax changes between releases, and iree-compile's parser error onl
 it expected. When a compile fails on a line holding one of the older forms below, the error
 says the file is written for another release and shows the form of the release installed.
 Each rule was checked against iree-compile 3.13: the older form fails to parse, the newer
-one compiles (tests/test_releases.py).
+one compiles (tests/actions/test_releases.py).
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ The wheel holds the module, the plugin and a loader, `{name}.run(...)`, which ru
 program with its plugin through IREE's Python runtime and returns numpy arrays:
 
 ```sh
-# readme-test: skip (pyree_build's tests/test_new.py runs this block in a fresh venv)
+# readme-test: skip (pyree_build's tests/actions/test_new.py runs this block in a fresh venv)
 pip install scikit-build-core                                # the build backend, once
 pip wheel . --no-build-isolation --no-deps -w dist          # with the pyree_build installed here
 pip install dist/{name}-0.1.0-py3-none-*.whl                 # brings iree-base-runtime and numpy

@@ -1,7 +1,7 @@
 """Help of options declared without one, and the usage tails main() parses itself.
 
 A verb's description and examples live in its declaration (cli/verbs.py, or the backend's
-Verb); an option without help, here or there, is caught by tests/test_help.py.
+Verb); an option without help, here or there, is caught by tests/cli/test_help.py.
 """
 
 from __future__ import annotations

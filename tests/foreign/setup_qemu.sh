@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Fetches what tests/test_foreign_arch.py needs to run the aarch64 part of a FatELF plugin on
+# Fetches what tests/backends/llvm_cpu/test_foreign_arch.py needs to run the aarch64 part of a FatELF plugin on
 # an x86_64 host: Debian's qemu-user-static, an aarch64 glibc sysroot, and the aarch64
 # iree-base-runtime wheel (iree-run-module for aarch64). riscv64 has no IREE runtime wheel,
 # so riscv64 ELFs stay checked by reading them.
-#   tests/foreign/setup_qemu.sh DIR && PYREE_QEMU_DIR=DIR pytest tests/test_foreign_arch.py
+#   tests/foreign/setup_qemu.sh DIR && PYREE_QEMU_DIR=DIR pytest tests/backends/llvm_cpu/test_foreign_arch.py
 set -euo pipefail
 dir="$(mkdir -p "$1" && cd "$1" && pwd)"
 cd "$dir"

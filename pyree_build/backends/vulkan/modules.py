@@ -5,7 +5,7 @@ assume the target's subgroup size, and the module records neither the target nor
 (a pipeline's required subgroup size stays 0). Run on a device with smaller subgroups, the
 shaders compute wrong numbers and the run exits 0: an `rdna3` reduction of 1024 ones gives
 256 on lavapipe (8-lane subgroups), a `valhall` one NaN. Every iree-compile 3.13 Vulkan
-target that emits subgroup operations assumes 16, 32 or 64 lanes (tests/test_vulkan.py
+target that emits subgroup operations assumes 16, 32 or 64 lanes (tests/backends/vulkan/test_vulkan.py
 compiles for each), and the targets for devices with smaller subgroups emit none; so a
 module with subgroup operations on a device whose subgroups are all smaller than 16 lanes
 was compiled for another device, and `run` refuses it rather than print wrong numbers.

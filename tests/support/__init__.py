@@ -1,0 +1,1 @@
+"""Helpers the test files share (CMake projects, watched processes, plans, user files)."""
