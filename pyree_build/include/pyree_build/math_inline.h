@@ -199,7 +199,7 @@ PYREE_MATH_FN double pyree_round(double x) {
 /* ---- sqrt: the instruction; x < 0 is answered by a select, so no errno libcall remains ---- */
 
 PYREE_MATH_FN float pyree_sqrtf(float x) {
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(__CUDACC__) && !defined(__clang__) /* NVRTC, nvcc: their device sqrt; clang (HIP): the builtin */
   return sqrtf(x);
 #else
   float r = __builtin_sqrtf(x < 0.0f ? 0.0f : x);
@@ -212,7 +212,7 @@ PYREE_MATH_FN float pyree_rsqrtf(float x) {
 }
 
 PYREE_MATH_FN double pyree_sqrt(double x) {
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(__CUDACC__) && !defined(__clang__) /* NVRTC, nvcc: their device sqrt; clang (HIP): the builtin */
   return sqrt(x);
 #else
   double r = __builtin_sqrt(x < 0.0 ? 0.0 : x);
