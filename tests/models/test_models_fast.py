@@ -273,9 +273,11 @@ def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
     from pyree_build.models.codegen import c_reference
 
     program = tmp_path / "expf.c"
+    kernel = c_reference.Kernel()
+    c_reference._helper(kernel, "pyree_expf")
     program.write_text(
         "#include <stdint.h>\n#include <stdio.h>\n"
-        + c_reference.HELPERS["pyree_expf"]
+        + "\n".join(c_reference.helpers_text(kernel))
         + "\nint main(void) { float x; while (fread(&x, 4, 1, stdin) == 1) { float y = pyree_expf(x); fwrite(&y, 4, 1, stdout); } return 0; }\n"
     )
     exe = tmp_path / "expf"

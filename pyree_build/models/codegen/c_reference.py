@@ -4,13 +4,14 @@ Each op, as a linalg.generic (named ops are generalised first), becomes a loop n
 iteration space: operands are read through their indexing maps from row-major buffers, the
 body's arith/math ops become C expressions, and what it yields is stored. Reductions read
 the result buffer as their accumulator, so a fill or any other initial value is copied in
-first. Math functions come from small freestanding helpers written here (double-precision
-evaluation rounded to the element type), so the same file builds as a system plugin, a
-standalone plugin and an embedded object. An op with no C form is refused by name.
+first. Math functions come from pyree_build/math_inline.h, copied into the file (the form of
+the element type: float code never converts to double), so the same file builds as a system
+plugin, a standalone plugin and an embedded object. An op with no C form is refused by name.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build.backends.llvm_cpu import plugin_entry
-from pyree_build.core import escape
+from pyree_build.core import escape, toolchain
 from pyree_build.core.errors import PyreeError
 from pyree_build.models.ir import program
 
@@ -47,140 +48,25 @@ _CALLS = {
 _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.index_cast", "arith.extsi", "arith.trunci", "arith.bitcast_never")
 _UNSIGNED_CASTS = ("arith.uitofp", "arith.fptoui", "arith.extui", "arith.index_castui")
 
-# Freestanding helpers, evaluated in double and rounded to the caller's type: exp by
-# 2^k * e^r with |r| <= ln2/2 (Taylor series to 1e-16), log by frexp-style reduction and an
-# atanh series, erf by its Taylor series near 0 and a continued-fraction tail.
-HELPERS = {
-    "pyree_maximum": "static inline double pyree_maximum(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }",
-    "pyree_minimum": "static inline double pyree_minimum(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }",
-    "pyree_maxnum": "static inline double pyree_maxnum(double a, double b) { return a != a ? b : (b != b ? a : (a > b ? a : b)); }",
-    "pyree_minnum": "static inline double pyree_minnum(double a, double b) { return a != a ? b : (b != b ? a : (a < b ? a : b)); }",
-    # Float forms for loops that vectorize: no conversion to double, no branches, no loops.
-    "pyree_maximumf": "static inline float pyree_maximumf(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }",
-    "pyree_minimumf": "static inline float pyree_minimumf(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }",
-    # e^x = 2^k e^r, k = round(x log2 e) (by adding 1.5 * 2^23), |r| <= ln2/2 with ln2 in two
-    # parts (k times the first is exact), e^r by its Taylor polynomial to r^7 (truncation 5e-9):
-    # within 1 ulp of the rounded exact value (checked over [-110, 90], subnormal results included:
-    # 2^k is two normal factors, so k reaches 128 and -150).
-    "pyree_expf": (
-        "static inline float pyree_expf(float x) {\n"
-        "  float xc = x < -104.0f ? -104.0f : (x > 88.75f ? 88.75f : x);\n"
-        "  float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;\n"
-        "  float r = (xc - k * 0.693145752f) - k * 1.42860677e-6f;\n"
-        "  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f + r * (8.33333377e-3f\n"
-        "      + r * (1.38888892e-3f + r * 1.98412701e-4f))))));\n"
-        "  int32_t n = (int32_t)k, h = n >> 1;\n"
-        "  union { float f; int32_t i; } a, b;\n  a.i = (h + 127) << 23;\n  b.i = (n - h + 127) << 23;\n"
-        "  float y = p * a.f * b.f;\n"
-        "  y = x > 88.7228394f ? 1.0f / 0.0f : (x < -104.0f ? 0.0f : y);\n"
-        "  return x != x ? x : y;\n}"
-    ),
-    "pyree_imax": "static inline int64_t pyree_imax(int64_t a, int64_t b) { return a > b ? a : b; }",
-    "pyree_imin": "static inline int64_t pyree_imin(int64_t a, int64_t b) { return a < b ? a : b; }",
-    "pyree_fabs": "static inline double pyree_fabs(double x) { return x < 0 ? -x : x; }",
-    "pyree_floor": "static inline double pyree_floor(double x) {\n  if (!(x > -4.5e15 && x < 4.5e15)) return x;\n  double t = (double)(int64_t)x;\n  return t > x ? t - 1.0 : t;\n}",
-    "pyree_ceil": "static inline double pyree_ceil(double x) { return -pyree_floor(-x); }",
-    "pyree_trunc": "static inline double pyree_trunc(double x) { return x < 0 ? pyree_ceil(x) : pyree_floor(x); }",
-    # Halves away from zero (math.round) and to the even neighbour (math.roundeven: ONNX's Round).
-    "pyree_round": "static inline double pyree_round(double x) { return x < 0 ? -pyree_floor(0.5 - x) : pyree_floor(x + 0.5); }",
-    "pyree_roundeven": (
-        "static inline double pyree_roundeven(double x) {\n"
-        "  double r = pyree_floor(x), d = x - r;\n"
-        "  if (d > 0.5 || (d == 0.5 && pyree_floor(r * 0.5) * 2.0 != r)) r += 1.0;\n"
-        "  return x == 0 ? x : r;\n}"
-    ),
-    "pyree_scale2": (
-        "static inline double pyree_scale2(double x, int k) {\n"
-        "  while (k > 1000) { x *= 8.98846567431158e307; k -= 1023; }\n"
-        "  while (k < -1000) { x *= 2.2250738585072014e-308; k += 1022; }\n"
-        "  union { double d; uint64_t u; } p;\n  p.u = (uint64_t)(k + 1023) << 52;\n  return x * p.d;\n}"
-    ),
-    "pyree_exp": (
-        "static inline double pyree_exp(double x) {\n"
-        "  if (x != x) return x;\n  if (x > 709.7) return 1.0 / 0.0;\n  if (x < -745.2) return 0.0;\n"
-        "  double k = pyree_floor(x * 1.4426950408889634 + 0.5);\n"
-        "  double r = (x - k * 0.6931471803691238) - k * 1.9082149292705877e-10;\n"
-        "  double term = 1.0, sum = 1.0;\n"
-        "  for (int n = 1; n < 18; ++n) { term *= r / n; sum += term; }\n"
-        "  return pyree_scale2(sum, (int)k);\n}"
-    ),
-    "pyree_exp2": "static inline double pyree_exp2(double x) { return pyree_exp(x * 0.6931471805599453); }",
-    "pyree_expm1": (
-        "static inline double pyree_expm1(double x) {\n"
-        "  if (pyree_fabs(x) > 0.5) return pyree_exp(x) - 1.0;\n"
-        "  double term = x, sum = x;\n  for (int n = 2; n < 20; ++n) { term *= x / n; sum += term; }\n  return sum;\n}"
-    ),
-    "pyree_log": (
-        "static inline double pyree_log(double x) {\n"
-        "  if (x != x || x < 0) return 0.0 / 0.0;\n  if (x == 0) return -1.0 / 0.0;\n  if (x > 1.7976931348623157e308) return x;\n"
-        "  int k = 0;\n  while (x > 1.4142135623730951) { x *= 0.5; ++k; }\n  while (x < 0.7071067811865476) { x *= 2.0; --k; }\n"
-        "  double s = (x - 1.0) / (x + 1.0), s2 = s * s, term = s, sum = 0.0;\n"
-        "  for (int n = 1; n < 40; n += 2) { sum += term / n; term *= s2; }\n"
-        "  return 2.0 * sum + k * 0.6931471805599453;\n}"
-    ),
-    "pyree_log1p": "static inline double pyree_log1p(double x) { return pyree_fabs(x) < 1e-4 ? x - x * x / 2 + x * x * x / 3 : pyree_log(1.0 + x); }",
-    "pyree_tanh": (
-        "static inline double pyree_tanh(double x) {\n"
-        "  if (x != x) return x;\n  if (x > 20) return 1.0;\n  if (x < -20) return -1.0;\n"
-        "  double e = pyree_expm1(2.0 * x);\n  return e / (e + 2.0);\n}"
-    ),
-    "pyree_sqrt": (
-        "static inline double pyree_sqrt(double x) {\n"
-        "  if (x != x || x < 0) return 0.0 / 0.0;\n  if (x == 0 || x > 1.7976931348623157e308) return x;\n"
-        "  double y = x > 1 ? x : 1.0;\n  for (int n = 0; n < 2000; ++n) {\n"
-        "    double next = 0.5 * (y + x / y);\n    if (next >= y) break;\n    y = next;\n  }\n"
-        "  return y;\n}"
-    ),
-    "pyree_rsqrt": "static inline double pyree_rsqrt(double x) { return 1.0 / pyree_sqrt(x); }",
-    "pyree_pow": (
-        "static inline double pyree_pow(double a, double b) {\n"
-        "  if (b == 0) return 1.0;\n  if (b == pyree_floor(b) && pyree_fabs(b) < 64) {\n"
-        "    double r = 1.0;\n    for (int n = 0; n < (int)pyree_fabs(b); ++n) r *= a;\n    return b < 0 ? 1.0 / r : r;\n  }\n"
-        "  return pyree_exp(b * pyree_log(a));\n}"
-    ),
-    # A float to an integer power by repeated squaring, as LLVM's powi (math.fpowi: ONNX's Pow
-    # with an integer exponent); a negative power is the reciprocal.
-    "pyree_powi": (
-        "static inline double pyree_powi(double a, int64_t n) {\n"
-        "  uint64_t m = n < 0 ? 0 - (uint64_t)n : (uint64_t)n;\n  double r = 1.0;\n"
-        "  while (m) {\n    if (m & 1) r *= a;\n    a *= a;\n    m >>= 1;\n  }\n"
-        "  return n < 0 ? 1.0 / r : r;\n}"
-    ),
-    # An integer to an integer power, wrapping as the integer type does (math.ipowi): a
-    # negative power is 0 except for bases 1 and -1.
-    "pyree_ipowi": (
-        "static inline int64_t pyree_ipowi(int64_t a, int64_t n) {\n"
-        "  if (n < 0) return a == 1 ? 1 : (a == -1 ? ((n & 1) ? -1 : 1) : 0);\n"
-        "  uint64_t r = 1, b = (uint64_t)a;\n"
-        "  while (n) {\n    if (n & 1) r *= b;\n    b *= b;\n    n >>= 1;\n  }\n"
-        "  return (int64_t)r;\n}"
-    ),
-    "pyree_erf": (
-        "static inline double pyree_erf(double x) {\n"
-        "  double ax = pyree_fabs(x), sign = x < 0 ? -1.0 : 1.0;\n"
-        "  if (ax < 2.5) {\n"
-        "    double term = ax, sum = ax;\n"
-        "    for (int n = 1; n < 60; ++n) { term *= -ax * ax / n; sum += term / (2 * n + 1); }\n"
-        "    return sign * sum * 1.1283791670955126;\n  }\n"
-        "  if (ax > 6) return sign;\n"
-        "  double f = 0.0;\n  for (int n = 60; n >= 1; --n) f = (n / 2.0) / (ax + f);\n"
-        "  return sign * (1.0 - pyree_exp(-ax * ax) / (ax + f) * 0.5641895835477563);\n}"
-    ),
-}
-_HELPER_NEEDS = {
-    "pyree_exp": ("pyree_floor", "pyree_scale2"),
-    "pyree_exp2": ("pyree_exp",),
-    "pyree_expm1": ("pyree_exp", "pyree_fabs"),
-    "pyree_tanh": ("pyree_expm1",),
-    "pyree_log1p": ("pyree_log", "pyree_fabs"),
-    "pyree_rsqrt": ("pyree_sqrt",),
-    "pyree_ceil": ("pyree_floor",),
-    "pyree_trunc": ("pyree_floor", "pyree_ceil"),
-    "pyree_round": ("pyree_floor",),
-    "pyree_roundeven": ("pyree_floor",),
-    "pyree_pow": ("pyree_exp", "pyree_log", "pyree_floor", "pyree_fabs"),
-    "pyree_erf": ("pyree_exp", "pyree_fabs"),
-}
+# The math functions come from one freestanding header, pyree_build/math_inline.h (float and
+# double forms, branch-free, so the loops calling them vectorize): a kernel's file gets a copy
+# of the functions it calls (and what they call), so it stays self-contained (NVRTC has no -I).
+MATH_HEADER = toolchain.include_dir() / "pyree_build" / "math_inline.h"
+_FUNCTION = re.compile(r"^PYREE_MATH_FN [^\n(]*?\b(pyree_\w+)\(.*?^\}\n", re.S | re.M)
+
+
+@functools.cache
+def _math_functions() -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """The header's functions, each as `static inline` C, and the header's functions each one calls."""
+    text = MATH_HEADER.read_text()
+    found = {m.group(1): m.group(0).rstrip("\n").replace("PYREE_MATH_FN", "static inline", 1) for m in _FUNCTION.finditer(text)}
+    needs = {name: tuple(sorted(set(re.findall(r"\b(pyree_\w+)\(", body)) - {name})) for name, body in found.items()}
+    return found, needs
+
+
+def _float_form(name: str, ctype: str) -> str:
+    """The form of `name` for the element type: f32 calls the float form, computed in float."""
+    return name + "f" if ctype == "float" and name + "f" in _math_functions()[0] else name
 
 
 @dataclass
@@ -381,12 +267,13 @@ def emit_body_op(k: Kernel, op: Any, values: dict[Any, str], indent: str, loops:
 
 
 def _helper(k: Kernel, name: str) -> str:
+    needs = _math_functions()[1]
     pending = [name]
     while pending:
         current = pending.pop()
         if current not in k.helpers:
             k.helpers.add(current)
-            pending.extend(_HELPER_NEEDS.get(current, ()))
+            pending.extend(needs.get(current, ()))
     return name
 
 
@@ -395,7 +282,7 @@ def _expression(k: Kernel, op: Any, args: list[str], loops: list[str], ctype: st
     if name in _BINARY:
         return f"{args[0]} {_BINARY[name]} {args[1]}"
     if name in _CALLS:
-        return f"{_helper(k, _CALLS[name])}({', '.join(args)})"
+        return f"{_helper(k, _float_form(_CALLS[name], ctype))}({', '.join(args)})"
     if name == "arith.negf":
         return f"-{args[0]}"
     if name == "arith.select":
@@ -498,8 +385,9 @@ def kernel_body(function: Any, members: list[tuple[int, int]], constants: list[i
 
 
 def helpers_text(k: Kernel) -> list[str]:
-    order = list(HELPERS)
-    return [HELPERS[name] for name in order if name in k.helpers]
+    """The math functions the kernel calls, in the header's order (each after what it calls)."""
+    functions = _math_functions()[0]
+    return [text for name, text in functions.items() if name in k.helpers]
 
 
 _IMPORT = """

@@ -13,7 +13,7 @@ A reduction whose body combines its input with its accumulator by one associativ
 (add, multiply, max, min) runs in PYREE_LANES partial results, a vector's lanes, combined in
 lane order at the row's end (PYREE_LANES=1: the IR's order, bit for bit); any other body runs
 in the IR's order. The passes' column loops are marked for the vectorizer; math functions on
-f32 use branch-free float forms here (exp within 1 ulp), so they vectorize too.
+f32 are the branch-free float forms of pyree_build/math_inline.h, so they vectorize too.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from pyree_build.models.ir import program
 # these (max and min exactly; sums and products within rounding).
 _ASSOCIATIVE = {"arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf",
                 "arith.addi", "arith.muli", "arith.andi", "arith.ori", "arith.xori", "arith.maxsi", "arith.minsi"}  # fmt: skip
-# Float forms of helpers that vectorize (no double conversion, no branches, no loops).
-_FLOAT_CALLS = {"math.exp": "pyree_expf", "arith.maximumf": "pyree_maximumf", "arith.minimumf": "pyree_minimumf"}
 _COLUMN = re.compile(r"\bc\b")
 
 
@@ -203,15 +201,7 @@ class _RowEmitter:
         return c_reference.operand(self.k, values, terminator.operands[yielded], op.name)
 
     def _body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
-        helper = _FLOAT_CALLS.get(op.name)
-        if helper is not None and len(op.results) == 1 and c_reference.c_type(op.results[0].type, op.name) == "float":
-            args = ", ".join(c_reference.operand(self.k, values, v, op.name) for v in op.operands)
-            self.k.helpers.add(helper)
-            name = self.k.fresh()
-            self.k.lines.append(f"{indent}const float {name} = {helper}({args});")
-            values[op.results[0]] = name
-        else:
-            c_reference.emit_body_op(self.k, op, values, indent, coords, [])
+        c_reference.emit_body_op(self.k, op, values, indent, coords, [])
 
     def stage(self, stage: loopnest.Stage, coords: list[str], memo: dict[Any, str], indent: str) -> str:
         block = stage.body
