@@ -83,7 +83,7 @@ def test_a_node_name_reads_back_from_the_location_mlir_printed(name):
 
 def test_ops_prints_unicode_node_names_as_text(cli, tmp_path):
     onnx = pytest.importorskip("onnx")
-    import onnx_models as models
+    from support import onnx_models as models
 
     model = models.mlp()
     for i, node in enumerate(model.graph.node):

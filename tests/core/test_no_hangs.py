@@ -71,7 +71,7 @@ def test_a_fifo_in_a_pass_through_flag_is_refused_before_iree_compile_runs(cli, 
 
 def test_a_fifo_as_onnx_external_data_is_named_as_a_fifo(cli, tmp_path):
     onnx = pytest.importorskip("onnx")
-    import onnx_models as models
+    from support import onnx_models as models
 
     path = tmp_path / "mlp.onnx"
     onnx.save(models.mlp(), path, save_as_external_data=True, all_tensors_to_one_file=True, location="mlp.weights", size_threshold=0)

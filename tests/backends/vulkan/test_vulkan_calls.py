@@ -98,7 +98,7 @@ def test_calls_on_vulkan_run_in_one_process_with_iree_run_modules_numbers_bit_fo
 
 @needs_vulkan
 def test_a_passing_verify_on_vulkan_runs_the_module_once_for_all_its_draws_and_never_the_baseline(tmp_path, monkeypatch):
-    import onnx_models  # noqa: PLC0415 - needs onnx, imported where the test runs
+    from support import onnx_models  # noqa: PLC0415 - needs onnx, imported where the test runs
 
     pytest.importorskip("onnxruntime")
     model = tmp_path / "mlp.onnx"
@@ -119,7 +119,7 @@ def test_a_failing_kernel_runs_the_baseline_on_the_failing_draws_on_its_own_devi
     # A replaced dense layer with a bias bug fails every draw: the baseline (IREE's own module for
     # the CPU, run on local-sync by default, one iree-run-module a draw) runs on each and passes, so
     # the kernel is blamed, not IREE.
-    import onnx_models  # noqa: PLC0415
+    from support import onnx_models  # noqa: PLC0415
 
     pytest.importorskip("onnxruntime")
     model = tmp_path / "m.onnx"
