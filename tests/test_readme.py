@@ -178,7 +178,7 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> None:
 # Pages of docs/ that continue the README: their blocks run from the checkout's root, after the
 # README's, in this order (python.md reads build/onnx/mlp.onnx, which cli.md's import block writes).
 REFERENCE_PAGES = ("cli.md", "python.md", "tuning.md", "server.md", "cmake.md", "troubleshooting.md", "developing.md",
-                   "models-at-scale.md", "install.md", "architecture.md")  # fmt: skip
+                   "models-at-scale.md", "install.md", "architecture.md", "math.md")  # fmt: skip
 # Pages of docs/ that are walk-throughs: every block runs in docs/, as in a README.
 WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md", "cache-and-rebuilds.md", "writing-an-import.md")
 
