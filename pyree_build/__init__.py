@@ -4,6 +4,10 @@ executable substitution) built and run with pip-installed tools.
 One function per CLI verb; each returns output paths or results and raises
 `PyreeError` (which file, what is wrong, what to do) on bad input, wrong argument types
 included.
+
+Long (~600 lines) because it is the whole public API in one place: one typed function per verb
+(its signature and docstring are the Python reference), each a thin call of the module that
+does the work, loaded on first use.
 """
 
 from __future__ import annotations

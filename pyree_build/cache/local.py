@@ -1,4 +1,11 @@
-"""Outputs that are either complete and correct or absent, and depfiles for CMake/Ninja."""
+"""The content-addressed local cache: `cached_action` runs a build only when no entry holds outputs
+for the same key (the action, its flags, the content of every file it read, the tools), and
+otherwise copies them out; entries are published whole and checked on the way out, so a killed
+build or a damaged entry is never served. The remote tier (remote.py) is asked on a local miss.
+
+Long (~780 lines) because the key, the entry store and the action's flow (look up, build, check
+what it read did not change while it ran, store) are one protocol whose steps share its locks
+and its records; the atomic writes and depfiles it uses are core/files.py's."""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ parsers by one code path; cli/commands.py says what each core verb runs.
 Values only the registry knows (the targets, the devices) are `Registered` choices, read
 when a command line is checked or help is shown, so a command that names a built-in target
 never scans the installed packages for others.
+
+Long (~700 lines) because it is data: one declaration per verb and option, with its help and
+examples, read top to bottom like the CLI reference it generates.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ offset) pair under `llvm.bareptr`, then the input sizes as i32, then its workgro
 the workgroup count as i32; and a function the rewrite calls instead of the group. Every intermediate
 tensor of the group gets a buffer of its own in the dispatch (extra results the call drops),
 so the C reference body needs no allocator and runs freestanding.
+
+Long (~600 lines) because a spec is one text with three parts that must agree (matchers,
+dispatches, rewrites) for CPU imports and GPU kernels; split, each part would need the others'
+names and layouts.
 """
 
 from __future__ import annotations

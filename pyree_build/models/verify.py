@@ -8,6 +8,9 @@ stored inputs of an ONNX test directory or .pb/.npy files (whose stored outputs 
 reference), or given as `--input` specs. With a baseline (the same model compiled without
 the replacement, run on the inputs where an output fails), an output that IREE's own module
 also gets wrong is reported as IREE's difference, not the kernel's.
+
+Long (~550 lines): the run, the reference, the comparison and the verdict with its report are one
+flow whose records (TrialResult, OutputComparison) the CLI and the API print.
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ model does not declare is refused, naming the input: random shapes compute other
 the model.
 
 Every draw is seeded: the same seed gives the same arrays on every machine.
+
+Long (~670 lines): one draw style per way a kernel can be wrong where inputs rarely go, each with
+its own reasoning, and the reading of stored inputs; they share the model's facts (constants,
+index ranges, shapes) computed once.
 """
 
 from __future__ import annotations
