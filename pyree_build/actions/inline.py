@@ -11,8 +11,6 @@ when its imports are known. A build error names the string and the line in it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import tempfile
@@ -27,6 +25,7 @@ from pyree_build.actions import inprocess
 from pyree_build.actions import run as run_action
 from pyree_build.actions.compile import compile as compile_module
 from pyree_build.backends.base import Backend, InlineKernelSource
+from pyree_build.cache import keys
 from pyree_build.cache.local import work_dir
 from pyree_build.core import args, files
 from pyree_build.core.errors import PyreeError
@@ -91,7 +90,7 @@ def _build_dir(texts: Mapping[str, str], settings: Mapping[str, Any], build_dir:
     """A directory named by everything that decides what is built in it, under `build_dir`
     when one is given (claimed as load_inline's first): other strings never rewrite the
     module or plugin a kernel already returned runs, in this process or another."""
-    key = hashlib.sha256(json.dumps({"texts": texts, "settings": settings}, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    key = keys.key_of({"texts": texts, "settings": settings}, length=20)
     if build_dir is not None:
         _claim(Path(build_dir))
         return Path(build_dir) / key

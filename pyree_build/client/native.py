@@ -11,12 +11,12 @@ byte for byte), so a second call is a stat.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
 from pathlib import Path
 
+from pyree_build.cache import keys
 from pyree_build.client import protocol
 from pyree_build.core import files, processes, toolchain
 from pyree_build.core.errors import PyreeError
@@ -54,7 +54,7 @@ def build(out_dir: str | os.PathLike[str]) -> Path:
     zig = toolchain.c_compiler("zig")
     sources = _sources()
     texts = [part for name, text in sources.items() for part in (name, text)]
-    key = hashlib.sha256("\0".join((*texts, zig.identity(), os.uname().machine)).encode()).hexdigest()
+    key = keys.key_of({"sources": texts, "zig": zig.identity(), "machine": os.uname().machine})
     out = Path(out_dir) / NAME
     stamp = out.with_suffix(".stamp")
     if out.is_file() and stamp.is_file() and stamp.read_text() == key:

@@ -5,7 +5,6 @@ reference, parameters and settings), by which a best.json already written is up 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -14,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from pyree_build.cache import keys
 from pyree_build.core import files, readers
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.outputs import included_files
@@ -38,11 +38,7 @@ def content_key(sources: Sequence[PathLike], include_dirs: Sequence[PathLike], p
     named = [*map(Path, sources), *included_files(map(Path, sources), [os.fspath(d) for d in include_dirs]), Path(module)]
     named += [Path(spec)] if spec else []
     named += [Path(r) for r in (reference, onnx) if r is not None and Path(r).is_file()]
-    digest = hashlib.sha256(json.dumps({"params": params, "settings": settings, "reference": os.fspath(reference or "")}, sort_keys=True,
-                                       default=str).encode())  # fmt: skip
-    for path in named:
-        digest.update(f"\0{path.name}\0{source_sha256(path) if path.is_file() else '-'}".encode())
-    return digest.hexdigest()
+    return keys.key_of({"params": params, "settings": settings, "reference": os.fspath(reference or "")}, named)
 
 
 def recorded_winner(out: Path, key: str) -> Variant | None:

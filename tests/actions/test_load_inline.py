@@ -134,7 +134,7 @@ def test_an_edited_kernel_in_the_same_process_gives_the_new_numbers():
         import sys
         import numpy as np
         import pyree_build as pb
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]  # this file, and conftest
         from test_load_inline import PROGRAM, kernel_c
         a, b = np.full(8, 2, np.float32), np.full(8, 4, np.float32)
         for factor in (1, 7, 1):
@@ -200,7 +200,7 @@ def test_a_build_dir_shared_by_two_kernels_keeps_each_ones_code(tmp_path):
     np.testing.assert_array_equal(first(A, B), A * B * 2 + B)
     np.testing.assert_array_equal(second(A, B), A * B * 5 + B)
     code = (
-        "import sys, numpy as np, pyree_build as pb; sys.path.insert(0, sys.argv[1]); from test_load_inline import PROGRAM, kernel_c, A, B; "
+        "import sys, numpy as np, pyree_build as pb; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/..']; from test_load_inline import PROGRAM, kernel_c, A, B; "
         "pb.load_inline(mlir=PROGRAM, c_source=kernel_c(7), function='f', build_dir=sys.argv[2])"
     )
     other = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path / "bd")], capture_output=True, text=True, timeout=600)

@@ -17,7 +17,6 @@ carrying the same function link together. None of it writes errno or uses thread
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 import re
 from collections.abc import Iterable, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build.backends.llvm_cpu.elf import read_elf
+from pyree_build.cache import keys
 from pyree_build.cache.local import cached_action, work_dir
 from pyree_build.core import echo, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError
@@ -95,7 +95,7 @@ def library(arch: str, scratch: Path) -> Path:
     sources = [musl / "src" / "math" / s for s in MUSL_SOURCES]
     kept = work_dir("libm")
     # One folder per zig and library source: builds with another zig never overwrite it.
-    tag = hashlib.sha256(f"{zig.identity()}\0{_sources_digest()}".encode()).hexdigest()[:20]
+    tag = keys.key_of({"zig": zig.identity()}, [ZIG_SOURCE, WEAK_HEADER], length=20)
     out = (kept / tag if kept is not None else scratch) / LIBRARY_NAME.format(arch=arch)
     job = _LibraryBuild(zig, musl, sources, arch, scratch)
     cached_action(
@@ -233,9 +233,5 @@ def key_part() -> str:
         zig = toolchain.c_compiler("zig").version
     except PyreeError:
         zig = "missing"  # then only a build that calls no math function can succeed
-    return f"libm=zig-{zig}/{_sources_digest()[:16]}"
-
-
-def _sources_digest() -> str:
-    """What pyree_build's own library sources hold (libm.py is a package file, keyed anyway)."""
-    return hashlib.sha256(ZIG_SOURCE.read_bytes() + b"\0" + WEAK_HEADER.read_bytes()).hexdigest()
+    # What pyree_build's own library sources hold (libm.py is a package file, keyed anyway).
+    return f"libm=zig-{zig}/{keys.key_of({}, [ZIG_SOURCE, WEAK_HEADER], length=16)}"
