@@ -12,7 +12,10 @@ Inside, three layers, each importing only the ones below it:
   output language behind one base (`emitter.NestEmitter`: which name holds a value at a point,
   a stage's body; a language adds its loads and scalar ops): `c_reference` (one loop nest per
   op; also C's scalar forms), `c_tiled`, `c_rows` (C for the CPU plugins), `gpu_source` (GLSL,
-  CUDA, HIP: one language-neutral GPU emitter, each language's forms mixed in).
-- the verbs' modules: `spec` (the transform spec that calls the kernel), `replace`, `ops`,
-  `verify` and `verify_inputs` (the draws that reach every input's meaningful range).
+  CUDA, HIP: the entry; `gpu_emitter` the language-neutral GPU emitter, `glsl` and `cuda_c` each
+  language's forms, mixed in).
+- the verbs' modules: `spec` (the transform spec that calls the kernel), `replace` (which
+  groups, checked, written), `kernel_source` (a group's kernel text), `cmake_project` (the
+  CMakeLists.txt `replace` writes), `ops`, `verify` and `verify_inputs` (the draws that reach
+  every input's meaningful range).
 """

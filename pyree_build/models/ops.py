@@ -14,7 +14,7 @@ from typing import Any
 
 from pyree_build.core import escape, processes
 from pyree_build.core.errors import PyreeError
-from pyree_build.models import replace
+from pyree_build.models import kernel_source, replace
 from pyree_build.models.ir import analysis, groups, limits, program
 
 PathLike = str | os.PathLike[str]
@@ -117,13 +117,13 @@ def _listed(group: groups.Group, found: analysis.Analysis, seen: dict[Any, int],
         index=group.index,
         function=program.symbol_name(group.function),
         root=root,
-        ops=replace.describe_ops(group),
+        ops=kernel_source.describe_ops(group),
         operands=[_tensor(v) for v in group.inputs],
         results=[_tensor(v) for v in outputs],
-        source=replace.source_names(group),
+        source=kernel_source.source_names(group),
         replaceable=reason is None,
         reason=reason,
-        matched_by_name=[d for op, d in zip(group.members, replace.describe_ops(group)) if op in group.by_name],
+        matched_by_name=[d for op, d in zip(group.members, kernel_source.describe_ops(group)) if op in group.by_name],
         same_as=same_as,
         targets={t: target_reason(group, found, t) for t in targets},
     )

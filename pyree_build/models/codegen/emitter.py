@@ -6,7 +6,7 @@ the accumulator, a stage's body evaluated there, or a load from an input), the o
 reads are resolved in (deepest first, in the order the body reads them, so the text is the same
 from run to run), and a stage's body at a point. A language supplies only its forms: how an
 input is loaded (`load`) and how one scalar op is written (`body_op`). The C emitters
-(c_tiled, and c_reference's per-op forms), the GPU emitters (gpu_source: GLSL, CUDA, HIP) and
+(c_tiled, and c_reference's per-op forms), the GPU emitters (gpu_emitter, with glsl's and cuda_c's forms) and
 the row-wise C emitter (c_rows, whose reads are per row) share these public names only.
 """
 
