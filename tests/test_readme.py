@@ -301,7 +301,7 @@ def test_the_readme_is_short_and_names_the_two_commands_ci_runs():
     tests = 'pip install ".[test]" && pytest'
     assert any(re.search(rf"^{re.escape(main)} .*\n^{re.escape(tests)} ", b, re.M) for b in _fenced(readme, "sh"))
     assert _text(".ci/run").rstrip().splitlines()[-1] == tests
-    assert "about 25 min on 2 cores" in readme
+    assert re.search(r"about \d+ min on 2 cores", readme)  # how long the test command takes, as measured
 
 
 def test_every_cli_verb_has_an_example_in_the_cli_reference():

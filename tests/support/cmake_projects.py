@@ -1,4 +1,4 @@
-"""Shared by the tests: cmake_run, ctest_run, DOWNSTREAM_PLUGIN, DOWNSTREAM_CMAKE, write_downstream, write_project, configure, build (from cmake_projects.py)."""
+"""Shared by the tests: cmake_run, ctest_run, DOWNSTREAM_PLUGIN, DOWNSTREAM_CMAKE, write_downstream, write_project, configure, build (once in test_cmake.py)."""
 
 from __future__ import annotations
 
