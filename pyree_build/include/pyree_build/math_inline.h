@@ -14,7 +14,7 @@
  * calls into its file (so the file stays self-contained, NVRTC included): each one starts
  * with a line `PYREE_MATH_FN` and ends with a line `}`, and calls others only by their names.
  *
- * Accuracy, in ulp of the result: the bound tests/test_math_inline.py proves (float forms:
+ * Accuracy, in ulp of the result: the bound tests/models/test_math_inline.py proves (float forms:
  * every float32 exponent, a stride of 4099 over all 2^32 bit patterns, subnormals, +-0, +-inf,
  * NaN, against float64 references 2^29 times finer and mpmath; double forms: 16,000 drawn
  * values over the whole range against mpmath), then the largest error seen, at x86-64's
