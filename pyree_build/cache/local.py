@@ -294,6 +294,9 @@ class _DepHashes:
         known = _read_json(self.path)
         self.memo: dict[str, list[Any]] = known if isinstance(known, dict) else {}
         self.seen: dict[str, str | None] = {}
+        # The stat of each file hashed while settled (its stat stands for its bytes): _verify
+        # need not hash it again after the build when that stat is unchanged.
+        self.settled: dict[str, list[Any]] = {}
         self.learned = False
 
     def __call__(self, dep: str) -> str | None:
@@ -310,12 +313,14 @@ class _DepHashes:
         sig = stat_signature(st)
         known = self.memo.get(dep)
         if isinstance(known, list) and len(known) == 2 and known[0] == sig and isinstance(known[1], str) and _SHA.match(known[1]):
+            self.settled[dep] = sig
             return known[1]
         digest = hash_file(Path(dep))
         if digest is not None and stat.S_ISREG(st.st_mode) and settled(st):
             with contextlib.suppress(OSError):
                 if stat_signature(os.stat(dep)) == sig:
                     self.memo[dep] = [sig, digest]
+                    self.settled[dep] = sig
                     self.learned = True
         return digest
 
@@ -408,15 +413,21 @@ def _fs_now(near: Path) -> int:
     return files.fs_now(near)
 
 
-def _verify(deps: Sequence[str], before: dict[str, str | None], started: int) -> tuple[dict[str, str] | None, str]:
+def _verify(deps: Sequence[str], before: dict[str, str | None], started: int, settled_stats: Mapping[str, Any] = {}) -> tuple[dict[str, str] | None, str]:  # noqa: B006 (read only)
     """Hash every dependency after the build; None (and which file) if any changed while
     the tool ran: its hash differs from the one taken before, it changed while being
-    hashed, or it was written after the build started."""
+    hashed, or it was written after the build started. A file whose stat was settled when it
+    was hashed before (`settled_stats`) and is the same now keeps that hash: a write since
+    would have set a ctime no user command can set back (the memo's rule, _DepHashes)."""
     hashes: dict[str, str] = {}
     for dep in deps:
         try:
             st1 = os.stat(dep)
             if not stat.S_ISREG(st1.st_mode):
+                continue
+            known = before.get(dep)
+            if known is not None and settled_stats.get(dep) == stat_signature(st1) and st1.st_ctime_ns < started:
+                hashes[dep] = known
                 continue
             digest = hash_file(Path(dep))
             st2 = os.stat(dep)
@@ -557,6 +568,7 @@ class _Slot:
         self.root = root
         self.base = ""
         self.before: dict[str, str | None] = {}
+        self.settled: dict[str, Any] = {}  # _DepHashes.settled of the lookup
         self.remote = None
         self.inputs: list[str] = []  # known before the build: every entry's dependencies name them
         self.tools: tuple[toolchain.Tool, ...] = ()
@@ -587,6 +599,7 @@ def _cached_outputs(action: str, slot: _Slot, outputs: Sequence[Path], before: d
         _replay_commands(slot.root, slot.base, outputs)
         return hit
     slot.before = {**seen, **before}
+    slot.settled = hashes.settled
     slot.remote = _remote_tier(slot.root)
     if slot.remote is None or slot.check is None:  # bytes no check can vouch for are never taken
         return None
@@ -646,7 +659,7 @@ def _build_and_store(action: str, slot: _Slot, outputs: Sequence[Path], build: C
 def _store_built(action: str, slot: _Slot, private: Sequence[Path], deps: list[str], started: int) -> bool:
     """Store what was just built, unless an input changed while it ran; whether it was stored."""
     assert slot.root is not None
-    hashes, why = _verify(deps, slot.before, started)
+    hashes, why = _verify(deps, slot.before, started, slot.settled)
     if hashes is None:
         echo.log_step(f"  {action}: built, not cached ({why})")
         return False

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 
 from pyree_build.actions import parameters
 from pyree_build.cache.local import cached_action
-from pyree_build.core import echo, escape, lazy, processes, readers, toolchain
+from pyree_build.core import echo, escape, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import write_depfile
 from pyree_build.core.outputs import check_ours, check_outputs, record_ours
 from pyree_build.core.records import record
-from pyree_build.models.ir import limits, program
+from pyree_build.models.ir import limits, program, weights
 
 if TYPE_CHECKING:
     import onnx as onnx_types
@@ -89,26 +89,6 @@ def load_model(path: PathLike, role: str = "ONNX model") -> onnx_types.ModelProt
 
 
 _NOT_ONNX_FIX = "pass the .onnx file itself (torch.onnx.export writes one); an .mlir file is already imported: compile it"
-
-
-def external_data_files(model: onnx_types.ModelProto, source: Path, data_dir: Path) -> list[Path]:
-    """The files the model's externally stored tensors live in, each checked to exist."""
-    files: dict[Path, str] = {}
-    for tensor in onnx.external_data_helper._get_all_tensors(model):
-        if onnx.external_data_helper.uses_external_data(tensor):
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            files.setdefault(data_dir / location, tensor.name)
-    for path, tensor in files.items():
-        what = readers.problem(path)
-        if what is not None:
-            raise PyreeError(
-                f"external data file of tensor '{tensor}' not found (looked for {path})"
-                if what == "not found"
-                else f"external data file of tensor '{tensor}' is {what}, not a regular file ({path})",
-                file=source,
-                fix="put the data file beside the model (onnx.save(..., save_as_external_data=True) writes it there), or pass --data-dir DIR",
-            )
-    return list(files)
 
 
 def _line_kind(line: str) -> tuple[str, str]:
@@ -265,6 +245,8 @@ def unsupported_node_error(output: str, source: Path, nodes: Sequence[NodeOp]) -
 # The form of the locations the import writes, keyed: the cache does not key pyree_build's own
 # code, and an import from before repeated names got their node's index would merge nodes.
 _LOCATIONS = "locations=name,index-where-repeated"
+# The importer runs on the model without its weights' bytes (models/ir/weights.py).
+_WEIGHTS = "weights=by-range"
 # Likewise the form of its parameter globals (an older import's #stream form is not imported by compile).
 _PARAMETERS = f"parameters=flow,scope={parameters.SCOPE},threshold={parameters.PARAM_ELEMENTS_THRESHOLD}"
 
@@ -274,29 +256,67 @@ class ImportJob:
     source: Path
     model: onnx_types.ModelProto
     flags: list[str]
-    externalize_params: bool
+    weights: list[weights.Weight] | None  # the weights `model` holds by reference (None: it holds them all)
     hang_hint: str
 
 
-def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
-    """The importer into private paths, the node names, then IREE's input conversion as a check."""
-    out = private[0]
-    params = (
-        ["--externalize-params", "--save-params-to", str(private[1]), "--params-scope", parameters.SCOPE,
-         "--num-elements-threshold", str(parameters.PARAM_ELEMENTS_THRESHOLD)]
-        if job.externalize_params else []
-    )  # fmt: skip
+def _run_importer(job: ImportJob, model: Path, out: Path, flags: Sequence[str]) -> None:
     with echo.Stopwatch(f"iree-import-onnx {job.source.name} -> {out.name}"):
         processes.spawn(
-            toolchain.onnx_importer().command(job.source, "-o", out, *job.flags, *params),
+            toolchain.onnx_importer().command(model, "-o", out, *flags),
             what="iree-import-onnx",
             file=job.source,
             explain=_import_failure,
             fix="the importer could not read the model; check it with onnx.checker.check_model, or re-export it",
             hang_hint=job.hang_hint,
         )
-    imported = out.read_text(encoding="utf-8")
-    text = parameters.flow_form(imported) if job.externalize_params else imported  # the form compile imports back
+
+
+_PARAMETER_FLAGS = ["--externalize-params", "--params-scope", parameters.SCOPE, "--num-elements-threshold", str(parameters.PARAM_ELEMENTS_THRESHOLD)]
+
+
+def _import_weightless(job: ImportJob, private: list[Path]) -> str:
+    """The importer on the model without its weights' bytes, then the archive written from
+    where those bytes lie (models/ir/weights.py); the program's text."""
+    assert job.weights is not None
+    doubles = [w.what for w in job.weights if w.data_type == weights.DOUBLE]
+    if doubles:
+        echo.log_step(
+            f"note: {job.source}: {doubles[0]}{f' and {len(doubles) - 1} more' if len(doubles) > 1 else ''} is double: its weights stay in the MLIR "
+            "(IREE 3.13 demotes a program's f64 to f32 but would read the archive's f64 bytes as f32)"
+        )
+        _run_importer(job, job.source, private[0], job.flags)
+        weights.write_archive([], [], private[1])
+        return private[0].read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="pyree-import.") as scratch:
+        model = Path(scratch) / "weightless.onnx"
+        model.write_bytes(job.model.SerializeToString())
+        # --large-model: shapes inferred from the file, and no weight loaded (it skips the
+        # checker, which would look for the weights' file; the model was checked as it was read).
+        _run_importer(job, model, private[0], ["--large-model", *_PARAMETER_FLAGS, "--no-save-params"])
+    imported = private[0].read_text(encoding="utf-8")
+    keys = weights.program_keys(imported, job.weights)
+    if isinstance(keys, str):  # never seen: the importer made its globals otherwise than weights.py reads it
+        if echo.VERBOSITY >= 1:
+            echo.log_step(f"note: {job.source}: {keys}; importing the whole file instead")
+        return _import_whole(job, private)
+    with echo.Stopwatch(f"writing {len(keys)} weights to {private[1].name}"):
+        weights.write_archive(job.weights, keys, private[1])
+    return imported
+
+
+def _import_whole(job: ImportJob, private: list[Path]) -> str:
+    params = ["--save-params-to", str(private[1]), *_PARAMETER_FLAGS] if len(private) > 1 else []
+    _run_importer(job, job.source, private[0], [*job.flags, *params])
+    return private[0].read_text(encoding="utf-8")
+
+
+def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
+    """The importer into private paths, the node names, then IREE's input conversion as a check."""
+    out = private[0]
+    externalize = len(private) > 1
+    imported = _import_weightless(job, private) if job.weights is not None else _import_whole(job, private)
+    text = parameters.flow_form(imported) if externalize else imported  # the form compile imports back
     named = name_locations(text, job.model.graph)
     nodes: list[NodeOp] = []
     if isinstance(named, str):
@@ -367,8 +387,14 @@ def import_onnx(
     refused unless `force`: a model's import never replaces the user's own file.
     """
     src = require_file(model, "ONNX model")
-    proto = load_model(src)
-    data = external_data_files(proto, src, Path(data_dir) if data_dir is not None else src.parent)
+    weights_dir = Path(data_dir) if data_dir is not None else src.parent
+    if externalize_params:
+        weightless = weights.load(src, weights_dir, parameters.PARAM_ELEMENTS_THRESHOLD)
+        weights.check(weightless, src)
+        proto, data = weightless.model, weightless.data_files
+    else:
+        proto = load_model(src)
+        data = weights.external_data_files(proto, src, weights_dir)
     seconds = limits.time_limit(timeout, [src, *data])
     out = Path(output)
     finals = [out, parameters.archive_for(out)] if externalize_params else [out]
@@ -380,12 +406,14 @@ def import_onnx(
             echo.log_step(note)
         if converted is not None:  # the importer converts the same way; its ops are the converted model's nodes
             proto, opset_version = converted, MIN_OPSET
+    elif externalize_params and opset_version > (default_opset(proto) or 0):  # as the importer would (it cannot without the weights)
+        proto = onnx.version_converter.convert_version(proto, opset_version)
     flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
-    job = ImportJob(src, proto, flags, externalize_params, limits.hang_hint(proto))
+    job = ImportJob(src, proto, flags, weightless.weights if externalize_params else None, limits.hang_hint(proto))
     onnx_version = toolchain._dist_version("onnx") or "unknown"
     with processes.time_limit(seconds):
         deps = cached_action(
-            "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}", _LOCATIONS, _PARAMETERS], inputs=[src, *data], outputs=outs,
+            "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}", _WEIGHTS, _LOCATIONS, _PARAMETERS], inputs=[src, *data], outputs=outs,
             build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
         )  # fmt: skip
     record_ours(outs)
