@@ -173,3 +173,15 @@ def test_a_truncated_model_is_refused_and_nothing_is_written(tmp_path, cut):
     result = run_cli("import", path, "-o", tmp_path / "m.mlir")
     assert_clean_error(result, "not an ONNX model", str(path))
     assert not (tmp_path / "m.mlir").exists() and not (tmp_path / "m_params.irpa").exists()
+
+
+def test_external_data_that_does_not_fit_its_file_is_named(tmp_path):
+    model_path = tmp_path / "ext.onnx"
+    _build(model_path, [("float32", 333, "raw", False, "big{k}")])
+    model = onnx.load(model_path)
+    onnx.save(model, model_path, save_as_external_data=True, all_tensors_to_one_file=True, location="ext.bin", size_threshold=1000)
+    data = tmp_path / "ext.bin"
+    data.write_bytes(data.read_bytes()[:1000])  # the weight's 1,332 bytes no longer fit
+    result = run_cli("import", model_path, "-o", tmp_path / "ext.mlir")
+    assert_clean_error(result, "the external data of initializer 'big0' lies outside ext.bin", "save_as_external_data=True")
+    assert not (tmp_path / "ext.mlir").exists()

@@ -357,6 +357,21 @@ def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp], *, han
         )
 
 
+def _at_opset(proto: onnx_types.ModelProto, src: Path, opset_version: int | None, *, converted_here: bool) -> tuple[onnx_types.ModelProto, int | None]:
+    """The model at the opset it is imported at, and that opset (None: its own). An older model
+    is raised to MIN_OPSET with a note; `converted_here`: a model the importer gets without
+    its weights is converted here to a chosen opset (the importer cannot convert it then)."""
+    if opset_version is None:
+        converted, note = upgrade_opset(proto, src)
+        if note:
+            echo.log_step(note)
+        if converted is not None:  # the importer converts the same way; its ops are the converted model's nodes
+            return converted, MIN_OPSET
+    elif converted_here and opset_version > (default_opset(proto) or 0):  # only upward, as the importer does
+        return onnx.version_converter.convert_version(proto, opset_version), opset_version
+    return proto, opset_version
+
+
 def import_onnx(
     model: PathLike,
     output: PathLike,
@@ -400,14 +415,7 @@ def import_onnx(
     finals = [out, parameters.archive_for(out)] if externalize_params else [out]
     outs = check_outputs(finals, [src, *data], depfile=depfile)
     check_ours(outs, force=force, verb="import")
-    if opset_version is None:
-        converted, note = upgrade_opset(proto, src)
-        if note:
-            echo.log_step(note)
-        if converted is not None:  # the importer converts the same way; its ops are the converted model's nodes
-            proto, opset_version = converted, MIN_OPSET
-    elif externalize_params and opset_version > (default_opset(proto) or 0):  # as the importer would (it cannot without the weights)
-        proto = onnx.version_converter.convert_version(proto, opset_version)
+    proto, opset_version = _at_opset(proto, src, opset_version, converted_here=externalize_params)
     flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
     job = ImportJob(src, proto, flags, weightless.weights if externalize_params else None, limits.hang_hint(proto))
     onnx_version = toolchain._dist_version("onnx") or "unknown"

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import onnx as onnx_types
 
 onnx = lazy.module("onnx")
+iree_runtime = lazy.module("iree.runtime")
 
 # Protobuf field numbers of the messages walked (onnx.proto3).
 _MODEL_GRAPH = 7
@@ -374,9 +375,7 @@ def _load_small_external(model: onnx_types.ModelProto, data_dir: Path, externali
 def write_archive(weights: Sequence[Weight], keys: Sequence[str], archive: Path) -> None:
     """The parameter archive holding each weight under its key (the program's parameter names,
     in the same order), each copied once from where it lies."""
-    import iree.runtime as rt
-
-    index = rt.ParameterIndex()
+    index = iree_runtime.ParameterIndex()
     handles: dict[Path, object] = {}
     descriptors = []
     try:
@@ -388,7 +387,7 @@ def write_archive(weights: Sequence[Weight], keys: Sequence[str], archive: Path)
             if weight.file not in handles:
                 fd = os.open(weight.file, os.O_RDONLY)
                 descriptors.append(fd)
-                handles[weight.file] = rt.FileHandle.wrap_fd(fd)
+                handles[weight.file] = iree_runtime.FileHandle.wrap_fd(fd)
             index.add_from_file_handle(key, handles[weight.file], weight.length, weight.offset)
         index.create_archive_file(os.fspath(archive))
     finally:
