@@ -2,6 +2,7 @@
 
     python benchmarks/kernels.py [--cases dense128,dense256,softmax] [--rounds 7] [--devices local-sync,local-task]
                                  [--cpu generic|host] [--tune-budget 20] [--no-tune] [--keep DIR]
+    python benchmarks/kernels.py --models user,encoder [--rounds 5] [--devices ...] [--cpu generic|host] [--keep DIR]
 
 The cases (issue 36's targets):
 - `dense128`, `dense256`: a dense layer, MatMul + Add + Relu (x[M,K] @ W[K,N] + b[N], relu) at
@@ -16,6 +17,14 @@ onnxruntime (`verify`) before anything is timed. Then `tune` sweeps the knobs th
 module, the untuned and the tuned plugin are timed in turn, `rounds` times, on each device, so
 drift in clock speed or load hits all alike. Printed: each side's median, its ratio to IREE's
 median, and the spread of the per-round ratios (the noise). Targets: untuned <= 2x, tuned <= 1x.
+
+`--models`: whole models instead (issue 47's): `user` (Linear -> GELU -> LayerNorm -> Linear ->
+Softmax, x[4,64]) and `encoder` (LayerNorm, Q/K/V, 2 heads, attention with Softmax, MLP with erf
+GELU, x[128,256]). Each model is imported and every group `ops` lists as replaceable is replaced
+in turn alone, then all at once (with the model's merges: Linear + GELU as one kernel); each
+module is verified against onnxruntime and timed interleaved with IREE's module of the same model.
+A group's row is the whole model's time with that group replaced, over IREE's whole model: the
+group's own cost shows as the difference. Untuned (the knobs' defaults).
 
 `--cpu` is the CPU both sides are built for: `generic` compiles the module for a generic CPU
 and the plugin for the arch's baseline; `host` compiles both for this machine's CPU.
@@ -97,6 +106,81 @@ def run_case(case: str, work: Path, args: argparse.Namespace) -> None:
             print(f"  {device:<11} {name:<48} {_fmt(side.median_ms):>10}{ratio}")
 
 
+MODELS = {
+    "user": ("Linear -> GELU -> LayerNorm -> Linear -> Softmax, x[4,64]", lambda: onnx_models.gemm_gelu_norm(), (4, 64)),
+    "encoder": (
+        "encoder block (LayerNorm, Q/K/V, 2 heads, attention, MLP with erf GELU), x[128,256]",
+        lambda: onnx_models.transformer_block(tokens=128, width=256, heads=2),
+        (128, 256),
+    ),
+}
+
+
+# The groups merged into the matmul they follow (issue 47: Linear + GELU, attention's scores +
+# Softmax): a group whose every source node is named so.
+MERGED = ("gelu", "softmax")
+
+
+def _merged(groups: list[object]) -> list[object]:
+    """The replaceable groups as kernels: a matmul group and the GELU or Softmax groups that
+    follow it as one (`replace`'s --ops 1+2+3 form), every other group alone."""
+    out: list[object] = []
+    for g in groups:
+        last = out[-1] if out else None
+        members = last if isinstance(last, tuple) else (last,) if last is not None else ()
+        follows_matmul = any("linalg.matmul" in m.ops or "linalg.batch_matmul" in m.ops for m in members)
+        if follows_matmul and g.source and all(any(word in s.lower() for word in MERGED) for s in g.source):
+            out[-1] = (*members, g)
+        else:
+            out.append(g)
+    return out
+
+
+def _timed(label: str, modules: list[tuple[str, Path, list[Path]]], iree: Path, function: str, inputs: list[str], args: argparse.Namespace) -> None:
+    for device in args.devices.split(","):
+        sides = [(iree, []), *((m, p) for _, m, p in modules)]
+        result = pb.bench.compare_many(sides, function, inputs=inputs, device=device, rounds=args.rounds)
+        print(f"  {device:<11} IREE {_fmt(result.sides[0].median_ms):>10}")
+        for (name, _, _), side in zip(modules, result.sides[1:]):
+            print(f"  {device:<11} {name:<58} {_fmt(side.median_ms):>10}  / IREE {side.ratio:.2f}x (per round {side.ratio_min:.2f} - {side.ratio_max:.2f})")
+
+
+def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
+    """One whole model: each replaceable group replaced alone, then all at once, against IREE."""
+    work.mkdir(parents=True, exist_ok=True)
+    about, build, x_shape = MODELS[name]
+    proto = build()
+    function = proto.graph.name
+    model = Path(onnx_models.save(proto, work / f"{name}.onnx"))
+    mlir = pb.import_onnx(model, work / f"{name}.mlir", force=True)
+    plugin_cpu = "baseline" if args.cpu == "generic" else "host"
+    iree = pb.compile(mlir, work / "iree.vmfb", cpu=args.cpu)
+    groups = [g for g in pb.ops(mlir) if g.replaceable]
+    np.save(work / "x.npy", np.random.default_rng(0).uniform(-1, 1, x_shape).astype(np.float32))
+    inputs = [f"@{work / 'x.npy'}"]
+
+    def replaced(tag: str, units: list[object]) -> tuple[Path, list[Path]]:
+        ops = [tuple(g.index for g in u) if isinstance(u, tuple) else u.index for u in units]
+        names = [f"g{'_'.join(map(str, o)) if isinstance(o, tuple) else o}" for o in ops]
+        out = work / tag
+        pb.replace(mlir, out / "kernels", ops=ops, imports=names, onnx=model, force=True)
+        plugins = [pb.plugin(out / "kernels" / f"{n}.c", out / f"{n}.so", cpu=plugin_cpu) for n in names]
+        vmfb = pb.compile(mlir, out / "replaced.vmfb", cpu=args.cpu, transform_spec=out / "kernels" / "spec.mlir", expect_imports=names)
+        verdict = pb.verify(vmfb, model, plugins=plugins, baseline=iree)
+        assert verdict.passed, verdict.render()
+        return vmfb, plugins
+
+    units = _merged(groups)
+    print(f"\n{about}: {len(groups)} replaceable groups, cpu {args.cpu}, {args.rounds} rounds alternated (this machine)")
+    modules = []
+    for unit in units:
+        members = unit if isinstance(unit, tuple) else (unit,)
+        label = "+".join(f"#{g.index}" for g in members) + " " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
+        modules.append((f"{label} alone", *replaced("+".join(str(g.index) for g in members), [unit])))
+    modules.append((f"all {len(groups)} at once ({len(units)} kernels)", *replaced("all", units)))
+    _timed(name, modules, iree, function, inputs, args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=",".join(CASES), help=f"which of {', '.join(CASES)} (default all)")
@@ -106,8 +190,15 @@ def main() -> None:
     parser.add_argument("--tune-budget", type=float, default=20.0, help="tune's budget in seconds, per case and device")
     parser.add_argument("--no-tune", action="store_true", help="time the untuned kernels only")
     parser.add_argument("--keep", type=Path, help="work in this directory (kept) instead of a temporary one")
+    parser.add_argument("--models", help=f"whole models instead of cases: {', '.join(MODELS)}")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="pyree-kernels-bench."))
+    if args.models:
+        for name in args.models.split(","):
+            if name not in MODELS:
+                parser.error(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
+            run_model(name, work / name, args)
+        return
     for case in args.cases.split(","):
         if case not in CASES:
             parser.error(f"unknown case {case!r}: choose from {', '.join(CASES)}")

@@ -51,24 +51,41 @@ def parse_params(params: Mapping[str, object] | str | Iterable[str]) -> dict[str
 
 
 # A knob a source declares for tune: `// pyree-tune: NAME=V1,V2,...` (what `replace` writes above
-# each of its schedule's macros); the rest of the line after the values is a comment.
-_DECLARED = re.compile(r"^\s*//\s*pyree-tune:\s*([A-Za-z_]\w*\s*=\s*[^\s]+)", re.MULTILINE)
+# each of its schedule's macros); the rest of the line after the values is a comment. A knob
+# declared `// pyree-tune after: NAME=...` is swept after the others are chosen, at their winner.
+_DECLARED = re.compile(r"^\s*//\s*pyree-tune(\s+after)?:\s*([A-Za-z_]\w*\s*=\s*[^\s]+)", re.MULTILINE)
+
+
+def declared_stages(sources: Sequence[PathLike] | PathLike) -> list[dict[str, list[str]]]:
+    """The knobs the sources declare, as the stages tune sweeps them in when given no --param:
+    every `// pyree-tune: NAME=V1,V2` knob together first (every combination), then each
+    `// pyree-tune after: NAME=...` knob alone, in the order written, at the values chosen so
+    far (a tile first, then its vector width: 16 + 4 variants rather than 64). A name declared
+    twice keeps its first values."""
+    first: dict[str, list[str]] = {}
+    later: list[dict[str, list[str]]] = []
+    seen: set[str] = set()
+    for source in [sources] if isinstance(sources, (str, os.PathLike)) else sources:
+        text = require_file(source, "C source").read_text(encoding="utf-8", errors="replace")
+        for after, declaration in _DECLARED.findall(text):
+            for name, values in parse_params([declaration]).items():
+                if name not in seen:
+                    seen.add(name)
+                    if after:
+                        later.append({name: values})
+                    else:
+                        first[name] = values
+    return [stage for stage in [first, *later] if stage]
 
 
 def declared_params(sources: Sequence[PathLike] | PathLike) -> dict[str, list[str]]:
-    """The knobs the sources declare (`// pyree-tune: NAME=V1,V2`), in the order written: what
-    tune sweeps when given no --param. A name declared twice keeps its first values."""
-    found: dict[str, list[str]] = {}
-    for source in [sources] if isinstance(sources, (str, os.PathLike)) else sources:
-        text = require_file(source, "C source").read_text(encoding="utf-8", errors="replace")
-        for declaration in _DECLARED.findall(text):
-            for name, values in parse_params([declaration]).items():
-                found.setdefault(name, values)
-    return found
+    """Every knob the sources declare (`// pyree-tune:` and `// pyree-tune after:` lines), in the
+    order of the stages tune sweeps them in."""
+    return {name: values for stage in declared_stages(sources) for name, values in stage.items()}
 
 
-def declared_or_refuse(sources: Sequence[PathLike] | PathLike) -> dict[str, list[str]]:
-    declared = declared_params(sources)
+def declared_or_refuse(sources: Sequence[PathLike] | PathLike) -> list[dict[str, list[str]]]:
+    declared = declared_stages(sources)
     if not declared:
         raise PyreeError(
             "nothing to tune: no --param given, and the source declares no knob",
@@ -78,7 +95,8 @@ def declared_or_refuse(sources: Sequence[PathLike] | PathLike) -> dict[str, list
     return declared
 
 
-def variants_of(params: Mapping[str, Sequence[str]]) -> list[Variant]:
+def variants_of(params: Mapping[str, Sequence[str]], first_order: int = 0) -> list[Variant]:
     """Every combination of the values (the cartesian product), in the order given."""
     names = list(params)
-    return [Variant(dict(zip(names, values)), order=k) for k, values in enumerate(itertools.product(*(params[n] for n in names)))]
+    combinations = itertools.product(*(params[n] for n in names))
+    return [Variant(dict(zip(names, values)), order=first_order + k) for k, values in enumerate(combinations)]

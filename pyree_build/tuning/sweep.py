@@ -104,31 +104,52 @@ def tune(
     spec: PathLike | None = None,
     target_options: Mapping[str, Any] | None = None,
 ) -> TuneResult:
-    """Sweep every combination of `params` (-D values; none: the sources' `// pyree-tune:` knobs), check, benchmark, write
+    """Sweep every combination of `params` (-D values; none: the sources' knobs, in their stages:
+    params.declared_stages), check, benchmark, write
     `output` (best.json). `target` vulkan, cuda or hip: a GPU kernel; each variant compiles `program` with `spec`."""
-    parsed = parse_params(params) if params else declared_or_refuse(sources)
+    stages = [parse_params(params)] if params else declared_or_refuse(sources)
+    parsed = {name: values for stage in stages for name, values in stage.items()}
     out = Path(output)
     plan = make_plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, checks.DEFAULT_RTOL, checks.DEFAULT_ATOL,
                      timeout, spread, budget, max_rounds, repetitions, gpu=(target, program, spec, target_options))  # fmt: skip
     settings = dict(function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
                     defines=list(defines), device=plan.device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds,
-                    repetitions=repetitions, **({"target": target, "target_options": plan.target_options} if plan.gpu else {}))  # fmt: skip
+                    repetitions=repetitions, stages=[list(stage) for stage in stages],
+                    **({"target": target, "target_options": plan.target_options} if plan.gpu else {}))  # fmt: skip
     key = content_key(plan.sources, include_dirs, parsed, plan.module or plan.program, reference, onnx, settings, plan.spec)
     if (done := _up_to_date(out, key)) is not None:
         return done
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
     if ray is not None:
         _require_ray(plan)
-    variants = variants_of(parsed)
+    variants = variants_of(stages[0])
     _build_where_no_device(plan, variants, directory, jobs)
     plan, expected, cases = prepare(plan, directory, reference, onnx, expect_output, rtol, atol)
-    if ray is not None:
-        _tune_ray.sweep(plan, variants, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
-    else:
-        _sweep_locally(plan, variants, directory, expected, jobs, cases)
+    variants = _sweep_stages(plan, stages, variants, directory, expected, jobs, cases, ray, ray_resources)
     result = _finish(plan, variants, out, expected, cases, key)
     _write_depfile(depfile, out, plan, [r for r in (reference, onnx) if r is not None])
     return result
+
+
+def _sweep_stages(plan: Plan, stages: Sequence[Mapping[str, Sequence[str]]], first: list[Variant], directory: Path, expected: Sequence[numpy.ndarray],
+                  jobs: int | None, cases: Sequence[Case], ray: str | None, ray_resources: Mapping[str, float] | None) -> list[Variant]:  # fmt: skip
+    """The first stage's variants (`first`) swept, then each later knob alone at the values the
+    sweep has chosen so far; every variant run, in order."""
+    variants = list(first)
+    for k, stage in enumerate(stages):
+        if k:
+            best, _ = choose(variants)
+            if best is None:
+                break
+            batch = variants_of({**{name: [value] for name, value in best.params.items()}, **stage}, first_order=len(variants))
+            variants += batch
+        else:
+            batch = variants
+        if ray is not None:
+            _tune_ray.sweep(plan, batch, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
+        else:
+            _sweep_locally(plan, batch, directory, expected, jobs, cases)
+    return variants
 
 
 def _up_to_date(out: Path, key: str) -> TuneResult | None:

@@ -28,7 +28,7 @@ from support import onnx_models  # noqa: E402
 
 from pyree_build.core import toolchain  # noqa: E402
 from pyree_build.models.codegen import loopnest  # noqa: E402
-from pyree_build.tuning.params import declared_params  # noqa: E402
+from pyree_build.tuning.params import declared_params, declared_stages  # noqa: E402
 
 
 def _replaced(directory: Path, m: int, k: int, n: int) -> tuple[Path, Path, Path]:
@@ -50,14 +50,20 @@ def test_a_dense_layer_is_one_nest_with_knobs_and_workgroups(tmp_path):
     assert "tmp0" not in c_text and c_text.count("acc[r][c] = ") >= 2, c_text
     assert "fused into one loop nest, tiled" in c_text and "naive" not in c_text  # the header says what the body is
     assert "restrict" in c_text and "PYREE_VECTORIZE" in c_text
-    # The knobs are declared as tune reads them, with their defaults as macros.
-    declared = declared_params([out / "dense.c"])
-    assert {name: sorted(map(int, values)) for name, values in declared.items()} == {
-        k.name: sorted(k.candidates) for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS)
-    }
+    # The knobs are declared as tune reads them, with their defaults as macros: the tile first
+    # (every combination), then the vectorized loops' hints, each alone at the winning tile (and
+    # the packing block only where a load is packed).
+    stages = declared_stages([out / "dense.c"])
+    later = [*([loopnest.PACK_K] if "PYREE_PACK_K" in c_text else []), loopnest.VECTOR_WIDTH, loopnest.INTERLEAVE]
+    assert [{name: sorted(map(int, values)) for name, values in stage.items()} for stage in stages] == [
+        {k.name: sorted(k.candidates) for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS)},
+        *({k.name: sorted(k.candidates)} for k in later),
+    ]
     # Each knob's default is declared first: among variants noise cannot tell apart, tune keeps
     # the first declared, so a tuned kernel is the untuned one unless another is clearly faster.
-    assert [values[0] for values in declared.values()] == [str(loopnest.TILE_ROWS.default), str(loopnest.TILE_COLS.default)]
+    declared = declared_params([out / "dense.c"])
+    knobs = (loopnest.TILE_ROWS, loopnest.TILE_COLS, *later)
+    assert [values[0] for values in declared.values()] == [str(k.default) for k in knobs]
     assert f"#define PYREE_TILE_ROWS {loopnest.TILE_ROWS.default}" in c_text
     # 40 rows: one workgroup per ROWS_PER_WORKGROUP rows, each told its id and the count.
     spec_text = (out / "spec.mlir").read_text()
@@ -70,13 +76,18 @@ def test_a_dense_layer_is_one_nest_with_knobs_and_workgroups(tmp_path):
     size=st.tuples(st.integers(1, 37), st.integers(1, 29), st.integers(1, 70)),
     rows=st.sampled_from(loopnest.TILE_ROWS.candidates),
     cols=st.sampled_from(loopnest.TILE_COLS.candidates),
+    hints=st.tuples(
+        st.sampled_from(loopnest.VECTOR_WIDTH.candidates), st.sampled_from(loopnest.INTERLEAVE.candidates), st.sampled_from(loopnest.PACK_K.candidates)
+    ),
     device=st.sampled_from(["local-sync", "local-task"]),
 )
-def test_every_size_and_knob_value_verifies(tmp_path_factory, size, rows, cols, device):
+def test_every_size_and_knob_value_verifies(tmp_path_factory, size, rows, cols, hints, device):
     directory = tmp_path_factory.mktemp("dense")
     model, mlir, out = _replaced(directory, *size)
     plugin = out / "dense.so"
-    built = run_cli("plugin", "--kind", "system", out / "dense.c", "-o", plugin, "-D", f"PYREE_TILE_ROWS={rows}", "-D", f"PYREE_TILE_COLS={cols}")
+    width, interleave, pack = hints
+    knobs = [f"PYREE_TILE_ROWS={rows}", f"PYREE_TILE_COLS={cols}", f"PYREE_VECTOR_WIDTH={width}", f"PYREE_INTERLEAVE={interleave}", f"PYREE_PACK_K={pack}"]
+    built = run_cli("plugin", "--kind", "system", out / "dense.c", "-o", plugin, *(x for k in knobs for x in ("-D", k)))
     assert built.returncode == 0, built
     module = out / "dense.vmfb"
     compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "dense")
@@ -217,10 +228,17 @@ def test_tune_sweeps_the_generated_knobs_with_no_param_against_onnxruntime(tmp_p
     assert tuned.returncode == 0, tuned
     record = json.loads(best.read_text())
     swept = {tuple(sorted(v["params"].items())) for v in record["variants"]}
-    knobs = (loopnest.TILE_ROWS, loopnest.TILE_COLS)
-    assert len(swept) == len(loopnest.TILE_ROWS.candidates) * len(loopnest.TILE_COLS.candidates)
+    later = [*([loopnest.PACK_K] if "PYREE_PACK_K" in (out / "dense.c").read_text() else []), loopnest.VECTOR_WIDTH, loopnest.INTERLEAVE]
+    # The tile's every combination, then each later knob alone at the winner: a sum, not a product.
+    assert len(swept) == len(loopnest.TILE_ROWS.candidates) * len(loopnest.TILE_COLS.candidates) + sum(len(k.candidates) for k in later)
     assert all(v["status"] == "ok" for v in record["variants"]), [v["reason"] for v in record["variants"] if v["status"] != "ok"]
-    assert set(record["winner"]["params"]) == {k.name for k in knobs}
+    winner = record["winner"]["params"]
+    # (a later knob the winner does not set keeps its default: no value of it was clearly faster)
+    assert {loopnest.TILE_ROWS.name, loopnest.TILE_COLS.name} <= set(winner) <= {k.name for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS, *later)}
+    at_the_tile = [v["params"] for v in record["variants"] if loopnest.VECTOR_WIDTH.name in v["params"]]
+    assert all(
+        p[loopnest.TILE_ROWS.name] == winner[loopnest.TILE_ROWS.name] and p[loopnest.TILE_COLS.name] == winner[loopnest.TILE_COLS.name] for p in at_the_tile
+    )
 
 
 @pytest.mark.parametrize(("cpu", "register"), [("x86_64_v3", "ymm"), ("znver4", "zmm")])

@@ -136,6 +136,22 @@ def test_without_param_the_knobs_the_source_declares_are_swept(kernel, system_mo
     assert [v["params"] for v in json.loads((tmp_path / "only.json").read_text())["variants"]] == [{"UNROLL": "2"}]
 
 
+def test_a_knob_declared_after_is_swept_alone_at_the_winner_of_the_others(kernel, system_module, tmp_path):
+    # Stage 1 sweeps UNROLL (SLOW loses); then SHIFT, declared `after`, alone at UNROLL's winner:
+    # 2 + 2 variants, not 2 x 2, and SHIFT=1 (a wrong result) never wins.
+    shifted = kernel.read_text().replace("  return 0;", "#if SHIFT == 1\n  a->out[a->out_offset] += 1.0f;\n#endif\n  return 0;", 1)
+    declared = tmp_path / "staged.c"
+    declared.write_text(f"// pyree-tune: UNROLL=2,{SLOW}\n// pyree-tune after: SHIFT=0,1\n#ifndef SHIFT\n#define SHIFT 0\n#endif\n" + shifted, encoding="utf-8")
+    out = tmp_path / "best.json"
+    args = [a for a in tune_args(declared, system_module, out, "1") if not str(a).startswith(("--param", "UNROLL="))]
+    result = run_cli(*args)
+    assert result.returncode == 0, result
+    recorded = json.loads(out.read_text())
+    ran = {tuple(sorted(v["params"].items())): v["status"] for v in recorded["variants"]}
+    assert set(ran) == {(("UNROLL", "2"),), (("UNROLL", SLOW),), (("SHIFT", "0"), ("UNROLL", "2")), (("SHIFT", "1"), ("UNROLL", "2"))}, ran
+    assert ran[(("SHIFT", "1"), ("UNROLL", "2"))] != "ok" and recorded["winner"]["params"]["UNROLL"] == "2", recorded["winner"]
+
+
 def test_apply_refuses_a_file_no_tune_wrote(kernel, tmp_path):
     bogus = tmp_path / "best.json"
     bogus.write_text('{"winner": 1}')

@@ -25,8 +25,21 @@ from pyree_build.models.codegen.emitter import NestEmitter, Unfused
 _VECTORIZE = [
     "// Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows",
     "// of a tile (PYREE_ROWS) are not: the compiler unrolls them, keeping the accumulator in registers.",
+    "#define PYREE_PRAGMA(text) _Pragma(#text)",
     "#if defined(__clang__)",
-    '#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)")',
+    "#define PYREE_WIDTH_HINT(n) PYREE_PRAGMA(clang loop vectorize_width(n))",
+    "#define PYREE_INTERLEAVE_HINT(n) PYREE_PRAGMA(clang loop interleave_count(n))",
+    "#if PYREE_VECTOR_WIDTH > 0",
+    "#define PYREE_WIDTH PYREE_WIDTH_HINT(PYREE_VECTOR_WIDTH)",
+    "#else",
+    "#define PYREE_WIDTH",
+    "#endif",
+    "#if PYREE_INTERLEAVE > 0",
+    "#define PYREE_INTERLEAVING PYREE_INTERLEAVE_HINT(PYREE_INTERLEAVE)",
+    "#else",
+    "#define PYREE_INTERLEAVING",
+    "#endif",
+    '#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)") PYREE_WIDTH PYREE_INTERLEAVING',
     '#define PYREE_ROWS _Pragma("clang loop vectorize(disable)")',
     "#elif defined(__GNUC__)",
     '#define PYREE_VECTORIZE _Pragma("GCC ivdep")',
@@ -50,17 +63,14 @@ def declared_order(knob: loopnest.Knob) -> list[int]:
 def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True) -> list[str]:
     """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
     given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
-    lines = ["// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value."]
-    if pack:
-        lines += [
-            "// Reduction steps per block: a load strided along the columns is packed a block at a time.",
-            "#ifndef PYREE_PACK_K",
-            "#define PYREE_PACK_K 64",
-            "#endif",
-        ]
-    for knob in knobs:
+    lines = [
+        "// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:",
+        "// every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.",
+    ]
+    later = [*([loopnest.PACK_K] if pack else []), loopnest.VECTOR_WIDTH, loopnest.INTERLEAVE]
+    for knob in [*knobs, *later]:
         values = ",".join(map(str, declared_order(knob)))
-        lines += [f"// pyree-tune: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
+        lines += [f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
         if knob.wide_default is not None:  # built for 512-bit vectors (AVX-512): another default
             lines += ["#if defined(__AVX512F__)", f"#define {knob.name} {knob.wide_default}", "#else"]
         lines += [f"#define {knob.name} {knob.default}", *(["#endif"] if knob.wide_default is not None else []), "#endif"]
@@ -236,5 +246,7 @@ def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *,
     """The nest as C: the knobs and the tile function into `k.preamble`, the loop over the
     workgroup's tiles into `k.lines`. `k` holds the buffers; `constants` are the group's
     scalar constant ops, defined in the tile function; `fields` the kernel's arguments."""
-    k.preamble = knob_lines(plan.knobs)
-    TiledEmitter(k, nest, plan, k.buffers[nest.result]).emit(name, fields, constants)
+    k.preamble = []
+    TiledEmitter(k, nest, plan, k.buffers[nest.result]).emit(name, fields, constants)  # appends the tile function
+    packed = any("PYREE_PACK_K" in line for line in [*k.preamble, *k.lines])
+    k.preamble = [*knob_lines(plan.knobs, pack=packed), *k.preamble]

@@ -89,12 +89,20 @@ class Knob:
     candidates: tuple[int, ...]
     about: str
     wide_default: int | None = None  # the default where the code is built for 512-bit vectors
+    # swept after the other knobs are chosen, at their values (`// pyree-tune after:`): its effect
+    # depends on the tile, and sweeping it alone keeps the variants a sum, not a product
+    later: bool = False
 
 
 # Defaults measured on the dense layer (128x512 @ 512x512, x86_64): 8 x 32 is within 15% of the
 # best tile for the baseline CPU and x86-64-v3; with AVX-512, 8 x 64 is 10% faster than 8 x 32.
 TILE_ROWS = Knob("PYREE_TILE_ROWS", 8, (2, 4, 6, 8), "result rows one register block accumulates")
 TILE_COLS = Knob("PYREE_TILE_COLS", 32, (8, 16, 32, 64), "result columns (the contiguous loop) of one register block", wide_default=64)
+# The vectorized loops' hints (clang's loop pragmas; 0 leaves the choice to the compiler, as the
+# untuned kernel does). Only clang reads them: built with gcc, every value builds the same code.
+VECTOR_WIDTH = Knob("PYREE_VECTOR_WIDTH", 0, (0, 4, 8, 16), "elements per vector in the vectorized loops, 0: the compiler's choice", later=True)
+INTERLEAVE = Knob("PYREE_INTERLEAVE", 0, (0, 1, 2, 4), "vectors in flight per iteration of the vectorized loops, 0: the compiler's choice", later=True)
+PACK_K = Knob("PYREE_PACK_K", 64, (16, 32, 64, 128), "reduction steps per block of a load packed because it is strided along the columns", later=True)
 # Rows a workgroup gets at least: with fewer, the fixed cost of a workgroup outweighs its work.
 ROWS_PER_WORKGROUP = 8
 MAX_WORKGROUPS = 256
