@@ -279,15 +279,6 @@ def _import_weightless(job: ImportJob, private: list[Path]) -> str:
     """The importer on the model without its weights' bytes, then the archive written from
     where those bytes lie (models/ir/weights.py); the program's text."""
     assert job.weights is not None
-    doubles = [w.what for w in job.weights if w.data_type == weights.DOUBLE]
-    if doubles:
-        echo.log_step(
-            f"note: {job.source}: {doubles[0]}{f' and {len(doubles) - 1} more' if len(doubles) > 1 else ''} is double: its weights stay in the MLIR "
-            "(IREE 3.13 demotes a program's f64 to f32 but would read the archive's f64 bytes as f32)"
-        )
-        _run_importer(job, job.source, private[0], job.flags)
-        weights.write_archive([], [], private[1])
-        return private[0].read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="pyree-import.") as scratch:
         model = Path(scratch) / "weightless.onnx"
         model.write_bytes(job.model.SerializeToString())
@@ -300,8 +291,15 @@ def _import_weightless(job: ImportJob, private: list[Path]) -> str:
         if echo.VERBOSITY >= 1:
             echo.log_step(f"note: {job.source}: {keys}; importing the whole file instead")
         return _import_whole(job, private)
-    with echo.Stopwatch(f"writing {len(keys)} weights to {private[1].name}"):
-        weights.write_archive(job.weights, keys, private[1])
+    imported, kept = weights.inline_doubles(imported, job.weights)
+    if kept:
+        echo.log_step(
+            f"note: {job.source}: {kept[0]}{f' and {len(kept) - 1} more' if len(kept) > 1 else ''} is double: kept in the MLIR, not the archive "
+            "(IREE 3.13 demotes a program's f64 to f32, and would read the archive's f64 bytes as f32)"
+        )
+    archived = [(key, w) for key, w in zip(keys, job.weights) if w.data_type != weights.DOUBLE]
+    with echo.Stopwatch(f"writing {len(archived)} weights to {private[1].name}"):
+        weights.write_archive([w for _, w in archived], [key for key, _ in archived], private[1])
     return imported
 
 

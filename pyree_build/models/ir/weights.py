@@ -47,7 +47,7 @@ _ATTRIBUTE_NAME, _ATTRIBUTE_TENSOR = 1, 5
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 1, 2, 8, 9, 14
 _LENGTH_DELIMITED = 2
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
-DOUBLE = 11  # TensorProto.DataType.DOUBLE
+DOUBLE = 11  # TensorProto.DataType.DOUBLE: kept in the MLIR (inline_doubles)
 
 # Bytes per element of the types whose raw_data is a plain little-endian array (onnx.proto3);
 # a type not listed keeps its bytes in the model (onnx converts them, as the importer does).
@@ -466,3 +466,33 @@ def _referenced(model: onnx_types.ModelProto) -> Iterator[onnx_types.TensorProto
     for tensor in onnx.external_data_helper._get_all_tensors(model):
         if tensor.data_location == _EXTERNAL:
             yield tensor
+
+
+def _bytes_of(weight: Weight) -> bytes:
+    if weight.data is not None:
+        return weight.data
+    assert weight.file is not None
+    with open(weight.file, "rb") as f:
+        f.seek(weight.offset)
+        return f.read(weight.length)
+
+
+def inline_doubles(text: str, weights: Sequence[Weight]) -> tuple[str, list[str]]:
+    """The importer's output with each double weight's global holding its value (`dense<"0x...">`)
+    instead of naming a parameter, and what those weights are. IREE 3.13 demotes f64 to f32 and
+    converts a global's value with it, but reads a parameter's bytes as they are: f64 bytes
+    read as f32 values."""
+    found = list(_PARAMETER_GLOBAL.finditer(text))
+    doubles = [(m, w) for m, w in zip(found, weights) if w.data_type == DOUBLE]
+    if not doubles:
+        return text, []
+    pieces, last = [], 0
+    for match, weight in doubles:
+        start, end = match.span()
+        line = text[start:end]
+        value = line.index("#stream.parameter.named<")
+        head = line[:value]
+        pieces += [text[last:start], f'{head}dense<"0x{_bytes_of(weight).hex().upper()}"> : tensor<{match["type"]}>']
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces), [w.what for _, w in doubles]

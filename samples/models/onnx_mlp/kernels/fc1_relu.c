@@ -32,11 +32,8 @@ typedef struct {
   int32_t workgroup_count;  // how many workgroups share the work (the spec's workgroups())
 } fc1_relu_args_t;
 
-// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value.
-// Reduction steps per block: a load strided along the columns is packed a block at a time.
-#ifndef PYREE_PACK_K
-#define PYREE_PACK_K 64
-#endif
+// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:
+// every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.
 // pyree-tune: PYREE_TILE_ROWS=8,2,4,6  (result rows one register block accumulates)
 #ifndef PYREE_TILE_ROWS
 #define PYREE_TILE_ROWS 8
@@ -49,10 +46,35 @@ typedef struct {
 #define PYREE_TILE_COLS 32
 #endif
 #endif
+// pyree-tune after: PYREE_PACK_K=64,16,32,128  (reduction steps per block of a load packed because it is strided along the columns)
+#ifndef PYREE_PACK_K
+#define PYREE_PACK_K 64
+#endif
+// pyree-tune after: PYREE_VECTOR_WIDTH=0,4,8,16  (elements per vector in the vectorized loops, 0: the compiler's choice)
+#ifndef PYREE_VECTOR_WIDTH
+#define PYREE_VECTOR_WIDTH 0
+#endif
+// pyree-tune after: PYREE_INTERLEAVE=0,1,2,4  (vectors in flight per iteration of the vectorized loops, 0: the compiler's choice)
+#ifndef PYREE_INTERLEAVE
+#define PYREE_INTERLEAVE 0
+#endif
 // Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows
 // of a tile (PYREE_ROWS) are not: the compiler unrolls them, keeping the accumulator in registers.
+#define PYREE_PRAGMA(text) _Pragma(#text)
 #if defined(__clang__)
-#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)")
+#define PYREE_WIDTH_HINT(n) PYREE_PRAGMA(clang loop vectorize_width(n))
+#define PYREE_INTERLEAVE_HINT(n) PYREE_PRAGMA(clang loop interleave_count(n))
+#if PYREE_VECTOR_WIDTH > 0
+#define PYREE_WIDTH PYREE_WIDTH_HINT(PYREE_VECTOR_WIDTH)
+#else
+#define PYREE_WIDTH
+#endif
+#if PYREE_INTERLEAVE > 0
+#define PYREE_INTERLEAVING PYREE_INTERLEAVE_HINT(PYREE_INTERLEAVE)
+#else
+#define PYREE_INTERLEAVING
+#endif
+#define PYREE_VECTORIZE _Pragma("clang loop vectorize(enable)") PYREE_WIDTH PYREE_INTERLEAVING
 #define PYREE_ROWS _Pragma("clang loop vectorize(disable)")
 #elif defined(__GNUC__)
 #define PYREE_VECTORIZE _Pragma("GCC ivdep")
