@@ -312,3 +312,54 @@ def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
     ulps = np.abs(got[: len(x)].view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
     assert ulps.max() <= 1, (x[ulps.argmax()], got[ulps.argmax()], want[ulps.argmax()])
     assert got[-3] == np.inf and got[-2] == 0.0 and np.isnan(got[-1])
+
+
+def _heads_model(tokens: int, heads: int, width: int, merge: bool) -> Any:
+    """Attention's layout changes: x[tokens, heads*width] @ W + b split into heads (Reshape, then
+    Transpose to [heads, tokens, width]); with `merge`, batched scores (per head, x_h @ x_h^T'
+    as a MatMul of [heads, tokens, width] by [heads, width, tokens]) transposed back and merged."""
+    from onnx import TensorProto, helper
+
+    if not merge:
+        d = heads * width
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
+            helper.make_node("Add", ["p", "b"], ["pb"], name="bias"),
+            helper.make_node("Reshape", ["pb", "split_shape"], ["s"], name="split"),
+            helper.make_node("Transpose", ["s"], ["y"], name="heads", perm=[1, 0, 2]),
+        ]
+        weights = [
+            onnx_models._weights(1, "w", (d, d)),
+            onnx_models._weights(2, "b", (d,)),
+            helper.make_tensor("split_shape", TensorProto.INT64, [3], [tokens, heads, width]),
+        ]
+        return onnx_models._model("heads", nodes, {"x": (tokens, d)}, {"y": (heads, tokens, width)}, weights)
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["c"], name="context"),
+        helper.make_node("Transpose", ["c"], ["t"], name="ctx_t", perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["t", "merge_shape"], ["y"], name="merge"),
+    ]
+    weights = [helper.make_tensor("merge_shape", TensorProto.INT64, [2], [tokens, heads * tokens])]
+    return onnx_models._model("heads", nodes, {"q": (heads, tokens, width), "k": (heads, width, tokens)}, {"y": (tokens, heads * tokens)}, weights)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.integers(1, 19), heads=st.integers(1, 4), width=st.integers(1, 12), merge=st.booleans())
+def test_a_matmul_ending_in_a_reshape_and_transpose_is_one_tiled_nest_that_verifies(tmp_path_factory, tokens, heads, width, merge):
+    # Attention's head split and merge: the nest computes the matmul (and its bias) and stores
+    # each element where the reshape and transpose move it, instead of the per-op reference.
+    directory = tmp_path_factory.mktemp("heads")
+    model = directory / "heads.onnx"
+    onnx_models.save(_heads_model(tokens, heads, width, merge), model)
+    mlir = directory / "heads.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    out = directory / "kernels"
+    result = run_cli("replace", mlir, "--ops", "1", "--import", "heads", "-o", out, "--onnx", model)
+    assert result.returncode == 0, result
+    c_text = (out / "heads.c").read_text()
+    assert "fused into one loop nest, tiled" in c_text and "tmp0" not in c_text, c_text[:600]
+    assert run_cli("plugin", "--kind", "system", out / "heads.c", "-o", out / "heads.so").returncode == 0
+    module = out / "heads.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "heads").returncode == 0
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "heads.so")
+    assert verified.returncode == 0, verified

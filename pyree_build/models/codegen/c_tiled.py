@@ -88,6 +88,8 @@ class TiledEmitter(NestEmitter):
         # columns, read from a packed panel instead (ctype, load expression, panel name).
         self.packing: str | None = None  # the reduction loop's variable, when packing
         self.packs: list[tuple[str, str, str]] = []
+        # Where an element of the nest's value lands in `out` (a layout epilogue), or None: in place.
+        self.relayout: loopnest.Relayout | None = None
 
     def load(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
@@ -201,7 +203,8 @@ class TiledEmitter(NestEmitter):
                     self.line(inner, "}")
         acc = "acc[r][c]" if reduction is not None else None
         out = self.out
-        store = f"{out.pointer}[{c_reference.linear_index(at, out.dims)}]"
+        where = self.relayout(at) if self.relayout is not None else at
+        store = f"{out.pointer}[{c_reference.linear_index(where, out.dims)}]"
         self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
 
     def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:
@@ -242,11 +245,16 @@ class TiledEmitter(NestEmitter):
         self.line(indent, "}")
 
 
-def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[c_reference.Parameter], constants: list[Any]) -> None:
+def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[c_reference.Parameter], constants: list[Any],
+         out: c_reference.Buffer | None = None, relayout: loopnest.Relayout | None = None) -> None:  # fmt: skip
     """The nest as C: the knobs and the tile function into `k.preamble`, the loop over the
     workgroup's tiles into `k.lines`. `k` holds the buffers; `constants` are the group's
-    scalar constant ops, defined in the tile function; `fields` the kernel's arguments."""
+    scalar constant ops, defined in the tile function; `fields` the kernel's arguments.
+    `out` and `relayout`: the group's result where the nest's value is stored moved
+    (loopnest.peel_layout); by default the nest's own result, element for element."""
     k.preamble = []
-    TiledEmitter(k, nest, plan, k.buffers[nest.result]).emit(name, fields, constants)  # appends the tile function
+    tiled = TiledEmitter(k, nest, plan, out if out is not None else k.buffers[nest.result])
+    tiled.relayout = relayout
+    tiled.emit(name, fields, constants)  # appends the tile function
     packed = any("PYREE_PACK_K" in line for line in [*k.preamble, *k.lines])
     k.preamble = [*knob_lines(plan.knobs, pack=packed), *k.preamble]

@@ -327,3 +327,91 @@ def schedule_rows(nest: RowNest) -> RowSchedule:
     per_row = nest.extents[-1]
     workgroups = min(MAX_WORKGROUPS, rows, max(1, math.ceil(rows * per_row / ELEMENTS_PER_WORKGROUP)))
     return RowSchedule(workgroups=max(1, workgroups))
+
+
+# --- A layout epilogue: the nest's result stored through reshapes and transposes -----------
+
+# Coordinates of one value (C expressions) -> the coordinates of the same element in the next.
+Relayout = Callable[[list[str]], list[str]]
+
+
+def _linear(coords: list[str], dims: list[int]) -> str:
+    text = coords[0] if coords else "0"
+    for c, d in zip(coords[1:], dims[1:]):
+        text = f"({text}) * {d} + {c}"
+    return text
+
+
+def _delinear(offset: str, dims: list[int]) -> list[str]:
+    coords, stride = [], math.prod(dims)
+    for d in dims:
+        stride //= d
+        coords.append(f"(({offset}) / {stride}) % {d}" if stride > 1 else f"({offset}) % {d}")
+    return coords
+
+
+def _reshape(source: list[int], target: list[int]) -> Relayout:
+    """A reshape keeps the row-major order of the elements: the same offset, other coordinates."""
+    return lambda coords: _delinear(_linear(coords, source), target) if target else []
+
+
+def _permutation(op: Any) -> list[int] | None:
+    """The input map of a generic that only moves its one input (a transpose: all loops parallel,
+    the output's map the identity, the body yielding the input element), or None."""
+    if op.name != "linalg.generic" or len(op.operands) != 2 or len(op.results) != 1:
+        return None
+    if any(k != "parallel" for k in _iterators(op)):
+        return None
+    maps = _maps(op)
+    source, target = [loop_of(e) for e in maps[0]], [loop_of(e) for e in maps[1]]
+    if target != list(range(len(target))) or sorted(x for x in source if x is not None) != target or None in source:
+        return None
+    body = list(op.regions[0].blocks[0].operations)
+    block = op.regions[0].blocks[0]
+    if len(body) != 1 or body[0].name != "linalg.yield" or list(body[0].operands) != [block.arguments[0]]:
+        return None
+    return [x for x in source if x is not None]
+
+
+def _transpose(permutation: list[int]) -> Relayout:
+    def move(coords: list[str]) -> list[str]:
+        out = [""] * len(coords)
+        for k, p in enumerate(permutation):
+            out[p] = coords[k]
+        return out
+
+    return move
+
+
+def peel_layout(ops: list[Any], result: Any) -> tuple[list[Any], Any, Relayout] | None:
+    """The group's ops without the reshapes and transposes that end it (each reading only the
+    op before), the value they start from, and where an element of that value lands in the
+    group's result; None where the group does not end so, or a shape is not fixed. The nest
+    then computes the value before them and stores each element where they would move it."""
+    rest, value, moves = list(ops), result, []
+    while rest and value in list(rest[-1].results):
+        op = rest[-1]
+        permutation = _permutation(op)
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            source, target = program.shape(op.operands[0].type), program.shape(op.results[0].type)
+            if None in source or None in target:
+                return None
+            moves.append(_reshape([int(d) for d in source if d is not None], [int(d) for d in target if d is not None]))
+        elif permutation is not None:
+            moves.append(_transpose(permutation))
+        else:
+            break
+        inner = op.operands[0]
+        if any(inner in list(other.operands) for other in rest[:-1]):
+            return None  # another op reads the value before the move: it is needed at another point
+        rest.pop()
+        value = inner
+    if not moves or not rest:
+        return None
+
+    def relayout(coords: list[str]) -> list[str]:
+        for move in reversed(moves):
+            coords = move(coords)
+        return coords
+
+    return rest, value, relayout
