@@ -2,7 +2,7 @@
 
     python benchmarks/kernels.py [--cases dense128,dense256,softmax] [--rounds 7] [--devices local-sync,local-task]
                                  [--cpu generic|host] [--tune-budget 20] [--no-tune] [--keep DIR]
-    python benchmarks/kernels.py --models user,encoder [--rounds 5] [--devices ...] [--cpu generic|host] [--keep DIR]
+    python benchmarks/kernels.py --models user,encoder,squeezenet [--rounds 5] [--devices ...] [--cpu generic|host] [--keep DIR]
 
 The cases (issue 36's targets):
 - `dense128`, `dense256`: a dense layer, MatMul + Add + Relu (x[M,K] @ W[K,N] + b[N], relu) at
@@ -106,8 +106,22 @@ def run_case(case: str, work: Path, args: argparse.Namespace) -> None:
             print(f"  {device:<11} {name:<48} {_fmt(side.median_ms):>10}{ratio}")
 
 
+def _light(name: str) -> object:
+    """One of onnx's light models as models_scale.py prepares it (opset 17, seeded weights)."""
+    import onnx
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import models_scale
+
+    path = Path(tempfile.gettempdir()) / f"pyree-kernels-{name}.onnx"
+    if not path.exists():
+        models_scale.prepare(models_scale.light_models()[name], path)
+    return onnx.load(str(path))
+
+
 MODELS = {
     "user": ("Linear -> GELU -> LayerNorm -> Linear -> Softmax, x[4,64]", lambda: onnx_models.gemm_gelu_norm(), (4, 64)),
+    "squeezenet": ("SqueezeNet 1.0 (onnx's light model, opset 17, seeded weights), x[1,3,224,224]", lambda: _light("squeezenet"), (1, 3, 224, 224)),
     "encoder": (
         "encoder block (LayerNorm, Q/K/V, 2 heads, attention, MLP with erf GELU), x[128,256]",
         lambda: onnx_models.transformer_block(tokens=128, width=256, heads=2),

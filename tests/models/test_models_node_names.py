@@ -147,3 +147,12 @@ def test_an_op_iree_cannot_lower_is_named_by_its_index_where_its_name_does_not_s
     onnx_file = onnx_models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "soft.onnx")
     result = run_cli("import", onnx_file, "-o", tmp_path / "soft.mlir")
     assert_clean_error(result, f"ONNX node {repr(name) if name else '(unnamed)'} (Softsign, graph.node[1]) cannot be lowered by IREE")
+
+
+def test_an_unnamed_nodes_op_is_located_in_the_program_the_user_gets(tmp_path):
+    # An unnamed node's op keeps the location of its line: of the program `import` wrote, never
+    # of the private file it was written to first (the view import's check keeps for `ops`).
+    _, mlir = _import(tmp_path, "unnamed", RENAMINGS["all_empty"])
+    sources = [s for g in _ops(mlir) for s in g["source"]]
+    assert sources and all(".tmp" not in s for s in sources), sources
+    assert any(f"{mlir.name}:" in s for s in sources), sources

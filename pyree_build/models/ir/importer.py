@@ -258,6 +258,7 @@ class ImportJob:
     flags: list[str]
     weights: list[weights.Weight] | None  # the weights `model` holds by reference (None: it holds them all)
     hang_hint: str
+    output: Path | None = None  # the program's final path: the check's view names it, not the private one
 
 
 def _run_importer(job: ImportJob, model: Path, out: Path, flags: Sequence[str]) -> None:
@@ -324,11 +325,11 @@ def _import_into(job: ImportJob, private: list[Path]) -> list[str]:
         text, nodes = named
     if text != imported:
         out.write_text(text, encoding="utf-8")
-    check_lowering(job.source, out, nodes, hang_hint=job.hang_hint)
+    check_lowering(job.source, out, nodes, hang_hint=job.hang_hint, named_as=job.output)
     return []
 
 
-def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp], *, hang_hint: str | None = None) -> None:
+def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp], *, hang_hint: str | None = None, named_as: Path | None = None) -> None:
     """IREE's input conversion of the imported file, once: an op it cannot lower is named by
     node. The compile is the one `ops` reads the program through (program.view_command), and
     its output is kept for it: a model's input conversion runs once from import to replace."""
@@ -343,7 +344,10 @@ def check_lowering(source: Path, imported: Path, nodes: Sequence[NodeOp], *, han
             )  # fmt: skip
         if result.returncode == 0:
             with contextlib.suppress(OSError, UnicodeDecodeError):
-                program.remember_view(imported, view.read_text(encoding="utf-8"))
+                text = view.read_text(encoding="utf-8")
+                if named_as is not None:  # an op of an unnamed node is located by its line: in the file the user gets
+                    text = text.replace(f'loc("{escape.mlir_string(str(imported))}":', f'loc("{escape.mlir_string(str(named_as))}":')
+                program.remember_view(imported, text)
     if result.returncode != 0:
         output = result.stderr + result.stdout
         raise unsupported_node_error(output, source, nodes) or PyreeError(
@@ -415,7 +419,7 @@ def import_onnx(
     check_ours(outs, force=force, verb="import")
     proto, opset_version = _at_opset(proto, src, opset_version, converted_here=externalize_params)
     flags = [*(["--opset-version", str(opset_version)] if opset_version is not None else []), *(["--data-dir", str(data_dir)] if data_dir is not None else [])]
-    job = ImportJob(src, proto, flags, weightless.weights if externalize_params else None, limits.hang_hint(proto))
+    job = ImportJob(src, proto, flags, weightless.weights if externalize_params else None, limits.hang_hint(proto), outs[0])
     onnx_version = toolchain._dist_version("onnx") or "unknown"
     with processes.time_limit(seconds):
         deps = cached_action(
