@@ -188,3 +188,33 @@ def test_external_data_that_does_not_fit_its_file_is_named(tmp_path):
     result = run_cli("import", model_path, "-o", tmp_path / "ext.mlir")
     assert_clean_error(result, "the external data of initializer 'big0' lies outside ext.bin", "save_as_external_data=True")
     assert not (tmp_path / "ext.mlir").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12), st.sampled_from([1, 3, 63, 64, 65, 4095, 4097])),
+        max_size=5,
+        unique_by=lambda e: e[0],
+    ),
+    from_file=st.booleans(),
+)
+def test_the_archive_is_the_bytes_irees_own_writer_makes(tmp_path_factory, entries, from_file):
+    # weights.write_archive lays out IREE's parameter archive itself (to copy each weight in the
+    # kernel): for any keys and lengths, from a file's ranges or from memory, IREE's bytes.
+    import iree.runtime as rt
+
+    tmp = tmp_path_factory.mktemp("irpa")
+    blobs = [np.random.default_rng(k).integers(0, 256, n, dtype=np.uint8).tobytes() for k, (_, n) in enumerate(entries)]
+    source = tmp / "source.bin"
+    source.write_bytes(b"x" * 7 + b"".join(blobs))
+    found, at = [], 7
+    for (key, n), blob in zip(entries, blobs):
+        found.append(weights.Weight(key, (n,), 2, source, at, n) if from_file else weights.Weight(key, (n,), 2, None, 0, n, blob))
+        at += n
+    weights.write_archive(found, [key for key, _ in entries], tmp / "ours.irpa")
+    index = rt.ParameterIndex()
+    for (key, _), blob in zip(entries, blobs):
+        index.add_buffer(key, np.frombuffer(blob, np.uint8))
+    index.create_archive_file(str(tmp / "iree.irpa"))
+    assert (tmp / "ours.irpa").read_bytes() == (tmp / "iree.irpa").read_bytes()

@@ -25,6 +25,7 @@ import math
 import mmap
 import os
 import re
+import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     import onnx as onnx_types
 
 onnx = lazy.module("onnx")
-iree_runtime = lazy.module("iree.runtime")
 
 # Protobuf field numbers of the messages walked (onnx.proto3).
 _MODEL_GRAPH = 7
@@ -372,29 +372,79 @@ def _load_small_external(model: onnx_types.ModelProto, data_dir: Path, externali
             del tensor.external_data[:]
 
 
+# IREE's parameter archive (iree/schemas/parameter_archive.h, version 0.0), as its own writer lays
+# it out: the header, the entry table (each entry 16-byte aligned), the names, then the data,
+# each entry at a 64-byte boundary, the file padded to 4 KiB.
+_IRPA_MAGIC = 0x41505249  # "IRPA"
+_IRPA_HEADER_BYTES = 88
+_IRPA_ENTRY_BYTES = 76  # a data entry: the entry header and its storage range
+_IRPA_DATA = 2  # the entry type of data stored in the archive
+_IRPA_DATA_ALIGNMENT = 64
+_IRPA_FILE_ALIGNMENT = 4096
+
+
+def _aligned(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def _irpa_layout(keys: Sequence[bytes], lengths: Sequence[int]) -> tuple[bytes, list[int], int]:
+    """(the archive's bytes up to its data, each entry's file offset, the file's size)."""
+    count = len(keys)
+    entries_at = _aligned(_IRPA_HEADER_BYTES, 16)
+    entries_length = (_aligned(_IRPA_ENTRY_BYTES, 16) * (count - 1) + _IRPA_ENTRY_BYTES) if count else 0
+    names_at = entries_at + entries_length
+    names = b"".join(keys)
+    data_at = _aligned(names_at + len(names), _IRPA_DATA_ALIGNMENT) if count else names_at + len(names)
+    offsets, end = [], 0
+    for length in lengths:
+        offsets.append(_aligned(end, _IRPA_DATA_ALIGNMENT))
+        end = offsets[-1] + length
+    head = bytearray(struct.pack("<IHHQQQQ", _IRPA_MAGIC, 0, 0, _IRPA_HEADER_BYTES, 0, 0, count))
+    head += struct.pack("<QQQQQQ", entries_at, entries_length, names_at, len(names), data_at, end)
+    head += bytes(entries_at - len(head))
+    name_at = 0
+    for k, (key, length, offset) in enumerate(zip(keys, lengths, offsets)):
+        head += struct.pack("<QIQQQQQQQQ", _IRPA_ENTRY_BYTES, _IRPA_DATA, 0, name_at, len(key), 0, 0, _IRPA_DATA_ALIGNMENT, offset, length)
+        head += bytes(_aligned(_IRPA_ENTRY_BYTES, 16) - _IRPA_ENTRY_BYTES if k < count - 1 else 0)
+        name_at += len(key)
+    head += names + bytes(data_at - names_at - len(names))
+    return bytes(head), [data_at + o for o in offsets], _aligned(data_at + end, _IRPA_FILE_ALIGNMENT)
+
+
 def write_archive(weights: Sequence[Weight], keys: Sequence[str], archive: Path) -> None:
     """The parameter archive holding each weight under its key (the program's parameter names,
-    in the same order), each copied once from where it lies."""
-    index = iree_runtime.ParameterIndex()
-    handles: dict[Path, object] = {}
-    descriptors = []
+    in the same order): the bytes IREE's own writer makes, each weight copied once from where it
+    lies, in the kernel (copy_file_range), not through this process."""
+    head, offsets, size = _irpa_layout([k.encode("utf-8", "surrogateescape") for k in keys], [w.length for w in weights])
+    sources: dict[Path, int] = {}
+    out = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        for key, weight in zip(keys, weights, strict=True):
+        os.pwrite(out, head, 0)
+        for weight, at in zip(weights, offsets, strict=True):
             if weight.data is not None:
-                index.add_buffer(key, weight.data)
+                os.pwrite(out, weight.data, at)
                 continue
             assert weight.file is not None
-            if weight.file not in handles:
-                fd = os.open(weight.file, os.O_RDONLY)
-                descriptors.append(fd)
-                handles[weight.file] = iree_runtime.FileHandle.wrap_fd(fd)
-            index.add_from_file_handle(key, handles[weight.file], weight.length, weight.offset)
-        index.create_archive_file(os.fspath(archive))
+            if weight.file not in sources:
+                sources[weight.file] = os.open(weight.file, os.O_RDONLY)
+            _copy_range(sources[weight.file], weight.offset, out, at, weight.length, weight.what)
+        os.ftruncate(out, size)
     finally:
-        handles.clear()
-        del index
-        for fd in descriptors:
+        os.close(out)
+        for fd in sources.values():
             os.close(fd)
+
+
+def _copy_range(source: int, offset: int, out: int, at: int, length: int, what: str) -> None:
+    done = 0
+    while done < length:
+        try:
+            n = os.copy_file_range(source, out, length - done, offset + done, at + done)
+        except OSError:  # a filesystem pair the kernel cannot copy between: through this process
+            n = os.pwrite(out, os.pread(source, min(length - done, 1 << 24), offset + done), at + done)
+        if n == 0:
+            raise PyreeError(f"the bytes of {what} end before its length: the model file was cut short while it was read", fix="import the model again")
+        done += n
 
 
 # A global the importer makes for an externalized weight, in the form it prints it (IREE 3.13).
