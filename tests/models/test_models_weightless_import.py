@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import pyree_build as pb  # noqa: E402
 from pyree_build.actions import parameters  # noqa: E402
 from pyree_build.core import toolchain  # noqa: E402
+from pyree_build.core.errors import PyreeError  # noqa: E402
 from pyree_build.models.ir import weights  # noqa: E402
 
 THRESHOLD = parameters.PARAM_ELEMENTS_THRESHOLD
@@ -221,3 +222,13 @@ def test_the_archive_is_the_bytes_irees_own_writer_makes(tmp_path_factory, entri
         index.add_buffer(key, np.frombuffer(blob, np.uint8))
     index.create_archive_file(str(tmp / "iree.irpa"))
     assert (tmp / "ours.irpa").read_bytes() == (tmp / "iree.irpa").read_bytes()
+
+
+def test_a_weight_that_ends_before_its_length_is_an_error_not_a_short_archive(tmp_path):
+    # The model file cut short between its scan and the copy: the archive is not written short.
+    source = tmp_path / "cut.bin"
+    source.write_bytes(b"\x01" * 100)
+    cut = weights.Weight("initializer 'w'", (50,), 1, source, 0, 200)
+    with pytest.raises(PyreeError) as raised:
+        weights.write_archive([cut], ["w"], tmp_path / "w.irpa")
+    assert "the bytes of initializer 'w' end before its length" in raised.value.what

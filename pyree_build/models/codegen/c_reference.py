@@ -21,6 +21,7 @@ from typing import Any
 from pyree_build.backends.llvm_cpu import plugin_entry
 from pyree_build.core import escape, toolchain
 from pyree_build.core.errors import PyreeError
+from pyree_build.models.codegen.loopnest import linear_index
 from pyree_build.models.ir import program
 
 C_TYPES = {"f32": "float", "f64": "double", "i1": "int8_t", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "index": "int64_t"}
@@ -140,16 +141,6 @@ def affine_c(expr: Any, loops: list[str]) -> str:
         raise refuse(f"indexing expression {text}", "linalg.generic")
     text = text.replace("floordiv", "/").replace("mod", "%")
     return "(" + re.sub(r"\bd(\d+)\b", lambda m: loops[int(m.group(1))], text) + ")"
-
-
-def linear_index(results: list[str], dims: list[str]) -> str:
-    """Row-major offset of an element, from its coordinates and the tensor's sizes."""
-    if not results:
-        return "0"
-    index = results[0]
-    for coordinate, size in zip(results[1:], dims[1:]):
-        index = f"({index} * {size} + {coordinate})"
-    return index
 
 
 def _static_dims(type_: Any, op_name: str) -> list[str]:

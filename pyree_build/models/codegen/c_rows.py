@@ -126,7 +126,7 @@ class _RowEmitter:
             if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
                 raise emitter.Unfused("a value that is neither an input, a constant nor computed by the nest, where it is read")
             name = self.k.fresh("a")
-            self.k.lines.append(f"{indent}const {buffer.ctype} {name} = {buffer.pointer}[{c_reference.linear_index(coords, buffer.dims)}];")
+            self.k.lines.append(f"{indent}const {buffer.ctype} {name} = {buffer.pointer}[{loopnest.linear_index(coords, buffer.dims)}];")
         memo[key] = name
         return name
 
@@ -170,7 +170,7 @@ class _RowEmitter:
         return [_strip(c) for c, d in zip(coords, shape) if d != 1] == [_strip(c) for c, d in zip(expected, shape) if d != 1]
 
     def _out_at(self) -> str:
-        return f"{self.out.pointer}[{c_reference.linear_index(self.point, self.out.dims)}]"
+        return f"{self.out.pointer}[{loopnest.linear_index(self.point, self.out.dims)}]"
 
     def body(self, op: Any, arguments: dict[Any, str], yielded: int, coords: list[str], indent: str) -> str:
         """The ops of `op`'s body that yield result `yielded` (its others are not needed), with

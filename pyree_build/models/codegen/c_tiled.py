@@ -106,7 +106,7 @@ class TiledEmitter(NestEmitter):
         """A load's expression. In the reduction step, a load whose address moves by more than one
         element from column to column (a transposed weight: B[col][k]) and not with the row
         reads a panel packed before the step, so the column loop stays contiguous and vectorizes."""
-        load = f"{buffer.pointer}[{c_reference.linear_index(coords, buffer.dims)}]"
+        load = f"{buffer.pointer}[{loopnest.linear_index(coords, buffer.dims)}]"
         column = "(col0 + c)"
         strided = any(column in coord for coord in coords[:-1])
         # Packed only when the address depends on the column and the reduction step alone: the
@@ -204,7 +204,7 @@ class TiledEmitter(NestEmitter):
         acc = "acc[r][c]" if reduction is not None else None
         out = self.out
         where = self.relayout(at) if self.relayout is not None else at
-        store = f"{out.pointer}[{c_reference.linear_index(where, out.dims)}]"
+        store = f"{out.pointer}[{loopnest.linear_index(where, out.dims)}]"
         self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
 
     def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:

@@ -76,7 +76,7 @@ class GpuEmitter(NestEmitter):
         if buffer is None or buffer.pointer is None or not buffer.pointer.startswith("in"):
             raise Unfused("a value that is neither an input, a constant nor computed by the nest")
         name = self.k.fresh("a")
-        self.line(indent, self.element_load(buffer, c_reference.linear_index(coords, buffer.dims), value, name))
+        self.line(indent, self.element_load(buffer, loopnest.linear_index(coords, buffer.dims), value, name))
         return name
 
     def element(self, index_type: str, indent: str) -> None:
@@ -129,7 +129,7 @@ class GpuEmitter(NestEmitter):
         return 0
 
     def store(self, result: str, at: list[str], indent: str) -> None:
-        self.line(indent, self.element_store(result, c_reference.linear_index(at, self.out.dims)))
+        self.line(indent, self.element_store(result, loopnest.linear_index(at, self.out.dims)))
 
 
 class RowElements(GpuEmitter):

@@ -335,11 +335,14 @@ def schedule_rows(nest: RowNest) -> RowSchedule:
 Relayout = Callable[[list[str]], list[str]]
 
 
-def _linear(coords: list[str], dims: list[int]) -> str:
-    text = coords[0] if coords else "0"
-    for c, d in zip(coords[1:], dims[1:]):
-        text = f"({text}) * {d} + {c}"
-    return text
+def linear_index(results: list[str], dims: list[str]) -> str:
+    """Row-major offset of an element, from its coordinates and the tensor's sizes (C)."""
+    if not results:
+        return "0"
+    index = results[0]
+    for coordinate, size in zip(results[1:], dims[1:]):
+        index = f"({index} * {size} + {coordinate})"
+    return index
 
 
 def _delinear(offset: str, dims: list[int]) -> list[str]:
@@ -352,7 +355,7 @@ def _delinear(offset: str, dims: list[int]) -> list[str]:
 
 def _reshape(source: list[int], target: list[int]) -> Relayout:
     """A reshape keeps the row-major order of the elements: the same offset, other coordinates."""
-    return lambda coords: _delinear(_linear(coords, source), target) if target else []
+    return lambda coords: _delinear(linear_index(coords, [str(d) for d in source]), target) if target else []
 
 
 def _permutation(op: Any) -> list[int] | None:
