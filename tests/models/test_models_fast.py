@@ -235,10 +235,13 @@ def test_tune_sweeps_the_generated_knobs_with_no_param_against_onnxruntime(tmp_p
     winner = record["winner"]["params"]
     # (a later knob the winner does not set keeps its default: no value of it was clearly faster)
     assert {loopnest.TILE_ROWS.name, loopnest.TILE_COLS.name} <= set(winner) <= {k.name for k in (loopnest.TILE_ROWS, loopnest.TILE_COLS, *later)}
-    at_the_tile = [v["params"] for v in record["variants"] if loopnest.VECTOR_WIDTH.name in v["params"]]
-    assert all(
-        p[loopnest.TILE_ROWS.name] == winner[loopnest.TILE_ROWS.name] and p[loopnest.TILE_COLS.name] == winner[loopnest.TILE_COLS.name] for p in at_the_tile
-    )
+    # The later knobs ran at the tile chosen when their stage began (more rounds may later pick
+    # another winner among the tiles): one tile for all of them, one the first stage swept.
+    at_the_tile = {
+        (v["params"][loopnest.TILE_ROWS.name], v["params"][loopnest.TILE_COLS.name]) for v in record["variants"] if loopnest.VECTOR_WIDTH.name in v["params"]
+    }
+    tiles = {(v["params"][loopnest.TILE_ROWS.name], v["params"][loopnest.TILE_COLS.name]) for v in record["variants"] if len(v["params"]) == 2}
+    assert len(at_the_tile) == 1 and at_the_tile <= tiles, (at_the_tile, tiles)
 
 
 @pytest.mark.parametrize(("cpu", "register"), [("x86_64_v3", "ymm"), ("znver4", "zmm")])
