@@ -446,11 +446,13 @@ def replace(
     raise NotImplementedError
 
 
-@_verb(".actions.inline", "load_inline", optional=("c_source", "target", "device", "name", "build_dir"))
+@_verb(".actions.inline", "load_inline", optional=("mlir", "args", "tile", "c_source", "target", "device", "name", "build_dir"))
 def load_inline(
     *,
-    mlir: str,
     function: str,
+    mlir: str | None = None,
+    args: str | None = None,
+    tile: int | None = None,
     c_source: str | None = None,
     files: Mapping[str, str] | None = None,
     kind: str = "system",
@@ -463,8 +465,16 @@ def load_inline(
     name: str | None = None,
     build_dir: PathLike | None = None,
 ) -> InlineKernel:
-    """Build a program and its kernel from strings (cached) and return `function` as a callable
-    that takes and returns numpy arrays.
+    """Build a kernel from strings (cached) and return `function` as a callable that takes and
+    returns numpy arrays (and, with `args=`, torch tensors or anything with `__dlpack__`).
+
+    `args`: the signature of a plain C function in `c_source` (`void axpy(const float* x,
+    const float* y, float* out, size_t n)` is "in:f32[n], in:f32[n], out:f32[n]": buffers
+    and scalars in order, then each named size): the program that calls it is generated, its
+    sizes read from the arrays at each call, outputs allocated from their declared sizes; the
+    dispatch gives each workgroup `tile` rows of the first output's leading size (0: one call
+    over everything). Each edit of the C loads beside the earlier ones in this process.
+    `mlir`: a program of your own instead, calling imports that `c_source` defines:
 
     `c_source`: C defining the imports the program calls (`int NAME(void* params, void*
     context, void* reserved)`); the plugin entry that resolves them is generated (C with its
@@ -476,6 +486,8 @@ def load_inline(
     first. The import check runs once, here. A build error names the string and its line.
 
     Example:
+        axpy = pb.load_inline(c_source=C, function="axpy", args="in:f32[n], in:f32[n], out:f32[n]")
+        axpy(numpy.ones(5, numpy.float32), numpy.ones(5, numpy.float32))  # -> array of 5 elements
         kernel = pb.load_inline(mlir=PROGRAM, c_source=C, function="mixed_invocation")
         kernel(numpy.full(8, 2, numpy.float32), numpy.full(8, 4, numpy.float32))  # -> array of 12.0
     """

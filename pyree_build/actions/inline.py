@@ -21,13 +21,14 @@ from typing import Any
 import numpy as np
 
 from pyree_build import backends
-from pyree_build.actions import inprocess
+from pyree_build.actions import inprocess, signature
 from pyree_build.actions import run as run_action
 from pyree_build.actions.compile import compile as compile_module
 from pyree_build.backends.base import Backend, InlineKernelSource
 from pyree_build.cache import keys
 from pyree_build.cache.local import work_dir
-from pyree_build.core import args, files
+from pyree_build.core import args as argcheck
+from pyree_build.core import files
 from pyree_build.core.errors import PyreeError
 
 PathLike = str | os.PathLike[str]
@@ -35,7 +36,7 @@ _PROGRAM = "program.mlir"
 # Marks a directory as load_inline's: only such a directory (or an empty one) is written into,
 # so a build_dir that holds the user's own files is refused, never overwritten.
 _MARKER = ".pyree_build_inline"
-_LABEL = r"(?P<label>mlir|c_source|files\['[^']+'\])"
+_LABEL = r"(?P<label>mlir|c_source|args_call|files\['[^']+'\])"
 # Where each compiler puts an error's line: clang and iree-compile (`NAME:12:5: error: ...`),
 # glslang (`ERROR: NAME:12: ...`), NVRTC (`NAME(12): error: ...`).
 _DIAGNOSTICS = [
@@ -53,19 +54,39 @@ def _first_error(text: str) -> re.Match[str] | None:
 class InlineKernel:
     """A function of a module built by `pb.load_inline`: call it with numpy arrays (or
     numbers, for scalar parameters); it returns the one result as an array, several as a
-    tuple, none as None. `module`, `plugins` and `build_dir` are the files it runs."""
+    tuple, none as None. `module`, `plugins` and `build_dir` are the files it runs.
 
-    def __init__(self, module: Path, function: str, plugins: Sequence[Path], device: str, backend: Backend) -> None:
+    Built from a signature (`args=`), it also takes torch tensors and anything with
+    `__dlpack__` (read without a copy on the CPU), checks each argument against the signature
+    before the call, writes `inout` results back into the caller's arrays, and returns the
+    `out` results as the first buffer argument's kind of array."""
+
+    def __init__(self, module: Path, function: str, plugins: Sequence[Path], device: str, backend: Backend, sig: signature.Signature | None = None) -> None:
         self.module, self.function, self.plugins, self.device = module, function, tuple(plugins), device
-        self.build_dir = module.parent
+        self.build_dir = (plugins[0] if plugins else module).parent
+        self.signature = sig
         # IREE's Python runtime cannot read results back on every device (Vulkan on lavapipe).
         self._runner = inprocess.run if backend.runs_in_process else run_action.run_to_arrays
 
-    def __call__(self, *inputs: object) -> np.ndarray | tuple[np.ndarray, ...] | None:
-        results = self._runner(self.module, self.function, list(inputs), plugins=list(self.plugins), device=self.device)
-        if not results:
+    def __call__(self, *inputs: object) -> Any:
+        if self.signature is None:
+            results = self._runner(self.module, self.function, list(inputs), plugins=list(self.plugins), device=self.device)
+            if not results:
+                return None
+            return results[0] if len(results) == 1 else tuple(results)
+        operands, _ = signature.bind(self.signature, inputs)
+        results = self._runner(self.module, self.function, operands, plugins=list(self.plugins), device=self.device)
+        given = dict(zip((p.position for p in self.signature.operands), inputs))
+        template = next((given[p.position] for p in self.signature.operands if p.is_buffer), None)
+        returned = []
+        for p, result in zip(self.signature.outputs, results):
+            if p.kind == "inout":  # updated in place, as the signature says
+                signature.as_array(given[p.position])[...] = result
+            else:
+                returned.append(signature.like(template, np.asarray(result)))
+        if not returned:
             return None
-        return results[0] if len(results) == 1 else tuple(results)
+        return returned[0] if len(returned) == 1 else tuple(returned)
 
     def __repr__(self) -> str:
         plugins = f", plugins={[str(p) for p in self.plugins]}" if self.plugins else ""
@@ -123,8 +144,10 @@ def _relabeled(error: PyreeError, labels: Mapping[str, str], texts: Mapping[str,
 
 def load_inline(
     *,
-    mlir: str,
     function: str,
+    mlir: str | None = None,
+    args: str | None = None,
+    tile: int | None = None,
     c_source: str | None = None,
     files: Mapping[str, str] | None = None,
     kind: str = "system",
@@ -137,11 +160,21 @@ def load_inline(
     name: str | None = None,
     build_dir: PathLike | None = None,
 ) -> InlineKernel:
-    """Build `mlir` and its kernels (`c_source`, and `files` by name), cached; return `function` as a callable."""
+    """Build `mlir` and its kernels (`c_source`, and `files` by name), cached; return `function` as a callable.
+    With `args=` instead of `mlir=`, `c_source` holds a plain C function of that signature
+    (actions/signature.py) and the program around it is generated."""
+    if args is not None:
+        if mlir is not None:
+            raise PyreeError("pass mlir= or args=, not both", fix="args= generates the program that calls a plain C function; mlir= is a program of your own")
+        return _load_signature(
+            args, function, tile=tile, c_source=c_source, files=files, kind=kind, target=target, device=device, flags=flags,
+            include_dirs=include_dirs, defines=defines, target_options=target_options, name=name, build_dir=build_dir,
+        )  # fmt: skip
+    mlir = _own_program(mlir, tile)
     # Each name is joined to the build directory: a directory part or `..` would write outside it.
-    stem = "kernel" if name is None else args.file_name(name, "name")
+    stem = "kernel" if name is None else argcheck.file_name(name, "name")
     for file_name in files or {}:
-        args.file_name(file_name, f"the files key {file_name!r}")
+        argcheck.file_name(file_name, f"the files key {file_name!r}")
     if c_source is not None and f"{stem}.c" in (files or {}):
         raise PyreeError(f"c_source and files[{stem + '.c'!r}] would be the same file", fix="pass that C once, or give load_inline another name=")
     sources = {**({f"{stem}.c": c_source} if c_source is not None else {}), **(files or {})}
@@ -164,6 +197,18 @@ def load_inline(
     except PyreeError as error:
         raise _relabeled(error, labels, texts, f"{directory}{os.sep}") from None
     return InlineKernel(module, function, plugins, run_device, backend)
+
+
+def _own_program(mlir: str | None, tile: int | None) -> str:
+    """The caller's program, when load_inline is not given a signature."""
+    if mlir is None:
+        raise PyreeError(
+            "load_inline needs the program: args= (the C function's signature) or mlir=",
+            fix='pass args="in:f32[n], in:f32[n], out:f32[n]" for a plain C function, or mlir= with a program that calls your import',
+        )
+    if tile is not None:
+        raise PyreeError("tile= splits the program generated from args=; mlir= programs dispatch themselves", fix="leave tile= out, or pass args=")
+    return mlir
 
 
 def _claim(directory: Path) -> None:
@@ -216,3 +261,78 @@ def _build(
     )
     plugins = [p for k in kernels for p in owners[k.source.name].build_inline_plugins(k, module)]
     return module, plugins
+
+
+def _signature_backend(sig: signature.Signature, c_source: str | None, files: Mapping[str, str] | None, kind: str, target: str | None) -> tuple[Backend, str]:
+    """The backend that builds a signature's C function, and that C, once the arguments are known to fit."""
+    if files:
+        raise PyreeError(
+            f"args= builds a C function from c_source=; files= ({', '.join(sorted(files))}) is for mlir= programs",
+            fix="pass the C function as c_source=, or write the program yourself and pass mlir= with files=",
+        )
+    if c_source is None:
+        raise PyreeError(f"args= describes a C function, but no c_source= defines {sig.function}", fix=f"pass c_source= with the C of {sig.function}")
+    if kind not in ("system", "standalone"):
+        raise PyreeError(
+            f"args= builds a plugin: kind={kind!r} is not one of 'system' or 'standalone'",
+            fix="pass kind='system' (default) or 'standalone'; for objects linked into the module write the program yourself (mlir=)",
+        )
+    backend = backends.get(target or "llvm-cpu")
+    if backend.name != "llvm-cpu":
+        raise PyreeError(f"args= with c_source= builds a CPU plugin, not a {backend.name} kernel", fix="leave target= out (llvm-cpu)")
+    return backend, c_source
+
+
+def _load_signature(
+    args_text: str,
+    function: str,
+    *,
+    tile: int | None,
+    c_source: str | None,
+    files: Mapping[str, str] | None,
+    kind: str,
+    target: str | None,
+    device: str | None,
+    flags: Sequence[str],
+    include_dirs: Sequence[PathLike],
+    defines: Sequence[str],
+    target_options: Mapping[str, Any] | None,
+    name: str | None,
+    build_dir: PathLike | None,
+) -> InlineKernel:
+    """The args= form: the program is generated from the signature alone and built in a
+    directory of its own, so an edited function builds only a new plugin (each edit in a
+    directory named by its content, loaded beside the earlier ones)."""
+    sig = signature.parse(args_text, function, tile=tile)
+    backend, c_source = _signature_backend(sig, c_source, files, kind, target)
+    stem = "kernel" if name is None else argcheck.file_name(name, "name")
+    run_device = device or backend.devices[0]
+    program = signature.program(sig)
+    all_flags = [*flags, *sig.compile_flags]
+    program_settings = {"target": backend.name, "flags": all_flags, "target_options": dict(target_options or {}), "name": stem}
+    program_dir = _build_dir({_PROGRAM: program}, program_settings, build_dir)
+    kernel_files = {f"{stem}.c": c_source, f"{stem}_call.c": signature.adapter(sig, f"{stem}.c")}
+    kernel_settings = {"kind": kind, "include_dirs": [os.path.abspath(d) for d in include_dirs], "defines": list(defines), "program": program_dir.name}
+    kernel_dir = _build_dir(kernel_files, kernel_settings, build_dir)
+    labels = {str(program_dir / _PROGRAM): "mlir", str(kernel_dir / f"{stem}.c"): "c_source", str(kernel_dir / f"{stem}_call.c"): "args_call"}
+    texts = {"mlir": program, "c_source": c_source, "args_call": kernel_files[f"{stem}_call.c"]}
+    try:
+        (program_path,) = _write(program_dir, {_PROGRAM: program})
+        module = compile_module(program_path, program_dir / f"{stem}.vmfb", target=backend.name, flags=all_flags, target_options=target_options or None)
+        _, call_source = _write(kernel_dir, kernel_files)
+        kernel = InlineKernelSource(
+            source=call_source, program=program, build_dir=kernel_dir, kind=kind,
+            include_dirs=[Path(d) for d in kernel_settings["include_dirs"]], defines=list(defines), options=dict(target_options or {}),
+        )  # fmt: skip
+        plugins = backend.build_inline_plugins(kernel, module)
+        run_action.require_device(run_device, module=module)
+    except PyreeError as error:
+        relabeled = _relabeled(error, labels, texts, f"{kernel_dir}{os.sep}")
+        if "args_call" in relabeled.what:
+            relabeled = PyreeError(
+                relabeled.what, details=relabeled.details, command=relabeled.command, exit_code=relabeled.exit_code,
+                fix=f"{function} must take the buffers and scalars in args= order ({sig.text()}), then the sizes "
+                f"{', '.join(f'size_t {s}' for s in sig.sizes) or '(none)'}; define it in c_source",
+            )  # fmt: skip
+        raise relabeled from None
+    return InlineKernel(module, function, plugins, run_device, backend, sig)

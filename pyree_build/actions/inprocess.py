@@ -1,21 +1,28 @@
 """Run a module inside this Python process through `iree.runtime`, returning numpy arrays.
 
-IREE's Python runtime creates each HAL driver once per process and reads the
-`--executable_plugin` flags when it does; a loaded plugin stays loaded (a system plugin's
-dlopen handle, a standalone plugin's image) until the process ends. So a driver can only
-ever run the plugins it was created with, as they were then. This module remembers, per
-driver, each plugin's path and the SHA-256 of its contents at that moment. A later run
-that asks for the same plugins, unchanged, runs in process; one that asks for other
-plugins, or for a plugin rebuilt since (the notebook loop: edit, rebuild, run again), runs
-in a fresh iree-run-module process instead, which loads the files as they are now, with a
-one-time note on stderr saying why. A wrong (stale) result is never returned.
+IREE's runtime reads the `--executable_plugin` flags when a HAL driver is created, and a
+loaded plugin stays loaded (a system plugin's dlopen handle, a standalone plugin's image)
+until the process ends. The flags only ever grow (each parse appends), and when two loaded
+plugins export one import, the one parsed last provides it. So each set of plugins gets a
+driver and device of its own, created right after its plugins were parsed (again, if they
+were parsed before): that device's imports resolve to exactly those plugins, as they were
+then, and a device made earlier keeps the plugins it was made with. A plugin whose path
+this process already loaded with other bytes (the notebook loop: edit, rebuild, run again)
+is loaded from a copy named by its content, since dlopen would hand back the old library.
+A wrong (stale) result is never returned, and an edit never needs a new process.
+
+A module is loaded once per (file, device, plugins) and kept, so a call after the first
+costs the call itself (tens of microseconds), not a new context.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -41,9 +48,10 @@ PathLike = str | os.PathLike[str]
 PluginSet = tuple[tuple[str, str], ...]
 
 _LOCK = threading.Lock()
-_PARSED_PLUGINS: PluginSet | None = None  # what rt.flags.parse_flags was given (once per process)
-_DRIVER_PLUGINS: dict[str, PluginSet] = {}  # driver -> the plugins it was created with
-_NOTED: set[tuple[str, str]] = set()  # (driver, reason) already explained on stderr
+_DEVICES: dict[tuple[str, PluginSet], Any] = {}  # (device URI, plugins) -> a device created with them parsed last
+_LOADED: dict[str, str] = {}  # plugin path this process parsed -> the digest of what it held then
+_COPIES: list[Path] = []  # the directory of content-named copies, made on first need
+_SESSIONS: dict[tuple[Any, ...], Any] = {}  # (module file's identity, device, plugins) -> its loaded functions
 # Drivers with a call that never returned (timed out or interrupted): the runtime cannot stop a
 # call, so it goes on in its thread; later runs on that driver go to iree-run-module.
 _STUCK: set[str] = set()
@@ -58,34 +66,70 @@ def plugin_set(plugin_flags: Sequence[str]) -> PluginSet:
     return tuple((flag, hashlib.sha256(Path(flag.removeprefix(EMBEDDED_PREFIX)).read_bytes()).hexdigest()) for flag in plugin_flags)
 
 
-def _mismatch(have: PluginSet, want: PluginSet) -> str | None:
-    """Why a driver created with `have` cannot run a module that asks for `want`, or None."""
-    if have == want:
-        return None
-    have_paths, want_paths = [flag for flag, _ in have], [flag for flag, _ in want]
-    if have_paths == want_paths:
-        changed = [flag for (flag, old), (_, new) in zip(have, want) if old != new]
-        return f"{', '.join(changed)} changed since this process loaded it"
-    return f"this process loaded plugins {have_paths or 'none'}, not {want_paths or 'none'}"
+def _copy_dir() -> Path:
+    if not _COPIES:
+        made = Path(tempfile.mkdtemp(prefix="pyree_build-plugins-"))
+        atexit.register(shutil.rmtree, made, True)
+        _COPIES.append(made)
+    return _COPIES[0]
 
 
-def claim_driver(driver: str, want: PluginSet) -> str | None:
-    """Make sure `driver` is (or will be) created with exactly `want`; returns None when it
-    is, else the reason it cannot be (the caller then runs out of process)."""
-    global _PARSED_PLUGINS
+def _loadable(flag: str, digest: str) -> str:
+    """The flag to parse for a plugin: itself, or a copy named by its content when this
+    process loaded the path with other bytes (dlopen would return that library) or when it
+    is a standalone image (read again by every driver made later, so it must not vanish)."""
+    embedded = flag.startswith(EMBEDDED_PREFIX)
+    path = flag.removeprefix(EMBEDDED_PREFIX)
+    if not embedded and _LOADED.get(path, digest) == digest:
+        return flag
+    copy = _copy_dir() / f"{digest[:32]}{Path(path).suffix}"
+    if not copy.exists():
+        partial = copy.with_name(f".{copy.name}.{os.getpid()}")
+        shutil.copyfile(path, partial)
+        os.replace(partial, copy)
+    return (EMBEDDED_PREFIX if embedded else "") + str(copy)
+
+
+def device_for(device: str, want: PluginSet) -> Any:
+    """A device on which `want`'s plugins (as hashed) provide the imports: made on first
+    need, then kept. None when the driver has a call that never returned."""
+    driver = _driver_name(device)
     with _LOCK:
         if driver in _STUCK:
-            return "an earlier call on it did not return (it still runs in this process)"
-        if driver in _DRIVER_PLUGINS:
-            return _mismatch(_DRIVER_PLUGINS[driver], want)
-        # A driver not created yet is created with whatever plugin flags were parsed.
-        if _PARSED_PLUGINS is None and want:
-            rt.flags.parse_flags(*(f"--executable_plugin={flag}" for flag, _ in want))
-            _PARSED_PLUGINS = want
-        reason = _mismatch(_PARSED_PLUGINS or (), want)
-        if reason is None:
-            _DRIVER_PLUGINS[driver] = want
-        return reason
+            return None
+        made = _DEVICES.get((device, want))
+        if made is not None:
+            return made
+        flags = [_loadable(flag, digest) for flag, digest in want]
+        if flags:
+            rt.flags.parse_flags(*(f"--executable_plugin={flag}" for flag in flags))
+        for (flag, digest), loaded in zip(want, flags):
+            if loaded == flag and not flag.startswith(EMBEDDED_PREFIX):
+                _LOADED[flag] = digest
+        made = rt_binding.create_hal_driver(driver).create_device_by_uri(device)
+        _DEVICES[(device, want)] = made
+        return made
+
+
+def _session(mod: Path, device: str, want: PluginSet) -> Any:
+    """The module's functions, loaded on the device of `want` (kept for the next call while
+    the file is unchanged)."""
+    stat = mod.stat()
+    key = (str(mod), stat.st_ino, stat.st_size, stat.st_mtime_ns, device, want)
+    with _LOCK:
+        kept = _SESSIONS.get(key)
+    if kept is not None:
+        return kept
+    hal_device = device_for(device, want)
+    if hal_device is None:
+        return None
+    config = rt.Config(device=hal_device)
+    context = rt.SystemContext(config=config)
+    vm_module = rt.VmModule.copy_buffer(context.instance, mod.read_bytes())
+    context.add_vm_module(vm_module)
+    functions = context.modules[vm_module.name]
+    with _LOCK:
+        return _SESSIONS.setdefault(key, functions)
 
 
 def _note_once(driver: str, reason: str) -> None:
@@ -94,10 +138,12 @@ def _note_once(driver: str, reason: str) -> None:
             return
         _NOTED.add((driver, reason))
     print(
-        f"note: pb.run: {reason}; IREE's runtime keeps a loaded plugin until the process ends, so this run "
-        f"on {driver} uses iree-run-module (the plugins as they are now). Restart the process to run in process again.",
+        f"note: pb.run: {reason}; this run on {driver} uses iree-run-module (which can be stopped). Restart the process to run in process again.",
         file=sys.stderr,
     )
+
+
+_NOTED: set[tuple[str, str]] = set()  # (driver, reason) already explained on stderr
 
 
 def _is_bare(spec: str) -> bool:
@@ -146,16 +192,13 @@ def run(
     driver = _driver_name(device)
     with processes.time_limit(timeout):  # one bound for the plugins' check and a run out of process
         _require_resolves_answered(mod, plugins)
-        reason = claim_driver(driver, plugin_set([plugin_flag(p) for p in plugins]))
-        if reason is not None:
-            _note_once(driver, reason)
-            return run_to_arrays(mod, function, inputs, plugins=plugins, device=device, timeout=timeout)
+        want = plugin_set([plugin_flag(p) for p in plugins])
     try:
-        config = rt.Config(device)
-        context = rt.SystemContext(config=config)
-        vm_module = rt.VmModule.copy_buffer(context.instance, Path(mod).read_bytes())
-        context.add_vm_module(vm_module)
-        entry = context.modules[vm_module.name][function]
+        functions = _session(mod, device, want)
+        if functions is None:
+            _note_once(driver, "an earlier call on it did not return (it still runs in this process)")
+            return run_to_arrays(mod, function, inputs, plugins=plugins, device=device, timeout=timeout)
+        entry = functions[function]
     except KeyError:
         names = exported_functions(mod) or []
         raise PyreeError(

@@ -89,20 +89,37 @@ def test_verbose_prints_each_tool_command(cli, tmp_path, monkeypatch):
     assert any("-shared" in c for c in commands)
 
 
-def test_in_process_runs_with_a_second_plugin_set_run_it_out_of_process_with_the_reason(tmp_path, system_plugin, system_module):
-    """IREE's Python runtime creates a driver once per process: its plugins cannot change
-    later, so a run asking for others goes to iree-run-module instead, and says so once."""
+def test_in_process_runs_other_plugin_sets_and_rebuilt_plugins_each_with_its_own_code(tmp_path, system_plugin, system_module):
+    """Each plugin set gets a device of its own in this process: a second set, and a plugin
+    rebuilt at the same path (the notebook loop), run in process with their own code, while
+    the first set keeps its own; nothing goes to iree-run-module."""
     import subprocess
     import sys
 
+    source = (PLUGIN_SAMPLE / "system_plugin.c").read_text()
+    plus = source.replace("* a->rhs[a->rhs_offset + i];", "* a->rhs[a->rhs_offset + i] + 100.0f;")
+    assert plus != source
+    (tmp_path / "plus.c").write_text(plus)
     other = tmp_path / "other.so"
     other.write_bytes(system_plugin.read_bytes())
+    edited = tmp_path / "edited.so"
+    edited.write_bytes(system_plugin.read_bytes())
     script = (
         "import numpy as np, pyree_build as pb\n"
-        f"print(pb.run({str(system_module)!r}, 'mixed_invocation', ['8xf32=1', '8xf32=1'], plugins=[{str(system_plugin)!r}])[0][0])\n"
-        f"print(pb.run({str(system_module)!r}, 'mixed_invocation', ['8xf32=1', '8xf32=3'], plugins=[{str(other)!r}])[0][0])\n"
+        "from pyree_build.actions import inprocess\n"
+        "def refuse(*a, **k):\n    raise SystemExit('ran out of process')\n"
+        "inprocess.run_to_arrays = refuse\n"
+        f"m = {str(system_module)!r}\n"
+        "def call(plugin, b):\n    return pb.run(m, 'mixed_invocation', ['8xf32=1', f'8xf32={b}'], plugins=[plugin])[0][0]\n"
+        f"print(call({str(system_plugin)!r}, 1))\n"
+        f"print(call({str(other)!r}, 3))\n"
+        f"print(call({str(edited)!r}, 3))\n"
+        f"pb.plugin([{str(tmp_path / 'plus.c')!r}], {str(edited)!r}, kind='system')\n"
+        f"print(call({str(edited)!r}, 3))\n"
+        f"print(call({str(system_plugin)!r}, 3))\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["2.0", "6.0"], proc.stdout
-    assert "note: pb.run: this process loaded plugins" in proc.stderr and "iree-run-module" in proc.stderr
+    # 1*b + b from the sample; 1*b + 100 + b once rebuilt; the first plugin keeps its own code.
+    assert proc.stdout.splitlines() == ["2.0", "6.0", "6.0", "106.0", "6.0"], proc.stdout
+    assert "note: pb.run" not in proc.stderr
