@@ -1,12 +1,17 @@
-"""What `pb.load_inline` costs, side by side in one run (issue 25, item 1).
+"""What `pb.load_inline` costs, side by side in one run (issues 25 and 48).
 
     python benchmarks/load_inline.py [--repeat 50]
 
 Rows, each a median and min-max in ms over --repeat rounds (after one warm-up):
-a cold load (a kernel string never built: plugin, module, import check), a warm load (the
-same strings again: cache hits), one call of the loaded kernel in this process, and the
-same call through `iree-run-module` (the raw tool, what a second plugin in one process
-costs). The kernel is the CPU plugin sample's import on 8 floats.
+
+mlir= (the CPU plugin sample's import on 8 floats): a cold load (a kernel string never built:
+plugin, module, import check), a warm load (the same strings again: cache hits), one call of
+the loaded kernel in this process, and the same call through `iree-run-module` (the raw tool).
+
+args= (a plain C axpy, no MLIR): the first load (program and plugin), a load of an edited
+function (a plugin only: the program is a cache hit), and calls of the first version and of
+three edited ones, loaded beside it in this process, interleaved round by round at n = 8 and
+n = 1,000,000 (target: an edited version's call <= 1.5x the first version's).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +95,52 @@ def main() -> None:
     argv += [f"--executable_plugin={p}" for p in kernel.plugins] + ["--input=8xf32=2", "--input=8xf32=4"]
     raw = show("the same call with iree-run-module (raw binary)", timings(lambda _: subprocess.run(argv, check=True, capture_output=True), args.repeat))
     print(f"ratios: cold/warm load {cold / warm:.1f}x; iree-run-module/in-process call {raw / call:.1f}x")
+    signature_rows(pb, args.repeat)
     sys.stdout.flush()
+
+
+AXPY = r"""
+#include <stddef.h>
+void axpy(const float* x, const float* y, float a, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = a * x[i] * EDIT + y[i];
+}
+"""
+AXPY_ARGS = "in:f32[n], in:f32[n], in:f32, out:f32[n]"
+
+
+def signature_rows(pb: Any, repeat: int) -> None:
+    def load(edit: int) -> Any:
+        return pb.load_inline(c_source=AXPY.replace("EDIT", str(edit)), function="axpy", args=AXPY_ARGS)
+
+    print(f"pb.load_inline(args=...), {repeat} rounds:")
+    first_load = show("first load (program + plugin)", timings(lambda k: _fresh_program_load(pb, k), max(3, repeat // 10)))
+    edit_load = show("load of an edited function (plugin only)", timings(lambda k: load(1000 + k), max(3, repeat // 10)))
+    versions = [load(edit) for edit in (1, 2, 3, 4)]
+    for n in (8, 1_000_000):
+        x, y = np.ones(n, np.float32), np.ones(n, np.float32)
+        rounds: list[list[float]] = [[] for _ in versions]
+        for kernel in versions:
+            kernel(x, y, 2.0)  # warm-up: each version's device, module and pages
+        for _ in range(repeat):
+            for i, kernel in enumerate(versions):
+                start = time.perf_counter()
+                kernel(x, y, 2.0)
+                rounds[i].append((time.perf_counter() - start) * 1000)
+        first = show(f"call of the first version, n={n}", rounds[0])
+        edited = [show(f"call of edited version {i}, n={n}", times) for i, times in enumerate(rounds[1:], start=1)]
+        print(f"ratios at n={n}: edited/first call {max(edited) / first:.2f}x (worst of {len(edited)})")
+    print(f"ratio: first load / edited load {first_load / edit_load:.1f}x")
+
+
+def _fresh_program_load(pb: Any, k: int) -> Any:
+    """A load whose program was never built: a signature of its own (another scalar type)."""
+    types = ["f32", "f64", "i32", "i64", "i16", "i8"]
+    signature = f"in:f32[n], in:f32[n], in:{types[k % len(types)]}, out:f32[n]"
+    source = AXPY.replace("float a,", f"{_C[types[k % len(types)]]} a,").replace("EDIT", str(k + 10_000))
+    return pb.load_inline(c_source=source, function="axpy", args=signature, tile=4096 + k + 1)
+
+
+_C = {"f32": "float", "f64": "double", "i32": "int", "i64": "long long", "i16": "short", "i8": "signed char"}
 
 
 if __name__ == "__main__":
