@@ -25,6 +25,7 @@ from pyree_build.actions import inprocess, signature
 from pyree_build.actions import run as run_action
 from pyree_build.actions.compile import compile as compile_module
 from pyree_build.backends.base import Backend, InlineKernelSource
+from pyree_build.backends.llvm_cpu import elf
 from pyree_build.cache import keys
 from pyree_build.cache.local import work_dir
 from pyree_build.core import args as argcheck
@@ -272,10 +273,10 @@ def _signature_backend(sig: signature.Signature, c_source: str | None, files: Ma
         )
     if c_source is None:
         raise PyreeError(f"args= describes a C function, but no c_source= defines {sig.function}", fix=f"pass c_source= with the C of {sig.function}")
-    if kind not in ("system", "standalone"):
+    if kind not in ("system", "standalone", "embedded"):
         raise PyreeError(
-            f"args= builds a plugin: kind={kind!r} is not one of 'system' or 'standalone'",
-            fix="pass kind='system' (default) or 'standalone'; for objects linked into the module write the program yourself (mlir=)",
+            f"unknown plugin kind {kind!r}",
+            fix="pass kind='system' (a .so for this host), kind='standalone' (a freestanding FatELF) or kind='embedded' (objects linked into the module)",
         )
     backend = backends.get(target or "llvm-cpu")
     if backend.name != "llvm-cpu":
@@ -302,37 +303,47 @@ def _load_signature(
 ) -> InlineKernel:
     """The args= form: the program is generated from the signature alone and built in a
     directory of its own, so an edited function builds only a new plugin (each edit in a
-    directory named by its content, loaded beside the earlier ones)."""
+    directory named by its content, loaded beside the earlier ones). kind='embedded' links the
+    function into the module instead, so there each edit compiles the module again."""
     sig = signature.parse(args_text, function, tile=tile)
     backend, c_source = _signature_backend(sig, c_source, files, kind, target)
     stem = "kernel" if name is None else argcheck.file_name(name, "name")
     run_device = device or backend.devices[0]
-    program = signature.program(sig)
+    embedded = kind == "embedded"
+    program = signature.program(sig, objects=f"{stem}_call" if embedded else None, arch=elf.host_arch())
     all_flags = [*flags, *sig.compile_flags]
     program_settings = {"target": backend.name, "flags": all_flags, "target_options": dict(target_options or {}), "name": stem}
     program_dir = _build_dir({_PROGRAM: program}, program_settings, build_dir)
-    kernel_files = {f"{stem}.c": c_source, f"{stem}_call.c": signature.adapter(sig, f"{stem}.c")}
+    kernel_files = {f"{stem}.c": c_source, f"{stem}_call.c": signature.adapter(sig, f"{stem}.c", static=embedded)}
     kernel_settings = {"kind": kind, "include_dirs": [os.path.abspath(d) for d in include_dirs], "defines": list(defines), "program": program_dir.name}
     kernel_dir = _build_dir(kernel_files, kernel_settings, build_dir)
+    if embedded:  # the module holds the function: it is built beside the function's objects
+        program_dir = kernel_dir
     labels = {str(program_dir / _PROGRAM): "mlir", str(kernel_dir / f"{stem}.c"): "c_source", str(kernel_dir / f"{stem}_call.c"): "args_call"}
     texts = {"mlir": program, "c_source": c_source, "args_call": kernel_files[f"{stem}_call.c"]}
     try:
-        (program_path,) = _write(program_dir, {_PROGRAM: program})
-        module = compile_module(program_path, program_dir / f"{stem}.vmfb", target=backend.name, flags=all_flags, target_options=target_options or None)
         _, call_source = _write(kernel_dir, kernel_files)
         kernel = InlineKernelSource(
             source=call_source, program=program, build_dir=kernel_dir, kind=kind,
             include_dirs=[Path(d) for d in kernel_settings["include_dirs"]], defines=list(defines), options=dict(target_options or {}),
         )  # fmt: skip
+        search_paths = backend.build_inline_objects(kernel) if embedded else []
+        (program_path,) = _write(program_dir, {_PROGRAM: program})
+        module = compile_module(
+            program_path, program_dir / f"{stem}.vmfb", target=backend.name, object_search_paths=search_paths, flags=all_flags,
+            target_options=target_options or None,
+        )  # fmt: skip
         plugins = backend.build_inline_plugins(kernel, module)
         run_action.require_device(run_device, module=module)
     except PyreeError as error:
-        relabeled = _relabeled(error, labels, texts, f"{kernel_dir}{os.sep}")
-        if "args_call" in relabeled.what:
-            relabeled = PyreeError(
-                relabeled.what, details=relabeled.details, command=relabeled.command, exit_code=relabeled.exit_code,
-                fix=f"{function} must take the buffers and scalars in args= order ({sig.text()}), then the sizes "
-                f"{', '.join(f'size_t {s}' for s in sig.sizes) or '(none)'}; define it in c_source",
-            )  # fmt: skip
-        raise relabeled from None
+        raise _signature_error(_relabeled(error, labels, texts, f"{kernel_dir}{os.sep}"), sig) from None
     return InlineKernel(module, function, plugins, run_device, backend, sig)
+
+
+def _signature_error(error: PyreeError, sig: signature.Signature) -> PyreeError:
+    """A compiler's error in the generated call says how the function must be declared."""
+    if "args_call" not in error.what:
+        return error
+    sizes = ", ".join(f"size_t {s}" for s in sig.sizes) or "(none)"
+    fix = f"{sig.function} must take the buffers and scalars in args= order ({sig.text()}), then the sizes {sizes}; define it in c_source"
+    return PyreeError(error.what, details=error.details, command=error.command, exit_code=error.exit_code, fix=fix)

@@ -16,8 +16,9 @@ import re
 import shutil
 from pathlib import Path
 
-from pyree_build.actions import import_stub
+from pyree_build.actions import import_stub, signature
 from pyree_build.actions.sample_runner import samples_dir
+from pyree_build.backends.llvm_cpu import plugin_entry
 from pyree_build.core import args
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.files import DISK_ERRORS, disk_error, prepare_output_dir
@@ -42,7 +43,7 @@ pyree_cpu_plugin(NAME {name}_plugin SYSTEM SRCS plugin.c)
 
 # program.mlir -> {name}_program.vmfb; its executable imports {import_name}
 # (EXPECT_IMPORTS fails the build if the module stops calling it).
-pyree_iree_module(NAME {name}_program SRC program.mlir TARGET llvm-cpu EXPECT_IMPORTS {import_name})
+pyree_iree_module(NAME {name}_program SRC program.mlir TARGET llvm-cpu EXPECT_IMPORTS {import_name}{module_flags})
 
 pyree_add_run_test(
   NAME {name}_{function}
@@ -269,8 +270,11 @@ def new_project(directory: PathLike, *, name: str | None = None, force: bool = F
     if target.is_dir() and any(target.iterdir()) and not force:
         raise PyreeError("directory is not empty", file=target, fix="choose a new directory, or pass --force to overwrite its files")
     project = _project_name(target.resolve(), name)
-    generated = import_name is not None and import_args is not None
-    files = _import_project_files(project, import_name or "", import_args or "") if generated else _sample_project_files(project)
+    if import_name is not None and import_args is not None:
+        named = signature.is_named_form(import_args)
+        files = (_signature_project_files if named else _import_project_files)(project, import_name, import_args)
+    else:
+        files = _sample_project_files(project)
     files["pyproject.toml"] = PYPROJECT.format(name=project, version=__version__, runtime=_runtime_requirement())
     # Every file is checked before any is written: --force replaces regular files only.
     check_outputs([target / rel for rel in files])
@@ -298,7 +302,7 @@ def _import_project_files(project: str, import_name: str, import_args: str) -> d
     arguments = import_stub.parse_args(import_name, import_args)
     inputs, expected = import_stub.test_values(arguments)
     run_example, result = import_stub.python_example(arguments)
-    cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=_quoted(inputs), expected=_quoted(expected))
+    cmake = CMAKELISTS.format(name=project, import_name=import_name, function="run", inputs=_quoted(inputs), expected=_quoted(expected), module_flags="")
     readme = IMPORT_README.format(
         name=project, import_name=import_name, args=import_args, run_inputs=" ".join(f'--input "{i}"' for i in inputs),
         inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
@@ -310,6 +314,156 @@ def _import_project_files(project: str, import_name: str, import_args: str) -> d
         "plugin.c": import_stub.c_source(import_name, arguments),
         "program.mlir": import_stub.mlir_source(import_name, arguments),
         f"src/{project}/__init__.py": LOADER.format(name=project, function="run"),
+    }
+
+
+SIGNATURE_README = """\
+# {name}
+
+An IREE program (`program.mlir`) that calls the plain C function `{function}`
+(`kernel.c`), built into a CPU plugin (`plugin.c`). Made by
+`pyree-build new --import {function} --args "{args}"`; it builds and passes its test
+as written. The program and the call in `plugin.c` were generated from the signature:
+`{function}` takes the buffers and scalars in that order, then the sizes
+{sizes}. Edit `kernel.c` (the body is a placeholder) and keep its parameters.
+
+## Build and test with CMake
+
+```sh
+cmake -G Ninja -S . -B build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"
+cmake --build build
+ctest --test-dir build --output-on-failure
+```
+
+The test runs `{function}` with {inputs_text} and expects {expected_text}: the placeholder
+body writes each `out` element as {placeholder}, and adds 1 plus the scalars to each `inout`
+element. Replace it with your kernel and update the test's EXPECT.
+
+The program reads every named size from the arrays at each call (one module for every
+size) and {tiling}.
+
+## By hand
+
+```sh
+pyree-build plugin --kind system plugin.c -o build/plugin.so
+pyree-build compile program.mlir -o build/program.vmfb --expect-import {import_name}{compile_flags}
+pyree-build run build/program.vmfb --function {function} {run_inputs} --plugin build/plugin.so
+```
+
+From Python, without a project: `pb.load_inline(c_source=open("kernel.c").read(),
+function="{function}", args="{args}")`.
+
+{wheel}"""
+
+# Each named size's extent in the generated test: the tiled size spans two tiles of 4 rows.
+_TEST_EXTENT = 3
+_TEST_TILE = 4
+_TEST_ROWS = 6
+
+
+def _signature_test(sig: signature.Signature) -> tuple[list[str], list[str], str, str]:
+    """(--input specs, expected result lines, a Python call's arguments, its first result's
+    .tolist()) for the placeholder body: in buffer k holds k + 2, scalar k is k + 2."""
+    extents = {s: _TEST_ROWS if s == sig.tiled else _TEST_EXTENT for s in sig.sizes}
+    shape = {p.position: tuple(d if isinstance(d, int) else extents[d] for d in p.dims or ()) for p in sig.params}
+    scalars = [p for p in sig.params if not p.is_buffer]
+    bump = 1 + sum(k + 2 for k in range(len(scalars)))
+    inputs, python, values = [], [], {}
+    for k, p in enumerate(q for q in sig.operands if q.is_buffer):
+        values[p.position] = k + 2
+    for p in sig.operands:
+        if not p.is_buffer:
+            v = scalars.index(p) + 2
+            inputs.append(f"{p.type}={v}")
+            python.append(f"{float(v)}" if p.type.startswith("f") else str(v))
+        else:
+            dims = "x".join(map(str, shape[p.position]))
+            inputs.append(f"{dims}x{p.type}={values[p.position]}")
+            python.append(f"np.full({shape[p.position]}, {values[p.position]}, np.{p.dtype})")
+    expected, first = [], None
+    for p in sig.outputs:
+        source = _same_shape_input(sig, p)
+        value = (values[source.position] if source else 0) + bump if p.kind == "out" else values[p.position] + bump
+        expected.append(f"{'x'.join(map(str, shape[p.position]))}x{p.type}=" + _nested(shape[p.position], str(value)))
+        if first is None and p.kind == "out":
+            first = _nested_list(shape[p.position], float(value) if p.type.startswith("f") else value)
+    return inputs, expected, ", ".join(python), str(first)
+
+
+def _same_shape_input(sig: signature.Signature, out: signature.Param) -> signature.Param | None:
+    return next((p for p in sig.params if p.kind == "in" and p.is_buffer and p.dims == out.dims and p.type == out.type), None)
+
+
+def _nested(shape: tuple[int, ...], value: str) -> str:
+    if len(shape) == 1:
+        return " ".join([value] * shape[0])
+    return "".join("[" + _nested(shape[1:], value) + "]" for _ in range(shape[0]))
+
+
+def _nested_list(shape: tuple[int, ...], value: object) -> object:
+    return [value] * shape[0] if len(shape) == 1 else [_nested_list(shape[1:], value) for _ in range(shape[0])]
+
+
+def _kernel_stub(sig: signature.Signature) -> str:
+    """kernel.c: the function with the signature's parameters and a placeholder body."""
+    params = [f"{'const ' if p.kind == 'in' and p.is_buffer else ''}{p.c_type}{'*' if p.is_buffer else ''} p{p.position}" for p in sig.params]
+    params += [f"size_t {s}" for s in sig.sizes]
+    scalars = " + ".join(f"(double)p{p.position}" for p in sig.params if not p.is_buffer)
+    lines = [f"  const double bump = 1{' + ' + scalars if scalars else ''};"]
+    for p in sig.outputs:
+        count = " * ".join(str(d) for d in p.dims or ())
+        source = _same_shape_input(sig, p)
+        if p.kind == "out":
+            value = f"(double)p{source.position}[i] + bump" if source else "bump"
+            lines.append(f"  for (size_t i = 0; i < {count}; ++i) p{p.position}[i] = ({p.c_type})({value});")
+        else:
+            lines.append(f"  for (size_t i = 0; i < {count}; ++i) p{p.position}[i] = ({p.c_type})((double)p{p.position}[i] + bump);")
+    unused = [f"p{p.position}" for p in sig.params if p.kind == "in" and p.is_buffer and all(_same_shape_input(sig, o) is not p for o in sig.outputs)]
+    unused += [s for s in sig.sizes if all(s not in (o.dims or ()) for o in sig.outputs)]
+    lines += [f"  (void){name};" for name in unused]
+    return (
+        f"// {sig.function}: called by the generated program with each tile of its arrays (see README.md).\n"
+        f"// Signature: {sig.text()}\n"
+        "// Placeholder body: each out element is the same element of the in buffer of its shape (0 if\n"
+        "// none) plus 1 plus the scalars; each inout element gets 1 plus the scalars added. No libc,\n"
+        "// so it also builds as a standalone plugin.\n"
+        "#include <stddef.h>\n#include <stdint.h>\n\n"
+        f"void {sig.function}({', '.join(params)}) {{\n" + "\n".join(lines) + "\n}\n"
+    )
+
+
+def _signature_project_files(project: str, function: str, text: str) -> dict[str, str]:
+    """The project's files (all but pyproject.toml) for a plain C function and its signature."""
+    sig = signature.parse(text, function, tile=_TEST_TILE)
+    inputs, expected, run_example, result = _signature_test(sig)
+    flags = "".join(f" {flag}" for flag in sig.compile_flags)  # f64 kept as f64
+    cmake = CMAKELISTS.format(
+        name=project, import_name=sig.import_name, function=function, inputs=_quoted(inputs), expected=_quoted(expected),
+        module_flags=f" FLAGS{flags}" if flags else "",
+    )  # fmt: skip
+    plugin = (
+        signature.adapter(sig, "kernel.c").replace("#include <stdint.h>\n", '#include <stdint.h>\n\n#include "iree/hal/local/executable_plugin.h"\n', 1)
+        + "\n"
+        + plugin_entry.plugin_entry(project, f"calls {function} of kernel.c", {sig.import_name: sig.import_name})
+    )
+    tiling = (
+        f"gives each workgroup {sig.tile} rows of size `{sig.tiled}` (the generated `tile=`; `{sig.tiled}` is then the tile's row count)"
+        if sig.tiled else "calls the function once with everything"
+    )  # fmt: skip
+    readme = SIGNATURE_README.format(
+        name=project, function=function, args=text, import_name=sig.import_name, tiling=tiling, compile_flags=flags,
+        sizes=", ".join(f"`size_t {s}`" for s in sig.sizes) or "(none)", run_inputs=" ".join(f'--input "{i}"' for i in inputs),
+        inputs_text=", ".join(f"`{i}`" for i in inputs) or "no inputs", expected_text=" and ".join(f"`{e}`" for e in expected),
+        placeholder="the same element of the `in` buffer of its shape (0 if none) plus 1 plus the scalars",
+        wheel=WHEEL_README.format(name=project, run_example=run_example, result=result),
+    )  # fmt: skip
+    return {
+        "CMakeLists.txt": cmake,
+        "README.md": readme,
+        "kernel.c": _kernel_stub(sig),
+        "plugin.c": plugin,
+        "program.mlir": signature.program(sig),
+        f"src/{project}/__init__.py": LOADER.format(name=project, function=function),
     }
 
 
@@ -327,7 +481,8 @@ def _sample_project_files(project: str) -> dict[str, str]:
     """The project's files (all but pyproject.toml) from the system-plugin sample."""
     plugin_sample = samples_dir() / "custom_dispatch" / "cpu" / "plugin"
     cmake = CMAKELISTS.format(
-        name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"'
+        name=project, import_name="simple_mul_workgroup", function="mixed_invocation", inputs='"8xf32=2" "8xf32=4"', expected=f'"{EXPECTED}"',
+        module_flags="",
     )  # fmt: skip
     return {
         "CMakeLists.txt": cmake,

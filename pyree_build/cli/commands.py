@@ -19,6 +19,7 @@ from pyree_build.backends.base import Verb
 from pyree_build.cli.parser import compile_options
 from pyree_build.client import protocol
 from pyree_build.core import echo, lazy
+from pyree_build.core import outputs as _outputs
 from pyree_build.core.errors import PyreeError
 
 # The action modules of `compile` and `run`, loaded when the verb runs.
@@ -240,7 +241,8 @@ def samples_command(a: argparse.Namespace) -> int:
 
 def new_command(a: argparse.Namespace) -> None:
     out = _scaffold.new_project(a.directory, name=a.name, force=a.force, import_name=a.import_name, import_args=a.import_args)
-    echo.log_step(f"wrote {out}: CMakeLists.txt, plugin.c, program.mlir, README.md, pyproject.toml")
+    written = [name for name in _outputs.read_manifest(out) if "/" not in name]  # the project's top files, as `new` recorded them
+    echo.log_step(f"wrote {out}: {', '.join(written)}")
     echo.log_step(f'next: cmake -G Ninja -S {out} -B {out}/build -Dpyree_build_DIR="$(pyree-build --cmake-dir)"')
 
 

@@ -399,7 +399,9 @@ NEW = Verb(
                 "dest": "import_args",
                 "metavar": "KIND:TYPE,...",
                 "help": (
-                    "the import's arguments in call order: buffers KIND:TYPE (1-D) or KIND:TYPE[?x?] (N-D), KIND in|out|inout, "
+                    "a plain C function's signature, sizes by name (what pb.load_inline(args=...) takes): "
+                    '"in:f32[n], in:f32[n], in:f32, out:f32[n]" makes kernel.c with void NAME(const float*, const float*, float, float*, size_t n); '
+                    "or the import's own argument block, in call order: buffers KIND:TYPE (1-D) or KIND:TYPE[?x?] (N-D), KIND in|out|inout, "
                     "TYPE f32|f16|i8|i16|i32|i64; scalars scalar:TYPE (f32|i8|i16|i32|i64), passed after the buffers; "
                     'e.g. "in:f32,scalar:f32,scalar:f32,out:f32" or "in:f32[?x?],out:f32[?x?]"'
                 ),

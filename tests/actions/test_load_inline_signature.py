@@ -40,6 +40,7 @@ class Drawn:
     items: tuple[tuple[str, str, str], ...]  # (role, kind, type): role row, whole or scalar
     inner: tuple[str | int, ...]
     tile: int | None
+    build: str  # load_inline's kind: system, standalone or embedded
 
     def args(self) -> str:
         rows = "[" + ", ".join(["n", *map(str, self.inner)]) + "]"
@@ -112,7 +113,7 @@ def drawn_signatures(draw: st.DrawFn) -> Drawn:
         items.insert(draw(st.integers(0, len(items))), ("whole", "in", draw(types)))
     for _ in range(draw(st.integers(0, 2))):
         items.insert(draw(st.integers(0, len(items))), ("scalar", "in", draw(types)))
-    return Drawn(tuple(items), inner, draw(st.sampled_from([None, 0, 1, 3, 7])))
+    return Drawn(tuple(items), inner, draw(st.sampled_from([None, 0, 1, 3, 7])), draw(st.sampled_from(["system", "system", "standalone", "embedded"])))
 
 
 def _values(drawn: Drawn, n: int, inner: dict[str | int, int], k: int, rng: np.random.Generator) -> list[object]:
@@ -145,16 +146,32 @@ def _check(kernel: pb.InlineKernel, drawn: Drawn, values: list[object], factor: 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_drawn_signature_computes_what_numpy_does_at_every_size_and_after_an_edit(drawn, data):
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
-    first = pb.load_inline(c_source=drawn.c_source(1), function="drawn", args=drawn.args(), tile=drawn.tile)
-    edited = pb.load_inline(c_source=drawn.c_source(5), function="drawn", args=drawn.args(), tile=drawn.tile)
-    assert edited.module == first.module  # one program for both: only the plugin is new
-    assert edited.plugins != first.plugins
+    first = pb.load_inline(c_source=drawn.c_source(1), function="drawn", args=drawn.args(), tile=drawn.tile, kind=drawn.build)
+    edited = pb.load_inline(c_source=drawn.c_source(5), function="drawn", args=drawn.args(), tile=drawn.tile, kind=drawn.build)
+    if drawn.build == "embedded":  # the function is linked into the module: a module per edit
+        assert not first.plugins and edited.module != first.module
+    else:  # one program for both: only the plugin is new
+        assert edited.module == first.module and edited.plugins != first.plugins
     for _ in range(3):
         n = data.draw(st.sampled_from([0, 1, 2, 5, 8, 17]), label="n")
         inner = {d: data.draw(st.sampled_from([0, 1, 2, 3]), label=str(d)) if isinstance(d, str) else d for d in drawn.inner}
         k = data.draw(st.sampled_from([0, 1, 4]), label="k")
         for kernel, factor in ((first, 1), (edited, 5), (first, 1)):  # the earlier callable keeps its own code
             _check(kernel, drawn, _values(drawn, n, inner, k, rng), factor)
+
+
+@pytest.mark.parametrize("kind", ["standalone", "embedded"])
+def test_the_other_kinds_build_the_same_function(kind):
+    """standalone: a freestanding plugin; embedded: objects linked into the module (no plugin),
+    where an edit compiles the module again and each module keeps its own code."""
+    source = AXPY if kind == "standalone" else AXPY.replace("#include <stddef.h>\n", "")  # size_t comes with the generated call
+    axpy = pb.load_inline(c_source=source, function="axpy", args=AXPY_ARGS, kind=kind)
+    edited = pb.load_inline(c_source=source.replace("a * x[i]", "a * a * x[i]"), function="axpy", args=AXPY_ARGS, kind=kind)
+    assert bool(axpy.plugins) == (kind == "standalone")
+    x, y = np.arange(5000, dtype=np.float32), np.ones(5000, np.float32)
+    np.testing.assert_array_equal(axpy(x, y, 3.0), 3 * x + y)
+    np.testing.assert_array_equal(edited(x, y, 3.0), 9 * x + y)
+    np.testing.assert_array_equal(axpy(x, y, 3.0), 3 * x + y)
 
 
 def test_axpy_from_a_c_function_and_its_signature():
@@ -284,7 +301,7 @@ def test_a_bad_signature_is_named_and_builds_nothing(args, message):
     [
         ({"function": "2axpy"}, "function '2axpy' is not a C identifier"),
         ({"mlir": "module {}"}, "pass mlir= or args=, not both"),
-        ({"kind": "embedded"}, "kind='embedded' is not one of"),
+        ({"kind": "shared"}, "unknown plugin kind 'shared'"),
         ({"tile": -1}, "tile=-1 is not a row count"),
         ({"c_source": None}, "no c_source= defines axpy"),
         ({"files": {"k.glsl": ""}}, "files= \\(k.glsl\\) is for mlir= programs"),

@@ -204,3 +204,46 @@ def test_the_readmes_by_hand_steps_run_as_written_and_print_the_expected_result(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (expected,) = import_stub.test_values(import_stub.parse_args("op", "in:f32[?x?],scalar:f32,out:f32[?x?]"))[1]
     assert expected in proc.stdout, proc.stdout
+
+
+# --- the signature form (issue 48): a plain C function, `--args "in:f32[n], out:f32[n]"` ---------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["in:f32[n], in:f32[n], in:f32, out:f32[n]", "in:f64[m, k], in:f64[k, n], inout:f64[m], in:i32, out:f64[m, n], out:f64[m, k]", "inout:i16[r, 4]"],
+    ids=["axpy", "f64-2-D", "inout-only"],
+)
+def test_new_with_a_signature_writes_a_plain_c_function_whose_project_builds_and_passes(cli, tmp_path, spec):
+    project = tmp_path / "p"
+    result = cli("new", project, "--import", "op", "--args", spec)
+    assert result.returncode == 0, result
+    assert "kernel.c" in result.stderr  # the listing names the function's file
+    kernel = (project / "kernel.c").read_text()
+    assert re.search(r"^void op\(", kernel, re.M) and "iree" not in kernel  # the user's file is plain C
+    assert "pyree_call_op" in (project / "program.mlir").read_text()
+    _build_and_ctest(project, tmp_path / "build")
+
+
+def test_the_generated_function_is_the_one_load_inline_takes(cli, tmp_path):
+    """The project's kernel.c, edited into a real kernel, gives the same numbers from the
+    project's module and plugin as from pb.load_inline with the same signature."""
+    spec = "in:f32[rows, cols], out:f32[rows, cols]"
+    project = tmp_path / "p"
+    assert cli("new", project, "--import", "double_it", "--args", spec).returncode == 0
+    kernel = project / "kernel.c"
+    body = "  for (size_t i = 0; i < rows * cols; ++i) p2[i] = 2 * p1[i];\n"
+    text = re.sub(r"\{\n.*\n\}\n", "{\n" + body + "}\n", kernel.read_text(), flags=re.S)
+    kernel.write_text(text)
+    plugin, module = _build_by_hand(project)
+    x = np.arange(30, dtype=np.float32).reshape(10, 3)
+    (from_project,) = pb.run(module, "double_it", [x], plugins=[plugin])
+    from_inline = pb.load_inline(c_source=text, function="double_it", args=spec)(x)
+    np.testing.assert_array_equal(from_project, 2 * x)
+    np.testing.assert_array_equal(from_inline, 2 * x)
+
+
+def test_a_bad_signature_for_new_names_the_item(cli, tmp_path):
+    result = cli("new", tmp_path / "p", "--import", "op", "--args", "in:f32[n], out:f32[m]")
+    assert_clean_error(result, "size 'm' is used by no input")
+    assert not (tmp_path / "p").exists()
