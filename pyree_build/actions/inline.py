@@ -266,11 +266,6 @@ def _build(
 
 def _signature_backend(sig: signature.Signature, c_source: str | None, files: Mapping[str, str] | None, kind: str, target: str | None) -> tuple[Backend, str]:
     """The backend that builds a signature's C function, and that C, once the arguments are known to fit."""
-    if files:
-        raise PyreeError(
-            f"args= builds a C function from c_source=; files= ({', '.join(sorted(files))}) is for mlir= programs",
-            fix="pass the C function as c_source=, or write the program yourself and pass mlir= with files=",
-        )
     if c_source is None:
         raise PyreeError(f"args= describes a C function, but no c_source= defines {sig.function}", fix=f"pass c_source= with the C of {sig.function}")
     if kind not in ("system", "standalone", "embedded"):
@@ -306,6 +301,8 @@ def _load_signature(
     directory named by its content, loaded beside the earlier ones). kind='embedded' links the
     function into the module instead, so there each edit compiles the module again."""
     sig = signature.parse(args_text, function, tile=tile)
+    if files:
+        return _load_shader(sig, files, c_source=c_source, target=target, device=device, flags=flags, build_dir=build_dir)
     backend, c_source = _signature_backend(sig, c_source, files, kind, target)
     stem = "kernel" if name is None else argcheck.file_name(name, "name")
     run_device = device or backend.devices[0]
@@ -347,3 +344,26 @@ def _signature_error(error: PyreeError, sig: signature.Signature) -> PyreeError:
     sizes = ", ".join(f"size_t {s}" for s in sig.sizes) or "(none)"
     fix = f"{sig.function} must take the buffers and scalars in args= order ({sig.text()}), then the sizes {sizes}; define it in c_source"
     return PyreeError(error.what, details=error.details, command=error.command, exit_code=error.exit_code, fix=fix)
+
+
+def _load_shader(
+    sig: signature.Signature, files: Mapping[str, str], *, c_source: str | None, target: str | None, device: str | None,
+    flags: Sequence[str], build_dir: PathLike | None,
+) -> InlineKernel:  # fmt: skip
+    """args= with one compute shader (`files={"k.glsl": ...}`): the program that dispatches it
+    one invocation per element of the first output is generated, then built as an mlir= one."""
+    shaders = [name for name in files if _backend_for(name, target).name == "vulkan"]
+    if c_source is not None or len(files) != 1 or not shaders:
+        raise PyreeError(
+            f"args= takes one C function (c_source=) or one compute shader (files={{'NAME.glsl': ...}}), not {', '.join(sorted(files)) or 'none'}"
+            + (" and c_source" if c_source is not None else ""),
+            fix="pass one kernel; for several, write the program yourself (mlir=)",
+        )
+    (name,) = shaders
+    argcheck.file_name(name, f"the files key {name!r}")
+    try:
+        program = signature.shader_program(sig, f"{Path(name).stem}.spv", signature.local_size(files[name]))
+    except PyreeError as error:
+        raise PyreeError(error.what, file=None, fix=error.fix, details=f"in files[{name!r}]") from None
+    built = load_inline(mlir=program, function=sig.function, files=dict(files), target="vulkan", device=device, flags=flags, build_dir=build_dir)
+    return InlineKernel(built.module, sig.function, built.plugins, built.device, backends.get("vulkan"), sig)

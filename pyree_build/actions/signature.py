@@ -290,28 +290,51 @@ def _entry(sig: Signature) -> str:
     return f"      func.func @{sig.function}_entry(\n          " + ",\n          ".join(params) + f") {{\n{lines}\n      }}"
 
 
-def _host_function(sig: Signature) -> str:
-    """@FUNCTION: reads each named size from the first operand that has it and dispatches."""
+@dataclass(frozen=True)
+class _Host:
+    """The pieces of @FUNCTION both program forms share: its parameters, the lines that read
+    each named size from the first operand that has it, and its results."""
+
+    params: str
+    lines: list[str]
+    results: str  # the dispatch's result types, an inout one tied to its operand
+    result_types: str
+    names: str
+
+
+def _host(sig: Signature) -> _Host:
     operands = sig.operands
     lines = []
     for s in sig.sizes:
         owner = next(p for p in operands if p.is_buffer and s in (p.dims or ()))
         lines.append(f"%size_{s} = tensor.dim %a{owner.position}, %c{(owner.dims or ()).index(s)} : {owner.shaped('tensor')}")
     constants = sorted({(p.dims or ()).index(s) for s in sig.sizes for p in operands if p.is_buffer and s in (p.dims or ())} | {1})
-    lines = [f"%c{i} = arith.constant {i} : index" for i in constants] + lines
     results = ", ".join(f"%a{p.position}{{{p.dynamic()}}}" if p.kind == "inout" else f"{p.shaped('tensor')}{{{p.dynamic()}}}" for p in sig.outputs)
-    results = f"({results})" if len(sig.outputs) > 1 else results
-    result_types = ", ".join(p.shaped("tensor") for p in sig.outputs)
-    names = ", ".join(f"%r{p.position}" for p in sig.outputs)
+    return _Host(
+        params=", ".join(f"%a{p.position}: {p.shaped('tensor') if p.is_buffer else p.type}" for p in operands),
+        lines=[f"%c{i} = arith.constant {i} : index" for i in constants] + lines,
+        results=f"({results})" if len(sig.outputs) > 1 else results,
+        result_types=", ".join(p.shaped("tensor") for p in sig.outputs),
+        names=", ".join(f"%r{p.position}" for p in sig.outputs),
+    )
+
+
+def _function_text(sig: Signature, host: _Host, lines: list[str]) -> str:
+    body = "\n".join(f"    {line}" for line in [*host.lines, *lines, f"return {host.names} : {host.result_types}"])
+    return f"  func.func @{sig.function}({host.params}) -> ({host.result_types}) {{\n{body}\n  }}"
+
+
+def _host_function(sig: Signature) -> str:
+    """@FUNCTION: reads each named size and dispatches the import."""
+    host, operands = _host(sig), sig.operands
     dispatch_operands = ", ".join([*(f"%a{p.position}" for p in operands), *(f"%size_{s}" for s in sig.sizes)])
     dispatch_types = ", ".join([*(f"{p.shaped('tensor')}{{{p.dynamic()}}}" if p.is_buffer else p.type for p in operands), *(["index"] * len(sig.sizes))])
     workload = f"%size_{sig.tiled}" if sig.tiled else "%c1"
-    lines.append(f"{names} = flow.dispatch @{sig.function}_executable::@{sig.function}_entry[{workload}]({dispatch_operands})")
-    lines.append(f"    : ({dispatch_types}) -> {results}")
-    lines.append(f"return {names} : {result_types}")
-    params = ", ".join(f"%a{p.position}: {p.shaped('tensor') if p.is_buffer else p.type}" for p in operands)
-    body = "\n".join(f"    {line}" for line in lines)
-    return f"  func.func @{sig.function}({params}) -> ({result_types}) {{\n{body}\n  }}"
+    dispatch = [
+        f"{host.names} = flow.dispatch @{sig.function}_executable::@{sig.function}_entry[{workload}]({dispatch_operands})",
+        f"    : ({dispatch_types}) -> {host.results}",
+    ]
+    return _function_text(sig, host, dispatch)
 
 
 # The target each CPU's objects are keyed by, as IREE spells the arch.
@@ -348,6 +371,81 @@ module @{sig.function}_inline {{
   }}
 
 {_host_function(sig)}
+}}
+"""
+
+
+# --- a compute shader's program ---------------------------------------------------------------
+
+# A shader's push constants are 32-bit words: the scalars it can take as they are.
+SHADER_SCALAR_TYPES = ("f32", "i32")
+_LOCAL_SIZE = re.compile(r"layout\s*\(([^)]*)\)\s*in\s*;")
+
+
+def local_size(glsl: str) -> int:
+    """The shader's local_size_x (local_size_y and _z must be 1: args= dispatches one
+    invocation per element of the first output, along x)."""
+    found = _LOCAL_SIZE.search(glsl)
+    sizes = dict(re.findall(r"local_size_([xyz])\s*=\s*(\d+)", found[1])) if found else {}
+    if "x" not in sizes:
+        raise PyreeError(
+            "the shader declares no local_size_x", fix="declare layout(local_size_x = 64) in; args= dispatches one invocation per output element along x"
+        )
+    if int(sizes.get("y", 1)) != 1 or int(sizes.get("z", 1)) != 1:
+        raise PyreeError(
+            "args= dispatches one invocation per element of the first output, along x: the shader's local_size_y and local_size_z must be 1",
+            fix="index the output with gl_GlobalInvocationID.x (a flat index), or write the program yourself (mlir=)",
+        )
+    return int(sizes["x"])
+
+
+def shader_program(sig: Signature, spirv: str, local_x: int) -> str:
+    """The MLIR for a compute shader of this signature: its bindings are the in and inout
+    buffers in order, then the out buffers; its push constants the scalars in order, then each
+    named size as a 32-bit uint; one invocation per element of the first output."""
+    bad = [p for p in sig.params if not p.is_buffer and p.type not in SHADER_SCALAR_TYPES]
+    if bad:
+        raise PyreeError(
+            f"{bad[0].described()}: a shader's push constants are 32-bit words, so its scalars are {' or '.join(SHADER_SCALAR_TYPES)}",
+            fix="take the scalar as f32 or i32 and convert in the shader",
+        )
+    buffers = [p for p in sig.params if p.is_buffer]
+    bindings = [*(p for p in buffers if p.kind != "out"), *(p for p in buffers if p.kind == "out")]
+    layout = ",\n          ".join(f"#hal.pipeline.binding<storage_buffer{', ReadOnly' if p.kind == 'in' else ''}>" for p in bindings)
+    scalars = [p for p in sig.params if not p.is_buffer]
+    host = _host(sig)
+    lines = [f"%size_{s}_i32 = arith.index_cast %size_{s} : index to i32" for s in sig.sizes]
+    # Push constants are i32 words: a float scalar goes as its bits, which the shader reads as a float.
+    lines += [f"%a{p.position}_bits = arith.bitcast %a{p.position} : f32 to i32" for p in scalars if p.type == "f32"]
+    word = {p.position: f"%a{p.position}_bits" if p.type == "f32" else f"%a{p.position}" for p in scalars}
+    work = "%c1"
+    for i, d in enumerate(sig.outputs[0].dims or ()):  # one invocation per element of the first output
+        lines += [] if isinstance(d, str) else [f"%c{d}_work = arith.constant {d} : index"]
+        lines.append(f"%work{i} = arith.muli {work}, {f'%size_{d}' if isinstance(d, str) else f'%c{d}_work'} : index")
+        work = f"%work{i}"
+    tensors = [p for p in sig.operands if p.is_buffer]
+    dispatch_operands = ", ".join([*(word[p.position] for p in scalars), *(f"%size_{s}_i32" for s in sig.sizes), *(f"%a{p.position}" for p in tensors)])
+    dispatch_types = ", ".join([*(["i32"] * (len(scalars) + len(sig.sizes))), *(f"{p.shaped('tensor')}{{{p.dynamic()}}}" for p in tensors)])
+    lines += [f"{host.names} = flow.dispatch @{sig.function}_shader::@main[{work}]({dispatch_operands})", f"    : ({dispatch_types}) -> {host.results}"]
+    return f"""\
+// Generated by pyree_build from the signature of the shader `{spirv}`: {sig.text()}
+// Bindings: {", ".join(p.text for p in bindings)}; push constants: {", ".join([*(p.text for p in scalars), *(f"uint {s}" for s in sig.sizes)]) or "none"}.
+#spirv = #hal.executable.target<"vulkan-spirv", "vulkan-spirv-fb">
+module @{sig.function}_inline {{
+  hal.executable.source private @{sig.function}_shader <{{objects = #hal.executable.objects<{{
+    #spirv = [#hal.executable.object<{{path = "{spirv}"}}>]
+  }}>}}> {{
+    hal.executable.export public @main ordinal(0)
+        layout(#hal.pipeline.layout<constants = {len(scalars) + len(sig.sizes)}, bindings = [
+          {layout}
+        ]>) count(%device: !hal.device, %work: index) -> (index, index, index) {{
+      %groups = affine.apply affine_map<()[s0] -> (s0 ceildiv {local_x})>()[%work]
+      %one = arith.constant 1 : index
+      hal.return %groups, %one, %one : index, index, index
+    }}
+  }}
+
+{_function_text(sig, host, lines)}
 }}
 """
 

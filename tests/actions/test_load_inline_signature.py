@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import pyree_build as pb
 from pyree_build.actions import signature
+from pyree_build.backends.vulkan import devices as vulkan
 from pyree_build.core import echo
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t"}
@@ -304,7 +305,8 @@ def test_a_bad_signature_is_named_and_builds_nothing(args, message):
         ({"kind": "shared"}, "unknown plugin kind 'shared'"),
         ({"tile": -1}, "tile=-1 is not a row count"),
         ({"c_source": None}, "no c_source= defines axpy"),
-        ({"files": {"k.glsl": ""}}, "files= \\(k.glsl\\) is for mlir= programs"),
+        ({"files": {"k.glsl": ""}}, "args= takes one C function \\(c_source=\\) or one compute shader"),
+        ({"files": {"k.glsl": "void main() {}"}, "c_source": None}, "the shader declares no local_size_x"),
     ],
 )
 def test_bad_arguments_of_the_signature_form_are_named(keywords, message):
@@ -351,3 +353,31 @@ def test_the_program_is_generated_from_the_signature_alone():
     assert "func.func @f(%a1: tensor<?x4xf32>, %a2: f32, %a3: tensor<?xi32>) -> (tensor<?xi32>, tensor<?x4xf64>)" in text
     assert sig.compile_flags == signature.F64_FLAGS
     assert sig.sizes == ("m",) and sig.tiled == "m"
+
+
+SHADER = """\
+#version 450
+layout(local_size_x = 32) in;
+layout(set = 0, binding = 0) buffer readonly X { float v[]; } x;
+layout(set = 0, binding = 1) buffer readonly Y { float v[]; } y;
+layout(set = 0, binding = 2) buffer writeonly Out { float v[]; } result;
+layout(push_constant) uniform Constants { float a; uint n; } constants;
+void main() {
+  uint i = gl_GlobalInvocationID.x;
+  if (i < constants.n) result.v[i] = constants.a * x.v[i] + y.v[i];
+}
+"""
+
+
+@pytest.mark.skipif(not vulkan.status()[0], reason=vulkan.status()[1])
+def test_a_compute_shader_from_its_signature_runs_on_vulkan():
+    axpy = pb.load_inline(files={"axpy.glsl": SHADER}, function="axpy", args=AXPY_ARGS)
+    assert axpy.device == "vulkan"
+    for n in (1, 33, 1000):
+        x, y = np.arange(n, dtype=np.float32), np.ones(n, np.float32)
+        np.testing.assert_array_equal(axpy(x, y, 2.0), 2 * x + y)
+
+
+def test_a_shader_program_takes_32_bit_scalars_only():
+    with pytest.raises(pb.PyreeError, match="push constants are 32-bit words"):
+        pb.load_inline(files={"axpy.glsl": SHADER}, function="axpy", args="in:f32[n], in:f32[n], in:f64, out:f32[n]")
