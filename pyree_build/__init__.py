@@ -381,11 +381,42 @@ def import_onnx(
     raise NotImplementedError
 
 
-@_verb(".models.verify", "verify", optional=("function", "baseline", "rtol", "atol"))
+@_verb(".models.torch_op", "torch_op")
+def torch_op(kernel: InlineKernel, name: str) -> Any:
+    """Register a kernel built by `pb.load_inline(args=...)` as the torch operator `name` ("mylib::axpy"),
+    with a fake implementation (result sizes from the signature) so torch.export and torch.compile see it;
+    returns the operator (`torch.ops.mylib.axpy`). Called on CPU tensors it runs the kernel in this process.
+
+    Example: axpy = pb.torch_op(pb.load_inline(c_source=C, function="axpy", args="in:f32[n], in:f32[n], out:f32[n]"), "mylib::axpy")
+    """
+    raise NotImplementedError
+
+
+@_verb(".models.ir.torch_import", "import_torch", optional=("source",))
+def import_torch(
+    model: Any,
+    example_args: Sequence[Any] = (),
+    *,
+    output: PathLike,
+    dynamic_shapes: Any = None,
+    source: PathLike | None = None,
+    force: bool = False,
+) -> Path:
+    """Import a torch model to MLIR with iree-turbine's aot.export, each op named by its module (`fc1`,
+    `blocks.0.attn`; needs pyree_build[torch] and torch). `model`: an nn.Module (exported with
+    `example_args` and torch.export's `dynamic_shapes`) or a torch.export.ExportedProgram.
+
+    Example: pb.import_torch(model, (torch.randn(4, 16),), output="build/mlp.mlir", dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    """
+    raise NotImplementedError
+
+
+@_verb(".models.verify", "verify", optional=("onnx_model", "torch", "function", "baseline", "rtol", "atol"))
 def verify(
     module: PathLike,
-    onnx_model: PathLike,
+    onnx_model: PathLike | None = None,
     *,
+    torch: Any = None,
     function: str | None = None,
     inputs: str | Sequence[str] = (),
     input_files: PathLike | Sequence[PathLike] = (),
@@ -399,6 +430,8 @@ def verify(
     skip_unavailable: bool = False,
 ) -> VerifyResult:
     """Run a module and its ONNX model (onnxruntime) on the same inputs; compare every output (needs pyree_build[onnx]).
+    `torch`: instead of the ONNX model, the torch program the module came from (an ExportedProgram or its .pt2),
+    run eagerly on the same draws (needs pyree_build[torch] and torch).
     `device`: where the module runs (default: the device its executables are for, vulkan, cuda or
     hip for a GPU module, else local-sync); `skip_unavailable`: exit as skipped where it is absent.
 
@@ -595,6 +628,8 @@ __all__ = [
     "tune",
     "new",
     "import_onnx",
+    "import_torch",
+    "torch_op",
     "ops",
     "replace",
     "verify",

@@ -118,7 +118,8 @@ def _needs() -> dict[str, Callable[[], bool]]:
         "a Vulkan device": _vulkan_device,
         "pyree_build installed from a wheel": _installed_wheel,
         "onnx": _importable("onnx", "onnxruntime"),
-        "torch": _importable("torch", "onnx", "onnxruntime"),
+        "torch": _importable("torch", "iree.turbine"),
+        "torch.onnx": _importable("torch", "onnxscript", "onnx", "onnxruntime"),
     }
 
 
@@ -180,7 +181,7 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> None:
 REFERENCE_PAGES = ("cli.md", "python.md", "tuning.md", "server.md", "cmake.md", "troubleshooting.md", "developing.md",
                    "models-at-scale.md", "install.md", "architecture.md", "math.md")  # fmt: skip
 # Pages of docs/ that are walk-throughs: every block runs in docs/, as in a README.
-WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md", "cache-and-rebuilds.md", "writing-an-import.md")
+WALKTHROUGHS = ("your-kernel-in-an-onnx-model.md", "your-kernel-in-a-torch-model.md", "cache-and-rebuilds.md", "writing-an-import.md")
 
 
 def _pages() -> list[tuple[Path, Path | None]]:

@@ -37,6 +37,8 @@ _BUILD_CHECKS: list[Check] = [
     ("ninja", toolchain.ninja, True, "CMake generator", "pip install ninja"),
     ("filecheck", toolchain.filecheck, True, "--check-file output checks", "pip install filecheck"),
     ("ray", toolchain.ray, False, "runs tune's sweeps on a Ray cluster (tune --ray)", toolchain.INSTALL_RAY),
+    ("torch", toolchain.torch, False, "torch programs: import MODEL.pt2, verify --torch, pb.torch_op", toolchain.INSTALL_TORCH),
+    ("iree-turbine", toolchain.turbine, False, "imports torch programs (aot.export)", toolchain.INSTALL_TORCH),
 ]
 # Rows after the backends' own: what every target shares.
 _SHARED_WORKFLOWS = [
@@ -44,6 +46,7 @@ _SHARED_WORKFLOWS = [
     Workflow("CMake projects (samples, new)", build=("cmake", "ninja"), run=("ctest",)),
     Workflow("ONNX models (import, replace, verify)", build=("iree-import-onnx", "iree-compile"), run=("iree-run-module",)),
     Workflow("tune on a Ray cluster (tune --ray)", build=("ray",), run=("ray", "iree-benchmark-module")),
+    Workflow("torch programs (import .pt2, verify --torch, torch_op)", build=("torch", "iree-turbine", "iree-compile"), run=("torch", "iree-run-module")),
 ]
 
 

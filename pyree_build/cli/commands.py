@@ -38,6 +38,7 @@ _doctor = lazy.module("pyree_build.actions.doctor")
 _cache = lazy.module("pyree_build.cache.local")
 _plans = lazy.module("pyree_build.client.plans")
 _importer = lazy.module("pyree_build.models.ir.importer")
+_torch_import = lazy.module("pyree_build.models.ir.torch_import")
 _verify = lazy.module("pyree_build.models.verify")
 _ops = lazy.module("pyree_build.models.ops")
 _merge = lazy.module("pyree_build.models.ir.merge")
@@ -169,6 +170,9 @@ def tune_command(a: argparse.Namespace) -> None:
 
 
 def import_command(a: argparse.Namespace) -> None:
+    if Path(a.model).suffix == ".pt2":  # a program saved with torch.export.save
+        echo.log_step(f"wrote {_torch_import.import_pt2(a.model, a.output, force=a.force)}")
+        return
     out = _importer.import_onnx(
         a.model, a.output, opset_version=a.opset_version, data_dir=a.data_dir, externalize_params=a.externalize_params, depfile=a.depfile,
         timeout=a.timeout,
@@ -179,7 +183,7 @@ def import_command(a: argparse.Namespace) -> None:
 
 def verify_command(a: argparse.Namespace) -> None:
     result = _verify.verify(
-        a.module, a.onnx_model, function=a.function, inputs=a.inputs, input_files=a.input_files, plugins=a.plugins, baseline=a.baseline,
+        a.module, a.onnx_model, torch=a.torch_program, function=a.function, inputs=a.inputs, input_files=a.input_files, plugins=a.plugins, baseline=a.baseline,
         seed=a.seed, trials=a.trials, rtol=a.rtol, atol=a.atol, device=a.device, skip_unavailable=a.skip_unavailable,
     )  # fmt: skip
     if not a.quiet:
@@ -192,7 +196,7 @@ def verify_command(a: argparse.Namespace) -> None:
     indices = sorted({o.index for o in failed})
     failing_sets = [t for t in result.trials if not t.passed]
     sets = f" on {len(failing_sets)} of {len(result.trials)} sets of inputs" if len(result.trials) > 1 else ""
-    reference = "the stored outputs" if any(o.reference == "stored" for o in failed) else "onnxruntime's"
+    reference = _reference_text(failed[0].reference, possessive=True) if failed else ""
     if result.iree_differs:
         raise PyreeError(
             f"IREE's own module differs from the reference: {len(indices)} output(s) of {result.function} differ from {reference}{sets} "
@@ -213,8 +217,15 @@ def verify_command(a: argparse.Namespace) -> None:
         )
     sets = f" on {len(result.trials)} sets of inputs" if len(result.trials) > 1 else ""
     echo.log_step(
-        f"verified {result.function} against {'onnxruntime' if result.outputs[0].reference == 'onnxruntime' else 'the stored outputs'}: {len(result.outputs)} output(s){sets} within {rtol}, {atol}"
+        f"verified {result.function} against {_reference_text(result.outputs[0].reference)}: {len(result.outputs)} output(s){sets} within {rtol}, {atol}"
     )
+
+
+def _reference_text(reference: str, *, possessive: bool = False) -> str:
+    """How a verify message names its reference: onnxruntime, torch, or the stored outputs."""
+    if reference == "stored":
+        return "the stored outputs"
+    return f"{reference}'s" if possessive else reference
 
 
 def _split(values: list[str]) -> list[str]:

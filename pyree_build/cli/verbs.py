@@ -440,9 +440,16 @@ DOCTOR = Verb(
 
 IMPORT = Verb(
     "import",
-    "ONNX model -> MLIR with the compiler wheel's importer, each op named by its ONNX node",
+    "ONNX model (or a torch.export.save'd program, .pt2) -> MLIR, each op named by its ONNX node (or torch module)",
     options=(
-        Option(("model",), {"metavar": "MODEL.onnx", "help": "the ONNX model (external data beside it, or in --data-dir)"}),
+        Option(
+            ("model",),
+            {
+                "metavar": "MODEL.onnx|MODEL.pt2",
+                "help": "the ONNX model (external data beside it, or in --data-dir), or a program saved with torch.export.save "
+                '(imported with iree-turbine\'s aot.export: pip install "pyree_build[torch]" and torch)',
+            },
+        ),
         Option(("-o", "--output"), {"required": True, "metavar": "OUT.mlir"}),
         Option(
             ("--opset-version",),
@@ -480,15 +487,25 @@ IMPORT = Verb(
         "(at model size text costs minutes to write and to parse at every later step); `compile` imports them "
         "back, so the module is self-contained: keep the archive beside the MLIR."
     ),
-    examples="pyree-build import model.onnx -o build/model.mlir\npyree-build compile build/model.mlir -o build/model.vmfb",
+    examples="pyree-build import model.onnx -o build/model.mlir\npyree-build compile build/model.mlir -o build/model.vmfb\n"
+    "pyree-build import model.pt2 -o build/model.mlir   # torch.export.save(torch.export.export(model, args), 'model.pt2')",
 )
 
 VERIFY = Verb(
     "verify",
-    "run a module and the ONNX model (onnxruntime) on the same inputs and compare every output",
+    "run a module and the ONNX model (onnxruntime) or torch program on the same inputs and compare every output",
     options=(
         Option(("module",), {"metavar": "MODULE.vmfb", "help": "the module compiled from the model (import, then compile)"}),
-        Option(("--onnx",), {"dest": "onnx_model", "required": True, "metavar": "MODEL.onnx", "help": "the model the module was compiled from"}),
+        Option(("--onnx",), {"dest": "onnx_model", "default": None, "metavar": "MODEL.onnx", "help": "the model the module was compiled from"}),
+        Option(
+            ("--torch",),
+            {
+                "dest": "torch_program",
+                "default": None,
+                "metavar": "PROGRAM.pt2",
+                "help": "instead of --onnx: the program (torch.export.save) the module was imported from, run eagerly by torch as the reference",
+            },
+        ),
         Option(("--function",), {"default": None, "help": "the module's function (default: the graph's name, or the module's only function)"}),
         Option(
             ("--input",),

@@ -98,6 +98,7 @@ INSTALL_NVRTC = 'pip install "pyree_build[cuda]" (cuda-bindings and nvidia-cuda-
 INSTALL_NVCC = 'install the CUDA toolkit (nvcc), or use the default --compiler nvrtc (pip install "pyree_build[cuda]")'
 INSTALL_ONNX = 'pip install "pyree_build[onnx]" (iree-base-compiler[onnx], onnx and onnxruntime)'
 INSTALL_RAY = 'pip install "pyree_build[ray]" (Ray, for tune --ray)'
+INSTALL_TORCH = 'pip install "pyree_build[torch]" (iree-turbine) and torch as your platform needs it (pip install torch)'
 INSTALL_PTXAS = 'pip install "pyree_build[ptxas]" (the nvidia-cuda-nvcc wheel), or install the CUDA toolkit'
 
 
@@ -258,6 +259,26 @@ def _find_ray() -> Tool | Missing:
     if found is None:
         return Missing("ray", f"Ray {version} is installed but its `ray` command is not beside {sys.executable} or on PATH", INSTALL_RAY, required=True)
     return Tool("ray", (found,), Path(found), version, note="from the ray wheel")
+
+
+def torch() -> Tool:
+    """torch, as the user installed it (the `[torch]` extra does not pin it): a Python package,
+    shown by its version."""
+    return _need(_find_python_package("torch", "torch"))
+
+
+def turbine() -> Tool:
+    """iree-turbine (the `[torch]` extra): `aot.export` imports torch programs (pyree-build import MODEL.pt2)."""
+    return _need(_find_python_package("iree-turbine", "iree-turbine"))
+
+
+def _find_python_package(label: str, dist: str) -> Tool | Missing:
+    version = _dist_version(dist)
+    if version is None:
+        return Missing(label, f"{dist} is not installed in this Python ({sys.executable})", INSTALL_TORCH, required=True)
+    return Tool(
+        label, (sys.executable, "-c", f"import {'torch' if dist == 'torch' else 'iree.turbine'}"), Path(sys.executable), version, note="a Python package"
+    )
 
 
 def _find_onnx_importer() -> Tool | Missing:

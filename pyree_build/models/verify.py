@@ -15,11 +15,12 @@ flow whose records (TrialResult, OutputComparison) the CLI and the API print.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyree_build.actions import checks
 from pyree_build.actions.results import NPY_TENSOR, exported_functions, function_parameters
@@ -397,7 +398,17 @@ def _verify_inputs(
     return sets
 
 
-def _reference(model_path: Path, model: onnx_types.ModelProto, draw: verify_inputs.Draw) -> tuple[verify_inputs.Draw, list[str], list[numpy.ndarray], str]:
+@record(frozen=True)
+class Reference:
+    """What the module is compared with: its name (onnxruntime, torch) and its outputs for a set of inputs."""
+
+    name: str
+    run: Callable[[Sequence[numpy.ndarray]], tuple[list[str], list[numpy.ndarray]]]
+
+
+def _reference(
+    model_path: Path, model: onnx_types.ModelProto, draw: verify_inputs.Draw, reference: Reference
+) -> tuple[verify_inputs.Draw, list[str], list[numpy.ndarray], str]:
     """(the draw as used, output names, the reference outputs, the reference's name): the stored
     outputs where the inputs came with them, else onnxruntime's. A drawn set whose integers
     onnxruntime refuses across their type (indices, sizes) is drawn again with small integers;
@@ -412,8 +423,8 @@ def _reference(model_path: Path, model: onnx_types.ModelProto, draw: verify_inpu
             )
         return draw, names, list(draw.expected), "stored"
     try:
-        found, expected = reference_outputs(model_path, model, draw.arrays)
-        return draw, found, expected, "onnxruntime"
+        found, expected = reference.run(draw.arrays)
+        return draw, found, expected, reference.name
     except PyreeError as refused:
         if draw.style is None or not any(a.dtype.kind in "iu" for a in draw.arrays) or refused.what.startswith("onnxruntime cannot load"):
             raise
@@ -423,8 +434,8 @@ def _reference(model_path: Path, model: onnx_types.ModelProto, draw: verify_inpu
             continue  # the uniform draw's integers are already small
         again = verify_inputs.draw(model, model_path, seed=draw.seed, style=draw.style, integers=integers, turn=draw.turn)
         try:
-            found, expected = reference_outputs(model_path, model, again.arrays)
-            return again, found, expected, "onnxruntime"
+            found, expected = reference.run(again.arrays)
+            return again, found, expected, reference.name
         except PyreeError:
             continue
     raise first
@@ -460,8 +471,9 @@ def _check_settings(seed: int, rtol: float | None, atol: float | None) -> None:
 
 def verify(
     module: PathLike,
-    onnx_model: PathLike,
+    onnx_model: PathLike | None = None,
     *,
+    torch: Any = None,
     function: str | None = None,
     inputs: Sequence[str] = (),
     input_files: Sequence[PathLike] = (),
@@ -496,9 +508,8 @@ def verify(
     as skipped (a GPU module's verify test on a machine without one).
     """
     mod = require_file(module, "module")
-    model_path = require_file(onnx_model, "ONNX model")
+    model_path, model, reference = _model_and_reference(onnx_model, torch)
     base = require_file(baseline, "baseline module") if baseline is not None else None
-    model = load_model(model_path)
     _check_settings(seed, rtol, atol)
     sets = _verify_inputs(model, model_path, inputs=inputs, input_files=input_files, seed=seed, trials=trials)
     for value in model.graph.output:
@@ -513,13 +524,32 @@ def verify(
     device = device or module_device(mod)
     if skip_unavailable:
         require_device(device, skip_unavailable=True)
-    results = _trials(model_path, model, sets, (mod, fn, plugins, device), (base, base_fn, base_device) if base is not None else None, rtol, atol)
+    results = _trials(model_path, model, sets, (mod, fn, plugins, device), (base, base_fn, base_device) if base is not None else None, rtol, atol, reference)
     return VerifyResult(mod, model_path, fn, tuple(results), rtol, atol, seed, base)
+
+
+def _model_and_reference(onnx_model: PathLike | None, torch_program: Any) -> tuple[Path, onnx_types.ModelProto, Reference]:
+    """(the model's path, its ONNX graph, the reference): onnxruntime on an ONNX model, or a torch
+    program run eagerly (its inputs and outputs declared as an ONNX graph, so the draws are the same)."""
+    if torch_program is not None:
+        if onnx_model is not None:
+            raise PyreeError("both an ONNX model and a torch program given as the reference", fix="verify against one: the ONNX model, or --torch PROGRAM.pt2")
+        from pyree_build.models import torch_reference
+
+        program, path = torch_reference.program_of(torch_program)
+        return path, torch_reference.interface(program, path), Reference("torch", functools.partial(torch_reference.outputs, program, path))
+    if onnx_model is None:
+        raise PyreeError(
+            "verify needs a reference: the ONNX model, or a torch program", fix="pass MODEL.onnx, or --torch PROGRAM.pt2 (torch=program in Python)"
+        )
+    model_path = require_file(onnx_model, "ONNX model")
+    model = load_model(model_path)
+    return model_path, model, Reference("onnxruntime", functools.partial(reference_outputs, model_path, model))
 
 
 def _trials(
     model_path: Path, model: onnx_types.ModelProto, sets: Sequence[verify_inputs.Draw], run: tuple[Path, str, Sequence[PathLike], str],
-    baseline: tuple[Path, str, str] | None, rtol: float | None, atol: float | None,
+    baseline: tuple[Path, str, str] | None, rtol: float | None, atol: float | None, reference: Reference,
 ) -> list[TrialResult]:  # fmt: skip
     """Every set of inputs: the references first (a set onnxruntime refuses is drawn again), then
     the module (`run`: module, function, plugins, device) once for all the sets (_run_module), every
@@ -527,7 +557,7 @@ def _trials(
     (_judge), so it runs only on the sets where one does, once for them all: a passing verify of a
     SqueezeNet on lavapipe runs the model 3 times, not 6."""
     mod, fn, plugins, device = run
-    references = [_reference(model_path, model, drawn) for drawn in sets]
+    references = [_reference(model_path, model, drawn, reference) for drawn in sets]
     calls = [used.arrays for used, _, _, _ in references]
     actual = _run_module(mod, fn, calls, plugins, device, model_path)
     compared = []

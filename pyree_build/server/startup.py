@@ -19,7 +19,7 @@ from pyree_build.server.state import log
 # itself cost ~60 ms a plugin build). Except these, by name or package: a Ray client and
 # onnxruntime start threads; IREE's Python bindings and onnx hold 25-80 MB that every fork would
 # map, for the few verbs that use them.
-NOT_PRELOADED = ("pyree_build.tuning.on_ray", "onnxruntime", "onnx", "iree.runtime", "iree.compiler")
+NOT_PRELOADED = ("pyree_build.tuning.on_ray", "onnxruntime", "onnx", "iree.runtime", "iree.compiler", "torch", "iree.turbine")
 # Each thread pool a native library would start at import (numpy's BLAS) is held to one
 # thread: the server must have no thread when it forks.
 ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
