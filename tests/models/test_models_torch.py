@@ -177,7 +177,7 @@ ARCHITECTURES = {
 }
 
 
-@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(name=st.sampled_from(sorted(ARCHITECTURES)), width=st.integers(2, 6), seed=st.integers(0, 100))
 def test_every_replaceable_group_of_a_drawn_torch_model_at_once_verifies_against_torch(tmp_path_factory, name, width, seed):
     """0 wrong: each drawn model (an MLP, a conv block, an attention block, of drawn widths and
