@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +67,26 @@ class InlineKernel:
         self.build_dir = (plugins[0] if plugins else module).parent
         self.signature = sig
         # IREE's Python runtime cannot read results back on every device (Vulkan on lavapipe).
-        self._runner = inprocess.run if backend.runs_in_process else run_action.run_to_arrays
+        self._in_process = backend.runs_in_process
+        self._bound: Callable[[Sequence[object]], list[np.ndarray]] | None = None
+
+    def _run(self, inputs: Sequence[object]) -> list[np.ndarray]:
+        """The module's results: in process through a function loaded once (the files, named by
+        their content, never change), else through iree-run-module."""
+        if not self._in_process:
+            return run_action.run_to_arrays(self.module, self.function, list(inputs), plugins=list(self.plugins), device=self.device)
+        if self._bound is None:
+            self._bound = inprocess.bind(self.module, self.function, plugins=list(self.plugins), device=self.device)
+        return self._bound(inputs)
 
     def __call__(self, *inputs: object) -> Any:
         if self.signature is None:
-            results = self._runner(self.module, self.function, list(inputs), plugins=list(self.plugins), device=self.device)
+            results = self._run(inputs)
             if not results:
                 return None
             return results[0] if len(results) == 1 else tuple(results)
         operands, _ = signature.bind(self.signature, inputs)
-        results = self._runner(self.module, self.function, operands, plugins=list(self.plugins), device=self.device)
+        results = self._run(operands)
         given = dict(zip((p.position for p in self.signature.operands), inputs))
         template = next((given[p.position] for p in self.signature.operands if p.is_buffer), None)
         returned = []

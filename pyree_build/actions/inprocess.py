@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,25 +179,44 @@ def run(
     thread; later runs on that driver use iree-run-module (which can be stopped). Each plugin's
     resolve is asked first in a child process, within the same bound: one that does not answer
     there is never loaded here (a PyreeError says why)."""
+    require_file(module, "module")
+    # Tensors are read now, so a bad spec is named before the module loads.
+    _normalized(inputs)
+    return bind(module, function, plugins=plugins, device=device, timeout=timeout)(inputs)
 
+
+def _normalized(inputs: Sequence[object]) -> list[object]:
+    """Spec strings read as arrays; a bare number waits for the function's declaration, which
+    says whether it is a scalar."""
+    return [v if isinstance(v, str) and _is_bare(v) else checks.spec_array(v) if isinstance(v, str) else v for v in inputs]
+
+
+def bind(
+    module: PathLike, function: str, *, plugins: Sequence[PathLike] = (), device: str = "local-sync", timeout: float | None = DEFAULT_RUN_TIMEOUT_S
+) -> Callable[[Sequence[object]], list[np.ndarray]]:
+    """`function` of a module, loaded in this process with `plugins` and checked once (the
+    plugins asked in a child, the device made), as a callable of its inputs: for a caller that
+    calls the same files again (pb.load_inline's kernels, whose files never change), each call
+    then costs the call (see run for how a call is bounded)."""
     mod = require_file(module, "module")
     try:
         rt.Config  # noqa: B018 - the first read imports iree.runtime: say what to install if it is missing
     except ImportError as exc:
         raise PyreeError(f"iree.runtime cannot be imported ({exc})", fix='pip install "iree-base-runtime==3.13.*"') from None
     require_device(device, module=mod)
-    # Tensors are read now, so a bad spec is named before the module loads; a bare number waits
-    # for the function's declaration, which says whether it is a scalar.
-    inputs = [v if isinstance(v, str) and _is_bare(v) else checks.spec_array(v) if isinstance(v, str) else v for v in inputs]
     driver = _driver_name(device)
+
+    def out_of_process(inputs: Sequence[object]) -> list[np.ndarray]:
+        _note_once(driver, "an earlier call on it did not return (it still runs in this process)")
+        return run_to_arrays(mod, function, _normalized(inputs), plugins=plugins, device=device, timeout=timeout)
+
     with processes.time_limit(timeout):  # one bound for the plugins' check and a run out of process
         _require_resolves_answered(mod, plugins)
         want = plugin_set([plugin_flag(p) for p in plugins])
     try:
         functions = _session(mod, device, want)
         if functions is None:
-            _note_once(driver, "an earlier call on it did not return (it still runs in this process)")
-            return run_to_arrays(mod, function, inputs, plugins=plugins, device=device, timeout=timeout)
+            return out_of_process
         entry = functions[function]
     except KeyError:
         names = exported_functions(mod) or []
@@ -208,11 +227,17 @@ def run(
         ) from None
     except (RuntimeError, ValueError) as exc:
         raise PyreeError("the runtime could not load the module", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
-    args = _arguments(entry, inputs)
-    try:
-        return _call_bounded(entry, args, timeout, what=f"calling {function} on {device}", file=mod, driver=driver, plugins=plugins)
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise PyreeError(f"calling {function} failed", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
+
+    def call(inputs: Sequence[object]) -> list[np.ndarray]:
+        if driver in _STUCK:
+            return out_of_process(inputs)
+        args = _arguments(entry, _normalized(inputs))
+        try:
+            return _call_bounded(entry, args, timeout, what=f"calling {function} on {device}", file=mod, driver=driver, plugins=plugins)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise PyreeError(f"calling {function} failed", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
+
+    return call
 
 
 def call_many(module: PathLike, function: str, calls: Sequence[Sequence[object]], *, device: str) -> list[list[np.ndarray]]:
