@@ -203,6 +203,20 @@ def test_a_matmul_tiles_the_rows_and_gives_the_other_operand_whole():
         np.testing.assert_allclose(mm(a, b), a @ b, rtol=1e-12, atol=0)
 
 
+def test_outputs_of_numbered_sizes_and_the_other_element_types():
+    """A result whose dims are all numbers (not tiled: one call sums everything), f16 buffers
+    with an i64 scalar, and i8 in 2-D."""
+    total = "#include <stddef.h>\nvoid total(const double* x, double* out, size_t n) { double s = 0; for (size_t i = 0; i < n; ++i) s += x[i]; out[0] = s; }\n"
+    x = np.arange(10_001, dtype=np.float64)
+    np.testing.assert_array_equal(pb.load_inline(c_source=total, function="total", args="in:f64[n], out:f64[1]")(x), [x.sum()])
+    half = "#include <stddef.h>\n#include <stdint.h>\nvoid h(const _Float16* x, int64_t k, _Float16* y, size_t n) { for (size_t i = 0; i < n; ++i) y[i] = x[i] * (_Float16)k; }\n"
+    h = np.arange(5, dtype=np.float16)
+    np.testing.assert_array_equal(pb.load_inline(c_source=half, function="h", args="in:f16[n], in:i64, out:f16[n]")(h, 3), h * 3)
+    neg = "#include <stddef.h>\n#include <stdint.h>\nvoid s(const int8_t* x, int8_t* y, size_t r, size_t c) { for (size_t i = 0; i < r * c; ++i) y[i] = -x[i]; }\n"
+    b = np.arange(6, dtype=np.int8).reshape(2, 3)
+    np.testing.assert_array_equal(pb.load_inline(c_source=neg, function="s", args="in:i8[r, c], out:i8[r, c]")(b), -b)
+
+
 def test_a_size_used_off_the_lead_is_not_tiled():
     # `reverse` reads row n-1-i for row i: no tile of rows holds what it needs, so tile=0.
     source = "#include <stddef.h>\nvoid rev(const int* x, int* y, size_t n) { for (size_t i = 0; i < n; ++i) y[i] = x[n - 1 - i]; }\n"
