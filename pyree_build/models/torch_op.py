@@ -29,6 +29,7 @@ from pyree_build.core.errors import PyreeError
 from pyree_build.models.ir import torch_import
 
 torch = lazy.module("torch")
+op_reg = lazy.module("iree.turbine.runtime.op_reg")
 
 _NAME = re.compile(r"(?P<namespace>[A-Za-z_][A-Za-z0-9_]*)::(?P<op>[A-Za-z_][A-Za-z0-9_]*)")
 _LOCK = threading.Lock()
@@ -75,7 +76,7 @@ def torch_op(kernel: InlineKernel, name: str) -> Any:
     """Register `kernel` as the torch operator `name` ("mylib::axpy") and return it
     (`torch.ops.mylib.axpy`)."""
     try:
-        import torch as _torch  # noqa: F401 - the message below names what to install
+        torch.__version__  # noqa: B018 - the first read imports torch: say what to install if it is missing
     except ImportError as exc:
         raise PyreeError(f"pb.torch_op needs torch ({exc})", fix="pip install torch") from None
     sig = kernel.signature if isinstance(kernel, InlineKernel) else None
@@ -106,7 +107,7 @@ def torch_op(kernel: InlineKernel, name: str) -> Any:
 
 def _define(name: str, namespace: str, text: str, sig: Signature) -> Any:
     try:
-        from iree.turbine.runtime import op_reg  # noqa: F401 - present: the op is one turbine can export
+        op_reg.CustomOp  # noqa: B018 - present: the op is one turbine can export
     except ImportError:
         return _define_plain(name, namespace, text, sig)
     torch_import.bridge_bindings()
@@ -127,15 +128,15 @@ def _define_plain(name: str, namespace: str, text: str, sig: Signature) -> Any:
 
 def _define_custom_op(name: str, namespace: str, text: str, sig: Signature) -> Any:
     """The operator as an iree-turbine CustomOp (see the module's docstring)."""
-    from iree.turbine.runtime.op_reg import CustomOp, KernelBuilder, KernelSelection, def_library, impl_helper
-
-    library = def_library(namespace)
+    CustomOp: Any = op_reg.CustomOp
+    impl_helper = op_reg.impl_helper
+    library = op_reg.def_library(namespace)
     loader = _ProgramLoader(impl_helper.TemplateLoader)
 
-    class PyreeKernel(CustomOp):
+    class PyreeKernel(CustomOp):  # type: ignore[misc]
         signature = text
 
-        def select(self, ksel: KernelSelection) -> None:
+        def select(self, ksel: Any) -> None:
             sizes: dict[str, Any] = {}
             for i, p in enumerate(sig.operands):
                 if not p.is_buffer:
@@ -154,7 +155,7 @@ def _define_custom_op(name: str, namespace: str, text: str, sig: Signature) -> A
         def eager_execute(self, *args: Any) -> Any:
             return _DEFINED[name][2][0](*args)
 
-        def generate(self, ksel: KernelSelection, kb: KernelBuilder) -> None:
+        def generate(self, ksel: Any, kb: Any) -> None:
             constants = {p.position: getattr(ksel.arg_descs[i], "v", None) for i, p in enumerate(sig.operands) if not p.is_buffer}
             function = f"pyree_{namespace}_{sig.function}_" + "_".join(
                 f"{p.position}v{_mangled(v)}" for p, v in ((q, constants[q.position]) for q in sig.operands if not q.is_buffer)

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 np = lazy.module("numpy")
 onnx = lazy.module("onnx")
 ort = lazy.module("onnxruntime")
+# torch, when a torch program is the reference: imported then (it imports torch)
+torch_reference = lazy.module("pyree_build.models.torch_reference")
 
 PathLike = str | os.PathLike[str]
 
@@ -534,8 +536,6 @@ def _model_and_reference(onnx_model: PathLike | None, torch_program: Any) -> tup
     if torch_program is not None:
         if onnx_model is not None:
             raise PyreeError("both an ONNX model and a torch program given as the reference", fix="verify against one: the ONNX model, or --torch PROGRAM.pt2")
-        from pyree_build.models import torch_reference
-
         program, path = torch_reference.program_of(torch_program)
         return path, torch_reference.interface(program, path), Reference("torch", functools.partial(torch_reference.outputs, program, path))
     if onnx_model is None:

@@ -16,8 +16,11 @@ Weights stay in the program (`dense_resource` blobs of the MLIR file), as aot.ex
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import os
 import tempfile
+import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,9 @@ from pyree_build.core.outputs import check_ours, check_outputs, record_ours
 from pyree_build.models.ir import importer, limits
 
 torch = lazy.module("torch")
+aot = lazy.module("iree.turbine.aot")
+fx_importer = lazy.module("iree.compiler.extras.fx_importer")
+ir = lazy.module("iree.compiler.ir")
 
 PathLike = str | os.PathLike[str]
 NODE_INDEX_FILE = "torch graph.node"
@@ -36,9 +42,10 @@ INSTALL_TORCH = 'pip install "pyree_build[torch]" and torch (pip install torch, 
 
 
 def _turbine() -> Any:
+    """iree-turbine's aot, imported (torch first: turbine's own error would name torch less clearly)."""
     try:
-        import torch as _torch  # noqa: F401 - said first: turbine's own error would name torch less clearly
-        from iree.turbine import aot
+        torch.__version__  # noqa: B018 - the first read imports the module
+        aot.export  # noqa: B018
     except ImportError as exc:
         raise PyreeError(f"importing a torch program needs torch and iree-turbine ({exc})", fix=INSTALL_TORCH) from None
     bridge_bindings()
@@ -52,8 +59,6 @@ _ASKED = ("IntegerType", "RankedTensorType", "F16Type", "F32Type", "F64Type", "I
 
 
 def bridge_bindings() -> None:
-    from iree.compiler import ir
-
     for name in _ASKED:
         cls = getattr(ir, name, None)
         if cls is not None and not hasattr(cls, "isinstance"):
@@ -74,8 +79,6 @@ def node_names(program: Any) -> dict[Any, tuple[str, int]]:
 @contextlib.contextmanager
 def _named_locations(names: Mapping[Any, tuple[str, int]]) -> Iterator[None]:
     """The FX importer's node locations, while it runs, as the nodes' module names."""
-    from iree.compiler.extras import fx_importer
-
     original = fx_importer.ContextCache.get_node_location
 
     def location(self: Any, node: Any) -> Any:
@@ -163,8 +166,6 @@ _OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
 
 def _safe_load_error(data: bytes) -> str | None:
     """Why `data` is not a plain torch.load file of tensors (None: it is)."""
-    import io
-
     try:
         torch.load(io.BytesIO(data), weights_only=True)
     except Exception as exc:  # the safe unpickler refuses with its own error types; nothing ran
@@ -176,16 +177,13 @@ def check_archive(source: Path) -> None:
     """Refuse a .pt2 that torch.export.load would unpickle with the full unpickler: a model is
     data, and such a file could run code as it is read. Plain tensors, the graph's JSON and
     sample inputs that load under torch.load(weights_only=True) pass."""
-    import json
-    import zipfile
-
     try:
         archive = zipfile.ZipFile(source)
     except (OSError, zipfile.BadZipFile) as exc:
         raise PyreeError("this file is not a .pt2 archive (a zip)", file=source, details=str(exc), fix=_SAVE_FIX) from None
     with archive:
         for name in archive.namelist():
-            why = _unsafe_entry(archive, name, json)
+            why = _unsafe_entry(archive, name)
             if why:
                 raise PyreeError(
                     f"the archive's {name} {why}, which torch.export.load would unpickle with Python's full unpickler: "
@@ -196,7 +194,7 @@ def check_archive(source: Path) -> None:
                 )
 
 
-def _unsafe_entry(archive: Any, name: str, json: Any) -> str | None:
+def _unsafe_entry(archive: zipfile.ZipFile, name: str) -> str | None:
     parts = name.split("/")
     if name.endswith("_config.json") and len(parts) >= 3 and parts[-2] in ("weights", "constants"):
         config = json.loads(archive.read(name)).get("config", {})
