@@ -219,7 +219,7 @@ class UsesAxpy(torch.nn.Module):
         return torch.relu(self.fc(torch.ops.pyree_test.axpy(x, y, 3.0)))
 
 
-def test_a_kernel_is_a_torch_op_in_eager_export_and_compile():
+def test_a_kernel_is_a_torch_op_in_eager_export_and_torch_compile():
     axpy = pb.torch_op(pb.load_inline(c_source=AXPY, function="axpy", args=AXPY_ARGS), "pyree_test::axpy")
     x, y = torch.arange(6.0), torch.ones(6)
     assert torch.equal(axpy(x, y, 2.0), 2 * x + y)
@@ -228,6 +228,8 @@ def test_a_kernel_is_a_torch_op_in_eager_export_and_compile():
     assert any("pyree_test.axpy" in str(n.target) for n in exported.graph.nodes)  # traced through its fake
     a, b = torch.randn(8), torch.randn(8)
     torch.testing.assert_close(exported.module()(a, b), model(a, b))
+    # torch.compile traces it with its meta implementation (dynamo; backend "eager" needs no C++ compiler).
+    torch.testing.assert_close(torch.compile(model, backend="eager", fullgraph=True)(a, b), model(a, b))
 
 
 def test_a_module_calling_the_op_compiles_to_a_call_of_the_kernel_and_matches_eager(tmp_path):
