@@ -74,20 +74,29 @@ def _copy_dir() -> Path:
     return _COPIES[0]
 
 
+def _is_image(flag: str) -> bool:
+    """Whether IREE loads the plugin as a standalone image it reads itself (an `embedded:` flag
+    or a `.sos` file: IREE's own rule), not with dlopen."""
+    return flag.startswith(EMBEDDED_PREFIX) or Path(flag).suffix == ".sos"
+
+
 def _loadable(flag: str, digest: str) -> str:
-    """The flag to parse for a plugin: itself, or a copy named by its content when this
-    process loaded the path with other bytes (dlopen would return that library) or when it
-    is a standalone image (read again by every driver made later, so it must not vanish)."""
-    embedded = flag.startswith(EMBEDDED_PREFIX)
+    """The flag to parse for a plugin: itself, or a copy named by its content. A standalone
+    image is always copied: every driver made later reads every plugin parsed so far again, so
+    its file must outlive the caller's (a temporary build, a cleared cache). A system plugin is
+    copied when this process loaded its path with other bytes (dlopen would return that
+    library); otherwise it stays where it is (it may load libraries beside it), and once loaded
+    it stays loaded, so a later driver finds it by name even if the file goes."""
+    image = _is_image(flag)
     path = flag.removeprefix(EMBEDDED_PREFIX)
-    if not embedded and _LOADED.get(path, digest) == digest:
+    if not image and _LOADED.get(path, digest) == digest:
         return flag
     copy = _copy_dir() / f"{digest[:32]}{Path(path).suffix}"
     if not copy.exists():
         partial = copy.with_name(f".{copy.name}.{os.getpid()}")
         shutil.copyfile(path, partial)
         os.replace(partial, copy)
-    return (EMBEDDED_PREFIX if embedded else "") + str(copy)
+    return (EMBEDDED_PREFIX if flag.startswith(EMBEDDED_PREFIX) else "") + str(copy)
 
 
 def device_for(device: str, want: PluginSet) -> Any:
@@ -95,7 +104,7 @@ def device_for(device: str, want: PluginSet) -> Any:
     need, then kept. None when the driver has a call that never returned."""
     driver = _driver_name(device)
     with _LOCK:
-        if driver in _STUCK:
+        if driver in _STUCK or driver in _UNUSABLE:
             return None
         made = _DEVICES.get((device, want))
         if made is not None:
@@ -104,11 +113,26 @@ def device_for(device: str, want: PluginSet) -> Any:
         if flags:
             rt.flags.parse_flags(*(f"--executable_plugin={flag}" for flag in flags))
         for (flag, digest), loaded in zip(want, flags):
-            if loaded == flag and not flag.startswith(EMBEDDED_PREFIX):
+            if loaded == flag and not _is_image(flag):
                 _LOADED[flag] = digest
         made = rt_binding.create_hal_driver(driver).create_device_by_uri(device)
         _DEVICES[(device, want)] = made
         return made
+
+
+# Drivers that cannot be made again in this process: a plugin parsed for an earlier run (every
+# driver loads them all) no longer loads (its file went, or it fails now). Reason, by driver.
+_UNUSABLE: dict[str, str] = {}
+
+
+def _poisoned(driver: str, message: str, want: PluginSet) -> bool:
+    """Whether a failure to make a driver is about an earlier run's plugin rather than this
+    run's own: then later runs on the driver go to iree-run-module, with the reason."""
+    if "Error creating driver" not in message or any(flag.removeprefix(EMBEDDED_PREFIX) in message for flag, _ in want):
+        return False
+    with _LOCK:
+        _UNUSABLE[driver] = f"a plugin an earlier run loaded cannot be loaded again ({message.strip().splitlines()[-1]})"
+    return True
 
 
 def _session(mod: Path, device: str, want: PluginSet) -> Any:
@@ -207,7 +231,7 @@ def bind(
     driver = _driver_name(device)
 
     def out_of_process(inputs: Sequence[object]) -> list[np.ndarray]:
-        _note_once(driver, "an earlier call on it did not return (it still runs in this process)")
+        _note_once(driver, _UNUSABLE.get(driver, "an earlier call on it did not return (it still runs in this process)"))
         return run_to_arrays(mod, function, _normalized(inputs), plugins=plugins, device=device, timeout=timeout)
 
     with processes.time_limit(timeout):  # one bound for the plugins' check and a run out of process
@@ -218,6 +242,10 @@ def bind(
         if functions is None:
             return out_of_process
         entry = functions[function]
+    except (RuntimeError, ValueError) as exc:
+        if not _poisoned(driver, str(exc), want):
+            raise PyreeError("the runtime could not load the module", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
+        return out_of_process
     except KeyError:
         names = exported_functions(mod) or []
         raise PyreeError(
@@ -225,8 +253,6 @@ def bind(
             file=mod,
             fix=f"name one of its functions: {', '.join(names) or '(none exported)'} (the MLIR's public func.func names)",
         ) from None
-    except (RuntimeError, ValueError) as exc:
-        raise PyreeError("the runtime could not load the module", file=mod, details=str(exc), fix=_load_fix(str(exc))) from None
 
     def call(inputs: Sequence[object]) -> list[np.ndarray]:
         if driver in _STUCK:

@@ -89,3 +89,34 @@ def test_another_plugin_later_in_the_same_process_is_used_not_the_first(tmp_path
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["12.0", "10.0", "12.0"], proc.stdout + proc.stderr
     assert "note: pb.run" not in proc.stderr
+
+
+def test_a_standalone_plugin_whose_file_goes_does_not_stop_later_runs(tmp_path, system_module):
+    """Every driver made later loads every plugin parsed before: a standalone image is read from
+    a copy of its own, so a build directory removed since (a temporary build, a cleared cache)
+    breaks nothing. Where even that copy goes, the runs go to iree-run-module, saying why."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("standalone x86_64 plugins load on Linux x86_64 only")
+    standalone, add, multiply = tmp_path / "gone.sos", tmp_path / "add.so", tmp_path / "multiply.so"
+    _build("standalone", _variant(tmp_path, "standalone_plugin.c", "multiply"), standalone)
+    _build("system", _variant(tmp_path, "system_plugin.c", "add"), add)
+    _build("system", _variant(tmp_path, "system_plugin.c", "multiply"), multiply)
+    script = IN_PROCESS_ONLY + (
+        "import os, shutil, sys, pyree_build as pb\n"
+        "from pyree_build.actions import inprocess as ip\n"
+        "module, standalone, add, multiply = sys.argv[1:5]\n"
+        "def call(plugin):\n    return pb.run(module, 'mixed_invocation', ['8xf32=2', '8xf32=4'], plugins=[plugin])[0][0]\n"
+        "print(call(standalone))\n"
+        "os.remove(standalone)\n"
+        "print(call(add))\n"
+        "for copy in os.listdir(ip._copy_dir()):\n    os.remove(os.path.join(ip._copy_dir(), copy))\n"
+        "ip.run_to_arrays = _refused_before\n"
+        "print(call(multiply))\n"
+    )
+    script = script.replace("inprocess.run_to_arrays = _refuse\n", "_refused_before = inprocess.run_to_arrays\ninprocess.run_to_arrays = _refuse\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(system_module), str(standalone), str(add), str(multiply)], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["12.0", "10.0", "12.0"], proc.stdout + proc.stderr
+    assert "a plugin an earlier run loaded cannot be loaded again" in proc.stderr and "iree-run-module" in proc.stderr
