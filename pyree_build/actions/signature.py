@@ -66,7 +66,7 @@ class Param:
     """One item of the signature: `dims` is None for a scalar."""
 
     position: int  # 1-based, as errors name it
-    text: str
+    text: str  # the item rebuilt from what was parsed (what generated files show: no byte of the caller's spacing)
     kind: str
     type: str
     dims: tuple[str | int, ...] | None
@@ -196,7 +196,7 @@ def _parse_item(position: int, item: str) -> Param:
             )
         if etype not in SCALAR_TYPES:
             raise PyreeError(f"{where}: a scalar is one of {', '.join(SCALAR_TYPES)}, not {etype} (take an f32 and convert in C)", fix=SYNTAX)
-        return Param(position, item, "scalar", etype, None)
+        return Param(position, f"{kind}:{etype}", "scalar", etype, None)
     if kind == "scalar":
         raise PyreeError(f"{where}: a scalar has no dims", fix="write in:TYPE[DIMS] for a buffer, or scalar:TYPE for one number")
     dims = [d.strip() for d in dims_text.split(",")]
@@ -204,7 +204,8 @@ def _parse_item(position: int, item: str) -> Param:
         raise PyreeError(f"{where} has no dims", fix="a buffer has at least one dim (f32[n]); a single number is a scalar: in:f32")
     if len(dims) > MAX_DIMS:
         raise PyreeError(f"{where} has {len(dims)} dims; at most {MAX_DIMS}", fix="flatten inner dims into one")
-    return Param(position, item, kind, etype, tuple(_dim(where, d) for d in dims))
+    parsed = tuple(_dim(where, d) for d in dims)
+    return Param(position, f"{kind}:{etype}[{', '.join(map(str, parsed))}]", kind, etype, parsed)
 
 
 def _dim(where: str, dim: str) -> str | int:

@@ -395,3 +395,11 @@ def test_a_compute_shader_from_its_signature_runs_on_vulkan():
 def test_a_shader_program_takes_32_bit_scalars_only():
     with pytest.raises(pb.PyreeError, match="push constants are 32-bit words"):
         pb.load_inline(files={"axpy.glsl": SHADER}, function="axpy", args="in:f32[n], in:f32[n], in:f64, out:f32[n]")
+
+
+def test_the_generated_files_show_the_signature_as_parsed_not_as_written():
+    """Whitespace the caller wrote (a newline inside an item) never reaches the generated C or
+    MLIR, where it would end a // comment."""
+    sig = signature.parse("in: \nf32[ n ], out:f32[n]", "f")
+    assert sig.text() == "in:f32[n], out:f32[n]"
+    assert "\nf32" not in signature.adapter(sig, "kernel.c") and "\nf32" not in signature.program(sig)

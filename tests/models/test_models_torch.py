@@ -267,3 +267,14 @@ def test_bad_torch_ops_are_named(args, name, message):
     source = AXPY if not args.startswith("inout") else "#include <stddef.h>\nvoid axpy(float* x, float a, size_t n) { (void)x; (void)a; (void)n; }\n"
     with pytest.raises(pb.PyreeError, match=message):
         pb.torch_op(pb.load_inline(c_source=source, function="axpy", args=args), name)
+
+
+def test_verify_names_a_missing_or_doubled_reference(tmp_path):
+    mlir = pb.import_torch(_seeded(MLP()), (torch.randn(4, 16),), output=tmp_path / "m.mlir")
+    module = pb.compile(mlir, tmp_path / "m.vmfb", target="llvm-cpu")
+    with pytest.raises(pb.PyreeError, match="verify needs a reference"):
+        pb.verify(module)
+    with pytest.raises(pb.PyreeError, match="both an ONNX model and a torch program"):
+        pb.verify(module, tmp_path / "x.onnx", torch=tmp_path / "x.pt2")
+    with pytest.raises(pb.PyreeError, match="torch= takes a torch.export.ExportedProgram"):
+        pb.verify(module, torch=42)
