@@ -169,25 +169,50 @@ def _index_of(dim: Any) -> str:
 
 
 def _size_values(rep: Replacement, *, from_tensors: bool) -> list[str]:
-    """Lines defining every size the general form names: the inputs' (from the tensors in the
-    call function, from the i32 arguments in the dispatch) and the constant ones."""
-    if not rep.dynamic:
-        return []
+    """Lines defining every size the spec names: in the general form every input's, in the
+    static form those an input leaves open (tensor<?xi64>: a size the model computes). Each
+    comes from its tensor in the call function and from its i32 argument in the dispatch."""
     lines = []
     for k, (i, d, _) in enumerate(_input_dims(rep)):
+        if not rep.dynamic and (i, d) not in _open_dims(rep):
+            continue
         if from_tensors:
             lines += [f"%i{k} = arith.constant {d} : index", f"%x{i}_{d} = tensor.dim %arg{i}, %i{k} : {rep.type_of(rep.group.inputs[i])}"]
         else:
             lines.append(f"%x{i}_{d} = arith.index_cast %d{k} : i32 to index")
+    if not rep.dynamic:
+        return lines
     constants = sorted({dim[1] for dims in rep.dims.values() for dim in dims if dim[0] == "const"})
     return lines + [f"%k{n} = arith.constant {n} : index" for n in constants]
 
 
+def _open_dims(rep: Replacement) -> list[tuple[int, int]]:
+    """(input, dimension) of every input size the static types leave open."""
+    return [(i, d) for i, d, size in _input_dims(rep) if size == 0 and program.shape(rep.group.inputs[i].type)[d] is None]
+
+
+def _size_arguments(rep: Replacement) -> list[str]:
+    """Lines defining %d<k>, the i32 size of every input dimension the import is given: read
+    from the tensor where the size is only known at run time, else the type's constant."""
+    lines = []
+    for k, (i, d, size) in enumerate(_input_dims(rep)):
+        if rep.dynamic or (i, d) in _open_dims(rep):
+            lines.append(f"%d{k} = arith.index_cast %x{i}_{d} : index to i32")
+        else:
+            lines.append(f"%d{k} = arith.constant {size} : i32")
+    return lines
+
+
 def _shaped(rep: Replacement, value: Any) -> str:
-    """A type with the sizes its general form needs: tensor<?x?xf32>{%x0_0, %x1_1}."""
-    if not rep.dynamic or "?" not in rep.type_of(value):
-        return rep.type_of(value)
-    return f"{rep.type_of(value)}{{{', '.join(_index_of(d) for d in rep.sizes_of(value))}}}"
+    """A type with the sizes its open dimensions need: tensor<?x?xf32>{%x0_0, %x1_1}."""
+    type_text = rep.type_of(value)
+    if "?" not in type_text:
+        return type_text
+    if rep.dynamic:
+        return f"{type_text}{{{', '.join(_index_of(d) for d in rep.sizes_of(value))}}}"
+    # Static form: only an input can be open (the C generators refuse an open result).
+    i = next(n for n, v in enumerate(rep.group.inputs) if v == value)
+    return f"{type_text}{{{', '.join(f'%x{i}_{d}' for n, d in _open_dims(rep) if n == i)}}}"
 
 
 def _rank(type_: Any) -> int:
@@ -373,10 +398,10 @@ def gpu_call_function(rep: Replacement) -> list[str]:
     name, ins = rep.name, rep.group.inputs
     result_type = rep.type_of(rep.group.root.results[0])
     dims = _input_dims(rep)
-    lines = [f"%d{k} = arith.constant {size} : i32" for k, (_, _, size) in enumerate(dims)]
+    lines = _size_values(rep, from_tensors=True) + _size_arguments(rep)
     lines.append(f"%n = arith.constant {_elements(rep)} : index")
     operands = [f"%d{k}" for k in range(len(dims))] + [f"%arg{i}" for i in range(len(ins))]
-    operand_types = ["i32"] * len(dims) + [rep.type_of(v) for v in ins]
+    operand_types = ["i32"] * len(dims) + [_shaped(rep, v) for v in ins]
     lines.append(f"%r = flow.dispatch @{name}_executable::@{gpu_entry(rep)}[%n]({', '.join(operands)}) : ({', '.join(operand_types)}) -> {result_type}")
     lines.append(f"util.return %r : {result_type}")
     args = ", ".join(f"%arg{i}: {rep.type_of(v)}" for i, v in enumerate(ins))
@@ -391,11 +416,7 @@ def call_function(rep: Replacement) -> list[str]:
     outs = [*rep.group.root.results, *rep.scratch]
     root_types = [rep.type_of(r) for r in rep.group.root.results]
     dims = _input_dims(rep)
-    lines = _size_values(rep, from_tensors=True)
-    if rep.dynamic:
-        lines += [f"%d{k} = arith.index_cast %x{i}_{d} : index to i32" for k, (i, d, _) in enumerate(dims)]
-    else:
-        lines += [f"%d{k} = arith.constant {size} : i32" for k, (_, _, size) in enumerate(dims)]
+    lines = _size_values(rep, from_tensors=True) + _size_arguments(rep)
     operands = [f"%arg{i}" for i in range(len(ins))] + [f"%d{k}" for k in range(len(dims))]
     operand_types = [_shaped(rep, v) for v in ins] + ["i32"] * len(dims)
     result_types = ", ".join(_shaped(rep, v) for v in outs)

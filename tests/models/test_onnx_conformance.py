@@ -46,6 +46,7 @@ SLICE = {
     "test_constantofshape_float_ones": "constants only: refused",
     "test_max_float64": "a program with f64 inputs and outputs: refused",
     "test_reduce_sum_square_empty_set": "an input with no elements (IREE makes it a constant): refused",
+    "test_onehot_without_axis": "an input whose size the model computes (tensor<?xi64>) in the static form",
 }
 # Groups `ops` must mark replaceable (and that must come out right): at least these many.
 MIN_RIGHT = 16
@@ -97,6 +98,23 @@ def test_reshape_roots_and_packed_scalars_are_replaced(records):
     # The roots that wrote nothing (a lone reshape) and the inputs read at twice their offset.
     for name in ("test_reshape_reordered_all_dims", "test_unsqueeze_axis_0", "test_clip", "test_pow_bcast_scalar", "test_where_example"):
         assert [g["outcome"] for g in records[name]["groups"] if g["replaceable"]] == ["right"], records[name]
+
+
+def test_an_input_size_only_known_at_run_time_is_read_from_the_tensor(records, data, tmp_path):
+    # OneHot's comparison group takes tensor<?xi64> (a range the model computes): the static
+    # form passes that size from the tensor (flow.dispatch needs it, and the C reads it); the
+    # spec used to give the type without its size ("expected '{'") and the constant 0.
+    groups = records["test_onehot_without_axis"]["groups"]
+    open_input = [g for g in groups if g["replaceable"]]
+    assert [g["outcome"] for g in open_input] == ["right"], groups
+    import pyree_build as pb
+
+    mlir = pb.import_onnx(data / "test_onehot_without_axis" / "model.onnx", tmp_path / "m.mlir")
+    index = open_input[0]["index"]
+    assert any("?" in t.type for t in pb.ops(mlir)[index - 1].operands)
+    pb.replace(mlir, tmp_path / "k", ops=[index], imports=["k"])
+    spec_text = (tmp_path / "k" / "spec.mlir").read_text()
+    assert re.search(r"tensor<\?xi64>\{%x\d+_0\}", spec_text) and "tensor.dim" in spec_text, spec_text
 
 
 def test_ops_refuses_what_replace_cannot_do_and_says_why(records):
