@@ -372,6 +372,8 @@ def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str,
     output_hashes = [hash_file(p) for p in private]
     if any(h is None for h in output_hashes):
         return
+    for p, digest in zip(private, output_hashes):
+        readers.note_written_hash(p, digest)  # type: ignore[arg-type]  # None ruled out above
     entry = _digest(base, *(f"{k}={v}" for k, v in sorted(dep_hashes.items())))
     entries = root / "entries"
     entries.mkdir(parents=True, exist_ok=True)

@@ -238,7 +238,7 @@ def file_hash(p: Path) -> str | None:
     """sha256 of a regular file's bytes; None for anything else (absent, a directory, a FIFO)."""
     if os.path.islink(p):
         return None
-    return readers.sha256_of(p)  # a FIFO swapped in after a check would block a plain open
+    return readers.sha256_of_written(p)  # a FIFO swapped in after a check would block a plain open
 
 
 def _relative_name(name: str) -> bool:

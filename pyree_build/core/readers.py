@@ -83,6 +83,39 @@ def sha256_of(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+# The sha256 of files pyree_build wrote and hashed in this process, by their identity (device,
+# inode, size, modification time): a rename keeps all four, so an output published from the
+# private file the cache just hashed is not read again for its manifest (575 MB of weights:
+# 0.4 s). A file changed since then has another size or time, or, written within the
+# filesystem's time step at the same size, is recorded as written and later reported as edited.
+_WRITTEN_HASHES: dict[tuple[int, int, int, int], str] = {}
+_WRITTEN_KEPT = 256  # a long-running server keeps the last few only
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def note_written_hash(path: str | os.PathLike[str], digest: str) -> None:
+    """Remember `digest` as the bytes of `path`, a file this process just wrote and hashed."""
+    identity = _identity(path)
+    if identity is not None:
+        _WRITTEN_HASHES[identity] = digest
+        while len(_WRITTEN_HASHES) > _WRITTEN_KEPT:
+            del _WRITTEN_HASHES[next(iter(_WRITTEN_HASHES))]
+
+
+def sha256_of_written(path: str | os.PathLike[str]) -> str | None:
+    """sha256_of, answered from note_written_hash while the file is the one noted."""
+    identity = _identity(path)
+    known = _WRITTEN_HASHES.get(identity) if identity is not None else None
+    return known if known is not None else sha256_of(path)
+
+
 @contextlib.contextmanager
 def open_regular(path: object, role: str) -> Iterator[BinaryIO]:
     """`path` open for reading, or the PyreeError that says it is missing or not a regular file."""

@@ -140,3 +140,26 @@ def test_threads_pausing_and_recording_in_every_interleaving_keep_each_scope(tmp
         assert str(wanted) in scope.paths, order
         assert str(version) not in scope.paths, order
     assert not reads._ACTIVE
+
+
+def test_a_hash_noted_for_a_written_file_follows_it_through_a_rename_and_no_further_than_its_bytes(tmp_path):
+    # The cache hashes an output's private file once and the output manifest reuses that hash
+    # after the rename (the same inode, size and time); a change of size or time is read again.
+    import hashlib
+
+    from pyree_build.core import readers
+
+    private, final = tmp_path / ".out.private", tmp_path / "out.bin"
+    private.write_bytes(b"weights" * 1000)
+    noted = "0" * 64  # not the bytes' hash: proves the answer came from the note
+    readers.note_written_hash(private, noted)
+    os.rename(private, final)
+    assert readers.sha256_of_written(final) == noted
+    st = final.stat()
+    os.utime(final, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # same size, another time
+    assert readers.sha256_of_written(final) == hashlib.sha256(b"weights" * 1000).hexdigest()
+    readers.note_written_hash(final, noted)
+    with open(final, "ab") as f:
+        f.write(b"!")
+    assert readers.sha256_of_written(final) == hashlib.sha256(b"weights" * 1000 + b"!").hexdigest()
+    assert readers.sha256_of_written(tmp_path / "absent") is None
