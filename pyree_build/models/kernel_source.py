@@ -110,9 +110,12 @@ def _roles(rep: spec.Replacement) -> dict[tuple[int, int], c_reference.Buffer]:
     group = rep.group
     roles: dict[tuple[int, int], c_reference.Buffer] = {}
     for i, value in enumerate(group.inputs):
-        roles[program.position(value, group.function)] = c_reference.Buffer(
-            f"in{i}", [f"in{i}_d{d}" for d in range(len(program.shape(value.type)))], c_reference.c_type(value.type)
-        )
+        # The static form's matcher takes only these types, so a size the type fixes is a
+        # constant in the C (loops of known trip count unroll, strides fold); a size the type
+        # leaves open, or any size in the general form, is read from the argument block.
+        shape = program.shape(value.type)
+        sizes = [f"in{i}_d{d}" if rep.dynamic or size is None else str(size) for d, size in enumerate(shape)]
+        roles[program.position(value, group.function)] = c_reference.Buffer(f"in{i}", sizes, c_reference.c_type(value.type))
     for stem, values in (("out", list(group.root.results)), ("tmp", rep.scratch)):
         for j, value in enumerate(values):
             if rep.dynamic:
