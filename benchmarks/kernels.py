@@ -33,6 +33,7 @@ and the plugin for the arch's baseline; `host` compiles both for this machine's 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -119,7 +120,26 @@ def _light(name: str) -> object:
     return onnx.load(str(path))
 
 
+def _bottleneck() -> object:
+    """ResNet-50's first bottleneck (res2_0: 1x1, 3x3 and 1x1 convolutions with BatchNorm and
+    Relu, the projection shortcut, the sum and its Relu), cut from the light model as
+    models_scale.py prepares it: from the stem's MaxPool to the first Sum's Relu."""
+    import onnx
+    from onnx import utils
+
+    out = Path(tempfile.gettempdir()) / "pyree-kernels-bottleneck.onnx"
+    if not out.exists():
+        whole = _light("resnet50")
+        nodes = list(whole.graph.node)  # type: ignore[attr-defined]
+        start = next(n.output[0] for n in nodes if n.op_type == "MaxPool")
+        summed = next(n.output[0] for n in nodes if n.op_type in ("Sum", "Add"))
+        end = next(n.output[0] for n in nodes if n.op_type == "Relu" and n.input[0] == summed)
+        utils.extract_model(str(Path(tempfile.gettempdir()) / "pyree-kernels-resnet50.onnx"), str(out), [start], [end])
+    return onnx.load(str(out))
+
+
 MODELS = {
+    "bottleneck": ("ResNet-50's first bottleneck (res2_0, light model, opset 17, seeded weights), x[1,64,56,56]", _bottleneck, (1, 64, 56, 56)),
     "user": ("Linear -> GELU -> LayerNorm -> Linear -> Softmax, x[4,64]", lambda: onnx_models.gemm_gelu_norm(), (4, 64)),
     "squeezenet": ("SqueezeNet 1.0 (onnx's light model, opset 17, seeded weights), x[1,3,224,224]", lambda: _light("squeezenet"), (1, 3, 224, 224)),
     "encoder": (
@@ -195,6 +215,80 @@ def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
     _timed(name, modules, iree, function, inputs, args)
 
 
+_ELEMENT = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i64": np.int64, "i32": np.int32, "i8": np.int8, "i1": np.bool_}
+
+
+def _random_inputs(program_text: str, work: Path) -> list[str]:
+    """A seeded .npy per argument of the isolated program (`@path`, as run and tune take them):
+    floats in [-1, 1), integers in [0, 4)."""
+    rng = np.random.default_rng(0)
+    start = program_text.index("func.func @group(")
+    signature = program_text[start : program_text.index(") ->", start)]
+    inputs = []
+    for k, (dims, element) in enumerate(re.findall(r"tensor<((?:\d+x)*)(\w+)>", signature)):
+        shape = tuple(int(d) for d in dims.split("x") if d)
+        dtype = _ELEMENT[element]
+        values = rng.uniform(-1, 1, shape) if np.issubdtype(dtype, np.floating) else rng.integers(0, 4, shape)
+        np.save(work / f"in{k}.npy", np.asarray(values).astype(dtype))
+        inputs.append(f"@{work / f'in{k}.npy'}")
+    return inputs
+
+
+def _check_same(replaced: Path, plugin: Path, iree: Path, inputs: list[str]) -> None:
+    from pyree_build.actions import checks
+
+    arrays = [np.load(spec.removeprefix("@")) for spec in inputs]
+    ours = pb.run(replaced, "group", arrays, plugins=[plugin])
+    theirs = pb.run(iree, "group", arrays)
+    for got, want in zip(ours, theirs):
+        rtol, atol = checks.computed_tolerance(want)
+        assert checks.close_elements(got, want, rtol=rtol, atol=atol).all(), f"{replaced}: the generated kernel differs from IREE's module"
+
+
+def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
+    """Each replaceable group of a model (merges as run_model makes them) as a program of its
+    own (models/isolate.py): IREE's module of exactly those ops against the generated kernel,
+    untuned and tuned (`tune`, no --param, against IREE's module), interleaved."""
+    from pyree_build.models.isolate import isolate
+
+    work.mkdir(parents=True, exist_ok=True)
+    about, build, _ = MODELS[name]
+    model = Path(onnx_models.save(build(), work / f"{name}.onnx"))
+    mlir = pb.import_onnx(model, work / f"{name}.mlir", force=True)
+    plugin_cpu = "baseline" if args.cpu == "generic" else "host"
+    units = _merged([g for g in pb.ops(mlir) if g.replaceable])
+    print(f"\n{about}: each of {len(units)} kernels against IREE's module of the same ops, cpu {args.cpu}, {args.rounds} rounds alternated")
+    for unit in units:
+        members = unit if isinstance(unit, tuple) else (unit,)
+        tag = "+".join(str(g.index) for g in members)
+        label = f"#{tag} " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
+        d = work / "groups" / tag
+        program_path = isolate(mlir, tuple(g.index for g in members) if len(members) > 1 else members[0].index, d / "group.mlir")
+        iree = pb.compile(program_path, d / "iree.vmfb", cpu=args.cpu)
+        inner = [g.index for g in pb.ops(program_path) if g.replaceable]
+        pb.replace(program_path, d / "kernels", ops=[tuple(inner) if len(inner) > 1 else inner[0]], imports=["k"], force=True)
+        source = d / "kernels" / "k.c"
+        untuned = pb.plugin(source, d / "untuned.so", cpu=plugin_cpu)
+        replaced = pb.compile(program_path, d / "replaced.vmfb", cpu=args.cpu, transform_spec=d / "kernels" / "spec.mlir", expect_imports=["k"])
+        inputs = _random_inputs(program_path.read_text(), d)
+        _check_same(replaced, untuned, iree, inputs)
+        for device in args.devices.split(","):
+            sides: list[tuple[Path, list[Path]]] = [(iree, []), (replaced, [untuned])]
+            tuned_label = "defaults"
+            if not args.no_tune:
+                best = d / f"best-{device}.json"
+                result = pb.tune(source, best, module=replaced, function="group", inputs=inputs, reference=iree, device=device, cpu=plugin_cpu,
+                                 budget=args.tune_budget, build_dir=d / f"variants-{device}")  # fmt: skip
+                assert result.best is not None, result.render()
+                tuned_label = result.best.label
+                sides.append((replaced, [pb.tune.build_tuned([source], d / f"tuned-{device}.so", tuned=best, cpu=plugin_cpu)]))
+            timed = pb.bench.compare_many(sides, "group", inputs=inputs, device=device, rounds=args.rounds)
+            cells = [f"untuned {timed.sides[1].ratio:.2f}x ({timed.sides[1].ratio_min:.2f} - {timed.sides[1].ratio_max:.2f})"]
+            if len(timed.sides) > 2:
+                cells.append(f"tuned {timed.sides[2].ratio:.2f}x ({timed.sides[2].ratio_min:.2f} - {timed.sides[2].ratio_max:.2f}) [{tuned_label}]")
+            print(f"  {label:<48} {device:<11} IREE {_fmt(timed.sides[0].median_ms):>10}  " + "  ".join(cells), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=",".join(CASES), help=f"which of {', '.join(CASES)} (default all)")
@@ -205,13 +299,16 @@ def main() -> None:
     parser.add_argument("--no-tune", action="store_true", help="time the untuned kernels only")
     parser.add_argument("--keep", type=Path, help="work in this directory (kept) instead of a temporary one")
     parser.add_argument("--models", help=f"whole models instead of cases: {', '.join(MODELS)}")
+    parser.add_argument(
+        "--groups", action="store_true", help="with --models: each group as a program of its own against IREE's module of the same ops, untuned and tuned"
+    )
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="pyree-kernels-bench."))
     if args.models:
         for name in args.models.split(","):
             if name not in MODELS:
                 parser.error(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
-            run_model(name, work / name, args)
+            (run_groups if args.groups else run_model)(name, work / name, args)
         return
     for case in args.cases.split(","):
         if case not in CASES:

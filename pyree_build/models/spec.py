@@ -105,18 +105,45 @@ def clone_matcher(group: groups.Group) -> tuple[list[str], list[str], list[str]]
 
     The program is left as it is: each clone's operands, and those of the ops in its
     bodies, are pointed at the clones' values."""
+    aliases, lines = _cloned(group, returned=False)
+    start = next(i for i, line in enumerate(lines) if "func.func @matcher" in line)
+    end = max(i for i, line in enumerate(lines) if line.strip() == "return")
+    indent = len(lines[start + 1]) - len(lines[start + 1].lstrip())
+    return aliases, [str(v.type) for v in group.inputs], [line[indent:] for line in lines[start + 1 : end]]
+
+
+def isolated_program(group: groups.Group, name: str = "group") -> str:
+    """The group's ops alone as a program: a public function `name` of the group's inputs that
+    returns its root's results, the same ops on the same types (what IREE compiles for exactly
+    those ops, to time against the kernel that replaces them)."""
+    aliases, lines = _cloned(group, returned=True)
+    return "\n".join([*aliases, *lines]).replace("func.func @matcher(", f"func.func @{name}(", 1) + "\n"
+
+
+def _cloned(group: groups.Group, *, returned: bool) -> tuple[list[str], list[str]]:
+    """The group's ops cloned into a function @matcher of its inputs, printed: (aliases, the
+    other lines). `returned`: the function returns the root's results (a program of its own);
+    else it returns nothing and the ops a matcher compares by name only are marked so."""
     types = [str(v.type) for v in group.inputs]
     with group.function.context, program.ir.Location.unknown():
         scratch = program.ir.Module.parse(f"func.func @matcher({', '.join(f'%arg{i}: {t}' for i, t in enumerate(types))}) {{\n  return\n}}")
-        block = scratch.body.operations[0].operation.regions[0].blocks[0]
+        function = scratch.body.operations[0].operation
+        block = function.regions[0].blocks[0]
         mapping = dict(zip(group.inputs, block.arguments))
-        point = program.ir.InsertionPoint(block.operations[len(block.operations) - 1])
+        terminator = block.operations[len(block.operations) - 1]
+        point = program.ir.InsertionPoint(terminator)
         for op in _ordered(group):
             clone = op.clone(ip=point)
-            if op in group.by_name:
+            if op in group.by_name and not returned:
                 clone.attributes["match.operation_name_only"] = program.ir.UnitAttr.get()
             _remap(clone, mapping)
             mapping.update(zip(op.results, clone.results))
+        if returned:
+            results = [mapping[r] for r in group.root.results]
+            program.ir.Operation.create("func.return", operands=results, ip=point)
+            terminator.operation.erase()
+            signature = program.ir.FunctionType.get([a.type for a in block.arguments], [r.type for r in results])
+            function.attributes["function_type"] = program.ir.TypeAttr.get(signature)
         try:
             scratch.operation.verify()
         except program.ir.MLIRError as e:
@@ -129,11 +156,7 @@ def clone_matcher(group: groups.Group) -> tuple[list[str], list[str], list[str]]
             ) from None
         text = scratch.operation.get_asm(enable_debug_info=False)
     lines = text.splitlines()
-    aliases = [line for line in lines if line.startswith("#")]
-    start = next(i for i, line in enumerate(lines) if "func.func @matcher" in line)
-    end = max(i for i, line in enumerate(lines) if line.strip() == "return")
-    indent = len(lines[start + 1]) - len(lines[start + 1].lstrip())
-    return aliases, types, [line[indent:] for line in lines[start + 1 : end]]
+    return [line for line in lines if line.startswith("#")], [line for line in lines if not line.startswith("#")]
 
 
 def _remap(op: Any, mapping: dict[Any, Any]) -> None:
