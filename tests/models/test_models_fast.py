@@ -366,3 +366,46 @@ def test_a_matmul_ending_in_a_reshape_and_transpose_is_one_tiled_nest_that_verif
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "heads").returncode == 0
     verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "heads.so")
     assert verified.returncode == 0, verified
+
+
+def test_a_kernel_calling_exp_or_erf_declares_their_faster_forms_which_verify_and_change_the_code(tmp_path):
+    # Issue 47: where a function has a faster form (math_inline.h's *_fast), the generated kernel
+    # declares PYREE_FAST_MATH as a later knob; built at 1, the calls take those forms (the
+    # numbers move by an ulp or two) and the group still verifies against onnxruntime. A kernel
+    # calling none of them declares nothing more (the dense layer's stages above are unchanged).
+    import numpy as np
+
+    import pyree_build as pb
+
+    (tmp_path / "softmax").mkdir()
+    model, mlir, out = _replaced_rows(tmp_path / "softmax", _row_model("softmax", (2, 16, 300)))
+    c_text = (out / "rows.c").read_text()
+    assert {"PYREE_FAST_MATH": ["0", "1"]} in declared_stages([out / "rows.c"])  # a later stage of its own
+    assert "#define pyree_expf pyree_expf_fast" in c_text and "static inline float pyree_expf_fast(" in c_text
+    module = out / "rows.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "rows").returncode == 0
+    x = np.random.default_rng(0).uniform(-8, 8, (2, 16, 300)).astype(np.float32)
+    results = []
+    for fast in ("0", "1"):
+        plugin = out / f"rows{fast}.so"
+        assert run_cli("plugin", "--kind", "system", out / "rows.c", "-o", plugin, "-D", f"PYREE_FAST_MATH={fast}").returncode == 0
+        verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
+        assert verified.returncode == 0, verified
+        results.append(pb.run(module, "rows", [x], plugins=[plugin])[0])
+    assert not np.array_equal(results[0], results[1])  # the knob reaches the calls
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-7)
+    # GELU's erf, merged with the Linear before it: the fast erf keeps the block verified.
+    gelu = tmp_path / "gelu"
+    gelu.mkdir()
+    model = gelu / "user.onnx"
+    onnx_models.save(onnx_models.gemm_gelu_norm(), model)
+    mlir = gelu / "user.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    assert run_cli("replace", mlir, "--ops", "1+2+3", "--import", "fc_gelu", "-o", gelu / "k", "--onnx", model).returncode == 0
+    assert "#define pyree_erff pyree_erff_fast" in (gelu / "k" / "fc_gelu.c").read_text()
+    plugin = gelu / "fast.so"
+    assert run_cli("plugin", "--kind", "system", gelu / "k" / "fc_gelu.c", "-o", plugin, "-D", "PYREE_FAST_MATH=1").returncode == 0
+    module = gelu / "m.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", gelu / "k" / "spec.mlir", "--expect-import", "fc_gelu").returncode == 0
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
+    assert verified.returncode == 0, verified

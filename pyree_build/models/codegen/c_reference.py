@@ -375,6 +375,31 @@ def kernel_body(function: Any, members: list[tuple[int, int]], constants: list[i
     return k
 
 
+# The float functions with a faster form in math_inline.h (NAME_fast: fewer terms, looser stated
+# bounds): a kernel defining any of them declares PYREE_FAST_MATH, which `tune` sweeps and keeps
+# only where the variant still passes its check.
+FAST_FORMS = ("pyree_expf", "pyree_erff", "pyree_tanhf", "pyree_sigmoidf")
+
+
+def fast_math_lines(k: Kernel) -> list[str]:
+    """The PYREE_FAST_MATH knob for the functions of FAST_FORMS the kernel defines (their fast
+    forms added to its helpers); placed after the helpers, so it renames only the kernel's calls."""
+    defined = [name for name in FAST_FORMS if name in k.helpers]
+    for name in defined:
+        _helper(k, f"{name}_fast")
+    if not defined:
+        return []
+    return [
+        f"// pyree-tune after: PYREE_FAST_MATH=0,1  (1: the faster forms of {', '.join(defined)}; bounds in docs/math.md; kept only where the check passes)",
+        "#ifndef PYREE_FAST_MATH",
+        "#define PYREE_FAST_MATH 0",
+        "#endif",
+        "#if PYREE_FAST_MATH",
+        *[f"#define {name} {name}_fast" for name in defined],
+        "#endif",
+    ]
+
+
 def helpers_text(k: Kernel) -> list[str]:
     """The math functions the kernel calls, in the header's order (each after what it calls)."""
     functions = _math_functions()[0]
@@ -412,7 +437,9 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
         "",
     ]
     lines += ["typedef struct {", *struct, f"}} {name}_args_t;", ""]
+    fast_math = fast_math_lines(k)
     lines += [*helpers_text(k), ""] if k.helpers else []
+    lines += [*fast_math, ""] if fast_math else []
     lines += [*k.preamble, ""] if k.preamble else []
     lines += [
         "// The kernel: a plain C function. An embedded object is called with these arguments",
