@@ -272,6 +272,7 @@ def _publish(entry_dir: Path, hashes: Sequence[str], outputs: Sequence[Path]) ->
                 _clone(src, tmp)
                 if hash_file(tmp) != want:
                     raise _Damaged
+                readers.note_written_hash(tmp, want)  # the outputs' manifest reads it, not the bytes again
     except (_Damaged, OSError, PyreeError):
         return False
     return True
@@ -385,9 +386,12 @@ def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str,
         tmp_dir = files._temp_name(final_dir)  # also sweeps what killed writers of this entry left
         tmp_dir.mkdir()
         try:
-            for i, (src, want) in enumerate(zip(private, output_hashes)):
+            for i, src in enumerate(private):
                 _clone(src, tmp_dir / str(i))
-                if hash_file(tmp_dir / str(i)) != want:
+                # A hit checks each copy against its hash before it is published (_publish), so
+                # a copy gone wrong here costs a rebuild there, never wrong bytes; reading 575 MB
+                # of weights back here cost VGG-19's import 0.37 s.
+                if os.path.getsize(tmp_dir / str(i)) != os.path.getsize(src):
                     return
             with contextlib.suppress(OSError):  # a concurrent identical build stored it first
                 os.rename(tmp_dir, final_dir)
