@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import run_cli
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("onnx")
@@ -407,5 +407,50 @@ def test_a_kernel_calling_exp_or_erf_declares_their_faster_forms_which_verify_an
     assert run_cli("plugin", "--kind", "system", gelu / "k" / "fc_gelu.c", "-o", plugin, "-D", "PYREE_FAST_MATH=1").returncode == 0
     module = gelu / "m.vmfb"
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", gelu / "k" / "spec.mlir", "--expect-import", "fc_gelu").returncode == 0
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
+    assert verified.returncode == 0, verified
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    channels=st.tuples(st.integers(1, 9), st.integers(2, 12)),
+    size=st.integers(3, 11),
+    kernel=st.sampled_from([1, 3]),
+    order=st.sampled_from(["0", "1"]),
+    rows=st.sampled_from(loopnest.TILE_ROWS.candidates),
+)
+@example(channels=(3, 8), size=9, kernel=3, order="0", rows=6)
+@example(channels=(3, 8), size=9, kernel=1, order="1", rows=4)
+def test_a_convolution_declares_its_row_order_and_every_order_verifies(tmp_path_factory, channels, size, kernel, order, rows):
+    # A tile's rows step over the output channel first by default (PYREE_ROW_ORDER=1: they read
+    # the same input row, the weights differ), or in the result's order (0). Both verify at
+    # sizes no tile divides, and the row coordinates cover every element either way.
+    directory = tmp_path_factory.mktemp("conv")
+    cin, cout = channels
+    nodes, weights = onnx_models._conv(0, "conv", "x", cin, cout, kernel, pad=kernel // 2)
+    proto = onnx_models._model("conv", nodes, {"x": (1, cin, size, size)}, {"conv": (1, cout, size, size)}, weights)
+    model = directory / "conv.onnx"
+    onnx_models.save(proto, model)
+    mlir = directory / "conv.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    import pyree_build as pb
+
+    groups = [g for g in pb.ops(mlir) if g.replaceable and "linalg.conv_2d_nchw_fchw" in g.ops]
+    assert groups, "the convolution is replaceable"
+    out = directory / "k"
+    assert run_cli("replace", mlir, "--ops", str(groups[0].index), "--import", "conv", "-o", out, "--onnx", model).returncode == 0
+    c_text = (out / "conv.c").read_text()
+    # The knob exists where the largest input is the image (the output channel is a row loop it
+    # does not index); where the weights are larger, the result's order already reuses them.
+    padded = size + 2 * (kernel // 2)  # the convolution reads the padded image
+    if cin * padded * padded > cout * cin * kernel * kernel:
+        assert declared_params([out / "conv.c"])["PYREE_ROW_ORDER"] == ["1", "0"] and "#if PYREE_ROW_ORDER" in c_text
+    else:
+        assert "PYREE_ROW_ORDER" not in c_text
+    plugin = directory / "conv.so"
+    built = run_cli("plugin", "--kind", "system", out / "conv.c", "-o", plugin, "-D", f"PYREE_ROW_ORDER={order}", "-D", f"PYREE_TILE_ROWS={rows}")
+    assert built.returncode == 0, built
+    module = directory / "conv.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "conv").returncode == 0
     verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
     assert verified.returncode == 0, verified

@@ -60,14 +60,14 @@ def declared_order(knob: loopnest.Knob) -> list[int]:
     return list(dict.fromkeys([*first, *knob.candidates]))
 
 
-def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True) -> list[str]:
+def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True, reorder: bool = False) -> list[str]:
     """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
     given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
     lines = [
         "// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:",
         "// every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.",
     ]
-    later = [*([loopnest.PACK_K] if pack else []), loopnest.VECTOR_WIDTH, loopnest.INTERLEAVE]
+    later = [*([loopnest.ROW_ORDER] if reorder else []), *([loopnest.PACK_K] if pack else []), loopnest.VECTOR_WIDTH, loopnest.INTERLEAVE]
     for knob in [*knobs, *later]:
         values = ",".join(map(str, declared_order(knob)))
         lines += [f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
@@ -166,6 +166,17 @@ class TiledEmitter(NestEmitter):
             "  }",
         ]
 
+    def _row_coordinates(self, fastest_first: list[int], inner: str) -> None:
+        """Row r's coordinates at<n>[r] from its flat index q, the row loops `fastest_first` (by
+        their place among the row loops) taken off q in that order."""
+        for step, n in enumerate(fastest_first):
+            size = self.nest.sizes[self.plan.row_loops[n]]
+            if step == len(fastest_first) - 1:
+                self.line(inner, f"  at{n}[r] = q;")
+            else:
+                self.line(inner, f"  at{n}[r] = q % {size};")
+                self.line(inner, f"  q /= {size};")
+
     def tile(self, rows_knob: str, cols_knob: str, indent: str) -> None:
         nest, plan = self.nest, self.plan
         loops = ["0"] * len(nest.sizes)
@@ -180,11 +191,14 @@ class TiledEmitter(NestEmitter):
             self.line(inner, f"int64_t {', '.join(f'at{n}[{rows_knob}]' for n in range(len(plan.row_loops)))};")
             self.line(inner, "for (int64_t r = 0; r < nr; ++r) {")
             self.line(inner, "  int64_t q = row0 + r;")
-            for n in reversed(range(len(plan.row_loops))):
-                size = nest.sizes[plan.row_loops[n]]
-                self.line(inner, f"  at{n}[r] = q % {size};" if n else f"  at{n}[r] = q;")
-                if n:
-                    self.line(inner, f"  q /= {size};")
+            if plan.reuse_order is None:
+                self._row_coordinates(list(reversed(range(len(plan.row_loops)))), inner)
+            else:
+                self.line("", f"#if {loopnest.ROW_ORDER.name}")
+                self._row_coordinates([plan.row_loops.index(d) for d in plan.reuse_order], inner)
+                self.line("", "#else")
+                self._row_coordinates(list(reversed(range(len(plan.row_loops)))), inner)
+                self.line("", "#endif")
             self.line(inner, "}")
         reduction = nest.reduction
         if reduction is not None:
@@ -257,4 +271,4 @@ def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *,
     tiled.relayout = relayout
     tiled.emit(name, fields, constants)  # appends the tile function
     packed = any("PYREE_PACK_K" in line for line in [*k.preamble, *k.lines])
-    k.preamble = [*knob_lines(plan.knobs, pack=packed), *k.preamble]
+    k.preamble = [*knob_lines(plan.knobs, pack=packed, reorder=plan.reuse_order is not None), *k.preamble]

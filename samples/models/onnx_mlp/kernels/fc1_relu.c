@@ -105,16 +105,16 @@ static inline __attribute__((always_inline)) void fc1_relu_tile(
       acc[r][c] = c1;
     }
   }
-  for (int64_t kb = 0; kb < in0_d1; kb += PYREE_PACK_K) {
-    const int64_t kn = in0_d1 - kb < PYREE_PACK_K ? in0_d1 - kb : PYREE_PACK_K;
+  for (int64_t kb = 0; kb < 16; kb += PYREE_PACK_K) {
+    const int64_t kn = 16 - kb < PYREE_PACK_K ? 16 - kb : PYREE_PACK_K;
     for (int64_t k2 = kb; k2 < kb + kn; ++k2) {
       PYREE_ROWS
       for (int64_t r = 0; r < PYREE_TILE_ROWS; ++r) {
         if (r >= nr) break;
         PYREE_VECTORIZE
         for (int64_t c = 0; c < nc; ++c) {
-          const float a2 = in0[(at0[r] * in0_d1 + k2)];
-          const float a3 = in1[(k2 * in1_d1 + (col0 + c))];
+          const float a2 = in0[(at0[r] * 16 + k2)];
+          const float a3 = in1[(k2 * 32 + (col0 + c))];
           const float v4 = (float)(a2 * a3);
           const float v5 = (float)(acc[r][c] + v4);
           acc[r][c] = v5;
@@ -161,7 +161,7 @@ void fc1_relu(
   in2 += in2_offset;
   out0 += out0_offset;
   // One nest (parallel, parallel, reduction loops), in tiles; this workgroup computes its share of the row tiles.
-  const int64_t rows = (int64_t)in0_d0, cols = in1_d1;
+  const int64_t rows = (int64_t)4, cols = 32;
   const int64_t row_tiles = (rows + PYREE_TILE_ROWS - 1) / PYREE_TILE_ROWS;
   const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;
   const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;
