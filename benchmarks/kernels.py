@@ -42,6 +42,7 @@ import numpy as np
 from onnx import helper
 
 import pyree_build as pb
+from pyree_build.tuning.params import declared_params
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support/onnx_models.py
@@ -262,6 +263,8 @@ def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
         members = unit if isinstance(unit, tuple) else (unit,)
         tag = "+".join(str(g.index) for g in members)
         label = f"#{tag} " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
+        if args.only and not re.search(args.only, label):
+            continue
         d = work / "groups" / tag
         program_path = isolate(mlir, tuple(g.index for g in members) if len(members) > 1 else members[0].index, d / "group.mlir")
         iree = pb.compile(program_path, d / "iree.vmfb", cpu=args.cpu)
@@ -275,7 +278,9 @@ def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
         for device in args.devices.split(","):
             sides: list[tuple[Path, list[Path]]] = [(iree, []), (replaced, [untuned])]
             tuned_label = "defaults"
-            if not args.no_tune:
+            if not declared_params([source]):
+                tuned_label = "no knobs: the per-op reference body"
+            elif not args.no_tune:
                 best = d / f"best-{device}.json"
                 result = pb.tune(source, best, module=replaced, function="group", inputs=inputs, reference=iree, device=device, cpu=plugin_cpu,
                                  budget=args.tune_budget, build_dir=d / f"variants-{device}")  # fmt: skip
@@ -299,6 +304,7 @@ def main() -> None:
     parser.add_argument("--no-tune", action="store_true", help="time the untuned kernels only")
     parser.add_argument("--keep", type=Path, help="work in this directory (kept) instead of a temporary one")
     parser.add_argument("--models", help=f"whole models instead of cases: {', '.join(MODELS)}")
+    parser.add_argument("--only", help="with --groups: only the kernels whose label (#N sources) this regular expression finds")
     parser.add_argument(
         "--groups", action="store_true", help="with --models: each group as a program of its own against IREE's module of the same ops, untuned and tuned"
     )
