@@ -222,12 +222,11 @@ _ELEMENT = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i64": np.i
 def _random_inputs(program_text: str, work: Path) -> list[str]:
     """A seeded .npy per argument of the isolated program (`@path`, as run and tune take them):
     floats in [-1, 1), integers in [0, 4)."""
+    from pyree_build.models.isolate import argument_types
+
     rng = np.random.default_rng(0)
-    start = program_text.index("func.func @group(")
-    signature = program_text[start : program_text.index(") ->", start)]
     inputs = []
-    for k, (dims, element) in enumerate(re.findall(r"tensor<((?:\d+x)*)(\w+)>", signature)):
-        shape = tuple(int(d) for d in dims.split("x") if d)
+    for k, (shape, element) in enumerate(argument_types(program_text)):
         dtype = _ELEMENT[element]
         values = rng.uniform(-1, 1, shape) if np.issubdtype(dtype, np.floating) else rng.integers(0, 4, shape)
         np.save(work / f"in{k}.npy", np.asarray(values).astype(dtype))

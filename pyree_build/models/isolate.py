@@ -6,6 +6,7 @@ whole model whose other ops drown the difference."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pyree_build.core import files
@@ -32,3 +33,17 @@ def isolate(source: PathLike, ops: merge.Request, output: PathLike, *, function:
     out.parent.mkdir(parents=True, exist_ok=True)
     files.write_atomic(out, text)
     return out
+
+
+_TENSOR = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
+
+
+def argument_types(text: str, function: str = "group") -> list[tuple[tuple[int, ...], str]]:
+    """Each argument of `function` in an isolated program's text (what `isolate` writes) as
+    (shape, element type name), in order: what a caller needs to draw inputs for it. The
+    program's sizes are all static (the matcher's types), so every dim is a number."""
+    start = text.find(f"func.func @{function}(")
+    if start < 0:
+        raise PyreeError(f"the program has no function @{function}", fix="pass a program that `isolate` wrote, and its function name")
+    signature = text[start : text.index(") ->", start)]
+    return [(tuple(int(d) for d in dims.split("x") if d), element) for dims, element in _TENSOR.findall(signature)]

@@ -191,39 +191,48 @@ def _index_of(dim: Any) -> str:
     return f"%x{dim[1]}_{dim[2]}" if dim[0] == "in" else f"%k{dim[1]}"
 
 
-def _size_values(rep: Replacement, *, from_tensors: bool) -> list[str]:
-    """Lines defining every size the spec names: in the general form every input's, in the
-    static form those an input leaves open (tensor<?xi64>: a size the model computes). Each
-    comes from its tensor in the call function and from its i32 argument in the dispatch."""
-    lines = []
-    for k, (i, d, _) in enumerate(_input_dims(rep)):
-        if not rep.dynamic and (i, d) not in _open_dims(rep):
-            continue
-        if from_tensors:
-            lines += [f"%i{k} = arith.constant {d} : index", f"%x{i}_{d} = tensor.dim %arg{i}, %i{k} : {rep.type_of(rep.group.inputs[i])}"]
-        else:
-            lines.append(f"%x{i}_{d} = arith.index_cast %d{k} : i32 to index")
+def _sized_dims(rep: Replacement) -> list[tuple[int, int, int, int | None]]:
+    """(k, input, dimension, size) for every input dimension the import is given a size for:
+    the size is None where it is read at run time (every one in the general form, in the static
+    form those an input leaves open: tensor<?xi64>, a size the model computes), else the type's."""
+    dims = _input_dims(rep)
+    open_ = set(_open_dims(rep)) if not rep.dynamic else set()
+    return [(k, i, d, None if rep.dynamic or (i, d) in open_ else size) for k, (i, d, size) in enumerate(dims)]
+
+
+def _size_constants(rep: Replacement) -> list[str]:
+    """The general form's constant sizes (a dim the IR fixes) as index values %k<n>."""
     if not rep.dynamic:
-        return lines
+        return []
     constants = sorted({dim[1] for dims in rep.dims.values() for dim in dims if dim[0] == "const"})
-    return lines + [f"%k{n} = arith.constant {n} : index" for n in constants]
+    return [f"%k{n} = arith.constant {n} : index" for n in constants]
+
+
+def _dispatch_sizes(rep: Replacement) -> list[str]:
+    """In the dispatch function: each size read at run time, from its i32 argument %d<k>."""
+    lines = [f"%x{i}_{d} = arith.index_cast %d{k} : i32 to index" for k, i, d, size in _sized_dims(rep) if size is None]
+    return lines + _size_constants(rep)
+
+
+def _call_sizes(rep: Replacement) -> list[str]:
+    """In the call function: each size read at run time from its tensor (%x<i>_<d>), and %d<k>,
+    the i32 size of every input dimension the import is given (the type's constant where fixed)."""
+    lines = []
+    for k, i, d, size in _sized_dims(rep):
+        if size is None:
+            lines += [
+                f"%i{k} = arith.constant {d} : index",
+                f"%x{i}_{d} = tensor.dim %arg{i}, %i{k} : {rep.type_of(rep.group.inputs[i])}",
+                f"%d{k} = arith.index_cast %x{i}_{d} : index to i32",
+            ]
+        else:
+            lines.append(f"%d{k} = arith.constant {size} : i32")
+    return lines + _size_constants(rep)
 
 
 def _open_dims(rep: Replacement) -> list[tuple[int, int]]:
     """(input, dimension) of every input size the static types leave open."""
     return [(i, d) for i, d, size in _input_dims(rep) if size == 0 and program.shape(rep.group.inputs[i].type)[d] is None]
-
-
-def _size_arguments(rep: Replacement) -> list[str]:
-    """Lines defining %d<k>, the i32 size of every input dimension the import is given: read
-    from the tensor where the size is only known at run time, else the type's constant."""
-    lines = []
-    for k, (i, d, size) in enumerate(_input_dims(rep)):
-        if rep.dynamic or (i, d) in _open_dims(rep):
-            lines.append(f"%d{k} = arith.index_cast %x{i}_{d} : index to i32")
-        else:
-            lines.append(f"%d{k} = arith.constant {size} : i32")
-    return lines
 
 
 def _shaped(rep: Replacement, value: Any) -> str:
@@ -292,7 +301,7 @@ def executable(rep: Replacement, *, embedded: bool) -> list[str]:
     dims = _input_dims(rep)
     params = [f"%in{i}: !stream.binding" for i in range(len(ins))] + [f"%d{k}: i32" for k in range(len(dims))]
     params += [f"%out{j}: !stream.binding" for j in range(len(outs))]
-    body = ["%c0 = arith.constant 0 : index", *_size_values(rep, from_tensors=False)]
+    body = ["%c0 = arith.constant 0 : index", *_dispatch_sizes(rep)]
     for i, value in enumerate(ins):
         body += _binding_lines(rep, i, value, f"%in{i}")
     for j, value in enumerate(outs):
@@ -421,7 +430,7 @@ def gpu_call_function(rep: Replacement) -> list[str]:
     name, ins = rep.name, rep.group.inputs
     result_type = rep.type_of(rep.group.root.results[0])
     dims = _input_dims(rep)
-    lines = _size_values(rep, from_tensors=True) + _size_arguments(rep)
+    lines = _call_sizes(rep)
     lines.append(f"%n = arith.constant {_elements(rep)} : index")
     operands = [f"%d{k}" for k in range(len(dims))] + [f"%arg{i}" for i in range(len(ins))]
     operand_types = ["i32"] * len(dims) + [_shaped(rep, v) for v in ins]
@@ -439,7 +448,7 @@ def call_function(rep: Replacement) -> list[str]:
     outs = [*rep.group.root.results, *rep.scratch]
     root_types = [rep.type_of(r) for r in rep.group.root.results]
     dims = _input_dims(rep)
-    lines = _size_values(rep, from_tensors=True) + _size_arguments(rep)
+    lines = _call_sizes(rep)
     operands = [f"%arg{i}" for i in range(len(ins))] + [f"%d{k}" for k in range(len(dims))]
     operand_types = [_shaped(rep, v) for v in ins] + ["i32"] * len(dims)
     result_types = ", ".join(_shaped(rep, v) for v in outs)
@@ -496,8 +505,23 @@ def entry(reps: list[Replacement]) -> list[str]:
         *(f"  {line}" for line in sink),
         *_anchored_passes(anchored),
         *walking_passes(walking),
+        *_inline_calls(),
         "  transform.yield",
         "}",
+    ]
+
+
+def _inline_calls() -> list[str]:
+    # The rewrites leave each kernel's dispatch inside its own private function (@<name>_call),
+    # and IREE's last inliner before stream conversion ran before the spec. Converted across
+    # that call, every dispatch operand got a stream.async.transfer: a copy of each input into
+    # a transient buffer per call, which IREE's own dispatches never pay. Worse than the copy,
+    # that second allocation per call kept glibc trimming and re-faulting the heap: a 128 KB
+    # elementwise group alone took 8x IREE's time on local-sync, 1.0x once inlined. Inlining
+    # here (no pipeline after it, IREE canonicalizes later) puts the dispatch in the caller.
+    # It runs last: it consumes the program's handle.
+    return [
+        '  %inlined = transform.apply_registered_pass "inline" with options = {"default-pipeline" = ""} to %program : (!transform.any_op) -> !transform.any_op'
     ]
 
 

@@ -5,15 +5,13 @@ replaces them there gives IREE's numbers for them."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from support import onnx_models
 
 import pyree_build as pb
 from pyree_build.actions import checks
-from pyree_build.models.isolate import isolate
+from pyree_build.models.isolate import argument_types, isolate
 
 pytest.importorskip("onnxruntime", reason="pyree-build import needs pyree_build[onnx]")
 
@@ -47,9 +45,9 @@ def test_a_group_alone_compiles_and_its_replacement_gives_irees_numbers(tmp_path
 
 def _arguments_of(text: str, rng: np.random.Generator) -> list[np.ndarray]:
     """Drawn f32 arrays for the isolated function's arguments (the models here are all f32)."""
-    start = text.index("func.func @group(")
-    signature = text[start : text.index(") ->", start)]
-    return [rng.uniform(-1, 1, tuple(int(d) for d in dims.split("x") if d)).astype(np.float32) for dims in re.findall(r"tensor<((?:\d+x)*)f32>", signature)]
+    types = argument_types(text)
+    assert types and all(element == "f32" for _, element in types), types
+    return [rng.uniform(-1, 1, shape).astype(np.float32) for shape, _ in types]
 
 
 def test_a_group_that_cannot_stand_alone_is_refused_with_its_reason_and_nothing_written(tmp_path):

@@ -97,6 +97,7 @@ module attributes {transform.with_named_sequence} {
     }
     transform.foreach_match restrict_root in %at_linalg_generic#1 @fc1_relu_match -> @fc1_relu_rewrite : (!transform.any_op) -> (!transform.any_op)
     transform.apply_dce to %program : !transform.any_op
+    %inlined = transform.apply_registered_pass "inline" with options = {"default-pipeline" = ""} to %program : (!transform.any_op) -> !transform.any_op
     transform.yield
   }
 }
