@@ -160,7 +160,7 @@ def _check_all_placed(src: Path, spec_text: str, made: list[Generated]) -> None:
     groups), and whichever runs first takes them. The program is compiled to the spec's phase
     and each import's calls counted, before anything is written."""
     placed = program.after_spec(src, spec_text)
-    calls = {g.replacement.name: len(re.findall(rf"util\.call @{re.escape(g.replacement.name)}_call\(", placed)) for g in made}
+    calls = {g.replacement.name: spec.dispatches_of(placed, g.replacement.name) for g in made}
     never = [g for g in made if calls[g.replacement.name] == 0]
     if never:
         counts = ", ".join(f"'{name}' x{n}" for name, n in calls.items())

@@ -511,6 +511,12 @@ def entry(reps: list[Replacement]) -> list[str]:
     ]
 
 
+def dispatches_of(placed: str, name: str) -> int:
+    """How many dispatches of import `name`'s kernel a program holds once a spec was applied
+    (program.after_spec): each rewrite places one, inlined where the group was."""
+    return len(re.findall(rf"flow\.dispatch @{re.escape(name)}_executable::", placed))
+
+
 def _inline_calls() -> list[str]:
     # The rewrites leave each kernel's dispatch inside its own private function (@<name>_call),
     # and IREE's last inliner before stream conversion ran before the spec. Converted across

@@ -96,9 +96,10 @@ def test_a_wrong_kernel_fails_verify(tmp_path):
     assert run_cli("replace", mlir, "--ops", "1", "--import", "k", "-o", out, "--onnx", model).returncode == 0
     source = out / "k.c"
     text = source.read_text()
-    # The kernel's last statement doubles every element of the result.
+    # The kernel's last statement doubles every element of the result (8 x 6: writing past it
+    # is another error, one the run reports).
     marker = "\n}\n\n// The plugin's import"
-    source.write_text(text.replace(marker, "\n  for (int64_t e = 0; e < 64; ++e) out0[e] *= 2.0f;" + marker, 1))
+    source.write_text(text.replace(marker, "\n  for (int64_t e = 0; e < 8 * 6; ++e) out0[e] *= 2.0f;" + marker, 1))
     assert run_cli("plugin", "--kind", "system", source, "-o", out / "k.so").returncode == 0
     assert run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "k").returncode == 0
     failed = run_cli("verify", out / "m.vmfb", "--onnx", model, "--plugin", out / "k.so")

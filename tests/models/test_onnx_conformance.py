@@ -149,11 +149,11 @@ def test_groups_that_repeat_another_are_named_and_all_imports_are_called(records
 
 
 def _placed_calls(mlir: Path, spec: Path) -> dict[str, int]:
-    """How many calls of each import the spec places in the program."""
+    """How many dispatches of each import's kernel the spec places in the program (one per call, inlined)."""
     from pyree_build.models.ir import program
 
     placed = program.after_spec(mlir, spec.read_text())
-    found = re.findall(r"util\.call @(\w+)_call\(", placed)
+    found = re.findall(r"flow\.dispatch @(\w+)_executable::", placed)
     return {name: found.count(name) for name in set(found)}
 
 
