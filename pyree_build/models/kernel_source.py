@@ -180,17 +180,23 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
     nest = loopnest.build(member_ops, result, k.buffers)
     if len(group.root.results) != 1:
         return None
-    relayout = None
-    if nest is None and not rep.dynamic:  # a matmul whose result is then reshaped and transposed (attention's heads)
+    relayout = gather = None
+    if nest is None and not rep.dynamic:  # a matmul or a bias add whose result is then reshaped and transposed (attention's heads)
         peeled = loopnest.peel_layout(member_ops, result)
         if peeled is not None:
-            nest, relayout = loopnest.build(peeled[0], peeled[1], k.buffers), peeled[2]
+            nest = loopnest.build(peeled[0], peeled[1], k.buffers)
+            if nest is not None and nest.reduction is None:
+                nest, gather = loopnest.in_result_space(nest, result, k.buffers[result].dims), peeled[2].backward
+            else:
+                relayout = peeled[2].forward
     if nest is None:
         return None if rep.dynamic else _row_kernel(k, rep, member_ops, result, [ops[i] for i in constants])
     plan = loopnest.schedule(nest)
     fields = c_reference.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
     try:
-        c_tiled.emit(k, nest, plan, name=rep.name, fields=fields, constants=[ops[i] for i in constants], out=k.buffers[result], relayout=relayout)
+        c_tiled.emit(
+            k, nest, plan, name=rep.name, fields=fields, constants=[ops[i] for i in constants], out=k.buffers[result], relayout=relayout, gather=gather
+        )
     except emitter.Unfused:
         return None
     rep.scratch = []

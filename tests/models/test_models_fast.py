@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import run_cli
 from hypothesis import HealthCheck, example, given, settings
@@ -289,7 +290,6 @@ def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
     # pyree_expf (branch-free, so the passes vectorize) against exp rounded from double, over
     # every range it meets: overflow, the largest and smallest normal results, subnormal
     # results, underflow to 0, infinities and NaN.
-    import numpy as np
 
     from pyree_build.models.codegen import c_reference
 
@@ -317,22 +317,24 @@ def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
     assert got[-3] == np.inf and got[-2] == 0.0 and np.isnan(got[-1])
 
 
-def _heads_model(tokens: int, heads: int, width: int, merge: bool) -> Any:
+def _heads_model(tokens: int, heads: int, width: int, kind: str) -> Any:
     """Attention's layout changes: x[tokens, heads*width] @ W + b split into heads (Reshape, then
-    Transpose to [heads, tokens, width]); with `merge`, batched scores (per head, x_h @ x_h^T'
-    as a MatMul of [heads, tokens, width] by [heads, width, tokens]) transposed back and merged."""
+    Transpose to [heads, tokens, width]); `bias`: x + b alone split so (an elementwise group);
+    `merge`: batched scores (per head, x_h @ x_h^T' as a MatMul of [heads, tokens, width] by
+    [heads, width, tokens]) transposed back and merged."""
     from onnx import TensorProto, helper
 
+    merge = kind == "merge"
     if not merge:
         d = heads * width
         nodes = [
-            helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"),
-            helper.make_node("Add", ["p", "b"], ["pb"], name="bias"),
+            *([helper.make_node("MatMul", ["x", "w"], ["p"], name="proj")] if kind == "project" else []),
+            helper.make_node("Add", ["p" if kind == "project" else "x", "b"], ["pb"], name="bias"),
             helper.make_node("Reshape", ["pb", "split_shape"], ["s"], name="split"),
             helper.make_node("Transpose", ["s"], ["y"], name="heads", perm=[1, 0, 2]),
         ]
         weights = [
-            onnx_models._weights(1, "w", (d, d)),
+            *([onnx_models._weights(1, "w", (d, d))] if kind == "project" else []),
             onnx_models._weights(2, "b", (d,)),
             helper.make_tensor("split_shape", TensorProto.INT64, [3], [tokens, heads, width]),
         ]
@@ -347,13 +349,16 @@ def _heads_model(tokens: int, heads: int, width: int, merge: bool) -> Any:
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(tokens=st.integers(1, 19), heads=st.integers(1, 4), width=st.integers(1, 12), merge=st.booleans())
-def test_a_matmul_ending_in_a_reshape_and_transpose_is_one_tiled_nest_that_verifies(tmp_path_factory, tokens, heads, width, merge):
+@given(tokens=st.integers(1, 19), heads=st.integers(1, 4), width=st.integers(1, 12), kind=st.sampled_from(["project", "bias", "merge"]))
+@example(tokens=16, heads=2, width=8, kind="bias")
+def test_a_group_ending_in_a_reshape_and_transpose_is_one_tiled_nest_that_verifies(tmp_path_factory, tokens, heads, width, kind):
     # Attention's head split and merge: the nest computes the matmul (and its bias) and stores
     # each element where the reshape and transpose move it, instead of the per-op reference.
+    # An elementwise group (the bias alone) is a nest over the result instead: each element is
+    # computed from where it came from, so its store is contiguous, not a scatter.
     directory = tmp_path_factory.mktemp("heads")
     model = directory / "heads.onnx"
-    onnx_models.save(_heads_model(tokens, heads, width, merge), model)
+    onnx_models.save(_heads_model(tokens, heads, width, kind), model)
     mlir = directory / "heads.mlir"
     assert run_cli("import", model, "-o", mlir).returncode == 0
     out = directory / "kernels"
@@ -361,6 +366,9 @@ def test_a_matmul_ending_in_a_reshape_and_transpose_is_one_tiled_nest_that_verif
     assert result.returncode == 0, result
     c_text = (out / "heads.c").read_text()
     assert "fused into one loop nest, tiled" in c_text and "tmp0" not in c_text, c_text[:600]
+    if kind == "bias":
+        store = re.search(r"out0\[(.*)\] = ", c_text)
+        assert store and "/" not in store.group(1) and "%" not in store.group(1), store
     assert run_cli("plugin", "--kind", "system", out / "heads.c", "-o", out / "heads.so").returncode == 0
     module = out / "heads.vmfb"
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "heads").returncode == 0
@@ -373,7 +381,6 @@ def test_a_kernel_calling_exp_or_erf_declares_their_faster_forms_which_verify_an
     # declares PYREE_FAST_MATH as a later knob; built at 1, the calls take those forms (the
     # numbers move by an ulp or two) and the group still verifies against onnxruntime. A kernel
     # calling none of them declares nothing more (the dense layer's stages above are unchanged).
-    import numpy as np
 
     import pyree_build as pb
 
@@ -482,3 +489,40 @@ def test_a_group_reading_inputs_through_reshapes_is_one_tiled_nest_that_verifies
     module = pb.compile(mlir, tmp_path / "m.vmfb", transform_spec=tmp_path / "k" / "spec.mlir", expect_imports=names)
     verdict = pb.verify(module, model, plugins=plugins)
     assert verdict.passed, verdict.render()
+
+
+def _shapes_of_one_size(draw: Any) -> tuple[list[int], list[int]]:
+    """Two shapes of the same element count: one drawn, the other its dims regrouped (split
+    into factors, merged with neighbours, unit dims added)."""
+    source = draw(st.lists(st.integers(1, 6), min_size=1, max_size=4))
+    target: list[int] = []
+    for d in source:
+        factors = [f for f in range(2, d + 1) if d % f == 0]
+        if factors and draw(st.booleans()):
+            f = draw(st.sampled_from(factors))
+            target += [f, d // f]
+        elif target and draw(st.booleans()):
+            target[-1] *= d
+        else:
+            target.append(d)
+        if draw(st.integers(0, 5)) == 0:
+            target.append(1)
+    return source, target
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_reshapes_coordinates_are_the_row_major_order_kept_both_ways(data):
+    # loopnest._reshape writes a reshape's coordinates group by group of dims (a split is a / and
+    # a % of its own coordinate, a merge a sum); whatever the grouping, they must be numpy's
+    # (unravel of ravel), and the reverse reshape must give the coordinates back.
+    source, target = _shapes_of_one_size(data.draw)
+    if data.draw(st.booleans()):
+        source, target = target, source
+    coords = [data.draw(st.integers(0, d - 1)) for d in source]
+    moved = loopnest._reshape(source, target)([str(c) for c in coords])
+    got = [eval(e.replace("/", "//")) for e in moved]  # noqa: S307 - integer expressions written above
+    want = list(np.unravel_index(np.ravel_multi_index(coords, source), target))
+    assert got == want, (source, target, coords, moved)
+    back = loopnest._reshape(target, source)([str(c) for c in got])
+    assert [eval(e.replace("/", "//")) for e in back] == coords  # noqa: S307

@@ -90,6 +90,9 @@ class TiledEmitter(NestEmitter):
         self.packs: list[tuple[str, str, str]] = []
         # Where an element of the nest's value lands in `out` (a layout epilogue), or None: in place.
         self.relayout: loopnest.Relayout | None = None
+        # Where an element of `out` comes from in the nest's value (a nest over the result's
+        # space: loopnest.in_result_space), or None: the same point.
+        self.gather: loopnest.Relayout | None = None
 
     def load(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
@@ -218,8 +221,9 @@ class TiledEmitter(NestEmitter):
         acc = "acc[r][c]" if reduction is not None else None
         out = self.out
         where = self.relayout(at) if self.relayout is not None else at
+        point = self.gather(at) if self.gather is not None else at
         store = f"{out.pointer}[{loopnest.linear_index(where, out.dims)}]"
-        self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, at, body, {}, acc, at)};")
+        self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, point, body, {}, acc, point)};")
 
     def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:
         """The reduction over its one loop, in blocks of PYREE_PACK_K steps (the IR's order kept):
@@ -260,15 +264,16 @@ class TiledEmitter(NestEmitter):
 
 
 def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[c_reference.Parameter], constants: list[Any],
-         out: c_reference.Buffer | None = None, relayout: loopnest.Relayout | None = None) -> None:  # fmt: skip
+         out: c_reference.Buffer | None = None, relayout: loopnest.Relayout | None = None, gather: loopnest.Relayout | None = None) -> None:  # fmt: skip
     """The nest as C: the knobs and the tile function into `k.preamble`, the loop over the
     workgroup's tiles into `k.lines`. `k` holds the buffers; `constants` are the group's
     scalar constant ops, defined in the tile function; `fields` the kernel's arguments.
     `out` and `relayout`: the group's result where the nest's value is stored moved
-    (loopnest.peel_layout); by default the nest's own result, element for element."""
+    (loopnest.peel_layout); by default the nest's own result, element for element. `gather`:
+    the nest is over `out`'s space and each element is computed where it came from."""
     k.preamble = []
     tiled = TiledEmitter(k, nest, plan, out if out is not None else k.buffers[nest.result])
-    tiled.relayout = relayout
+    tiled.relayout, tiled.gather = relayout, gather
     tiled.emit(name, fields, constants)  # appends the tile function
     packed = any("PYREE_PACK_K" in line for line in [*k.preamble, *k.lines])
     k.preamble = [*knob_lines(plan.knobs, pack=packed, reorder=plan.reuse_order is not None), *k.preamble]

@@ -377,15 +377,58 @@ def linear_index(results: list[str], dims: list[str]) -> str:
 
 def _delinear(offset: str, dims: list[int]) -> list[str]:
     coords, stride = [], math.prod(dims)
-    for d in dims:
+    for k, d in enumerate(dims):
         stride //= d
-        coords.append(f"(({offset}) / {stride}) % {d}" if stride > 1 else f"({offset}) % {d}")
+        whole = k == 0  # the offset is within the group's extent: its first coordinate needs no `%`
+        coords.append(
+            (f"({offset}) / {stride}" if whole else f"(({offset}) / {stride}) % {d}") if stride > 1 else (f"({offset})" if whole else f"({offset}) % {d}")
+        )
     return coords
 
 
+def _groups(source: list[int], target: list[int]) -> list[tuple[int, int, int, int]] | None:
+    """A reshape's dims as groups, (source start, end, target start, end): consecutive dims of
+    equal products, each group one source dim split or target dims merged (a reshape's
+    reassociation, read from the shapes). None where the shapes have no such grouping."""
+    groups, i, j = [], 0, 0
+    while i < len(source) and j < len(target):
+        i1, j1, left, right = i + 1, j + 1, source[i], target[j]
+        while left != right:
+            if left < right and i1 < len(source):
+                left, i1 = left * source[i1], i1 + 1
+            elif right < left and j1 < len(target):
+                right, j1 = right * target[j1], j1 + 1
+            else:
+                return None
+        groups.append((i, i1, j, j1))
+        i, j = i1, j1
+    if not groups:
+        return None
+    # Unit dims left at the end join the last group (their coordinate is always 0).
+    i0, _, j0, _ = groups[-1]
+    if math.prod(source[i:]) != 1 or math.prod(target[j:]) != 1:
+        return None
+    groups[-1] = (i0, len(source), j0, len(target))
+    return groups
+
+
 def _reshape(source: list[int], target: list[int]) -> Relayout:
-    """A reshape keeps the row-major order of the elements: the same offset, other coordinates."""
-    return lambda coords: _delinear(linear_index(coords, [str(d) for d in source]), target) if target else []
+    """A reshape keeps the row-major order of the elements: an element's coordinates in the
+    target, group by group of dims (`_groups`), so a dim split is one `/` and `%` of its own
+    coordinate and dims merged are a sum: no division of the whole offset, whose quotients
+    the compiler cannot follow along the contiguous loop (a scatter per element)."""
+    grouped = _groups(source, target)
+    if grouped is None:
+        return lambda coords: _delinear(linear_index(coords, [str(d) for d in source]), target) if target else []
+
+    def move(coords: list[str]) -> list[str]:
+        out: list[str] = []
+        for i0, i1, j0, j1 in grouped:
+            offset = linear_index(coords[i0:i1], [str(d) for d in source[i0:i1]])
+            out += [offset] if j1 - j0 == 1 else _delinear(offset, target[j0:j1])
+        return out
+
+    return move
 
 
 def _permutation(op: Any) -> list[int] | None:
@@ -416,12 +459,26 @@ def _transpose(permutation: list[int]) -> Relayout:
     return move
 
 
-def peel_layout(ops: list[Any], result: Any) -> tuple[list[Any], Any, Relayout] | None:
+def _untranspose(permutation: list[int]) -> Relayout:
+    return lambda coords: [coords[p] for p in permutation]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the reshapes and transposes ending a group move an element: `forward` takes the
+    coordinates of the value before them to the group's result's, `backward` the reverse."""
+
+    forward: Relayout
+    backward: Relayout
+
+
+def peel_layout(ops: list[Any], result: Any) -> tuple[list[Any], Any, Layout] | None:
     """The group's ops without the reshapes and transposes that end it (each reading only the
     op before), the value they start from, and where an element of that value lands in the
-    group's result; None where the group does not end so, or a shape is not fixed. The nest
-    then computes the value before them and stores each element where they would move it."""
-    rest, value, moves = list(ops), result, []
+    group's result (and back); None where the group does not end so, or a shape is not fixed.
+    The nest then computes the value before them and stores each element where they would
+    move it (or, elementwise, computes each result element from where it came from)."""
+    rest, value, moves, backs = list(ops), result, [], []
     while rest and value in list(rest[-1].results):
         op = rest[-1]
         permutation = _permutation(op)
@@ -429,9 +486,12 @@ def peel_layout(ops: list[Any], result: Any) -> tuple[list[Any], Any, Relayout] 
             source, target = program.shape(op.operands[0].type), program.shape(op.results[0].type)
             if None in source or None in target:
                 return None
-            moves.append(_reshape([int(d) for d in source if d is not None], [int(d) for d in target if d is not None]))
+            fixed_source, fixed_target = [int(d) for d in source if d is not None], [int(d) for d in target if d is not None]
+            moves.append(_reshape(fixed_source, fixed_target))
+            backs.append(_reshape(fixed_target, fixed_source))
         elif permutation is not None:
             moves.append(_transpose(permutation))
+            backs.append(_untranspose(permutation))
         else:
             break
         inner = op.operands[0]
@@ -442,9 +502,26 @@ def peel_layout(ops: list[Any], result: Any) -> tuple[list[Any], Any, Relayout] 
     if not moves or not rest:
         return None
 
-    def relayout(coords: list[str]) -> list[str]:
+    def forward(coords: list[str]) -> list[str]:
         for move in reversed(moves):
             coords = move(coords)
         return coords
 
-    return rest, value, relayout
+    def backward(coords: list[str]) -> list[str]:
+        for back in backs:
+            coords = back(coords)
+        return coords
+
+    return rest, value, Layout(forward, backward)
+
+
+def in_result_space(nest: Nest, result: Any, dims: list[str]) -> Nest:
+    """An elementwise nest (no reduction) whose value a layout moves, as a nest over the
+    group's result (`result`, of sizes `dims`): its tiles, rows and contiguous loop are the
+    result's, so the stores are contiguous and each element is computed at the point it came
+    from (Layout.backward), as IREE moves a reshape into the op before it. Stored through the
+    layout instead, an elementwise group scattered every element (a bias add split into
+    attention heads: 8.6x IREE's time alone)."""
+    assert nest.reduction is None
+    rank = len(dims)
+    return Nest(list(dims), ["parallel"] * rank, list(range(rank)), None, nest.stages, nest.result, list(program.shape(result.type)))
