@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 np = lazy.module("numpy")
 
 
-_EXPORT_LINE = re.compile(r"^\s*\[\s*\d+\]\s+(?P<name>[^\s(]+)\((?P<args>.*)\) -> \((?P<results>.*)\)\s*$")
+# A function's name is the model's graph name, data that may hold spaces and brackets ("Extracted
+# from {resnet50}", as onnx.utils.extract_model names a graph): it runs up to the argument list,
+# whose VM types hold no parentheses.
+_EXPORT_LINE = re.compile(r"^\s*\[\s*\d+\]\s+(?P<name>.+?)\((?P<args>[^()]*)\) -> \((?P<results>.*)\)\s*$")
 _DECLARED_RESULT = re.compile(r"%output\d+:\s*(?P<type>.+?)(?=,\s*%output\d+:|\)?\s*$)")
 NPY_TENSOR = re.compile(r"^tensor<(?:(?:\d+|\?)x)*(?P<type>f16|f32|f64|[su]?i(?:8|16|32|64))>$")
 

@@ -156,3 +156,23 @@ def test_an_unnamed_nodes_op_is_located_in_the_program_the_user_gets(tmp_path):
     sources = [s for g in _ops(mlir) for s in g["source"]]
     assert sources and all(".tmp" not in s for s in sources), sources
     assert any(f"{mlir.name}:" in s for s in sources), sources
+
+
+@pytest.mark.parametrize("graph_name", ["Extracted from {resnet50}", "f(x) [2]"])
+def test_a_graph_name_with_spaces_and_brackets_is_the_function_run_and_verify_find(tmp_path, graph_name):
+    # The module's function is named after the graph, data that may hold spaces and brackets
+    # (onnx.utils.extract_model names its graph "Extracted from {...}"). verify and run find it
+    # by that name with no --function; read up to the first space, it was "not exported".
+    import numpy as np
+
+    import pyree_build as pb
+
+    proto = onnx_models.mlp()
+    proto.graph.name = graph_name
+    model = tmp_path / "m.onnx"
+    onnx_models.save(proto, model)
+    mlir = pb.import_onnx(model, tmp_path / "m.mlir")
+    module = pb.compile(mlir, tmp_path / "m.vmfb")
+    assert pb.verify(module, model).passed
+    (result,) = pb.run(module, graph_name, [np.full((4, 16), 0.5, np.float32)])
+    assert result.shape == (4, 8) and np.allclose(result.sum(axis=-1), 1.0, atol=1e-5)
