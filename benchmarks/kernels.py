@@ -2,7 +2,8 @@
 
     python benchmarks/kernels.py [--cases dense128,dense256,softmax] [--rounds 7] [--devices local-sync,local-task]
                                  [--cpu generic|host] [--tune-budget 20] [--no-tune] [--keep DIR]
-    python benchmarks/kernels.py --models user,encoder,squeezenet [--rounds 5] [--devices ...] [--cpu generic|host] [--keep DIR]
+    python benchmarks/kernels.py --models user,encoder,squeezenet,bottleneck [--groups] [--only REGEX] [--rounds 5] [--devices ...]
+                                 [--cpu generic|host] [--tune-budget 8] [--no-tune] [--keep DIR]
 
 The cases (issue 36's targets):
 - `dense128`, `dense256`: a dense layer, MatMul + Add + Relu (x[M,K] @ W[K,N] + b[N], relu) at
@@ -211,6 +212,8 @@ def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
     for unit in units:
         members = unit if isinstance(unit, tuple) else (unit,)
         label = "+".join(f"#{g.index}" for g in members) + " " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
+        if args.only and not re.search(args.only, label):
+            continue
         modules.append((f"{label} alone", *replaced("+".join(str(g.index) for g in members), [unit])))
     modules.append((f"all {len(groups)} at once ({len(units)} kernels)", *replaced("all", units)))
     _timed(name, modules, iree, function, inputs, args)
@@ -303,7 +306,9 @@ def main() -> None:
     parser.add_argument("--no-tune", action="store_true", help="time the untuned kernels only")
     parser.add_argument("--keep", type=Path, help="work in this directory (kept) instead of a temporary one")
     parser.add_argument("--models", help=f"whole models instead of cases: {', '.join(MODELS)}")
-    parser.add_argument("--only", help="with --groups: only the kernels whose label (#N sources) this regular expression finds")
+    parser.add_argument(
+        "--only", help="with --models: only the kernels whose label (#N sources) this regular expression finds (the all-at-once row is always made)"
+    )
     parser.add_argument(
         "--groups", action="store_true", help="with --models: each group as a program of its own against IREE's module of the same ops, untuned and tuned"
     )

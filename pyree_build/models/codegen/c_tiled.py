@@ -56,8 +56,21 @@ def declared_order(knob: loopnest.Knob) -> list[int]:
     whose times noise cannot tell apart, tune keeps the first declared, so a tuned kernel is the
     untuned one unless another variant is clearly faster (declared smallest first, a sweep on a
     loaded machine chose the smallest tiles, up to 1.2x slower than the defaults)."""
-    first = [knob.default, *([knob.wide_default] if knob.wide_default is not None else [])]
+    first = [knob.default, *(d for d in (knob.wide_default, knob.narrow_default) if d is not None)]
     return list(dict.fromkeys([*first, *knob.candidates]))
+
+
+def _default_lines(knob: loopnest.Knob) -> list[str]:
+    """The knob's default as the target's vectors decide it: AVX-512, x86-64 without AVX, else."""
+    cases = [
+        (c, v) for c, v in (("defined(__AVX512F__)", knob.wide_default), ("defined(__x86_64__) && !defined(__AVX__)", knob.narrow_default)) if v is not None
+    ]
+    if not cases:
+        return [f"#define {knob.name} {knob.default}"]
+    lines = []
+    for k, (condition, value) in enumerate(cases):
+        lines += [f"#{'if' if k == 0 else 'elif'} {condition}", f"#define {knob.name} {value}"]
+    return [*lines, "#else", f"#define {knob.name} {knob.default}", "#endif"]
 
 
 def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True, reorder: bool = False) -> list[str]:
@@ -71,9 +84,7 @@ def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True, reorder: bool =
     for knob in [*knobs, *later]:
         values = ",".join(map(str, declared_order(knob)))
         lines += [f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
-        if knob.wide_default is not None:  # built for 512-bit vectors (AVX-512): another default
-            lines += ["#if defined(__AVX512F__)", f"#define {knob.name} {knob.wide_default}", "#else"]
-        lines += [f"#define {knob.name} {knob.default}", *(["#endif"] if knob.wide_default is not None else []), "#endif"]
+        lines += [*_default_lines(knob), "#endif"]
     return lines + _VECTORIZE
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyree_build.models.ir import program
@@ -90,6 +90,7 @@ class Knob:
     candidates: tuple[int, ...]
     about: str
     wide_default: int | None = None  # the default where the code is built for 512-bit vectors
+    narrow_default: int | None = None  # the default where it is built for x86-64 without AVX (SSE: 16 x 128 bits)
     # swept after the other knobs are chosen, at their values (`// pyree-tune after:`): its effect
     # depends on the tile, and sweeping it alone keeps the variants a sum, not a product
     later: bool = False
@@ -99,6 +100,13 @@ class Knob:
 # best tile for the baseline CPU and x86-64-v3; with AVX-512, 8 x 64 is 10% faster than 8 x 32.
 TILE_ROWS = Knob("PYREE_TILE_ROWS", 8, (2, 4, 6, 8), "result rows one register block accumulates")
 TILE_COLS = Knob("PYREE_TILE_COLS", 32, (8, 16, 32, 64), "result columns (the contiguous loop) of one register block", wide_default=64)
+# A nest with a reduction built for x86-64 without AVX (the baseline CPU: SSE's 16 registers of
+# 4 floats) starts at 4 x 8: an 8 x 32 block of accumulators does not fit in them. Measured with
+# tune against each tile on the baseline CPU, as a ratio to the best tile: ResNet-50's first
+# bottleneck's four convolutions alone 1.01-1.17 at 4 x 8 against 1.30-1.55 at 8 x 32; the dense
+# layer 1.09 against 1.06. Elementwise nests keep 8 x 32 (its BatchNorm groups: 1.15-1.32, 4 x 8
+# 1.4-2.9).
+REDUCING_TILE = (replace(TILE_ROWS, narrow_default=4), replace(TILE_COLS, narrow_default=8))
 # The vectorized loops' hints (clang's loop pragmas; 0 leaves the choice to the compiler, as the
 # untuned kernel does). Only clang reads them: built with gcc, every value builds the same code.
 VECTOR_WIDTH = Knob("PYREE_VECTOR_WIDTH", 0, (0, 4, 8, 16), "elements per vector in the vectorized loops, 0: the compiler's choice", later=True)
@@ -245,7 +253,8 @@ def schedule(nest: Nest) -> Schedule:
         rows = rows * extent if extent is not None else 0
     workgroups = min(MAX_WORKGROUPS, max(1, math.ceil(rows / ROWS_PER_WORKGROUP))) if rows else 1
     row_loops = nest.result_loops[:-1]
-    return Schedule(nest.result_loops[-1], row_loops, nest.reduction_loops, workgroups=workgroups, reuse_order=_reuse_order(nest, row_loops))
+    knobs = list(REDUCING_TILE) if nest.reduction is not None else [TILE_ROWS, TILE_COLS]
+    return Schedule(nest.result_loops[-1], row_loops, nest.reduction_loops, knobs, workgroups=workgroups, reuse_order=_reuse_order(nest, row_loops))
 
 
 def _reuse_order(nest: Nest, row_loops: list[int]) -> list[int] | None:
