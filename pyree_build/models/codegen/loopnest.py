@@ -100,13 +100,15 @@ class Knob:
 # best tile for the baseline CPU and x86-64-v3; with AVX-512, 8 x 64 is 10% faster than 8 x 32.
 TILE_ROWS = Knob("PYREE_TILE_ROWS", 8, (2, 4, 6, 8), "result rows one register block accumulates")
 TILE_COLS = Knob("PYREE_TILE_COLS", 32, (8, 16, 32, 64), "result columns (the contiguous loop) of one register block", wide_default=64)
-# A nest with a reduction built for x86-64 without AVX (the baseline CPU: SSE's 16 registers of
-# 4 floats) starts at 4 x 8: an 8 x 32 block of accumulators does not fit in them. Measured with
-# tune against each tile on the baseline CPU, as a ratio to the best tile: ResNet-50's first
-# bottleneck's four convolutions alone 1.01-1.17 at 4 x 8 against 1.30-1.55 at 8 x 32; the dense
-# layer 1.09 against 1.06. Elementwise nests keep 8 x 32 (its BatchNorm groups: 1.15-1.32, 4 x 8
-# 1.4-2.9).
-REDUCING_TILE = (replace(TILE_ROWS, narrow_default=4), replace(TILE_COLS, narrow_default=8))
+# A nest with a reduction keeps its block of accumulators in registers, so its default tile is
+# the target's: built for x86-64 without AVX (the baseline CPU: SSE's 16 registers of 4 floats)
+# 4 x 8, with AVX-512 (32 registers of 16) 4 x 64; 8 x 32 and 8 x 64 do not fit. Measured with
+# tune against each tile, as a ratio to the best tile. Baseline CPU: ResNet-50's first
+# bottleneck's four convolutions alone 1.01-1.17 at 4 x 8 against 1.30-1.55 at 8 x 32, the dense
+# layer 1.09 against 1.06. AVX-512: the encoder's attention scores and context alone 1.00-1.01 at
+# 4 x 64 against 2.01-2.07 at 8 x 64, the dense layer 1.13 against 1.34. Elementwise nests keep
+# 8 x 32 (the BatchNorm groups on the baseline CPU: 1.15-1.32; 4 x 8: 1.4-2.9).
+REDUCING_TILE = (replace(TILE_ROWS, narrow_default=4, wide_default=4), replace(TILE_COLS, narrow_default=8))
 # The vectorized loops' hints (clang's loop pragmas; 0 leaves the choice to the compiler, as the
 # untuned kernel does). Only clang reads them: built with gcc, every value builds the same code.
 VECTOR_WIDTH = Knob("PYREE_VECTOR_WIDTH", 0, (0, 4, 8, 16), "elements per vector in the vectorized loops, 0: the compiler's choice", later=True)

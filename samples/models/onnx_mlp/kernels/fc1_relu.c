@@ -36,7 +36,9 @@ typedef struct {
 // every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.
 // pyree-tune: PYREE_TILE_ROWS=8,4,2,6  (result rows one register block accumulates)
 #ifndef PYREE_TILE_ROWS
-#if defined(__x86_64__) && !defined(__AVX__)
+#if defined(__AVX512F__)
+#define PYREE_TILE_ROWS 4
+#elif defined(__x86_64__) && !defined(__AVX__)
 #define PYREE_TILE_ROWS 4
 #else
 #define PYREE_TILE_ROWS 8
