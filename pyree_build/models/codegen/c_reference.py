@@ -419,6 +419,22 @@ static int {name}_import(void* params, void* context, void* reserved) {{
 """
 
 
+# After the math helpers, so their code is compiled as written (their accuracy is measured so)
+# and only the kernel's own multiply-adds fuse. IREE fuses them too (its matmul is FMA
+# instructions); unfused, a matmul on an FMA target issued a multiply and an add per step and took
+# 1.28x the time of the fused one (docs/models-at-scale.md).
+_CONTRACT = [
+    "// The kernel's multiply-adds are fused (one rounding: the FMA instruction where the target has one),",
+    "// as IREE's code generation fuses them; -DPYREE_FP_CONTRACT=0 rounds each product and sum apart.",
+    "#ifndef PYREE_FP_CONTRACT",
+    "#define PYREE_FP_CONTRACT 1",
+    "#endif",
+    "#if PYREE_FP_CONTRACT && defined(__clang__)",
+    "#pragma clang fp contract(fast)",
+    "#endif",
+]
+
+
 def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> str:
     """The whole C file: the argument block, the kernel as a plain function (what an embedded
     object links), and the plugin around it (what a system or standalone plugin exports)."""
@@ -439,6 +455,7 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
     lines += ["typedef struct {", *struct, f"}} {name}_args_t;", ""]
     fast_math = fast_math_lines(k)
     lines += [*helpers_text(k), ""] if k.helpers else []
+    lines += [*_CONTRACT, ""]
     lines += [*fast_math, ""] if fast_math else []
     lines += [*k.preamble, ""] if k.preamble else []
     lines += [

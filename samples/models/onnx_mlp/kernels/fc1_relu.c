@@ -32,6 +32,15 @@ typedef struct {
   int32_t workgroup_count;  // how many workgroups share the work (the spec's workgroups())
 } fc1_relu_args_t;
 
+// The kernel's multiply-adds are fused (one rounding: the FMA instruction where the target has one),
+// as IREE's code generation fuses them; -DPYREE_FP_CONTRACT=0 rounds each product and sum apart.
+#ifndef PYREE_FP_CONTRACT
+#define PYREE_FP_CONTRACT 1
+#endif
+#if PYREE_FP_CONTRACT && defined(__clang__)
+#pragma clang fp contract(fast)
+#endif
+
 // Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:
 // every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.
 // pyree-tune: PYREE_TILE_ROWS=8,4,2,6  (result rows one register block accumulates)
