@@ -71,3 +71,21 @@ def test_a_group_that_cannot_stand_alone_is_refused_with_its_reason_and_nothing_
     with pytest.raises(pb.PyreeError, match="there is no op group 99"):
         isolate(mlir, 99, tmp_path / "none.mlir")
     assert not (tmp_path / "none.mlir").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("func.func @group(%arg0: tensor<2x3xf32>, %arg1: tensor<4xi64>) -> tensor<2x3xf32> {", [((2, 3), "f32"), ((4,), "i64")]),
+        ("func.func @groups(%arg0: tensor<5xf32>) -> tensor<5xf32> {\nfunc.func @group(%arg0: tensor<1x7xi8>) -> tensor<7xf32> {", [((1, 7), "i8")]),
+    ],
+    ids=["two arguments", "after a function whose name starts the same"],
+)
+def test_an_isolated_programs_argument_types_are_its_functions_own(text, expected):
+    # Not a function whose name it starts, nor the result's type.
+    assert argument_types(text) == expected
+
+
+def test_an_isolated_program_without_the_function_is_named_so():
+    with pytest.raises(pb.PyreeError, match="the program has no function @group"):
+        argument_types("func.func @other(%arg0: tensor<2x3xf32>) -> tensor<2x3xf32> {")
