@@ -104,6 +104,8 @@ class TiledEmitter(NestEmitter):
         # Where an element of `out` comes from in the nest's value (a nest over the result's
         # space: loopnest.in_result_space), or None: the same point.
         self.gather: loopnest.Relayout | None = None
+        # The row coordinates every row of a tile shares, as macros (_shared_row).
+        self.shared_rows: list[str] = []
 
     def load(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
@@ -125,7 +127,7 @@ class TiledEmitter(NestEmitter):
         strided = any(column in coord for coord in coords[:-1])
         # Packed only when the address depends on the column and the reduction step alone: the
         # panel is filled for every (step, column) of the block, so it holds what the load reads.
-        by_row = re.search(r"\bat\d+\[r\]", " ".join(coords))
+        by_row = re.search(r"\bat\d+\[", " ".join(coords))
         if self.packing is None or not strided or by_row or not re.search(rf"\b{self.packing}\b", " ".join(coords)):
             return load
         for _, expression, panel in self.packs:
@@ -141,6 +143,17 @@ class TiledEmitter(NestEmitter):
         tile (so it unrolls and vectorizes) and with the edge's sizes otherwise: one body to edit."""
         nest, plan = self.nest, self.plan
         rows_knob, cols_knob = (knob.name for knob in plan.knobs)
+        columns = nest.extents[plan.vector_loop] if nest.extents else None
+        narrow = []
+        if columns is not None:
+            # A row narrower than the knob is one full tile of its own width, not an edge tile
+            # of variable width whose accumulator leaves the registers (ResNet-50's 56 columns
+            # at AVX-512's 64: its 3x3 convolution alone took 2x IREE's time).
+            narrow = [
+                f"// A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower ({columns}).",
+                f"#define PYREE_FULL_COLS ({columns} < {cols_knob} ? {columns} : {cols_knob})",
+            ]
+            cols_knob = "PYREE_FULL_COLS"
         passed = [f for f in fields if not f.name.endswith("_offset") and not f.name.startswith("workgroup_")]
         params = ", ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in passed)
         kernel_lines, self.k.lines = self.k.lines, []
@@ -150,6 +163,12 @@ class TiledEmitter(NestEmitter):
         tile_lines, self.k.lines = self.k.lines, kernel_lines
         self.k.preamble += [
             "",
+            *narrow,
+            *(
+                ["// Row coordinates a tile's rows all share (the tile never crosses them): read once, not per row.", *self.shared_rows]
+                if self.shared_rows
+                else []
+            ),
             f"// One tile of the result: rows row0 .. row0 + nr - 1 (at most {rows_knob}), columns col0 .. col0 + nc - 1",
             f"// (at most {cols_knob}). A full tile is computed with the knobs' constant sizes (inlined), so it is",
             "// unrolled and vectorized; the result's edge takes the same code with its own sizes.",
@@ -191,11 +210,34 @@ class TiledEmitter(NestEmitter):
                 self.line(inner, f"  at{n}[r] = q % {size};")
                 self.line(inner, f"  q /= {size};")
 
+    def _shared_row(self, n: int, rows_knob: str) -> str:
+        """A C constant expression, true when every row of a tile has row loop n's coordinate of
+        its first row (or "" where that never holds): n is not the tile's fastest row loop and the
+        tile's rows divide that loop's extent, so a tile (starting at a multiple of its rows) never
+        crosses it. Its loads are then the same for every row of the tile, and the compiler
+        loads once what it reloaded per row (a batched matmul's right-hand side, a convolution's
+        input row for every output channel of the tile)."""
+        plan, nest = self.plan, self.nest
+        orders = [(None, len(plan.row_loops) - 1)]
+        if plan.reuse_order is not None:
+            orders = [(f"{loopnest.ROW_ORDER.name}", plan.row_loops.index(plan.reuse_order[0])), (f"!{loopnest.ROW_ORDER.name}", orders[0][1])]
+        cases = []
+        for condition, fastest in orders:
+            extent = nest.extents[plan.row_loops[fastest]] if nest.extents else None
+            if fastest == n or extent is None:
+                continue
+            divides = f"{extent} % {rows_knob} == 0"
+            cases.append(f"({condition} && {divides})" if condition else divides)
+        return f"({' || '.join(cases)})" if cases else ""
+
     def tile(self, rows_knob: str, cols_knob: str, indent: str) -> None:
         nest, plan = self.nest, self.plan
         loops = ["0"] * len(nest.sizes)
         for n, d in enumerate(plan.row_loops):
-            loops[d] = f"at{n}[r]"
+            shared = self._shared_row(n, rows_knob)
+            if shared:
+                self.shared_rows.append(f"#define PYREE_SHARED_AT{n} {shared}")
+            loops[d] = f"at{n}[PYREE_SHARED_AT{n} ? 0 : r]" if shared else f"at{n}[r]"
         loops[plan.vector_loop] = "(col0 + c)"
         for d in plan.reduction_loops:
             loops[d] = f"k{d}"

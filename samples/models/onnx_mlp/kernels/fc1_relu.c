@@ -101,8 +101,10 @@ typedef struct {
 #define PYREE_ROWS
 #endif
 
+// A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower (32).
+#define PYREE_FULL_COLS (32 < PYREE_TILE_COLS ? 32 : PYREE_TILE_COLS)
 // One tile of the result: rows row0 .. row0 + nr - 1 (at most PYREE_TILE_ROWS), columns col0 .. col0 + nc - 1
-// (at most PYREE_TILE_COLS). A full tile is computed with the knobs' constant sizes (inlined), so it is
+// (at most PYREE_FULL_COLS). A full tile is computed with the knobs' constant sizes (inlined), so it is
 // unrolled and vectorized; the result's edge takes the same code with its own sizes.
 static inline __attribute__((always_inline)) void fc1_relu_tile(
     const float* restrict in0, const float* restrict in1, const float* restrict in2, float* restrict out0, int32_t in0_d0, int32_t in0_d1, int32_t in1_d0, int32_t in1_d1, int32_t in2_d0,
@@ -113,7 +115,7 @@ static inline __attribute__((always_inline)) void fc1_relu_tile(
     int64_t q = row0 + r;
     at0[r] = q;
   }
-  float acc[PYREE_TILE_ROWS][PYREE_TILE_COLS];
+  float acc[PYREE_TILE_ROWS][PYREE_FULL_COLS];
   PYREE_ROWS
   for (int64_t r = 0; r < PYREE_TILE_ROWS; ++r) {
     if (r >= nr) break;
@@ -185,10 +187,10 @@ void fc1_relu(
   for (int64_t tile = first_tile; tile < end_tile; ++tile) {
     const int64_t row0 = tile * PYREE_TILE_ROWS;
     const int64_t nr = rows - row0 < PYREE_TILE_ROWS ? rows - row0 : PYREE_TILE_ROWS;
-    for (int64_t col0 = 0; col0 < cols; col0 += PYREE_TILE_COLS) {
-      const int64_t nc = cols - col0 < PYREE_TILE_COLS ? cols - col0 : PYREE_TILE_COLS;
-      if (nr == PYREE_TILE_ROWS && nc == PYREE_TILE_COLS) {
-        fc1_relu_tile(in0, in1, in2, out0, in0_d0, in0_d1, in1_d0, in1_d1, in2_d0, row0, col0, PYREE_TILE_ROWS, PYREE_TILE_COLS);
+    for (int64_t col0 = 0; col0 < cols; col0 += PYREE_FULL_COLS) {
+      const int64_t nc = cols - col0 < PYREE_FULL_COLS ? cols - col0 : PYREE_FULL_COLS;
+      if (nr == PYREE_TILE_ROWS && nc == PYREE_FULL_COLS) {
+        fc1_relu_tile(in0, in1, in2, out0, in0_d0, in0_d1, in1_d0, in1_d1, in2_d0, row0, col0, PYREE_TILE_ROWS, PYREE_FULL_COLS);
       } else {
         fc1_relu_tile(in0, in1, in2, out0, in0_d0, in0_d1, in1_d0, in1_d1, in2_d0, row0, col0, nr, nc);
       }
