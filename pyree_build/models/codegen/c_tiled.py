@@ -218,7 +218,7 @@ class TiledEmitter(NestEmitter):
         loads once what it reloaded per row (a batched matmul's right-hand side, a convolution's
         input row for every output channel of the tile)."""
         plan, nest = self.plan, self.nest
-        orders = [(None, len(plan.row_loops) - 1)]
+        orders: list[tuple[str | None, int]] = [(None, len(plan.row_loops) - 1)]
         if plan.reuse_order is not None:
             orders = [(f"{loopnest.ROW_ORDER.name}", plan.row_loops.index(plan.reuse_order[0])), (f"!{loopnest.ROW_ORDER.name}", orders[0][1])]
         cases = []
