@@ -143,17 +143,8 @@ class TiledEmitter(NestEmitter):
         tile (so it unrolls and vectorizes) and with the edge's sizes otherwise: one body to edit."""
         nest, plan = self.nest, self.plan
         rows_knob, cols_knob = (knob.name for knob in plan.knobs)
-        columns = nest.extents[plan.vector_loop] if nest.extents else None
-        narrow = []
-        if columns is not None:
-            # A row narrower than the knob is one full tile of its own width, not an edge tile
-            # of variable width whose accumulator leaves the registers (ResNet-50's 56 columns
-            # at AVX-512's 64: its 3x3 convolution alone took 2x IREE's time).
-            narrow = [
-                f"// A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower ({columns}).",
-                f"#define PYREE_FULL_COLS ({columns} < {cols_knob} ? {columns} : {cols_knob})",
-            ]
-            cols_knob = "PYREE_FULL_COLS"
+        narrow = self._full_columns(cols_knob)
+        cols_knob = "PYREE_FULL_COLS" if narrow else cols_knob
         passed = [f for f in fields if not f.name.endswith("_offset") and not f.name.startswith("workgroup_")]
         params = ", ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in passed)
         kernel_lines, self.k.lines = self.k.lines, []
@@ -209,6 +200,19 @@ class TiledEmitter(NestEmitter):
             else:
                 self.line(inner, f"  at{n}[r] = q % {size};")
                 self.line(inner, f"  q /= {size};")
+
+    def _full_columns(self, cols_knob: str) -> list[str]:
+        """Where the row's width is a number: PYREE_FULL_COLS, the knob or the whole row where it
+        is narrower. Such a row is one full tile of its own width, not an edge tile of variable
+        width whose accumulator leaves the registers (ResNet-50's 56 columns at AVX-512's 64: its
+        3x3 convolution alone took 2.7x IREE's time, 1.0x as one full tile)."""
+        columns = self.nest.extents[self.plan.vector_loop] if self.nest.extents else None
+        if columns is None:
+            return []
+        return [
+            f"// A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower ({columns}).",
+            f"#define PYREE_FULL_COLS ({columns} < {cols_knob} ? {columns} : {cols_knob})",
+        ]
 
     def _shared_row(self, n: int, rows_knob: str) -> str:
         """A C constant expression, true when every row of a tile has row loop n's coordinate of
