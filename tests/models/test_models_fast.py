@@ -66,9 +66,11 @@ def test_a_dense_layer_is_one_nest_with_knobs_and_workgroups(tmp_path):
     knobs = (loopnest.TILE_ROWS, loopnest.TILE_COLS, *later)
     assert [values[0] for values in declared.values()] == [str(k.default) for k in knobs]
     assert f"#define PYREE_TILE_ROWS {loopnest.TILE_ROWS.default}" in c_text
-    # 40 rows: one workgroup per ROWS_PER_WORKGROUP rows, each told its id and the count.
+    # 40 rows of 36 columns by 24 steps: a workgroup takes ROWS_PER_WORKGROUP rows, or more to
+    # make ELEMENTS_PER_WORKGROUP steps (10 rows here), each told its id and the count.
     spec_text = (out / "spec.mlir").read_text()
-    assert re.search(rf"%count = arith.constant {40 // loopnest.ROWS_PER_WORKGROUP} : index", spec_text), spec_text
+    per = max(loopnest.ROWS_PER_WORKGROUP, -(-loopnest.ELEMENTS_PER_WORKGROUP // (36 * 24)))
+    assert per == 10 and re.search(rf"%count = arith.constant {-(-40 // per)} : index", spec_text), spec_text
     assert "stream.dispatch.workgroup.id[0]" in spec_text and "stream.dispatch.workgroup.count[0]" in spec_text
 
 
@@ -511,6 +513,35 @@ def test_a_batched_matmuls_tile_reads_its_heads_operand_once_where_the_tile_neve
     module = out / "heads.vmfb"
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "heads").returncode == 0
     verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
+    assert verified.returncode == 0, verified
+
+
+@pytest.mark.parametrize("width", [20, 56, 100])
+def test_an_elementwise_nest_takes_a_narrow_row_as_one_tile_and_big_workgroups(tmp_path, width):
+    # Sum + Relu over rows of `width`: a row no wider than the widest column tile is one tile
+    # (rows of 56 at 32 columns were a tile and an edge tile: 1.41x IREE's time, 1.06x as one), and
+    # a workgroup gets at least ELEMENTS_PER_WORKGROUP elements (its fixed cost showed at 56 each).
+    from onnx import helper
+
+    shape = (1, 64, 56, width)
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"], name="sum"), helper.make_node("Relu", ["s"], ["z"], name="relu")]
+    model = tmp_path / "sum.onnx"
+    onnx_models.save(onnx_models._model("sum", nodes, {"x": shape, "y": shape}, {"z": shape}), model)
+    mlir = tmp_path / "sum.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    out = tmp_path / "k"
+    assert run_cli("replace", mlir, "--ops", "1", "--import", "sum", "-o", out, "--onnx", model).returncode == 0
+    c_text = (out / "sum.c").read_text()
+    default = max(loopnest.TILE_COLS.candidates) if loopnest.TILE_COLS.default < width <= max(loopnest.TILE_COLS.candidates) else loopnest.TILE_COLS.default
+    assert f"#else\n#define PYREE_TILE_COLS {default}\n" in c_text, c_text
+    assert f"#define PYREE_FULL_COLS ({width} < PYREE_TILE_COLS ? {width} : PYREE_TILE_COLS)" in c_text
+    rows = 64 * 56
+    per = max(loopnest.ROWS_PER_WORKGROUP, -(-loopnest.ELEMENTS_PER_WORKGROUP // width))
+    assert f"%count = arith.constant {-(-rows // per)} : index" in (out / "spec.mlir").read_text()
+    assert run_cli("plugin", "--kind", "system", out / "sum.c", "-o", out / "sum.so").returncode == 0
+    module = out / "sum.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "sum").returncode == 0
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "sum.so", "--device", "local-task")
     assert verified.returncode == 0, verified
 
 
