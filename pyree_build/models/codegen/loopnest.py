@@ -107,7 +107,8 @@ TILE_COLS = Knob("PYREE_TILE_COLS", 32, (8, 16, 32, 64), "result columns (the co
 # bottleneck's four convolutions alone 1.01-1.17 at 4 x 8 against 1.30-1.55 at 8 x 32, the dense
 # layer 1.09 against 1.06. AVX-512: the encoder's attention scores and context alone 1.00-1.01 at
 # 4 x 64 against 2.01-2.07 at 8 x 64, the dense layer 1.13 against 1.34. Elementwise nests keep
-# 8 x 32 (the BatchNorm groups on the baseline CPU: 1.15-1.32; 4 x 8: 1.4-2.9).
+# 8 x 32 (the BatchNorm groups on the baseline CPU: 1.15-1.32; 4 x 8: 1.4-2.9), or take a row of
+# 33 to 64 columns whole (_elementwise_columns).
 REDUCING_TILE = (replace(TILE_ROWS, narrow_default=4, wide_default=4), replace(TILE_COLS, narrow_default=8))
 # The vectorized loops' hints (clang's loop pragmas; 0 leaves the choice to the compiler, as the
 # untuned kernel does). Only clang reads them: built with gcc, every value builds the same code.
