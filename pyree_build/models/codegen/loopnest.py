@@ -261,8 +261,8 @@ def _rows_per_workgroup(nest: Nest) -> int:
     """Rows a workgroup gets at least: ROWS_PER_WORKGROUP, or as many as make
     ELEMENTS_PER_WORKGROUP steps where a row is little work (its columns times its reduction's
     steps). A workgroup has a fixed cost: ResNet-50's BatchNorm + Relu alone (3,584 rows of 56)
-    took 1.25x IREE's time in 256 workgroups of 14 rows and 1.13x in 25 (local-sync, AVX-512),
-    and local-task was no slower (1.07x and 0.96x)."""
+    took 1.25x IREE's time in 256 workgroups of 14 rows, 1.13x in 64 and 1.15x in 8 (local-sync,
+    AVX-512), and local-task was no slower in 25 (1.07x and 0.96x)."""
     work = 1
     for loop in [nest.result_loops[-1], *nest.reduction_loops]:
         extent = nest.extents[loop]
