@@ -25,7 +25,10 @@ GELU, x[128,256]). Each model is imported and every group `ops` lists as replace
 in turn alone, then all at once (with the model's merges: Linear + GELU as one kernel); each
 module is verified against onnxruntime and timed interleaved with IREE's module of the same model.
 A group's row is the whole model's time with that group replaced, over IREE's whole model: the
-group's own cost shows as the difference. Untuned (the knobs' defaults).
+group's own cost shows as the difference. The all-at-once module is timed untuned (the knobs'
+defaults) and, unless --no-tune, tuned: each kernel built with what `tune` chose for it on that
+device as a program of its own (as --groups tunes it, and sharing its results under --keep), the
+module verified against onnxruntime with those plugins before it is timed.
 
 `--cpu` is the CPU both sides are built for: `generic` compiles the module for a generic CPU
 and the plugin for the arch's baseline; `host` compiles both for this machine's CPU.
@@ -38,11 +41,13 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 from onnx import helper
 
 import pyree_build as pb
+from pyree_build.models.ops import OpGroup
 from pyree_build.tuning.params import declared_params
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,7 +66,7 @@ def _fmt(ms: float) -> str:
     return f"{ms * 1000:.1f} us" if ms < 1 else f"{ms:.3f} ms"
 
 
-def _model(case: str) -> tuple[object, tuple[int, ...]]:
+def _model(case: str) -> tuple[Any, tuple[int, ...]]:
     if case.startswith("dense"):
         m, k = CASES[case][1]
         return onnx_models.dense_layer(m, k, k), (m, k)
@@ -79,7 +84,7 @@ def run_case(case: str, work: Path, args: argparse.Namespace) -> None:
     mlir = pb.import_onnx(model, work / f"{case}.mlir")
     pb.replace(mlir, work / "kernels", ops=[1], imports=[case], onnx=model, force=True)
     source = work / "kernels" / f"{case}.c"
-    plugin_cpu = "baseline" if args.cpu == "generic" else "host"
+    plugin_cpu = _plugin_cpu(args)
     untuned = pb.plugin(source, work / "untuned.so", cpu=plugin_cpu)
     iree = pb.compile(mlir, work / "iree.vmfb", cpu=args.cpu)
     replaced = pb.compile(mlir, work / "replaced.vmfb", cpu=args.cpu, transform_spec=work / "kernels" / "spec.mlir", expect_imports=[case])
@@ -157,10 +162,13 @@ MODELS = {
 MERGED = ("gelu", "softmax")
 
 
-def _merged(groups: list[object]) -> list[object]:
+Unit = OpGroup | tuple[OpGroup, ...]  # a kernel: one group, or a merge
+
+
+def _merged(groups: list[OpGroup]) -> list[Unit]:
     """The replaceable groups as kernels: a matmul group and the GELU or Softmax groups that
     follow it as one (`replace`'s --ops 1+2+3 form), every other group alone."""
-    out: list[object] = []
+    out: list[Unit] = []
     for g in groups:
         last = out[-1] if out else None
         members = last if isinstance(last, tuple) else (last,) if last is not None else ()
@@ -172,35 +180,46 @@ def _merged(groups: list[object]) -> list[object]:
     return out
 
 
-def _timed(label: str, modules: list[tuple[str, Path, list[Path]]], iree: Path, function: str, inputs: list[str], args: argparse.Namespace) -> None:
-    for device in args.devices.split(","):
-        sides = [(iree, []), *((m, p) for _, m, p in modules)]
-        result = pb.bench.compare_many(sides, function, inputs=inputs, device=device, rounds=args.rounds)
-        print(f"  {device:<11} IREE {_fmt(result.sides[0].median_ms):>10}")
-        for (name, _, _), side in zip(modules, result.sides[1:]):
-            print(f"  {device:<11} {name:<58} {_fmt(side.median_ms):>10}  / IREE {side.ratio:.2f}x (per round {side.ratio_min:.2f} - {side.ratio_max:.2f})")
+def _timed(modules: list[tuple[str, Path, list[Path]]], iree: Path, function: str, inputs: list[str], device: str, args: argparse.Namespace) -> None:
+    sides = [(iree, []), *((m, p) for _, m, p in modules)]
+    result = pb.bench.compare_many(sides, function, inputs=inputs, device=device, rounds=args.rounds)
+    print(f"  {device:<11} IREE {_fmt(result.sides[0].median_ms):>10}")
+    for (name, _, _), side in zip(modules, result.sides[1:]):
+        print(
+            f"  {device:<11} {name:<58} {_fmt(side.median_ms):>10}  / IREE {side.ratio:.2f}x (per round {side.ratio_min:.2f} - {side.ratio_max:.2f})",
+            flush=True,
+        )
+
+
+def _members(unit: Unit) -> tuple[OpGroup, ...]:
+    return unit if isinstance(unit, tuple) else (unit,)
+
+
+def _import_name(unit: Unit) -> str:
+    return "g" + "_".join(str(g.index) for g in _members(unit))
 
 
 def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
-    """One whole model: each replaceable group replaced alone, then all at once, against IREE."""
+    """One whole model: each replaceable group replaced alone, then all at once, against IREE;
+    unless --no-tune, also all at once with each kernel as `tune` chose it alone (run_groups'
+    tune of the isolated group, on each device)."""
     work.mkdir(parents=True, exist_ok=True)
     about, build, x_shape = MODELS[name]
     proto = build()
     function = proto.graph.name
     model = Path(onnx_models.save(proto, work / f"{name}.onnx"))
     mlir = pb.import_onnx(model, work / f"{name}.mlir", force=True)
-    plugin_cpu = "baseline" if args.cpu == "generic" else "host"
     iree = pb.compile(mlir, work / "iree.vmfb", cpu=args.cpu)
     groups = [g for g in pb.ops(mlir) if g.replaceable]
     np.save(work / "x.npy", np.random.default_rng(0).uniform(-1, 1, x_shape).astype(np.float32))
     inputs = [f"@{work / 'x.npy'}"]
 
-    def replaced(tag: str, units: list[object]) -> tuple[Path, list[Path]]:
+    def replaced(tag: str, units: list[Unit]) -> tuple[Path, list[Path]]:
         ops = [tuple(g.index for g in u) if isinstance(u, tuple) else u.index for u in units]
-        names = [f"g{'_'.join(map(str, o)) if isinstance(o, tuple) else o}" for o in ops]
+        names = [_import_name(u) for u in units]
         out = work / tag
         pb.replace(mlir, out / "kernels", ops=ops, imports=names, onnx=model, force=True)
-        plugins = [pb.plugin(out / "kernels" / f"{n}.c", out / f"{n}.so", cpu=plugin_cpu) for n in names]
+        plugins = [pb.plugin(out / "kernels" / f"{n}.c", out / f"{n}.so", cpu=_plugin_cpu(args)) for n in names]
         vmfb = pb.compile(mlir, out / "replaced.vmfb", cpu=args.cpu, transform_spec=out / "kernels" / "spec.mlir", expect_imports=names)
         verdict = pb.verify(vmfb, model, plugins=plugins, baseline=iree)
         assert verdict.passed, verdict.render()
@@ -210,13 +229,34 @@ def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
     print(f"\n{about}: {len(groups)} replaceable groups, cpu {args.cpu}, {args.rounds} rounds alternated (this machine)")
     modules = []
     for unit in units:
-        members = unit if isinstance(unit, tuple) else (unit,)
+        members = _members(unit)
         label = "+".join(f"#{g.index}" for g in members) + " " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
         if args.only and not re.search(args.only, label):
             continue
         modules.append((f"{label} alone", *replaced("+".join(str(g.index) for g in members), [unit])))
-    modules.append((f"all {len(groups)} at once ({len(units)} kernels)", *replaced("all", units)))
-    _timed(name, modules, iree, function, inputs, args)
+    every = f"all {len(groups)} at once ({len(units)} kernels)"
+    modules.append((every, *replaced("all", units)))
+    for device in args.devices.split(","):
+        tuned = [] if args.no_tune else [(f"{every}, tuned", modules[-1][1], _tuned_plugins(mlir, model, units, work, device, args))]
+        _timed(modules + tuned, iree, function, inputs, device, args)
+
+
+def _tuned_plugins(mlir: Path, model: Path, units: list[Unit], work: Path, device: str, args: argparse.Namespace) -> list[Path]:
+    """The all-at-once module's plugins, each built with the knobs `tune` chose for its kernel
+    alone on `device` (a kernel without knobs: as generated); the module verified with them."""
+    plugins = []
+    for unit in units:
+        tag = "+".join(str(g.index) for g in _members(unit))
+        best, label = _tuned(_isolated(mlir, _members(unit), work / "groups" / tag, args), device, args)
+        source = work / "all" / "kernels" / f"{_import_name(unit)}.c"
+        if best is None:
+            plugins.append(work / "all" / f"{_import_name(unit)}.so")
+            continue
+        print(f"  {device:<11} #{tag} tuned: {label}", flush=True)
+        plugins.append(pb.tune.build_tuned([source], work / "all" / f"{_import_name(unit)}-tuned-{device}.so", tuned=best, cpu=_plugin_cpu(args)))
+    verdict = pb.verify(work / "all" / "replaced.vmfb", model, plugins=plugins, baseline=work / "iree.vmfb")
+    assert verdict.passed, verdict.render()
+    return plugins
 
 
 _ELEMENT = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i64": np.int64, "i32": np.int32, "i8": np.int8, "i1": np.bool_}
@@ -248,17 +288,60 @@ def _check_same(replaced: Path, plugin: Path, iree: Path, inputs: list[str]) -> 
         assert checks.close_elements(got, want, rtol=rtol, atol=atol).all(), f"{replaced}: the generated kernel differs from IREE's module"
 
 
+class Isolated(NamedTuple):
+    """One kernel cut out as a program of its own (models/isolate.py), with IREE's module of the
+    same ops, the generated kernel replacing them, and the seeded inputs both are run on."""
+
+    directory: Path
+    iree: Path
+    source: Path
+    replaced: Path
+    untuned: Path
+    inputs: list[str]
+
+
+def _isolated(mlir: Path, members: tuple[OpGroup, ...], d: Path, args: argparse.Namespace) -> Isolated:
+    """The kernel of `members` (one group, or a merge) alone, its untuned plugin checked against
+    IREE's module of the same ops."""
+    from pyree_build.models.isolate import isolate
+
+    program_path = isolate(mlir, tuple(g.index for g in members) if len(members) > 1 else members[0].index, d / "group.mlir")
+    iree = pb.compile(program_path, d / "iree.vmfb", cpu=args.cpu)
+    inner = [g.index for g in pb.ops(program_path) if g.replaceable]
+    pb.replace(program_path, d / "kernels", ops=[tuple(inner) if len(inner) > 1 else inner[0]], imports=["k"], force=True)
+    source = d / "kernels" / "k.c"
+    untuned = pb.plugin(source, d / "untuned.so", cpu=_plugin_cpu(args))
+    replaced = pb.compile(program_path, d / "replaced.vmfb", cpu=args.cpu, transform_spec=d / "kernels" / "spec.mlir", expect_imports=["k"])
+    inputs = _random_inputs(program_path.read_text(), d)
+    _check_same(replaced, untuned, iree, inputs)
+    return Isolated(d, iree, source, replaced, untuned, inputs)
+
+
+def _tuned(kernel: Isolated, device: str, args: argparse.Namespace) -> tuple[Path | None, str]:
+    """`tune` (no --param) of the isolated kernel on `device`, checked against IREE's module of
+    the same ops: the winner's best.json and label; (None, why) where the kernel declares no knobs.
+    A second call with the same kernel and settings reuses the first's result."""
+    if not declared_params([kernel.source]):
+        return None, "no knobs: the per-op reference body"
+    best = kernel.directory / f"best-{device}.json"
+    result = pb.tune(kernel.source, best, module=kernel.replaced, function="group", inputs=kernel.inputs, reference=kernel.iree, device=device,
+                     cpu=_plugin_cpu(args), budget=args.tune_budget, build_dir=kernel.directory / f"variants-{device}")  # fmt: skip
+    assert result.best is not None, result.render()
+    return best, result.best.label
+
+
+def _plugin_cpu(args: argparse.Namespace) -> str:
+    return "baseline" if args.cpu == "generic" else "host"
+
+
 def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
     """Each replaceable group of a model (merges as run_model makes them) as a program of its
     own (models/isolate.py): IREE's module of exactly those ops against the generated kernel,
     untuned and tuned (`tune`, no --param, against IREE's module), interleaved."""
-    from pyree_build.models.isolate import isolate
-
     work.mkdir(parents=True, exist_ok=True)
     about, build, _ = MODELS[name]
     model = Path(onnx_models.save(build(), work / f"{name}.onnx"))
     mlir = pb.import_onnx(model, work / f"{name}.mlir", force=True)
-    plugin_cpu = "baseline" if args.cpu == "generic" else "host"
     units = _merged([g for g in pb.ops(mlir) if g.replaceable])
     print(f"\n{about}: each of {len(units)} kernels against IREE's module of the same ops, cpu {args.cpu}, {args.rounds} rounds alternated")
     for unit in units:
@@ -267,29 +350,14 @@ def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
         label = f"#{tag} " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
         if args.only and not re.search(args.only, label):
             continue
-        d = work / "groups" / tag
-        program_path = isolate(mlir, tuple(g.index for g in members) if len(members) > 1 else members[0].index, d / "group.mlir")
-        iree = pb.compile(program_path, d / "iree.vmfb", cpu=args.cpu)
-        inner = [g.index for g in pb.ops(program_path) if g.replaceable]
-        pb.replace(program_path, d / "kernels", ops=[tuple(inner) if len(inner) > 1 else inner[0]], imports=["k"], force=True)
-        source = d / "kernels" / "k.c"
-        untuned = pb.plugin(source, d / "untuned.so", cpu=plugin_cpu)
-        replaced = pb.compile(program_path, d / "replaced.vmfb", cpu=args.cpu, transform_spec=d / "kernels" / "spec.mlir", expect_imports=["k"])
-        inputs = _random_inputs(program_path.read_text(), d)
-        _check_same(replaced, untuned, iree, inputs)
+        kernel = _isolated(mlir, members, work / "groups" / tag, args)
         for device in args.devices.split(","):
-            sides: list[tuple[Path, list[Path]]] = [(iree, []), (replaced, [untuned])]
-            tuned_label = "defaults"
-            if not declared_params([source]):
-                tuned_label = "no knobs: the per-op reference body"
-            elif not args.no_tune:
-                best = d / f"best-{device}.json"
-                result = pb.tune(source, best, module=replaced, function="group", inputs=inputs, reference=iree, device=device, cpu=plugin_cpu,
-                                 budget=args.tune_budget, build_dir=d / f"variants-{device}")  # fmt: skip
-                assert result.best is not None, result.render()
-                tuned_label = result.best.label
-                sides.append((replaced, [pb.tune.build_tuned([source], d / f"tuned-{device}.so", tuned=best, cpu=plugin_cpu)]))
-            timed = pb.bench.compare_many(sides, "group", inputs=inputs, device=device, rounds=args.rounds)
+            sides: list[tuple[Path, list[Path]]] = [(kernel.iree, []), (kernel.replaced, [kernel.untuned])]
+            best, tuned_label = (None, "defaults") if args.no_tune else _tuned(kernel, device, args)
+            if best is not None:
+                tuned_plugin = pb.tune.build_tuned([kernel.source], kernel.directory / f"tuned-{device}.so", tuned=best, cpu=_plugin_cpu(args))
+                sides.append((kernel.replaced, [tuned_plugin]))
+            timed = pb.bench.compare_many(sides, "group", inputs=kernel.inputs, device=device, rounds=args.rounds)
             cells = [f"untuned {timed.sides[1].ratio:.2f}x ({timed.sides[1].ratio_min:.2f} - {timed.sides[1].ratio_max:.2f})"]
             if len(timed.sides) > 2:
                 cells.append(f"tuned {timed.sides[2].ratio:.2f}x ({timed.sides[2].ratio_min:.2f} - {timed.sides[2].ratio_max:.2f}) [{tuned_label}]")
