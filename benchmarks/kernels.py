@@ -3,7 +3,7 @@
     python benchmarks/kernels.py [--cases dense128,dense256,softmax] [--rounds 7] [--devices local-sync,local-task]
                                  [--cpu generic|host] [--tune-budget 20] [--no-tune] [--keep DIR]
     python benchmarks/kernels.py --models user,encoder,squeezenet,bottleneck [--groups] [--only REGEX] [--rounds 5] [--devices ...]
-                                 [--cpu generic|host] [--tune-budget 8] [--no-tune] [--keep DIR]
+                                 [--cpu generic|host] [--tune-budget 8] [--no-tune | --tune-in alone|model] [--keep DIR]
 
 The cases (issue 36's targets):
 - `dense128`, `dense256`: a dense layer, MatMul + Add + Relu (x[M,K] @ W[K,N] + b[N], relu) at
@@ -27,8 +27,10 @@ module is verified against onnxruntime and timed interleaved with IREE's module 
 A group's row is the whole model's time with that group replaced, over IREE's whole model: the
 group's own cost shows as the difference. The all-at-once module is timed untuned (the knobs'
 defaults) and, unless --no-tune, tuned: each kernel built with what `tune` chose for it on that
-device as a program of its own (as --groups tunes it, and sharing its results under --keep), the
-module verified against onnxruntime with those plugins before it is timed.
+device as a program of its own (as --groups tunes it, and sharing its results under --keep), or
+with `--tune-in model` in turn inside the whole model (`tune --plugin`: the kernels tuned before it
+loaded as tuned, the rest as generated, the whole model timed), the module verified against
+onnxruntime with those plugins before it is timed.
 
 `--cpu` is the CPU both sides are built for: `generic` compiles the module for a generic CPU
 and the plugin for the arch's baseline; `host` compiles both for this machine's CPU.
@@ -237,8 +239,39 @@ def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
     every = f"all {len(groups)} at once ({len(units)} kernels)"
     modules.append((every, *replaced("all", units)))
     for device in args.devices.split(","):
-        tuned = [] if args.no_tune else [(f"{every}, tuned", modules[-1][1], _tuned_plugins(mlir, model, units, work, device, args))]
+        tuned_plugins = _tuned_in_model if args.tune_in == "model" else _tuned_plugins
+        tuned = [] if args.no_tune else [(f"{every}, tuned", modules[-1][1], tuned_plugins(mlir, model, units, work, device, args))]
         _timed(modules + tuned, iree, function, inputs, device, args)
+
+
+def _tuned_in_model(mlir: Path, model: Path, units: list[Unit], work: Path, device: str, args: argparse.Namespace) -> list[Path]:
+    """The all-at-once module's plugins, each kernel tuned in turn inside the whole module (`tune
+    --plugin`: the kernels before it loaded as tuned, the rest as generated; the whole model timed
+    against IREE's on the model's input); the module verified with them."""
+    del mlir  # the kernels are the all-at-once module's own
+    names = [_import_name(u) for u in units]
+    plugins = [work / "all" / f"{n}.so" for n in names]
+    x = [f"@{work / 'x.npy'}"]
+    for k, name in enumerate(names):
+        source = work / "all" / "kernels" / f"{name}.c"
+        if not declared_params([source]):
+            continue
+        best = work / "all" / f"best-{name}-{device}.json"
+        result = pb.tune(source, best, module=work / "all" / "replaced.vmfb", plugins=plugins[:k] + plugins[k + 1 :], function=_function(model),
+                         inputs=x, reference=work / "iree.vmfb", device=device, cpu=_plugin_cpu(args), budget=args.tune_budget,
+                         build_dir=work / "all" / f"variants-{name}-{device}")  # fmt: skip
+        assert result.best is not None, result.render()
+        print(f"  {device:<11} #{name} tuned in the model: {result.best.label}", flush=True)
+        plugins[k] = pb.tune.build_tuned([source], work / "all" / f"{name}-tuned-in-model-{device}.so", tuned=best, cpu=_plugin_cpu(args))
+    verdict = pb.verify(work / "all" / "replaced.vmfb", model, plugins=plugins, baseline=work / "iree.vmfb")
+    assert verdict.passed, verdict.render()
+    return plugins
+
+
+def _function(model: Path) -> str:
+    import onnx
+
+    return str(onnx.load(model, load_external_data=False).graph.name)
 
 
 def _tuned_plugins(mlir: Path, model: Path, units: list[Unit], work: Path, device: str, args: argparse.Namespace) -> list[Path]:
@@ -372,6 +405,12 @@ def main() -> None:
     parser.add_argument("--cpu", choices=("generic", "host"), default="generic")
     parser.add_argument("--tune-budget", type=float, default=20.0, help="tune's budget in seconds, per case and device")
     parser.add_argument("--no-tune", action="store_true", help="time the untuned kernels only")
+    parser.add_argument(
+        "--tune-in",
+        choices=("alone", "model"),
+        default="alone",
+        help="with --models: tune each kernel cut out alone (default; shared with --groups) or in turn inside the whole model (tune --plugin)",
+    )
     parser.add_argument("--keep", type=Path, help="work in this directory (kept) instead of a temporary one")
     parser.add_argument("--models", help=f"whole models instead of cases: {', '.join(MODELS)}")
     parser.add_argument(

@@ -347,7 +347,7 @@ function(pyree_cpu_plugin)
 endfunction()
 
 # pyree_tune(NAME <name> SYSTEM|STANDALONE SRCS <c>... [PARAMS <NAME=V1,V2,...>...] MODULE <target-or-file>
-#            FUNCTION <f> [INPUTS <spec>...] REFERENCE <target-or-file> | ONNX <model> | EXPECT_OUTPUT <spec>...
+#            [PLUGINS <target-or-file>...] FUNCTION <f> [INPUTS <spec>...] REFERENCE <target-or-file> | ONNX <model> | EXPECT_OUTPUT <spec>...
 #            [ARCHS ...] [CC ...] [CPU baseline|host] [DEVICE <device>] [INCLUDE_DIRS ...] [DEFINES ...]
 #            [BUDGET <s>] [TIMEOUT <s>] [MAX_ROUNDS <n>])
 # pyree_tune(NAME <name> TARGET vulkan|cuda|hip SRCS <kernel> PROGRAM <target-or-file> SPEC <spec.mlir>
@@ -356,10 +356,11 @@ endfunction()
 # (without PARAMS: the knobs the sources declare, `// pyree-tune: NAME=V1,V2` lines as `replace` writes):
 # pyree_cpu_plugin(... TUNED <name>) then builds the variant it chose. TARGET: a GPU kernel (what
 # `replace --target` writes), each variant compiled from PROGRAM with SPEC and run on the target's
-# device; pyree_vulkan_spirv(... TUNED <name>) builds the chosen variant.
+# device; pyree_vulkan_spirv(... TUNED <name>) builds the chosen variant. PLUGINS: the module's
+# other plugins (a model's other kernels), loaded with every variant; a new one tunes again.
 function(pyree_tune)
   _pyree_parse(pyree_tune "SYSTEM;STANDALONE" "NAME;MODULE;FUNCTION;REFERENCE;ONNX;CC;CPU;DEVICE;BUDGET;TIMEOUT;MAX_ROUNDS;TARGET;PROGRAM;SPEC;VULKAN_TARGET;SM;GFX"
-               "SRCS;PARAMS;INPUTS;EXPECT_OUTPUT;ARCHS;INCLUDE_DIRS;DEFINES" ${ARGN})
+               "SRCS;PARAMS;INPUTS;EXPECT_OUTPUT;ARCHS;INCLUDE_DIRS;DEFINES;PLUGINS" ${ARGN})
   if(ARG_TARGET AND NOT ARG_TARGET STREQUAL "llvm-cpu")
     _pyree_require(pyree_tune NAME SRCS PROGRAM SPEC FUNCTION)
   else()
@@ -380,6 +381,11 @@ function(pyree_tune)
     list(APPEND _depends "${_module}")
     list(APPEND _flags --module "${_module}")
   endif()
+  foreach(_plugin IN LISTS ARG_PLUGINS)
+    _pyree_artifact("${_plugin}" _plugin_file)
+    list(APPEND _depends "${_plugin_file}")
+    list(APPEND _flags --plugin "${_plugin_file}")
+  endforeach()
   if(ARG_PROGRAM)  # a GPU kernel's: each variant compiles the program with the spec and its object
     _pyree_program("${ARG_PROGRAM}" _program _program_files)
     get_filename_component(_spec "${ARG_SPEC}" ABSOLUTE)

@@ -325,6 +325,7 @@ def tune(
     program: PathLike | None = None,
     spec: PathLike | None = None,
     target_options: Mapping[str, Any] | None = None,
+    plugins: PathLike | Sequence[PathLike] = (),
 ) -> TuneResult:
     """Sweep a kernel's -D parameters (`params`; none: the knobs its source declares with
     `// pyree-tune: NAME=V1,V2` lines, as `replace` writes them): build each combination (cached), check it against the
@@ -336,6 +337,8 @@ def tune(
     A GPU kernel that `replace --target vulkan|cuda|hip` wrote: `target` names it, `program` and
     `spec` are what each variant compiles (its object embedded), on the target's device by default;
     `target_options` pick the GPU (`sm`, `gfx`, `vulkan_target`). `device`: local-sync for a plugin.
+    `plugins`: the module's other plugins (a model's other replaced kernels), loaded with every
+    variant, so that a kernel is tuned inside the whole model it runs in.
 
     Example: pb.tune("kernel.c", "build/best.json", params={"TILE": [1, 2, 4]}, module="build/m.vmfb", function="f", inputs=["64xf32=1"], reference="build/ref.vmfb").best.label
     """

@@ -161,7 +161,8 @@ def tune_command(a: argparse.Namespace) -> None:
         a.sources, a.output, params=a.params, module=a.module, function=a.function, inputs=a.inputs, reference=a.reference, onnx=a.onnx,
         expect_output=a.expect_output, device=a.device, rtol=a.rtol, atol=a.atol, timeout=a.timeout, spread=a.spread, budget=a.budget,
         max_rounds=a.max_rounds, repetitions=a.repetitions, build_dir=a.build_dir, jobs=a.jobs, ray=a.ray,
-        ray_resources=_ray_resources(a.ray_resources), depfile=a.depfile, target=a.target, program=a.program, spec=a.spec, target_options=gpu, **c_options,
+        ray_resources=_ray_resources(a.ray_resources), depfile=a.depfile, target=a.target, program=a.program, spec=a.spec, target_options=gpu,
+        plugins=a.plugins, **c_options,
     )  # fmt: skip
     if not a.quiet:
         print(result.render())

@@ -294,6 +294,16 @@ TUNE = Verb(
             },
         ),
         Option(("--module",), {"metavar": "M.vmfb", "help": "CPU: the module that calls the kernel's import"}),
+        Option(
+            ("--plugin",),
+            {
+                "dest": "plugins",
+                "action": "append",
+                "default": [],
+                "metavar": "PATH",
+                "help": "CPU: another plugin --module loads (a model's other kernels), loaded with every variant (repeatable)",
+            },
+        ),
         Option(("--function",), {"help": "the function of --module to run and time"}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" or @x.npy (repeatable)'}),
         Option(("--reference",), {"metavar": "REF.vmfb", "help": "the results to reproduce: this module's (e.g. the program without the spec)"}),
@@ -354,12 +364,16 @@ TUNE = Verb(
         "the spread is small or the budget is spent), print a table by median time and write best.json: the "
         "winner, its -D flags and every measurement. --ray runs the builds and checks as Ray tasks and the "
         "benchmarks on the nodes with --ray-resources. --target vulkan|cuda|hip tunes a GPU kernel `replace --target` "
-        "wrote: each variant compiles --program with --spec against its own object and runs on the target's device."
+        "wrote: each variant compiles --program with --spec against its own object and runs on the target's device. "
+        "--plugin loads the module's other plugins with every variant (before it): a kernel of a model that calls "
+        "several is tuned inside the whole model."
     ),
     examples=(
         "pyree-build tune kernel.c --param TILE=1,2,4,8 --module build/m.vmfb --function f --input 64x64xf32=1 "
         "--reference build/ref.vmfb -o build/best.json\n"
         "pyree-build tune kernels/dense.c --module build/m.vmfb --function main --onnx model.onnx -o build/best.json   # replace's knobs\n"
+        "pyree-build tune kernels/g3.c --module build/model.vmfb --plugin build/g1.so --plugin build/g7.so --function main --reference build/iree.vmfb "
+        "-o build/g3.json   # in the whole model\n"
         "pyree-build tune kernel.c --apply build/best.json -o build/kernel.so   # the chosen variant\n"
         "pyree-build tune k/dense.glsl --target vulkan --program m.mlir --spec k/spec.mlir --function main --onnx m.onnx -o build/best.json\n"
         "pyree-build tune k/dense.glsl --target vulkan --apply build/best.json -o build/spv   # the chosen variant's SPIR-V\n"

@@ -62,22 +62,18 @@ def cmake_text(
         program,
         imports,
         kind=kind,
-        tune=_tune_lines(stem, variable if model is not None else None, list(tunable), function) if kind == "plugin" else [],
-        tunable=tunable,
+        plugins=_plugin_lines(stem, imports, [n for n in imports if n in tunable], variable if model is not None else None, function),
     )
     lines += _verify_lines(stem, variable if model is not None else None, imports, kind=kind, function=function)
     return "\n".join(lines) + "\n"
 
 
-def _cpu_build_lines(stem: str, program: str, imports: list[str], *, kind: str, tune: list[str], tunable: Sequence[str]) -> list[str]:
-    """The CPU's: the kernels as plugins (tuned where asked) or embedded objects, and the module."""
+def _cpu_build_lines(stem: str, program: str, imports: list[str], *, kind: str, plugins: list[str]) -> list[str]:
+    """The CPU's: the kernels as plugins (`plugins`: _plugin_lines, used where `kind` is plugin)
+    or embedded objects, and the module."""
     cpu = f"{stem}_CPU"
     lines = _cpu_lines(stem)
-    plugins: list[str] = []
-    if not any(line.lstrip().startswith("pyree_tune(") for line in tune):
-        tunable = ()  # nothing to tune against: the plugins are built as generated
     if kind == "plugin":
-        plugins = [f"pyree_cpu_plugin(NAME {name}_plugin SYSTEM SRCS {name}.c CPU ${{{stem}_PLUGIN_CPU}}{_tuned_argument(name, tunable)})" for name in imports]
         # A plugin's import is resolved at run time: the module must call it (and need not be built first).
         depends = f"\n  EXPECT_IMPORTS {' '.join(imports)}"
     else:
@@ -94,8 +90,8 @@ def _cpu_build_lines(stem: str, program: str, imports: list[str], *, kind: str, 
         f'  TRANSFORM_SPEC "${{CMAKE_CURRENT_SOURCE_DIR}}/spec.mlir"{depends}',
         ")",
     ]
-    if plugins:
-        lines += [*tune, "", *plugins]
+    if kind == "plugin":
+        lines += plugins
     return lines
 
 
@@ -112,29 +108,43 @@ def _tune_needs(variable: str | None, function: str | None, knob: str) -> list[s
     return ["", f"# Tuning the kernels' {knob} needs a reference and a function ({why}): see pyree_tune in docs/tuning.md."]
 
 
-def _tune_lines(stem: str, variable: str | None, tunable: list[str], function: str | None) -> list[str]:
-    """An option that sweeps the knobs each generated kernel declares (`// pyree-tune:` lines)
-    against onnxruntime and builds the variant tune chose: off by default, as a tune builds
-    and times every variant (minutes); the choice is keyed by content, so it runs again only
-    when the C, the module or the model changes."""
-    if not tunable:
-        return []
-    missing = _tune_needs(variable, function, "knobs")
-    if missing:
-        return missing
+def _plugin_lines(stem: str, imports: list[str], tunable: list[str], variable: str | None, function: str | None) -> list[str]:
+    """Each kernel's plugin and, for the kernels that declare knobs (`tunable`, in import order),
+    an option that sweeps them against onnxruntime and builds the variant tune chose: off by
+    default, as a tune builds and times every variant (minutes); the choice is keyed by content,
+    so it runs again only when the C, the module, the model or another kernel's plugin changes.
+    Each kernel is tuned inside the whole module (every other plugin loaded: the ones tuned before
+    it as tuned, the rest as generated), so the tunes run one after another and no two time at once."""
+    cpu = f"${{{stem}_PLUGIN_CPU}}"
+
+    def plugin(name: str, suffix: str = "plugin", tuned: str = "") -> str:
+        return f"pyree_cpu_plugin(NAME {name}_{suffix} SYSTEM SRCS {name}.c CPU {cpu}{tuned})"
+
+    missing = _tune_needs(variable, function, "knobs") if tunable else []
+    if not tunable or missing:
+        return [*missing, "", *(plugin(name) for name in imports)]
     lines = [
         "",
         f"# -D{stem}_TUNE=ON: sweep the knobs the kernels declare (their `// pyree-tune:` lines) against onnxruntime",
-        "# and build the variant each tune chose (the first declared among those noise cannot tell apart).",
+        "# and build the variant each tune chose (the first declared among those noise cannot tell apart). Each kernel",
+        "# is tuned in the whole module: the kernels tuned before it loaded as tuned, the others as generated.",
         f'option({stem}_TUNE "tune the knobs of the generated kernels and build the chosen variants" OFF)',
+        "",
+        *(plugin(name) for name in imports if name not in tunable),
     ]
-    for name in tunable:
+    if len(tunable) > 1:
+        lines += [f"if({stem}_TUNE)", *("  " + plugin(name, "untuned") for name in tunable[1:]), "endif()"]
+    for k, name in enumerate(tunable):
+        others = [f"{n}_plugin" for n in imports if n not in tunable[k:]] + [f"{n}_untuned" for n in tunable[k + 1 :]]
         lines += [
             f"set({name}_TUNED)",
             f"if({stem}_TUNE)",
-            f'  pyree_tune(NAME {name}_tune SYSTEM SRCS {name}.c CPU ${{{stem}_PLUGIN_CPU}} MODULE {stem}_replaced FUNCTION {function} ONNX "${{{variable}}}")',
+            f"  pyree_tune(NAME {name}_tune SYSTEM SRCS {name}.c CPU {cpu} MODULE {stem}_replaced"
+            + (f" PLUGINS {' '.join(others)}" if others else "")
+            + f' FUNCTION {function} ONNX "${{{variable}}}")',
             f"  set({name}_TUNED TUNED {name}_tune)",
             "endif()",
+            plugin(name, tuned=f" ${{{name}_TUNED}}"),
         ]
     return lines
 

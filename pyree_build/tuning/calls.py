@@ -1,5 +1,6 @@
-"""The child process of a tune check: call a module's function with a variant's plugin loaded,
-once per entry of `calls` and all in this one process, saving every result as `<i>_<j>.npy`.
+"""The child process of a tune check: call a module's function with a variant's plugin loaded
+(after the module's other plugins), once per entry of `calls` and all in this one process,
+saving every result as `<i>_<j>.npy`.
 
 A kernel can be right on its first call and wrong after (state kept between calls, a buffer
 reused); iree-run-module calls a function once per process, so several calls need one process
@@ -24,7 +25,7 @@ def main(argv: list[str]) -> int:
     out = Path(spec["out"])
     try:
         for i, inputs in enumerate(spec["calls"]):
-            results = inprocess.run(spec["module"], spec["function"], inputs, plugins=[spec["plugin"]], device=spec["device"])
+            results = inprocess.run(spec["module"], spec["function"], inputs, plugins=spec["plugins"], device=spec["device"])
             for j, result in enumerate(results):
                 np.save(out / f"{i}_{j}.npy", result)
     except PyreeError as error:

@@ -58,6 +58,8 @@ def bundle(plan: Plan, expected: Sequence[numpy.ndarray]) -> dict[str, bytes]:
             if header.suffix in _HEADERS and header.is_file():
                 blobs[f"include{i}/{header.relative_to(directory).as_posix()}"] = header.read_bytes()
     blobs["module.vmfb"] = Path(plan.module).read_bytes()
+    for i, plugin in enumerate(map(Path, plan.plugins)):
+        blobs[f"loaded/{i}/{plugin.name}"] = plugin.read_bytes()
     for k, array in enumerate(expected):
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(array))
@@ -90,6 +92,7 @@ def rebased(plan: Plan, root: Path) -> Plan:
         sources=[str(root / "src" / Path(s).name) for s in plan.sources],
         include_dirs=[str(root / f"include{i}") for i in range(len(plan.include_dirs))],
         module=str(root / "module.vmfb"),
+        plugins=[str(root / "loaded" / str(i) / Path(p).name) for i, p in enumerate(plan.plugins)],
     )
 
 

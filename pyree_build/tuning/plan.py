@@ -56,6 +56,9 @@ class Plan:
     program: str = ""
     spec: str = ""
     target_options: dict[str, Any] = field(default_factory=dict)
+    # The module's other plugins (a model's other replaced kernels): loaded with every variant,
+    # before it, so that the variant's own import is the one IREE resolves (the last parsed).
+    plugins: list[str] = field(default_factory=list)
 
     @property
     def gpu(self) -> bool:
@@ -117,13 +120,14 @@ def classify(error: PyreeError) -> str:
 def runs_with(plan: Plan, built: PathLike) -> tuple[str, list[str]]:
     """The module a variant runs with and the plugins it loads: the shared module and the
     variant's plugin (CPU), or the variant's own module (a GPU kernel, embedded in it)."""
-    return (os.fspath(built), []) if plan.gpu else (plan.module, [os.fspath(built)])
+    return (os.fspath(built), []) if plan.gpu else (plan.module, [*plan.plugins, os.fspath(built)])
 
 
 def make_plan(sources: Sequence[PathLike], kind: str, module: PathLike | None, function: str, inputs: Sequence[str], archs: Sequence[str], cc: str,
               cpu: str, include_dirs: Sequence[PathLike], defines: Sequence[str], device: str | None, rtol: float, atol: float, timeout: float,
               spread: float, budget: float, max_rounds: int, repetitions: int,
-              gpu: tuple[str, PathLike | None, PathLike | None, Mapping[str, Any] | None] = ("llvm-cpu", None, None, None)) -> Plan:  # fmt: skip
+              gpu: tuple[str, PathLike | None, PathLike | None, Mapping[str, Any] | None] = ("llvm-cpu", None, None, None),
+              plugins: Sequence[PathLike] = ()) -> Plan:  # fmt: skip
     target, program, spec, target_options = gpu
     srcs = [str(require_file(s, "kernel source").resolve()) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
     if kind not in ("system", "standalone"):
@@ -136,6 +140,9 @@ def make_plan(sources: Sequence[PathLike], kind: str, module: PathLike | None, f
     checks.parse_inputs(inputs)
     where = dict(target=target, program="", spec="", target_options=dict(target_options or {}))
     if target != _tune_gpu.CPU:
+        if plugins:
+            raise PyreeError(f"--plugin loads CPU plugins beside each variant; a {target} kernel's variants are modules of their own",
+                             fix="leave out --plugin with --target")  # fmt: skip
         if kind != "system" or archs:
             raise PyreeError(f"--kind and --arch are a CPU plugin's; a {target} kernel is built for its GPU", fix="leave them out with --target")
         where["target_options"] = _tune_gpu.check_options(target, target_options or {})
@@ -147,4 +154,5 @@ def make_plan(sources: Sequence[PathLike], kind: str, module: PathLike | None, f
                              fix="pyree-build tune SRC.c --module M.vmfb --function F --reference REF.vmfb -o best.json")  # fmt: skip
         mod, device = str(require_file(module, "module").resolve()), device or "local-sync"
     return Plan(srcs, kind, mod, function, list(inputs), list(archs), cc, cpu, [str(Path(d).resolve()) for d in include_dirs],
-                list(defines), device, rtol, atol, timeout, spread, budget, max_rounds, repetitions, **where)  # type: ignore[arg-type]  # fmt: skip
+                list(defines), device, rtol, atol, timeout, spread, budget, max_rounds, repetitions, **where,  # type: ignore[arg-type]
+                plugins=[str(require_file(p, "plugin (--plugin)").resolve()) for p in plugins])  # fmt: skip

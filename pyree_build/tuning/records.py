@@ -29,15 +29,18 @@ def source_sha256(path: Path) -> str:
 
 
 def content_key(sources: Sequence[PathLike], include_dirs: Sequence[PathLike], params: Mapping[str, Sequence[str]], module: PathLike,
-                reference: PathLike | None, onnx: PathLike | None, settings: Mapping[str, object], spec: PathLike = "") -> str:  # fmt: skip
+                reference: PathLike | None, onnx: PathLike | None, settings: Mapping[str, object], spec: PathLike = "",
+                plugins: Sequence[PathLike] = ()) -> str:  # fmt: skip
     """What a tune's result depends on, by content: the sources and the headers they include,
     the module (a GPU kernel's: the program and the spec), the reference, the parameters and
     every setting (the device as resolved; the target only for a GPU kernel, so a CPU tune's key
-    is the one it had before GPU kernels and its best.json stays up to date). Equal keys: the
-    same sweep."""
+    is the one it had before GPU kernels and its best.json stays up to date), and the other
+    plugins the module loads (by content, in order; none: the key it had before them). Equal
+    keys: the same sweep."""
     named = [*map(Path, sources), *included_files(map(Path, sources), [os.fspath(d) for d in include_dirs]), Path(module)]
     named += [Path(spec)] if spec else []
     named += [Path(r) for r in (reference, onnx) if r is not None and Path(r).is_file()]
+    named += [Path(p) for p in plugins]
     return keys.key_of({"params": params, "settings": settings, "reference": os.fspath(reference or "")}, named)
 
 

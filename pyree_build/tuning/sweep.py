@@ -103,25 +103,25 @@ def tune(
     program: PathLike | None = None,
     spec: PathLike | None = None,
     target_options: Mapping[str, Any] | None = None,
+    plugins: Sequence[PathLike] = (),
 ) -> TuneResult:
     """Sweep every combination of `params` (-D values; none: the sources' knobs, in their stages:
-    params.declared_stages), check, benchmark, write
-    `output` (best.json). `target` vulkan, cuda or hip: a GPU kernel; each variant compiles `program` with `spec`."""
+    params.declared_stages), check, benchmark, write `output` (best.json). `plugins`: the module's
+    other plugins, loaded with every variant. `target` vulkan, cuda or hip: a GPU kernel; each variant compiles `program` with `spec`."""
     stages = [parse_params(params)] if params else declared_or_refuse(sources)
     parsed = {name: values for stage in stages for name, values in stage.items()}
     out = Path(output)
     plan = make_plan(sources, kind, module, function, inputs, archs, cc, cpu, include_dirs, defines, device, checks.DEFAULT_RTOL, checks.DEFAULT_ATOL,
-                     timeout, spread, budget, max_rounds, repetitions, gpu=(target, program, spec, target_options))  # fmt: skip
+                     timeout, spread, budget, max_rounds, repetitions, gpu=(target, program, spec, target_options), plugins=plugins)  # fmt: skip
     settings = dict(function=function, inputs=list(inputs), expect_output=list(expect_output), kind=kind, archs=list(archs), cc=cc, cpu=cpu,
                     defines=list(defines), device=plan.device, rtol=rtol, atol=atol, spread=spread, budget=budget, max_rounds=max_rounds,
                     repetitions=repetitions, stages=[list(stage) for stage in stages],
                     **({"target": target, "target_options": plan.target_options} if plan.gpu else {}))  # fmt: skip
-    key = content_key(plan.sources, include_dirs, parsed, plan.module or plan.program, reference, onnx, settings, plan.spec)
+    key = content_key(plan.sources, include_dirs, parsed, plan.module or plan.program, reference, onnx, settings, plan.spec, plan.plugins)
     if (done := _up_to_date(out, key)) is not None:
         return done
     directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
-    if ray is not None:
-        _require_ray(plan)
+    _require_ray(plan, ray)
     variants = variants_of(stages[0])
     _build_where_no_device(plan, variants, directory, jobs)
     plan, expected, cases = prepare(plan, directory, reference, onnx, expect_output, rtol, atol)
@@ -187,8 +187,10 @@ def _sweep_locally(plan: Plan, variants: list[Variant], directory: Path, expecte
         separate(plan, variants)
 
 
-def _require_ray(plan: Plan) -> None:
-    """Ray is imported here, and only here, when a sweep asks for it."""
+def _require_ray(plan: Plan, ray: str | None) -> None:
+    """Ray is imported here, and only here, when a sweep asks for it (`ray`: an address)."""
+    if ray is None:
+        return
     if plan.gpu:
         raise PyreeError(f"--ray sweeps CPU plugins; a {plan.target} kernel's variants are modules of their own, not sent through Ray yet",
                          fix="leave out --ray: the variants build in parallel here (-j) and run on this machine's device")  # fmt: skip
@@ -227,6 +229,15 @@ def _recheck_winner(plan: Plan, variants: list[Variant], expected: Sequence[nump
         best.status, best.reason = status, f"after its benchmark: {why}"
 
 
+# The start of a run's error when the module calls an import no loaded plugin exports
+# (backends/llvm_cpu/imports.check_resolved): a tune of one kernel of several in a module.
+_UNRESOLVED = "no plugin resolves import"
+_UNRESOLVED_FIX = (
+    "the module also calls the imports named above, which no variant exports: load the plugins that do with --plugin PATH "
+    "(repeatable; CMake: PLUGINS; Python: plugins=), e.g. the model's other kernels as `pyree-build plugin` built them"
+)
+
+
 def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[numpy.ndarray], cases: Sequence[Case] = (),
             key: str = "") -> TuneResult:  # fmt: skip
     best = _recheck_winner(plan, variants, expected, cases)
@@ -236,7 +247,9 @@ def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[n
             f"no variant of {Path(plan.sources[0]).name} both computed the right result and was measured",
             file=plan.sources[0],
             details=render(variants),
-            fix="fix the kernel (each variant's reason is above), or check the reference",
+            fix=_UNRESOLVED_FIX
+            if all(v.reason.startswith(_UNRESOLVED) for v in variants)
+            else "fix the kernel (each variant's reason is above), or check the reference",
         )
     write_best(out, plan, variants, best, key)
     return TuneResult(rows, best, out)
@@ -246,5 +259,6 @@ def _write_depfile(depfile: PathLike | None, out: Path, plan: Plan, references: 
     """CMake: a changed source, header, module or reference tunes again (unless its bytes are the same: _up_to_date)."""
     if depfile is None:
         return
-    inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), *filter(None, (plan.module, plan.program, plan.spec))]
+    inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), *filter(None, (plan.module, plan.program, plan.spec)),
+              *plan.plugins]  # fmt: skip
     files.write_depfile(depfile, out, [*inputs, *(os.fspath(r) for r in references)])

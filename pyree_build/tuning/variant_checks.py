@@ -96,7 +96,7 @@ def _check_cases_by_runs(plan: Plan, module: PathLike, cases: Sequence[Case]) ->
 def _check_repeated_calls(plan: Plan, plugin: PathLike, expected: Sequence[numpy.ndarray], cases: Sequence[Case]) -> tuple[str, str]:
     calls = [Case(plan.inputs, list(expected))] * CHECK_CALLS + list(cases)
     with tempfile.TemporaryDirectory(prefix="pyree-tune-check.") as tmp:
-        spec = {"module": plan.module, "function": plan.function, "device": plan.device, "plugin": os.fspath(plugin), "out": tmp,
+        spec = {"module": plan.module, "function": plan.function, "device": plan.device, "plugins": [*plan.plugins, os.fspath(plugin)], "out": tmp,
                 "calls": [c.inputs for c in calls]}  # fmt: skip
         try:
             with echo.muted_commands():

@@ -43,29 +43,37 @@ def test_the_generated_directory_builds_and_verifies_where_it_is_copied(tmp_path
 
 @pytest.mark.slow
 def test_the_generated_directory_tunes_the_declared_knobs_when_asked(tmp_path):
-    """Issue 36: `replace` writes the CMake that tunes its kernel's declared knobs against
-    onnxruntime (pyree_tune with ONNX) and builds the chosen variant (TUNED); off by default."""
+    """Issue 36: `replace` writes the CMake that tunes its kernels' declared knobs against
+    onnxruntime (pyree_tune with ONNX) and builds the chosen variants (TUNED); off by default.
+    Issue 47: with two kernels each is tuned inside the whole module, which calls both imports:
+    the other kernel's plugin loaded (PLUGINS), the first's as tuned for the second's tune.
+    Without it every variant of either is refused (the module's other import unresolved)."""
     import json
 
     from support.cmake_projects import build, configure, ctest_run
 
-    models.save(models.matmul_add_relu(), tmp_path / "model.onnx")
+    models.save(models.mlp(), tmp_path / "model.onnx")
     assert run_cli("import", tmp_path / "model.onnx", "-o", tmp_path / "model.mlir").returncode == 0
-    result = run_cli("replace", tmp_path / "model.mlir", "--ops", "1", "--import", "mar", "-o", tmp_path / "kernels", "--onnx", tmp_path / "model.onnx")
+    result = run_cli("replace", tmp_path / "model.mlir", "--ops", "1", "--ops", "3", "--import", "fc1", "--import", "sm", "-o", tmp_path / "kernels",
+                     "--onnx", tmp_path / "model.onnx")  # fmt: skip
     assert result.returncode == 0, result
-    assert "// pyree-tune:" in (tmp_path / "kernels" / "mar.c").read_text()
+    assert all("// pyree-tune:" in (tmp_path / "kernels" / f"{name}.c").read_text() for name in ("fc1", "sm"))
     text = (tmp_path / "kernels" / "CMakeLists.txt").read_text()
-    assert "option(model_TUNE" in text and "pyree_tune(NAME mar_tune SYSTEM SRCS mar.c" in text and "${mar_TUNED}" in text
+    assert "option(model_TUNE" in text and "${fc1_TUNED}" in text and "${sm_TUNED}" in text
+    assert "pyree_tune(NAME fc1_tune SYSTEM SRCS fc1.c CPU ${model_PLUGIN_CPU} MODULE model_replaced PLUGINS sm_untuned FUNCTION" in text
+    assert "pyree_tune(NAME sm_tune SYSTEM SRCS sm.c CPU ${model_PLUGIN_CPU} MODULE model_replaced PLUGINS fc1_plugin FUNCTION" in text
 
     untuned = tmp_path / "untuned"
     configure(tmp_path / "kernels", untuned)
     build(untuned)
-    assert not (untuned / "mar_tune.json").exists()
+    assert not list(untuned.glob("*_tune.json")) and not list(untuned.glob("*_untuned*"))
 
     tuned = tmp_path / "tuned"
     configure(tmp_path / "kernels", tuned, extra=["-Dmodel_TUNE=ON"])
     build(tuned)
-    best = json.loads((tuned / "mar_tune.json").read_text())
-    assert best["choice"] and len(best["variants"]) > 1, best
+    for name in ("fc1", "sm"):
+        best = json.loads((tuned / f"{name}_tune.json").read_text())
+        assert best["choice"] and len(best["variants"]) > 1, best
+        assert any(v["status"] == "ok" for v in best["variants"]), best["variants"]
     result = ctest_run(tuned, "--output-on-failure")
     assert result.returncode == 0 and "100% tests passed" in result.stdout, result.stdout

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import PLUGIN_SAMPLE, assert_clean_error, run_cli
 from support.cmake_projects import build, cmake_run, write_project
-from support.tune_kernels import CRASH, EXPECTED, HANG, INPUTS, QUICK, SLOW, WRONG, tune_args, write_kernel
+from support.tune_kernels import CRASH, EXPECTED, HANG, INPUTS, QUICK, SLOW, WRONG, tune_args, two_kernel_model, write_kernel
 
 import pyree_build as pb
 from pyree_build.cli import cmake_dir
@@ -248,3 +248,34 @@ def test_a_tune_result_is_kept_while_its_content_is_the_same(system_module, tmp_
     assert json.loads(out.read_text())["key"] != json.loads(tuned)["key"]
     other = run_cli(*tune_args(kernel, system_module, out, "1,2,4"))
     assert other.returncode == 0 and "is up to date" not in other.stdout, other
+
+
+def test_a_kernel_of_several_is_tuned_inside_the_whole_module_with_the_others_loaded(tmp_path):
+    """Issue 47: a model's kernels replaced together make one module that calls every import,
+    so one kernel is tuned in it with the others' plugins loaded (--plugin; Python: plugins=).
+    Without them every variant is refused and the error says what to load; with them the
+    winner, applied, verifies with the others against onnxruntime; the result is keyed by the
+    other plugins' bytes too."""
+    pytest.importorskip("onnx", reason='onnx is not installed (pip install "pyree_build[onnx]")')
+    pytest.importorskip("onnxruntime", reason='onnxruntime is not installed (pip install "pyree_build[onnx]")')
+    two = two_kernel_model(tmp_path)
+    out = tmp_path / "fc1.json"
+    alone = run_cli(*two.tune_args(out))
+    assert_clean_error(alone, "no plugin resolves import 'sm', which the module calls", "load the plugins that do with --plugin PATH")
+    assert not out.exists()
+
+    tuned = run_cli(*two.tune_args(out), "--plugin", two.sm_plugin)
+    assert tuned.returncode == 0, tuned
+    assert [v["status"] for v in json.loads(out.read_text())["variants"]] == ["ok", "ok"], out.read_text()
+    applied = run_cli("tune", two.fc1, "--apply", out, "-o", tmp_path / "fc1.so")
+    verified = run_cli("verify", two.module, "--onnx", two.model, "--plugin", two.sm_plugin, "--plugin", tmp_path / "fc1.so")
+    assert applied.returncode == 0 and verified.returncode == 0, (applied, verified)
+
+    # Python, with the same content: up to date; another build of the other kernel: tuned again.
+    same = dict(params=["PYREE_TILE_ROWS=8,2"], module=two.module, function="mlp", inputs=["4x16xf32=0.5"], reference=two.reference, timeout=3,
+                budget=1.5, repetitions=2)  # fmt: skip
+    assert "is up to date" in pb.tune(two.fc1, out, plugins=two.sm_plugin, **same).render()
+    other = pb.plugin(two.sm_plugin.parent / "kernels" / "sm.c", tmp_path / "sm_other.so", defines=["PYREE_FAST_MATH=1"])
+    assert other.read_bytes() != two.sm_plugin.read_bytes()
+    again = pb.tune(two.fc1, out, plugins=[other], **same)
+    assert "is up to date" not in again.render() and [v.status for v in again.variants] == ["ok", "ok"], again.render()

@@ -178,6 +178,8 @@ def test_gpu_tune_mistakes_are_named(tmp_path):
     assert_clean_error(wrong_device, "cannot run on --device local-sync")
     cpu_form = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--kind", "standalone")
     assert_clean_error(cpu_form, "--kind and --arch are a CPU plugin's")
+    with_plugin = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--plugin", kernel)
+    assert_clean_error(with_plugin, "--plugin loads CPU plugins beside each variant", "leave out --plugin")
     on_ray = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--ray", "auto")
     assert_clean_error(on_ray, "--ray sweeps CPU plugins", "leave out --ray")
     other_gpu = run_cli(*_tune_args(kernel, mlir, out, model, best, "vulkan"), "--sm", "80")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from support.tune_kernels import EXPECTED, SLOW, WRONG, tune_args, write_kernel
+from support.tune_kernels import EXPECTED, SLOW, WRONG, tune_args, two_kernel_model, write_kernel
 
 pytest.importorskip("ray", reason='Ray is not installed (pip install "pyree_build[ray]")')
 
@@ -150,6 +150,19 @@ def test_sweep_on_the_cluster_rejects_the_wrong_variant_and_benchmarks_on_the_be
     assert status["1"]["node"] == status[SLOW]["node"] is not None
     # The plugin came back through Ray: the artifact beside best.json, as a local sweep leaves it.
     assert (tmp_path / "best.variants" / "UNROLL=1" / "kernel.so").is_file()
+
+
+def test_the_modules_other_plugins_travel_with_the_sweep(cluster, tmp_path):
+    """Issue 47: `tune --plugin` on the cluster: the other kernel's plugin reaches every node
+    with the module (without it no variant could run there)."""
+    pytest.importorskip("onnx", reason='onnx is not installed (pip install "pyree_build[onnx]")')
+    pytest.importorskip("onnxruntime", reason='onnxruntime is not installed (pip install "pyree_build[onnx]")')
+    two = two_kernel_model(tmp_path)
+    out = tmp_path / "fc1.json"
+    result = run_cli(*two.tune_args(out), "--plugin", two.sm_plugin, "--ray", cluster.address, "--ray-resources", '{"bench_node": 1}', timeout=600)
+    assert result.returncode == 0, result
+    variants = json.loads(out.read_text())["variants"]
+    assert [v["status"] for v in variants] == ["ok", "ok"] and all(v["node"] for v in variants), variants
 
 
 def test_a_node_killed_mid_sweep_has_its_task_retried_elsewhere(cluster, kernel, system_module, tmp_path):
