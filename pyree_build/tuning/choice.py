@@ -40,9 +40,10 @@ def clearly_faster(a: Variant, b: Variant) -> bool:
 
 def choose(variants: Sequence[Variant]) -> tuple[Variant | None, list[Variant]]:
     """The winner and the variants it cannot be told apart from. The winner is the first
-    variant, in the order declared (the simplest first), that no other is clearly faster than:
-    among variants whose times overlap, noise would pick a different one each run, the declared
-    order picks the same one. There is always one (the variant whose interval starts lowest)."""
+    variant, in the order declared (the kernel as written first: variant_checks.as_written_first),
+    that no other is clearly faster than: among variants whose times overlap, noise would pick a
+    different one each run, the declared order picks the same one. There is always one (the
+    variant whose interval starts lowest)."""
     measured = sorted((v for v in variants if v.status == "ok" and v.samples_ms), key=lambda v: v.order)
     for v in measured:
         if not any(clearly_faster(o, v) for o in measured if o is not v):
@@ -59,7 +60,7 @@ def choice_line(variants: Sequence[Variant]) -> str:
         return f"chosen: {winner.label}: clearly faster than every other variant (the intervals of the medians are apart)"
     return (
         f"chosen: {winner.label}: a tie with {', '.join(v.label for v in tied)} (the intervals of their medians overlap, "
-        "so noise cannot tell them apart); the first declared of them wins, the same one every run"
+        "so noise cannot tell them apart); the kernel as written, else the first declared of them, wins: the same one every run"
     )
 
 

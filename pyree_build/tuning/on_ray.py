@@ -32,7 +32,7 @@ from pyree_build.core import echo, files, lazy
 from pyree_build.core.errors import PyreeError
 from pyree_build.tuning.benchmarks import measure_variant
 from pyree_build.tuning.plan import LOST, PathLike, Plan, Variant
-from pyree_build.tuning.variant_checks import build_and_check, log_checked
+from pyree_build.tuning.variant_checks import build_and_check, log_checked, mark_as_written
 
 if TYPE_CHECKING:
     import numpy
@@ -168,6 +168,20 @@ def _collect_checks(plan: Plan, variants: list[Variant], blobs: Any, directory: 
             variant.plugin = str(out)
 
 
+def _mark_as_written(plan: Plan, variants: list[Variant], blobs: Any) -> None:
+    """variant_checks.as_written_first on the cluster: the sources' own build made there, from
+    the bundle's path as every variant was (a plugin names its source's path); where it cannot
+    be made, the declared order alone decides ties."""
+    if plan.gpu or not any(v.status == "ok" and v.plugin for v in variants):
+        return
+    try:
+        answer = ray.get(_build_and_check.remote(blobs, plan, {}))
+    except ray.exceptions.RayError:
+        return
+    if answer["plugin"] is not None:
+        mark_as_written(variants, answer["plugin"])
+
+
 def _collect_measurements(plan: Plan, variants: list[Variant], blobs: Any, resources: Mapping[str, float]) -> None:
     task = _measure.options(resources=dict(resources)) if resources else _measure
     for variant in (v for v in variants if v.status == "ok" and v.plugin):
@@ -195,6 +209,7 @@ def sweep(plan: Plan, variants: list[Variant], expected: Sequence[numpy.ndarray]
         with echo.Stopwatch(f"build and check {len(variants)} variant(s) on the Ray cluster at {address}"):
             _collect_checks(plan, variants, blobs, directory)
             log_checked(variants)
+            _mark_as_written(plan, variants, blobs)
         _collect_measurements(plan, variants, blobs, resources)
     finally:
         ray.shutdown()

@@ -40,7 +40,7 @@ from pyree_build.tuning.params import declared_or_refuse, declared_params, parse
 from pyree_build.tuning.plan import BUILD_FAILED, DEFAULT_TIMEOUT_S, Case, PathLike, Plan, Variant, make_plan
 from pyree_build.tuning.records import FORMAT, content_key, read_best, recorded_winner, write_best
 from pyree_build.tuning.references import prepare
-from pyree_build.tuning.variant_checks import build_and_check, build_only, check_variant, log_checked
+from pyree_build.tuning.variant_checks import as_written_first, build_and_check, build_only, check_variant, log_checked
 
 if TYPE_CHECKING:
     import numpy
@@ -179,6 +179,7 @@ def _sweep_locally(plan: Plan, variants: list[Variant], directory: Path, expecte
         with _quiet_steps(), processes.thread_pool(jobs) as pool:
             list(pool.map(lambda v: build_and_check(plan, v, directory, expected, cases), variants))
         log_checked(variants)
+        as_written_first(plan, variants, directory)
     for v in variants:
         if v.status == "ok":
             with echo.Stopwatch(f"benchmark {v.label}"), _quiet_steps():

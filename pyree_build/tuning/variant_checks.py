@@ -48,6 +48,28 @@ def build_variant(plan: Plan, variant: Variant, directory: Path) -> Path:
         )
 
 
+# The order of a variant built as the sources are written: before every declared one.
+AS_WRITTEN_ORDER = -1
+
+
+def as_written_first(plan: Plan, variants: Sequence[Variant], directory: Path) -> None:
+    """The variants whose plugin is, byte for byte, the sources' own build (every swept macro at
+    the value the source picks for this CPU, an `#if defined(__AVX512F__)` default included) go
+    first in the declared order: among variants noise cannot tell apart they win, so a tune on a
+    noisy machine keeps the kernel as written, not the first value a declaration lists. A GPU
+    kernel's variants keep the declared order (each is a module of its own, compiled anew)."""
+    if not plan.gpu and any(v.status == "ok" and v.plugin for v in variants):
+        mark_as_written(variants, build_variant(plan, Variant({}), directory).read_bytes())
+
+
+def mark_as_written(variants: Sequence[Variant], as_written: bytes) -> None:
+    """as_written_first's rule, given the bytes of the sources' own build (made where the
+    variants were: a plugin names the path of the source it was built from)."""
+    for v in variants:
+        if v.status == "ok" and v.plugin and Path(v.plugin).is_file() and Path(v.plugin).read_bytes() == as_written:
+            v.order = AS_WRITTEN_ORDER
+
+
 # Each check calls the function this many times in one process: a variant right on its first
 # call only (state kept between calls) is wrong, and must never be chosen.
 CHECK_CALLS = 3

@@ -152,6 +152,25 @@ def test_a_knob_declared_after_is_swept_alone_at_the_winner_of_the_others(kernel
     assert ran[(("SHIFT", "1"), ("UNROLL", "2"))] != "ok" and recorded["winner"]["params"]["UNROLL"] == "2", recorded["winner"]
 
 
+def test_among_variants_noise_cannot_tell_apart_the_kernel_as_written_wins(kernel, system_module, tmp_path):
+    """Issue 47: a generated kernel picks some knobs per CPU (`#if defined(__AVX512F__)`), so the
+    first value a declaration lists need not be the one it is built with. The variant whose
+    plugin is byte for byte the kernel as written goes first in the order ties are decided by,
+    so a tune on a noisy machine keeps the kernel as written, not the first value listed."""
+    from pyree_build.tuning.choice import choose
+    from pyree_build.tuning.plan import Variant
+
+    written = tmp_path / "as_written.c"
+    written.write_text(kernel.read_text(encoding="utf-8").replace("#define UNROLL 1\n", "#define UNROLL 2\n", 1), encoding="utf-8")
+    out = tmp_path / "best.json"
+    result = run_cli(*tune_args(written, system_module, out, "1,2,4"))
+    assert result.returncode == 0, result
+    order = {v["params"]["UNROLL"]: v["order"] for v in json.loads(out.read_text())["variants"]}
+    assert order == {"2": -1, "1": 0, "4": 2}, order
+    tied = [Variant({"UNROLL": value}, status="ok", samples_ms=[1.0, 1.1, 0.9, 1.0, 1.05], order=o) for value, o in order.items()]
+    assert choose(tied)[0].params == {"UNROLL": "2"}
+
+
 def test_apply_refuses_a_file_no_tune_wrote(kernel, tmp_path):
     bogus = tmp_path / "best.json"
     bogus.write_text('{"winner": 1}')

@@ -53,9 +53,11 @@ _VECTORIZE = [
 
 def declared_order(knob: loopnest.Knob) -> list[int]:
     """A knob's values as its `pyree-tune:` line lists them: the defaults first. Among variants
-    whose times noise cannot tell apart, tune keeps the first declared, so a tuned kernel is the
-    untuned one unless another variant is clearly faster (declared smallest first, a sweep on a
-    loaded machine chose the smallest tiles, up to 1.2x slower than the defaults)."""
+    whose times noise cannot tell apart, tune keeps the kernel as written (the variant whose
+    plugin is the untuned one, byte for byte: the wide or narrow default where the CPU picks
+    it), else the first declared, so a tuned kernel is the untuned one unless another variant is
+    clearly faster (declared smallest first, a sweep on a loaded machine chose the smallest
+    tiles, up to 1.2x slower than the defaults)."""
     first = [knob.default, *(d for d in (knob.wide_default, knob.narrow_default) if d is not None)]
     return list(dict.fromkeys([*first, *knob.candidates]))
 
