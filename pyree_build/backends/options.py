@@ -11,6 +11,13 @@ SOURCE_OPTIONS = (
     Option(("-D",), {"dest": "defines", "action": "append", "default": [], "metavar": "NAME[=VALUE]", "help": "define a macro (repeatable)"}),
     Option(("--depfile",), {"help": "also write a Make/Ninja depfile listing every input (for CMake's DEPFILE)"}),
 )
+
+
+def plugin_option(help_text: str) -> Option:
+    """--plugin PATH, repeatable: a plugin the verb's module loads (the `plugins` argument)."""
+    return Option(("--plugin",), {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH", "help": help_text})
+
+
 C_OPTIONS = (
     Option(("--cc",), {"default": "zig", "choices": C_COMPILERS, "help": "C compiler (default: zig, the ziglang wheel's clang)"}),
     *SOURCE_OPTIONS,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 from pyree_build import backends
 from pyree_build.backends.base import Option, Verb
-from pyree_build.backends.options import C_OPTIONS
+from pyree_build.backends.options import C_OPTIONS, plugin_option
 
 
 class Registered:
@@ -156,10 +156,7 @@ RUN = Verb(
         Option(("module",), {"metavar": "MODULE.vmfb"}),
         Option(("--function",), {"required": True}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" (repeatable)'}),
-        Option(
-            ("--plugin",),
-            {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH", "help": "--executable_plugin (repeatable; later ones are tried first)"},
-        ),
+        plugin_option("--executable_plugin (repeatable; later ones are tried first)"),
         Option(("--device",), {"default": "local-sync", "choices": DEVICES}),
         Option(
             ("--expect",),
@@ -237,7 +234,7 @@ BENCH = Verb(
         ),
         Option(("--function",), {"default": None, "help": "the function to time (default: every function, as for dumped benchmarks)"}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC"}),
-        Option(("--plugin",), {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH"}),
+        plugin_option("--executable_plugin (repeatable)"),
         Option(("--device",), {"default": "local-sync"}),
         Option(("--repetitions",), {"type": int, "default": 5, "help": "repetitions per measurement (default 5)"}),
         Option(("--rounds",), {"type": int, "default": 5, "help": "--compare: alternations of A and B (default 5)"}),
@@ -294,16 +291,7 @@ TUNE = Verb(
             },
         ),
         Option(("--module",), {"metavar": "M.vmfb", "help": "CPU: the module that calls the kernel's import"}),
-        Option(
-            ("--plugin",),
-            {
-                "dest": "plugins",
-                "action": "append",
-                "default": [],
-                "metavar": "PATH",
-                "help": "CPU: another plugin --module loads (a model's other kernels), loaded with every variant (repeatable)",
-            },
-        ),
+        plugin_option("CPU: another plugin --module loads (a model's other kernels), loaded with every variant (repeatable)"),
         Option(("--function",), {"help": "the function of --module to run and time"}),
         Option(("--input",), {"dest": "inputs", "action": "append", "default": [], "metavar": "SPEC", "help": 'e.g. "8xf32=2" or @x.npy (repeatable)'}),
         Option(("--reference",), {"metavar": "REF.vmfb", "help": "the results to reproduce: this module's (e.g. the program without the spec)"}),
@@ -541,7 +529,7 @@ VERIFY = Verb(
                 "help": "stored inputs: an ONNX test directory (input_N.pb; its output_N.pb are then the reference) or .pb/.npy files, one per graph input",
             },
         ),  # fmt: skip
-        Option(("--plugin",), {"dest": "plugins", "action": "append", "default": [], "metavar": "PATH", "help": "--executable_plugin (repeatable)"}),
+        plugin_option("--executable_plugin (repeatable)"),
         Option(
             ("--baseline",),
             {

@@ -57,9 +57,15 @@ def as_written_first(plan: Plan, variants: Sequence[Variant], directory: Path) -
     the value the source picks for this CPU, an `#if defined(__AVX512F__)` default included) go
     first in the declared order: among variants noise cannot tell apart they win, so a tune on a
     noisy machine keeps the kernel as written, not the first value a declaration lists. A GPU
-    kernel's variants keep the declared order (each is a module of its own, compiled anew)."""
-    if not plan.gpu and any(v.status == "ok" and v.plugin for v in variants):
-        mark_as_written(variants, build_variant(plan, Variant({}), directory).read_bytes())
+    kernel's variants keep the declared order (each is a module of its own, compiled anew), as do
+    the variants of sources that do not build without the swept -Ds (a knob with no default)."""
+    if plan.gpu or not any(v.status == "ok" and v.plugin for v in variants):
+        return
+    try:
+        as_written = build_variant(plan, Variant({}), directory)
+    except PyreeError:
+        return
+    mark_as_written(variants, as_written.read_bytes())
 
 
 def mark_as_written(variants: Sequence[Variant], as_written: bytes) -> None:

@@ -169,6 +169,12 @@ def test_among_variants_noise_cannot_tell_apart_the_kernel_as_written_wins(kerne
     assert order == {"2": -1, "1": 0, "4": 2}, order
     tied = [Variant({"UNROLL": value}, status="ok", samples_ms=[1.0, 1.1, 0.9, 1.0, 1.05], order=o) for value, o in order.items()]
     assert choose(tied)[0].params == {"UNROLL": "2"}
+    # A knob with no default: the sources do not build as written; the declared order alone.
+    no_default = tmp_path / "no_default.c"
+    no_default.write_text(kernel.read_text(encoding="utf-8").replace("#define UNROLL 1\n", "#error UNROLL has no default\n", 1), encoding="utf-8")
+    result = run_cli(*tune_args(no_default, system_module, out, "2,1"))
+    assert result.returncode == 0, result
+    assert {v["params"]["UNROLL"]: v["order"] for v in json.loads(out.read_text())["variants"]} == {"2": 0, "1": 1}
 
 
 def test_apply_refuses_a_file_no_tune_wrote(kernel, tmp_path):

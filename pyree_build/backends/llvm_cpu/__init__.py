@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pyree_build.backends.base import Backend, CompileJob, InlineKernelSource, Option, ToolCheck, Verb, Workflow
-from pyree_build.backends.options import C_OPTIONS
+from pyree_build.backends.options import C_OPTIONS, plugin_option
 from pyree_build.core import lazy, toolchain
 
 # Loaded on first use: declaring the backend (help, doctor, the registry) reads it not.
@@ -134,16 +134,7 @@ class LlvmCpuBackend(Backend):
             "pyree_build.backends.llvm_cpu.imports:listing",
             (
                 Option(("module",), {"metavar": "MODULE.vmfb"}),
-                Option(
-                    ("--plugin",),
-                    {
-                        "dest": "plugins",
-                        "action": "append",
-                        "default": [],
-                        "metavar": "PATH",
-                        "help": "ask this plugin's resolve (repeatable; later ones are asked first, as at run time)",
-                    },
-                ),
+                plugin_option("ask this plugin's resolve (repeatable; later ones are asked first, as at run time)"),
             ),
             description=(
                 "List, per executable, the imports a module calls (read from its embedded ELFs); with "
