@@ -126,8 +126,8 @@ def _plugin_lines(stem: str, imports: list[str], tunable: list[str], variable: s
     lines = [
         "",
         f"# -D{stem}_TUNE=ON: sweep the knobs the kernels declare (their `// pyree-tune:` lines) against onnxruntime",
-        "# and build the variant each tune chose (the first declared among those noise cannot tell apart). Each kernel",
-        "# is tuned in the whole module: the kernels tuned before it loaded as tuned, the others as generated.",
+        "# and build the variant each tune chose (among those noise cannot tell apart: the kernel as written). Each",
+        "# kernel is tuned in the whole module: the kernels tuned before it loaded as tuned, the others as generated.",
         f'option({stem}_TUNE "tune the knobs of the generated kernels and build the chosen variants" OFF)',
         "",
         *(plugin(name) for name in imports if name not in tunable),

@@ -1,6 +1,6 @@
 """The choice among measured variants: an interval of each median (`median_interval`), which
-variants are clearly faster than others, the winner (`choose`: the first declared that none is
-clearly faster than), the ranking and the table that shows it (`render`).
+variants are clearly faster than others, the winner (`choose`: the first in order, the kernel as
+written first, that none is clearly faster than), the ranking and the table that shows it (`render`).
 """
 
 from __future__ import annotations
