@@ -88,6 +88,7 @@ class Kernel:
     helpers: set[str] = field(default_factory=set)
     lines: list[str] = field(default_factory=list)
     preamble: list[str] = field(default_factory=list)  # before the kernel: the schedule's knobs
+    attributes: str = ""  # before the kernel function's `void`: what its preamble defines for it
     counter: int = 0
     # What the body is, for the file's header: an emitter that writes another form says which.
     form: str = "A correct, naive reference: one loop nest per op, as the IR says."
@@ -462,7 +463,7 @@ def c_file(name: str, fields: list[Parameter], k: Kernel, header: list[str]) -> 
         "// The kernel: a plain C function. An embedded object is called with these arguments",
         "// directly (hal.import.static); a plugin unpacks them from the argument block below.",
     ]
-    lines += [f"void {name}(\n    {arguments}) {{", *pointers, *k.lines, "}"]
+    lines += [f"{k.attributes}void {name}(\n    {arguments}) {{", *pointers, *k.lines, "}"]
     # The block's local is named after the import: a fixed name (`a`) shadowed an import of that name.
     unpacked = ", ".join(f"{name}_args->{f.name}" for f in fields)
     lines += _IMPORT.format(name=name, unpacked=unpacked).splitlines()

@@ -335,5 +335,7 @@ def emit(k: c_reference.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedu
     """The row-wise nest as C: the knobs into `k.preamble`, the loop over the workgroup's rows
     into `k.lines`. `k` holds the buffers; `constants` are the group's scalar constant ops;
     `name` (the import's) is taken as c_tiled.emit takes it, the kernel being one function here."""
-    k.preamble = c_tiled.knob_lines(plan.knobs, pack=False)
-    _RowEmitter(k, nest, plan, k.buffers[nest.result]).emit(constants)
+    out = k.buffers[nest.result]
+    k.preamble = c_tiled.knob_lines(plan.knobs, out.ctype, pack=False)
+    k.attributes = "PYREE_WIDE_VECTORS "
+    _RowEmitter(k, nest, plan, out).emit(constants)

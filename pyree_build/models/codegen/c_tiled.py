@@ -13,6 +13,7 @@ contiguous in the result, marked for the vectorizer; pointers are `restrict`.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from pyree_build.models.codegen import c_reference, loopnest
@@ -48,7 +49,23 @@ _VECTORIZE = [
     "#define PYREE_VECTORIZE",
     "#define PYREE_ROWS",
     "#endif",
+    "// Under AVX-512 the tile's defaults count on 512-bit vectors (32 registers). On some such CPUs (Intel's",
+    "// server cores) clang and gcc prefer 256-bit vectors unless a function asks for wider ones, and a tile",
+    "// sized for 512 bits then spills its accumulators: the kernel's functions ask (PYREE_WIDE_VECTORS), and",
+    "// PYREE_VECTOR_WIDTH's default there is one 512-bit vector of the element. -DPYREE_WIDE_VECTORS= together",
+    "// with -DPYREE_VECTOR_WIDTH=0 leaves the vector width to the compiler's preference.",
+    "#ifndef PYREE_WIDE_VECTORS",
+    "#if defined(__AVX512F__) && defined(__clang__)",
+    "#define PYREE_WIDE_VECTORS __attribute__((min_vector_width(512)))",
+    "#elif defined(__AVX512F__) && defined(__GNUC__)",
+    '#define PYREE_WIDE_VECTORS __attribute__((target("prefer-vector-width=512")))',
+    "#else",
+    "#define PYREE_WIDE_VECTORS",
+    "#endif",
+    "#endif",
 ]
+# What a 512-bit vector holds of each C element type (PYREE_VECTOR_WIDTH's AVX-512 default).
+_ELEMENTS_PER_512_BITS = {"float": 16, "double": 8, "int8_t": 64, "uint8_t": 64, "int16_t": 32, "int32_t": 16, "int64_t": 8}
 
 
 def declared_order(knob: loopnest.Knob) -> list[int]:
@@ -75,14 +92,16 @@ def _default_lines(knob: loopnest.Knob) -> list[str]:
     return [*lines, "#else", f"#define {knob.name} {knob.default}", "#endif"]
 
 
-def knob_lines(knobs: list[loopnest.Knob], *, pack: bool = True, reorder: bool = False) -> list[str]:
+def knob_lines(knobs: list[loopnest.Knob], element: str, *, pack: bool = True, reorder: bool = False) -> list[str]:
     """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
-    given no --param (the `pyree-tune:` line, read by tune.declared_params)."""
+    given no --param (the `pyree-tune:` line, read by tune.declared_params). `element`: the C
+    type the vectorized loops compute in (the vector width's AVX-512 default holds 512 bits of it)."""
     lines = [
         "// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:",
         "// every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.",
     ]
-    later = [*([loopnest.ROW_ORDER] if reorder else []), *([loopnest.PACK_K] if pack else []), loopnest.VECTOR_WIDTH, loopnest.INTERLEAVE]
+    width = replace(loopnest.VECTOR_WIDTH, wide_default=_ELEMENTS_PER_512_BITS.get(element, 16))
+    later = [*([loopnest.ROW_ORDER] if reorder else []), *([loopnest.PACK_K] if pack else []), width, loopnest.INTERLEAVE]
     for knob in [*knobs, *later]:
         values = ",".join(map(str, declared_order(knob)))
         lines += [f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
@@ -165,7 +184,7 @@ class TiledEmitter(NestEmitter):
             f"// One tile of the result: rows row0 .. row0 + nr - 1 (at most {rows_knob}), columns col0 .. col0 + nc - 1",
             f"// (at most {cols_knob}). A full tile is computed with the knobs' constant sizes (inlined), so it is",
             "// unrolled and vectorized; the result's edge takes the same code with its own sizes.",
-            f"static inline __attribute__((always_inline)) void {name}_tile(\n    {params},\n    int64_t row0, int64_t col0, int64_t nr, int64_t nc) {{",
+            f"static inline __attribute__((always_inline)) PYREE_WIDE_VECTORS void {name}_tile(\n    {params},\n    int64_t row0, int64_t col0, int64_t nr, int64_t nc) {{",
             *tile_lines,
             "}",
         ]
@@ -335,4 +354,5 @@ def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *,
     tiled.relayout, tiled.gather = relayout, gather
     tiled.emit(name, fields, constants)  # appends the tile function
     packed = any("PYREE_PACK_K" in line for line in [*k.preamble, *k.lines])
-    k.preamble = [*knob_lines(plan.knobs, pack=packed, reorder=plan.reuse_order is not None), *k.preamble]
+    k.preamble = [*knob_lines(plan.knobs, tiled.ctype, pack=packed, reorder=plan.reuse_order is not None), *k.preamble]
+    k.attributes = "PYREE_WIDE_VECTORS "
