@@ -336,6 +336,6 @@ def emit(k: c_reference.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedu
     into `k.lines`. `k` holds the buffers; `constants` are the group's scalar constant ops;
     `name` (the import's) is taken as c_tiled.emit takes it, the kernel being one function here."""
     out = k.buffers[nest.result]
-    k.preamble = c_tiled.knob_lines(plan.knobs, out.ctype, pack=False)
+    k.preamble = c_tiled.knob_lines(plan.knobs, out.ctype, None, pack=False)
     k.attributes = "PYREE_WIDE_VECTORS "
     _RowEmitter(k, nest, plan, out).emit(constants)

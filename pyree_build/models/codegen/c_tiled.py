@@ -79,11 +79,11 @@ def declared_order(knob: loopnest.Knob) -> list[int]:
     return list(dict.fromkeys([*first, *knob.candidates]))
 
 
-def _default_lines(knob: loopnest.Knob) -> list[str]:
-    """The knob's default as the target's vectors decide it: AVX-512, x86-64 without AVX, else."""
-    cases = [
-        (c, v) for c, v in (("defined(__AVX512F__)", knob.wide_default), ("defined(__x86_64__) && !defined(__AVX__)", knob.narrow_default)) if v is not None
-    ]
+def _default_lines(knob: loopnest.Knob, wide: str | None = None) -> list[str]:
+    """The knob's default as the target's vectors decide it: AVX-512, x86-64 without AVX, else.
+    `wide`: the AVX-512 default as a C constant expression instead of knob.wide_default."""
+    conditions = (("defined(__AVX512F__)", wide or knob.wide_default), ("defined(__x86_64__) && !defined(__AVX__)", knob.narrow_default))
+    cases = [(c, v) for c, v in conditions if v is not None]
     if not cases:
         return [f"#define {knob.name} {knob.default}"]
     lines = []
@@ -92,20 +92,32 @@ def _default_lines(knob: loopnest.Knob) -> list[str]:
     return [*lines, "#else", f"#define {knob.name} {knob.default}", "#endif"]
 
 
-def knob_lines(knobs: list[loopnest.Knob], element: str, *, pack: bool = True, reorder: bool = False) -> list[str]:
+def knob_lines(knobs: list[loopnest.Knob], element: str, columns: str | None, *, pack: bool = True, reorder: bool = False) -> list[str]:
     """Each knob as a macro with its default, and the values `pyree-build tune` sweeps when
     given no --param (the `pyree-tune:` line, read by tune.declared_params). `element`: the C
-    type the vectorized loops compute in (the vector width's AVX-512 default holds 512 bits of it)."""
+    type the vectorized loops compute in; `columns`: their trip count in a full tile, a C
+    constant expression (macros defined by the time the loops are compiled), or None where unknown."""
     lines = [
         "// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:",
         "// every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.",
     ]
-    width = replace(loopnest.VECTOR_WIDTH, wide_default=_ELEMENTS_PER_512_BITS.get(element, 16))
-    later = [*([loopnest.ROW_ORDER] if reorder else []), *([loopnest.PACK_K] if pack else []), width, loopnest.INTERLEAVE]
+    lanes = _ELEMENTS_PER_512_BITS.get(element, 16)
+    width, interleave = replace(loopnest.VECTOR_WIDTH, wide_default=lanes), loopnest.INTERLEAVE
+    wide, steps = None, []
+    if columns:
+        # Under AVX-512 a full tile's columns are covered by one vector per step (no interleave:
+        # 3 x 8 lanes a step over-ran 56 columns), of 512, 256 or 128 bits, whichever takes the
+        # fewest steps, a remainder counted as scalar steps: 16 lanes over ResNet-50's 56-column
+        # rows left 8 scalar multiply-adds at every reduction step, where 8 lanes leave none.
+        by = [f"PYREE_STEPS({columns}, {n})" for n in (lanes, lanes // 2, lanes // 4)]
+        wide = f"({by[0]} <= {by[1]} && {by[0]} <= {by[2]} ? {lanes} : {by[1]} <= {by[2]} ? {lanes // 2} : {lanes // 4})"
+        steps = ["#define PYREE_STEPS(n, lanes) ((n) / (lanes) + (n) % (lanes))"]
+        interleave = replace(loopnest.INTERLEAVE, wide_default=1)
+    later = [*([loopnest.ROW_ORDER] if reorder else []), *([loopnest.PACK_K] if pack else []), width, interleave]
     for knob in [*knobs, *later]:
         values = ",".join(map(str, declared_order(knob)))
         lines += [f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
-        lines += [*_default_lines(knob), "#endif"]
+        lines += [*(steps if knob is width else []), *_default_lines(knob, wide if knob is width else None), "#endif"]
     return lines + _VECTORIZE
 
 
@@ -127,6 +139,8 @@ class TiledEmitter(NestEmitter):
         self.gather: loopnest.Relayout | None = None
         # The row coordinates every row of a tile shares, as macros (_shared_row).
         self.shared_rows: list[str] = []
+        # A full tile's columns: the column knob, or PYREE_FULL_COLS where a row is narrower (emit).
+        self.full_columns = ""
 
     def load(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
@@ -166,6 +180,7 @@ class TiledEmitter(NestEmitter):
         rows_knob, cols_knob = (knob.name for knob in plan.knobs)
         narrow = self._full_columns(cols_knob)
         cols_knob = "PYREE_FULL_COLS" if narrow else cols_knob
+        self.full_columns = cols_knob
         passed = [f for f in fields if not f.name.endswith("_offset") and not f.name.startswith("workgroup_")]
         params = ", ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in passed)
         kernel_lines, self.k.lines = self.k.lines, []
@@ -354,5 +369,5 @@ def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *,
     tiled.relayout, tiled.gather = relayout, gather
     tiled.emit(name, fields, constants)  # appends the tile function
     packed = any("PYREE_PACK_K" in line for line in [*k.preamble, *k.lines])
-    k.preamble = [*knob_lines(plan.knobs, tiled.ctype, pack=packed, reorder=plan.reuse_order is not None), *k.preamble]
+    k.preamble = [*knob_lines(plan.knobs, tiled.ctype, tiled.full_columns, pack=packed, reorder=plan.reuse_order is not None), *k.preamble]
     k.attributes = "PYREE_WIDE_VECTORS "
