@@ -67,13 +67,22 @@ typedef struct {
 #ifndef PYREE_PACK_K
 #define PYREE_PACK_K 64
 #endif
-// pyree-tune after: PYREE_VECTOR_WIDTH=0,4,8,16  (elements per vector in the vectorized loops, 0: the compiler's choice)
+// pyree-tune after: PYREE_VECTOR_WIDTH=0,16,4,8  (elements per vector in the vectorized loops, 0: the compiler's choice)
 #ifndef PYREE_VECTOR_WIDTH
+#define PYREE_STEPS(n, lanes) ((n) / (lanes) + (n) % (lanes))
+#if defined(__AVX512F__)
+#define PYREE_VECTOR_WIDTH (PYREE_STEPS(PYREE_FULL_COLS, 16) <= PYREE_STEPS(PYREE_FULL_COLS, 8) && PYREE_STEPS(PYREE_FULL_COLS, 16) <= PYREE_STEPS(PYREE_FULL_COLS, 4) ? 16 : PYREE_STEPS(PYREE_FULL_COLS, 8) <= PYREE_STEPS(PYREE_FULL_COLS, 4) ? 8 : 4)
+#else
 #define PYREE_VECTOR_WIDTH 0
+#endif
 #endif
 // pyree-tune after: PYREE_INTERLEAVE=0,1,2,4  (vectors in flight per iteration of the vectorized loops, 0: the compiler's choice)
 #ifndef PYREE_INTERLEAVE
+#if defined(__AVX512F__)
+#define PYREE_INTERLEAVE 1
+#else
 #define PYREE_INTERLEAVE 0
+#endif
 #endif
 // Loops marked PYREE_VECTORIZE may be vectorized: their iterations are independent. The rows
 // of a tile (PYREE_ROWS) are not: the compiler unrolls them, keeping the accumulator in registers.
@@ -100,13 +109,27 @@ typedef struct {
 #define PYREE_VECTORIZE
 #define PYREE_ROWS
 #endif
+// Under AVX-512 the tile's defaults count on 512-bit vectors (32 registers). On some such CPUs (Intel's
+// server cores) clang and gcc prefer 256-bit vectors unless a function asks for wider ones, and a tile
+// sized for 512 bits then spills its accumulators: the kernel's functions ask (PYREE_WIDE_VECTORS), and
+// PYREE_VECTOR_WIDTH's default there names a width. -DPYREE_WIDE_VECTORS= -DPYREE_VECTOR_WIDTH=0
+// -DPYREE_INTERLEAVE=0 leave the vectors to the compiler's preference.
+#ifndef PYREE_WIDE_VECTORS
+#if defined(__AVX512F__) && defined(__clang__)
+#define PYREE_WIDE_VECTORS __attribute__((min_vector_width(512)))
+#elif defined(__AVX512F__) && defined(__GNUC__)
+#define PYREE_WIDE_VECTORS __attribute__((target("prefer-vector-width=512")))
+#else
+#define PYREE_WIDE_VECTORS
+#endif
+#endif
 
 // A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower (32).
 #define PYREE_FULL_COLS (32 < PYREE_TILE_COLS ? 32 : PYREE_TILE_COLS)
 // One tile of the result: rows row0 .. row0 + nr - 1 (at most PYREE_TILE_ROWS), columns col0 .. col0 + nc - 1
 // (at most PYREE_FULL_COLS). A full tile is computed with the knobs' constant sizes (inlined), so it is
 // unrolled and vectorized; the result's edge takes the same code with its own sizes.
-static inline __attribute__((always_inline)) void fc1_relu_tile(
+static inline __attribute__((always_inline)) PYREE_WIDE_VECTORS void fc1_relu_tile(
     const float* restrict in0, const float* restrict in1, const float* restrict in2, float* restrict out0, int32_t in0_d0, int32_t in0_d1, int32_t in1_d0, int32_t in1_d1, int32_t in2_d0,
     int64_t row0, int64_t col0, int64_t nr, int64_t nc) {
   const float c1 = 0x0.0p+0f;
@@ -159,7 +182,7 @@ static inline __attribute__((always_inline)) void fc1_relu_tile(
 
 // The kernel: a plain C function. An embedded object is called with these arguments
 // directly (hal.import.static); a plugin unpacks them from the argument block below.
-void fc1_relu(
+PYREE_WIDE_VECTORS void fc1_relu(
     const float* restrict in0,
     size_t in0_offset,
     const float* restrict in1,
