@@ -248,22 +248,6 @@ def test_tune_sweeps_the_generated_knobs_with_no_param_against_onnxruntime(tmp_p
     assert len(at_the_tile) == 1 and at_the_tile <= tiles, (at_the_tile, tiles)
 
 
-@pytest.mark.parametrize(("cpu", "register"), [("x86_64_v3", "ymm"), ("znver4", "zmm")])
-def test_the_full_tile_vectorizes_with_no_scatter(tmp_path, cpu, register):
-    # The accumulator's update is packed multiplies and adds on the CPU's widest registers; the
-    # row loop kept from the vectorizer (it had become scatters into the accumulator: 30x slower).
-    _, _, out = _replaced(tmp_path, 16, 32, 64)
-    asm = tmp_path / "dense.s"
-    include = Path(__file__).resolve().parents[2] / "pyree_build" / "include"
-    zig = toolchain.c_compiler("zig")
-    for cols in (loopnest.TILE_COLS.default, 16):  # 16 columns on AVX-512: where the scatters were
-        command = [*zig.argv, "-target", "x86_64-linux-gnu", f"-mcpu={cpu}", "-O3", "-S", f"-DPYREE_TILE_COLS={cols}", "-I", str(include)]
-        subprocess.run([*command, str(out / "dense.c"), "-o", str(asm)], check=True)
-        text = asm.read_text()
-        assert re.search(rf"\bv(fmadd\w*ps|mulps)\b[^\n]*%{register}", text), (cpu, cols)
-        assert "scatter" not in text and "gather" not in text, (cpu, cols)
-
-
 def _instructions(zig: toolchain.Tool, source: Path, cpu: str, *defines: str) -> str:
     """The source's x86-64 assembly for `cpu`, instructions only (no directives, labels or comments)."""
     include = Path(__file__).resolve().parents[2] / "pyree_build" / "include"
@@ -281,6 +265,18 @@ def _counts(assembly: str, instruction: str) -> dict[str, int]:
         kind: sum(1 for form, register in found if (form == "ss") == (kind == "ss") and (kind == "ss" or register == kind))
         for kind in ("zmm", "ymm", "xmm", "ss")
     }
+
+
+@pytest.mark.parametrize(("cpu", "register"), [("x86_64_v3", "ymm"), ("znver4", "zmm")])
+def test_the_full_tile_vectorizes_with_no_scatter(tmp_path, cpu, register):
+    # The accumulator's update is packed multiplies and adds on the CPU's widest registers; the
+    # row loop kept from the vectorizer (it had become scatters into the accumulator: 30x slower).
+    _, _, out = _replaced(tmp_path, 16, 32, 64)
+    zig = toolchain.c_compiler("zig")
+    for cols in (loopnest.TILE_COLS.default, 16):  # 16 columns on AVX-512: where the scatters were
+        text = _instructions(zig, out / "dense.c", cpu, f"PYREE_TILE_COLS={cols}")
+        assert re.search(rf"\bv(fmadd\w*ps|mulps)\b[^\n]*%{register}", text), (cpu, cols)
+        assert "scatter" not in text and "gather" not in text, (cpu, cols)
 
 
 def test_under_avx512_a_full_tile_is_whole_vectors_where_the_compiler_prefers_256_bits(tmp_path_factory):
@@ -312,14 +308,10 @@ def test_the_accumulators_update_is_a_fused_multiply_add_where_the_cpu_has_one(t
     # Unfused, a matmul on an FMA CPU issued a multiply and an add per step: 1.28x IREE's time,
     # whose matmul is FMA instructions. The math helpers above the pragma stay as written.
     model, mlir, out = _replaced(tmp_path, 16, 32, 64)
-    include = Path(__file__).resolve().parents[2] / "pyree_build" / "include"
     zig = toolchain.c_compiler("zig")
 
     def assembly(cpu: str, *defines: str) -> str:
-        asm = tmp_path / f"dense-{cpu}-{len(defines)}.s"
-        command = [*zig.argv, "-target", "x86_64-linux-gnu", f"-mcpu={cpu}", "-O3", "-S", "-I", str(include), *(f"-D{d}" for d in defines)]
-        subprocess.run([*command, str(out / "dense.c"), "-o", str(asm)], check=True)
-        return asm.read_text()
+        return _instructions(zig, out / "dense.c", cpu, *defines)
 
     assert re.search(r"\bvfmadd\w*ps\b", assembly("x86_64_v3"))
     unfused = assembly("x86_64_v3", "PYREE_FP_CONTRACT=0")
