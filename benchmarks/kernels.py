@@ -201,6 +201,17 @@ def _import_name(unit: Unit) -> str:
     return "g" + "_".join(str(g.index) for g in _members(unit))
 
 
+def _tag(unit: Unit) -> str:
+    """The unit as replace's --ops names it (12+13+14), also its work directory's name."""
+    return "+".join(str(g.index) for g in _members(unit))
+
+
+def _label(unit: Unit) -> str:
+    """What the tables print and --only searches: #tag and the ONNX nodes the unit came from."""
+    members = _members(unit)
+    return f"#{_tag(unit)} " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
+
+
 def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
     """One whole model: each replaceable group replaced alone, then all at once, against IREE;
     unless --no-tune, also all at once with each kernel as `tune` chose it alone (run_groups'
@@ -231,11 +242,10 @@ def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
     print(f"\n{about}: {len(groups)} replaceable groups, cpu {args.cpu}, {args.rounds} rounds alternated (this machine)")
     modules = []
     for unit in units:
-        members = _members(unit)
-        label = "+".join(f"#{g.index}" for g in members) + " " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
+        label = _label(unit)
         if args.only and not re.search(args.only, label):
             continue
-        modules.append((f"{label} alone", *replaced("+".join(str(g.index) for g in members), [unit])))
+        modules.append((f"{label} alone", *replaced(_tag(unit), [unit])))
     every = f"all {len(groups)} at once ({len(units)} kernels)"
     modules.append((every, *replaced("all", units)))
     for device in args.devices.split(","):
@@ -279,7 +289,7 @@ def _tuned_plugins(mlir: Path, model: Path, units: list[Unit], work: Path, devic
     alone on `device` (a kernel without knobs: as generated); the module verified with them."""
     plugins = []
     for unit in units:
-        tag = "+".join(str(g.index) for g in _members(unit))
+        tag = _tag(unit)
         best, label = _tuned(_isolated(mlir, _members(unit), work / "groups" / tag, args), device, args)
         source = work / "all" / "kernels" / f"{_import_name(unit)}.c"
         if best is None:
@@ -378,9 +388,7 @@ def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
     units = _merged([g for g in pb.ops(mlir) if g.replaceable])
     print(f"\n{about}: each of {len(units)} kernels against IREE's module of the same ops, cpu {args.cpu}, {args.rounds} rounds alternated")
     for unit in units:
-        members = unit if isinstance(unit, tuple) else (unit,)
-        tag = "+".join(str(g.index) for g in members)
-        label = f"#{tag} " + ", ".join(dict.fromkeys(s for g in members for s in g.source))[:40]
+        members, tag, label = _members(unit), _tag(unit), _label(unit)
         if args.only and not re.search(args.only, label):
             continue
         kernel = _isolated(mlir, members, work / "groups" / tag, args)
