@@ -1,18 +1,19 @@
 """A variant timed: benchmark rounds until they agree within the spread (or the budget or the
-rounds are spent), and more rounds for the contenders the noise cannot tell apart (`separate`).
+rounds are spent), more rounds for the contenders the noise cannot tell apart (`separate`), and
+a winner other than the kernel as written timed again in alternation with it (`confirm`).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyree_build.actions import bench as bench_action
 from pyree_build.core import echo
 from pyree_build.core.errors import PyreeError
 from pyree_build.tuning.choice import choose
-from pyree_build.tuning.plan import PathLike, Plan, Variant, classify, runs_with
+from pyree_build.tuning.plan import AS_WRITTEN_ORDER, PathLike, Plan, Variant, classify, runs_with
 
 
 def spread_of(samples: Sequence[float]) -> float:
@@ -72,3 +73,57 @@ def separate(plan: Plan, variants: Sequence[Variant]) -> None:
             except PyreeError as error:
                 v.status, v.reason = classify(error), f"in the benchmark: {error.what}"
                 return
+
+
+# Rounds each contender gets in turn with the kernel as written before a winner that is not the
+# kernel as written is kept (confirm): at least the first number, up to the second within --budget.
+CONFIRM_ROUNDS = (3, 7)
+
+
+def confirm(plan: Plan, variants: Sequence[Variant], time_round: Callable[[Variant], float] | None = None) -> None:
+    """A winner that is not the kernel as written, timed again in turn with it, both their
+    rounds replaced by those. Variants are measured one after another, so drift in the machine's
+    speed between them reads as a difference between variants; on a 2-core VM a tile measured
+    later was "clearly faster", then 1.2x slower than the defaults when the two alternated.
+    Rounds in turn share the drift. The winner stays only if it is still clearly faster; if not,
+    choose() falls back to the kernel as written, or to another variant clearly faster than it,
+    which joins the rounds in turn with every variant confirmed so far (all timed again, so
+    their rounds stay comparable). `time_round`: one round of a variant, in ms (default: its
+    benchmark, as measure's rounds)."""
+    written = next((v for v in variants if v.order == AS_WRITTEN_ORDER and v.status == "ok" and v.samples_ms), None)
+    if written is None:
+        return
+    deadline = time.monotonic() + plan.budget
+    in_turn = [written]
+    while True:
+        winner, _ = choose(variants)
+        if winner is None or winner.order == AS_WRITTEN_ORDER or any(winner is v for v in in_turn):
+            return
+        if len(in_turn) > 1 and time.monotonic() >= deadline:  # the first contender always; more within --budget
+            return
+        in_turn.append(winner)
+        rounds = _rounds_in_turn(in_turn, deadline, time_round or (lambda v: _one_round(plan, _runs_with(v))))
+        if rounds is None:
+            return
+        for v, samples in zip(in_turn, rounds):
+            v.samples_ms, v.alternated = samples, True
+
+
+def _runs_with(v: Variant) -> PathLike:
+    assert v.runs_with is not None
+    return v.runs_with
+
+
+def _rounds_in_turn(variants: Sequence[Variant], deadline: float, time_round: Callable[[Variant], float]) -> list[list[float]] | None:
+    """Rounds of the variants in turn: CONFIRM_ROUNDS[0], then more up to CONFIRM_ROUNDS[1]
+    while the deadline allows; None where a benchmark failed (that variant's status says why)."""
+    least, most = CONFIRM_ROUNDS
+    samples: list[list[float]] = [[] for _ in variants]
+    while len(samples[0]) < most and (len(samples[0]) < least or time.monotonic() < deadline):
+        for v, out in zip(variants, samples):
+            try:
+                out.append(time_round(v))
+            except PyreeError as error:
+                v.status, v.reason = classify(error), f"in the benchmark: {error.what}"
+                return None
+    return samples

@@ -57,11 +57,16 @@ def choice_line(variants: Sequence[Variant]) -> str:
     if winner is None:
         return "chosen: none"
     if not tied:
-        return f"chosen: {winner.label}: clearly faster than every other variant (the intervals of the medians are apart)"
+        line = f"chosen: {winner.label}: clearly faster than every other variant (the intervals of the medians are apart)"
+        return line + _ALTERNATED if winner.alternated else line
     return (
         f"chosen: {winner.label}: a tie with {', '.join(v.label for v in tied)} (the intervals of their medians overlap, "
         "so noise cannot tell them apart); the kernel as written, else the first declared of them, wins: the same one every run"
     )
+
+
+# What a winner that is not the kernel as written adds: its rounds were the confirmation's.
+_ALTERNATED = ", also in rounds alternated with the kernel as written (so drift in the machine's speed reached both alike)"
 
 
 def render(variants: Sequence[Variant]) -> str:

@@ -69,6 +69,10 @@ class Plan:
         return ".sos" if self.kind == "standalone" and len(self.archs) > 1 else ".so"
 
 
+# The order of a variant built as the sources are written: before every declared one.
+AS_WRITTEN_ORDER = -1
+
+
 @dataclass
 class Variant:
     """One combination of parameter values, and what became of it."""
@@ -81,6 +85,7 @@ class Variant:
     module: str | None = None  # a GPU kernel's: the program compiled with this variant's object
     node: str | None = None
     order: int = 0  # its place in the order declared: among variants noise cannot tell apart, the first wins
+    alternated: bool = False  # its rounds are ones it ran in turn with the kernel as written (benchmarks.confirm)
 
     @property
     def flags(self) -> list[str]:

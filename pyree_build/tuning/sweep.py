@@ -34,7 +34,7 @@ from pyree_build.core import echo, files, lazy, processes
 from pyree_build.core.errors import PyreeError
 from pyree_build.core.outputs import included_files
 from pyree_build.tuning.apply import build_tuned, tuned_defines
-from pyree_build.tuning.benchmarks import measure_variant, separate
+from pyree_build.tuning.benchmarks import confirm, measure_variant, separate
 from pyree_build.tuning.choice import choose, ranked, render
 from pyree_build.tuning.params import declared_or_refuse, declared_params, parse_params, variants_of
 from pyree_build.tuning.plan import BUILD_FAILED, DEFAULT_TIMEOUT_S, Case, PathLike, Plan, Variant, make_plan
@@ -149,6 +149,8 @@ def _sweep_stages(plan: Plan, stages: Sequence[Mapping[str, Sequence[str]]], fir
             _tune_ray.sweep(plan, batch, expected, address=ray, resources=dict(ray_resources or {}), directory=directory)
         else:
             _sweep_locally(plan, batch, directory, expected, jobs, cases)
+            with _quiet_steps():
+                confirm(plan, variants)  # before a later stage sweeps around the winner
     return variants
 
 

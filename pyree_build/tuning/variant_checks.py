@@ -19,7 +19,7 @@ from pyree_build.actions import run as run_action
 from pyree_build.backends.llvm_cpu import plugins as plugin_action
 from pyree_build.core import echo, lazy, processes
 from pyree_build.core.errors import PyreeError
-from pyree_build.tuning.plan import BUILD_FAILED, WRONG, Case, PathLike, Plan, Variant, classify, runs_with
+from pyree_build.tuning.plan import AS_WRITTEN_ORDER, BUILD_FAILED, WRONG, Case, PathLike, Plan, Variant, classify, runs_with
 
 if TYPE_CHECKING:
     import numpy
@@ -46,10 +46,6 @@ def build_variant(plan: Plan, variant: Variant, directory: Path) -> Path:
         return plugin_action.plugin(
             plan.sources, out, kind=plan.kind, archs=plan.archs, cc=plan.cc, include_dirs=plan.include_dirs, defines=defines, jobs=1, cpu=plan.cpu
         )
-
-
-# The order of a variant built as the sources are written: before every declared one.
-AS_WRITTEN_ORDER = -1
 
 
 def as_written_first(plan: Plan, variants: Sequence[Variant], directory: Path) -> None:

@@ -177,6 +177,25 @@ def test_among_variants_noise_cannot_tell_apart_the_kernel_as_written_wins(kerne
     assert {v["params"]["UNROLL"]: v["order"] for v in json.loads(out.read_text())["variants"]} == {"2": 0, "1": 1}
 
 
+def test_a_winner_other_than_the_kernel_as_written_is_timed_again_in_turn_with_it(kernel, system_module, tmp_path):
+    """The variants' own rounds run one variant after another, so drift between them can make
+    one look faster; a winner that is not the kernel as written is kept only after rounds in turn
+    with it. Here the kernel as written is the slow one (a busy loop each call): UNROLL=1 stays
+    the winner, both its rounds and the kernel as written's are the ones taken in turn."""
+    written = tmp_path / "slow_as_written.c"
+    written.write_text(kernel.read_text(encoding="utf-8").replace("#define UNROLL 1\n", f"#define UNROLL {SLOW}\n", 1), encoding="utf-8")
+    out = tmp_path / "best.json"
+    result = run_cli(*tune_args(written, system_module, out, f"1,{SLOW}"))
+    assert result.returncode == 0, result
+    assert "alternated with the kernel as written" in result.stdout, result.stdout
+    best = json.loads(out.read_text())
+    assert best["winner"]["params"] == {"UNROLL": "1"} and best["winner"]["alternated"], best["winner"]
+    by_value = {v["params"]["UNROLL"]: v for v in best["variants"]}
+    assert by_value[SLOW]["order"] == -1 and by_value[SLOW]["alternated"], by_value[SLOW]
+    assert len(by_value["1"]["samples_ms"]) == len(by_value[SLOW]["samples_ms"]) >= 3
+    assert max(by_value["1"]["samples_ms"]) < min(by_value[SLOW]["samples_ms"])
+
+
 def test_apply_refuses_a_file_no_tune_wrote(kernel, tmp_path):
     bogus = tmp_path / "best.json"
     bogus.write_text('{"winner": 1}')

@@ -6,13 +6,14 @@ measure lowest. Properties over drawn round times (the tool runs are tests/tunin
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyree_build.tuning import choice
-from pyree_build.tuning.plan import Variant
+from pyree_build.tuning import benchmarks, choice
+from pyree_build.tuning.plan import AS_WRITTEN_ORDER, Variant
 
 TIMES = st.lists(st.floats(1.0, 2.0), min_size=3, max_size=20)
 
@@ -88,3 +89,51 @@ def test_the_table_puts_the_choice_first_and_says_the_same_in_any_order():
         assert [v.label for v in choice.ranked(handed)] == ["K=0", "K=1"]
         assert choice.choice_line(handed).startswith("chosen: K=0: a tie with K=1")
         assert choice.render(handed).splitlines()[1].split()[:2] == ["1", "K=0"]
+
+
+def _confirmed(sequential: list[list[float]], true_ms: list[float], drift: list[float]) -> tuple[Variant | None, list[Variant]]:
+    """benchmarks.confirm over variants whose own rounds are `sequential` (K=0 the kernel as
+    written), each later round of variant k taking true_ms[k] times the machine's speed at that
+    moment (drift, one factor per round in the order they run); the winner, and the variants."""
+    variants = _variants(sequential)
+    variants[0].order = AS_WRITTEN_ORDER
+    clock = iter(drift)
+    benchmarks.confirm(SimpleNamespace(budget=0.0), variants, time_round=lambda v: true_ms[variants.index(v)] * next(clock))  # type: ignore[arg-type]
+    return choice.choose(variants)[0], variants
+
+
+# A machine whose speed only rises or only falls while it runs, by up to 30% over the rounds.
+DRIFT = st.tuples(st.lists(st.floats(0.0, 0.3 / 64), min_size=64, max_size=64), st.booleans()).map(
+    lambda steps_up: [1.0 + (1 if steps_up[1] else -1) * sum(steps_up[0][:k]) for k in range(len(steps_up[0]))]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TIMES, min_size=2, max_size=6), DRIFT)
+def test_variants_equal_in_truth_leave_the_kernel_as_written_whatever_the_drift(sequential, drift):
+    """However the variants' own rounds came out (drift between them can make any one clearly
+    faster), variants that are equal in truth, timed in turn while the machine's speed drifts
+    one way, are not told apart: the kernel as written stays the choice."""
+    winner, variants = _confirmed(sequential, [1.0] * len(sequential), drift)
+    assert winner is variants[0], [(v.label, v.samples_ms) for v in variants]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TIMES, min_size=2, max_size=6), st.data())
+def test_a_variant_faster_in_truth_than_the_drift_is_kept_and_said_so(sequential, data):
+    """A variant 1.5x faster in truth than the others is chosen after the rounds in turn,
+    with drift under 1.3x, and the report says its rounds alternated with the kernel as written."""
+    fast = data.draw(st.integers(1, len(sequential) - 1))
+    sequential[fast] = [t / 4 for t in sequential[fast]]  # its own rounds show it clearly faster
+    truth = [1.0 / 1.5 if k == fast else 1.0 for k in range(len(sequential))]
+    winner, variants = _confirmed(sequential, truth, data.draw(DRIFT))
+    assert winner is variants[fast]
+    assert winner.alternated and variants[0].alternated and len(winner.samples_ms) == benchmarks.CONFIRM_ROUNDS[0]
+    assert "alternated with the kernel as written" in choice.choice_line(variants)
+
+
+def test_the_kernel_as_written_winning_outright_is_not_timed_again():
+    variants = _variants([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
+    variants[0].order = AS_WRITTEN_ORDER
+    benchmarks.confirm(SimpleNamespace(budget=0.0), variants, time_round=lambda v: pytest.fail("timed again"))  # type: ignore[arg-type]
+    assert not any(v.alternated for v in variants)

@@ -64,8 +64,9 @@ _VECTORIZE = [
     "#endif",
     "#endif",
 ]
-# What a 512-bit vector holds of each C element type (PYREE_VECTOR_WIDTH's AVX-512 default).
-_ELEMENTS_PER_512_BITS = {"float": 16, "double": 8, "int8_t": 64, "uint8_t": 64, "int16_t": 32, "int32_t": 16, "int64_t": 8}
+# The bytes of every C element type the generator computes in; a 512-bit vector holds 64 of
+# them (PYREE_VECTOR_WIDTH's AVX-512 default).
+_ELEMENT_BYTES = {"float": 4, "double": 8, **{f"{sign}int{bits}_t": bits // 8 for sign in ("", "u") for bits in (8, 16, 32, 64)}}
 
 
 def declared_order(knob: loopnest.Knob) -> list[int]:
@@ -101,7 +102,7 @@ def knob_lines(knobs: list[loopnest.Knob], element: str, columns: str | None, *,
         "// Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:",
         "// every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.",
     ]
-    lanes = _ELEMENTS_PER_512_BITS.get(element, 16)
+    lanes = 64 // _ELEMENT_BYTES[element]
     width, interleave = replace(loopnest.VECTOR_WIDTH, wide_default=lanes), loopnest.INTERLEAVE
     wide, steps = None, []
     if columns:
