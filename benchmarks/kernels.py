@@ -401,7 +401,9 @@ def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
             timed = pb.bench.compare_many(sides, "group", inputs=kernel.inputs, device=device, rounds=args.rounds)
             cells = [f"untuned {timed.sides[1].ratio:.2f}x ({timed.sides[1].ratio_min:.2f} - {timed.sides[1].ratio_max:.2f})"]
             if len(timed.sides) > 2:
-                cells.append(f"tuned {timed.sides[2].ratio:.2f}x ({timed.sides[2].ratio_min:.2f} - {timed.sides[2].ratio_max:.2f}) [{tuned_label}]")
+                # tune kept the kernel as written: the two columns are one plugin, timed twice (the noise, seen).
+                same = " = untuned, byte for byte" if sides[2][1][0].read_bytes() == kernel.untuned.read_bytes() else ""
+                cells.append(f"tuned {timed.sides[2].ratio:.2f}x ({timed.sides[2].ratio_min:.2f} - {timed.sides[2].ratio_max:.2f}) [{tuned_label}{same}]")
             print(f"  {label:<48} {device:<11} IREE {_fmt(timed.sides[0].median_ms):>10}  " + "  ".join(cells), flush=True)
 
 
