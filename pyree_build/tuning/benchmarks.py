@@ -52,8 +52,13 @@ def measure_variant(plan: Plan, variant: Variant) -> Variant:
     try:
         variant.samples_ms = measure(plan, variant.runs_with)
     except PyreeError as error:
-        variant.status, variant.reason = classify(error), f"in the benchmark: {error.what}"
+        _failed(variant, error)
     return variant
+
+
+def _failed(v: Variant, error: PyreeError) -> None:
+    """A benchmark of `v` failed: it is out of the choice, and says why."""
+    v.status, v.reason = classify(error), f"in the benchmark: {error.what}"
 
 
 def separate(plan: Plan, variants: Sequence[Variant]) -> None:
@@ -71,7 +76,7 @@ def separate(plan: Plan, variants: Sequence[Variant]) -> None:
             try:
                 v.samples_ms.append(_one_round(plan, v.runs_with))
             except PyreeError as error:
-                v.status, v.reason = classify(error), f"in the benchmark: {error.what}"
+                _failed(v, error)
                 return
 
 
@@ -84,7 +89,7 @@ def confirm(plan: Plan, variants: Sequence[Variant], time_round: Callable[[Varia
     """A winner that is not the kernel as written, timed again in turn with it, both their
     rounds replaced by those. Variants are measured one after another, so drift in the machine's
     speed between them reads as a difference between variants; on a 2-core VM a tile measured
-    later was "clearly faster", then 1.2x slower than the defaults when the two alternated.
+    later was "clearly faster", then 1.1x slower than the defaults when the two alternated.
     Rounds in turn share the drift. The winner stays only if it is still clearly faster; if not,
     choose() falls back to the kernel as written, or to another variant clearly faster than it,
     which joins the rounds in turn with every variant confirmed so far (all timed again, so
@@ -124,6 +129,6 @@ def _rounds_in_turn(variants: Sequence[Variant], deadline: float, time_round: Ca
             try:
                 out.append(time_round(v))
             except PyreeError as error:
-                v.status, v.reason = classify(error), f"in the benchmark: {error.what}"
+                _failed(v, error)
                 return None
     return samples
