@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pyree_build.tuning.plan import Variant
+from pyree_build.tuning.plan import AS_WRITTEN_ORDER, Variant
 
 
 def _fmt(ms: float) -> str:
@@ -57,16 +57,21 @@ def choice_line(variants: Sequence[Variant]) -> str:
     if winner is None:
         return "chosen: none"
     if not tied:
-        line = f"chosen: {winner.label}: clearly faster than every other variant (the intervals of the medians are apart)"
-        return line + _ALTERNATED if winner.alternated else line
+        return f"chosen: {winner.label}: clearly faster than every other variant (the intervals of the medians are apart)" + _alternation(winner)
     return (
         f"chosen: {winner.label}: a tie with {', '.join(v.label for v in tied)} (the intervals of their medians overlap, "
         "so noise cannot tell them apart); the kernel as written, else the first declared of them, wins: the same one every run"
-    )
+    ) + _alternation(winner)
 
 
-# What a winner that is not the kernel as written adds: its rounds were the confirmation's.
-_ALTERNATED = ", also in rounds alternated with the kernel as written (so drift in the machine's speed reached both alike)"
+def _alternation(winner: Variant) -> str:
+    """What the line adds where the winner's rounds were the confirmation's (benchmarks.confirm),
+    so drift in the machine's speed reached it and the variants it was timed in turn with alike."""
+    if not winner.alternated:
+        return ""
+    if winner.order == AS_WRITTEN_ORDER:
+        return "; its rounds alternated with those of a variant that had looked faster, which was not, timed so"
+    return "; its rounds alternated with the kernel as written's, and it was clearly faster in them"
 
 
 def render(variants: Sequence[Variant]) -> str:

@@ -137,3 +137,19 @@ def test_the_kernel_as_written_winning_outright_is_not_timed_again():
     variants[0].order = AS_WRITTEN_ORDER
     benchmarks.confirm(SimpleNamespace(budget=0.0), variants, time_round=lambda v: pytest.fail("timed again"))  # type: ignore[arg-type]
     assert not any(v.alternated for v in variants)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TIMES, min_size=2, max_size=6), DRIFT, st.booleans())
+def test_the_chosen_line_says_when_the_winners_rounds_alternated_tie_or_not(sequential, drift, faster):
+    """Whatever the winner after the rounds in turn (the kernel as written kept, or a variant
+    kept, clearly or in a tie with one never timed in turn), the chosen line says its rounds
+    alternated exactly when they did, and which side it was on."""
+    truth = [1.0 / 1.5 if faster and k == 1 else 1.0 for k in range(len(sequential))]
+    winner, variants = _confirmed(sequential, truth, drift)
+    line = choice.choice_line(variants)
+    assert winner is not None
+    assert ("alternated" in line) == winner.alternated, line
+    if winner.alternated:
+        side = "with the kernel as written's" if winner.order != AS_WRITTEN_ORDER else "a variant that had looked faster"
+        assert side in line, line
