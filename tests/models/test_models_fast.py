@@ -304,6 +304,25 @@ def test_under_avx512_a_full_tile_is_whole_vectors_where_the_compiler_prefers_25
     assert _instructions(zig, out / "dense.c", "x86_64_v3") == _instructions(zig, out / "dense.c", "x86_64_v3", *compiler_choice)
 
 
+@pytest.mark.parametrize(("columns", "tile"), [(55, 32), (27, 16), (13, 8)])
+def test_under_avx512_a_row_whole_vectors_do_not_cover_is_overlapping_tiles_of_vectors(tmp_path, columns, tile):
+    # A row of 55 (SqueezeNet's 3x3 convolutions) as one tile left 7 columns to scalar
+    # multiply-adds at every reduction step (0.78x IREE's time; 0.32x in tiles of 32). By
+    # default with AVX-512 such a row is tiles of a candidate width, the last one ending at the
+    # row's edge (overlapping the one before), so every multiply-add is a vector; the tile
+    # verifies at every width (test_every_size_and_knob_value_verifies draws sizes no tile divides).
+    _, _, out = _replaced(tmp_path, 16, 32, columns)
+    c_text = (out / "dense.c").read_text()
+    assert f"#if defined(__AVX512F__)\n#define PYREE_TILE_COLS {tile}\n" in c_text, c_text
+    assert "cols - PYREE_FULL_COLS : next" in c_text  # the last tile moved back to the row's edge
+    zig = toolchain.c_compiler("zig")
+    for cpu in ("sapphirerapids", "znver4"):
+        fmas = _counts(_instructions(zig, out / "dense.c", cpu), r"vfmadd\d+")
+        assert fmas["ss"] == 0 and sum(fmas.values()) > 0, (cpu, fmas)
+    whole_row = _counts(_instructions(zig, out / "dense.c", "sapphirerapids", f"PYREE_TILE_COLS={max(loopnest.TILE_COLS.candidates)}"), r"vfmadd\d+")
+    assert whole_row["ss"] > 0, whole_row  # what the default avoids
+
+
 def test_the_accumulators_update_is_a_fused_multiply_add_where_the_cpu_has_one(tmp_path):
     # Unfused, a matmul on an FMA CPU issued a multiply and an add per step: 1.28x IREE's time,
     # whose matmul is FMA instructions. The math helpers above the pragma stay as written.

@@ -210,7 +210,10 @@ PYREE_WIDE_VECTORS void fc1_relu(
   for (int64_t tile = first_tile; tile < end_tile; ++tile) {
     const int64_t row0 = tile * PYREE_TILE_ROWS;
     const int64_t nr = rows - row0 < PYREE_TILE_ROWS ? rows - row0 : PYREE_TILE_ROWS;
-    for (int64_t col0 = 0; col0 < cols; col0 += PYREE_FULL_COLS) {
+    for (int64_t next = 0; next < cols; next += PYREE_FULL_COLS) {
+      // Where the row holds a full tile, its last tile ends at the row's edge, overlapping the tile before
+      // (whose columns it computes again, alike): a full tile, not an edge tile of variable width.
+      const int64_t col0 = cols - next < PYREE_FULL_COLS && cols >= PYREE_FULL_COLS ? cols - PYREE_FULL_COLS : next;
       const int64_t nc = cols - col0 < PYREE_FULL_COLS ? cols - col0 : PYREE_FULL_COLS;
       if (nr == PYREE_TILE_ROWS && nc == PYREE_FULL_COLS) {
         fc1_relu_tile(in0, in1, in2, out0, in0_d0, in0_d1, in1_d0, in1_d1, in2_d0, row0, col0, PYREE_TILE_ROWS, PYREE_FULL_COLS);
