@@ -31,6 +31,7 @@ import socket
 import stat
 import struct
 import sys
+import time
 import zlib
 
 PROTOCOL = "pyree_build-server-1"
@@ -359,15 +360,31 @@ def read_line(sock: socket.socket) -> str:
     return data[:-1].decode()
 
 
+# How long `control` keeps asking while the servers it reaches close without a word (retiring).
+_RETIRING_WAIT_S = 10.0
+
+
 def control(kind: str, env: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, object] | None:
-    """Ask the running server for its `kind` ("status" or "stop") report; None if none runs."""
-    try:
-        sock = connect(socket_path(env, create=False), timeout=10)
-    except OSError:
-        return None
-    with sock:
-        send_request(sock, encode(kind, [], {}, "/"), [])
-        line = read_line(sock)
+    """Ask the running server for its `kind` ("status" or "stop") report; None if none runs.
+
+    A server that closes the connection without a word was retiring as the client connected
+    (an idle timeout, a stop or a code change; its socket is removed first, and the connections
+    still queued on it are dropped): asking again reaches the server that replaced it, or none."""
+    deadline = time.monotonic() + _RETIRING_WAIT_S
+    while True:
+        try:
+            sock = connect(socket_path(env, create=False), timeout=10)
+        except OSError:
+            return None
+        with sock:
+            try:
+                send_request(sock, encode(kind, [], {}, "/"), [])
+                line = read_line(sock)
+            except (ConnectionResetError, BrokenPipeError):
+                line = ""
+        if line or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     if not line.startswith("{"):
         raise OSError(f"the server answered {line!r}")
     report = json.loads(line)

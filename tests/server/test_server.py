@@ -503,3 +503,39 @@ def test_a_dead_servers_socket_is_replaced(runtime):
     assert result.returncode == 0 and result.stdout.startswith("pyree_build "), result
     assert _status(env) is not None
     _cli("server", "stop", env=env)
+
+
+def _retiring_listener(path: str, answers: list[bytes]) -> Iterator[None]:
+    """A listener at `path` that reads each request and gives it the next of `answers`: b"" closes
+    without a word (a server retiring as the client connected); the socket is removed after the last."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(4)
+    for answer in answers:
+        conn, _ = listener.accept()
+        with conn:
+            length = struct.unpack("<I", conn.recv(4, socket.MSG_WAITALL))[0]
+            conn.recv(length, socket.MSG_WAITALL)
+            conn.sendall(answer)
+    os.unlink(path)
+    listener.close()
+    yield
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [([b""], None), ([b"", b""], None), ([b"", b'{"pid": 1, "requests": 3}\n'], {"pid": 1, "requests": 3})],
+    ids=["then-none", "twice-then-none", "then-its-successor"],
+)
+def test_a_server_that_closes_without_a_word_is_asked_again(runtime, answers, expected):
+    """`server stop` / `status` racing a retiring server: its empty answer is never the report;
+    the next connection reaches the server that replaced it, or none."""
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime))
+    path = protocol.socket_path(env)
+    with ThreadPoolExecutor(1) as pool:
+        served = pool.submit(lambda: list(_retiring_listener(path, answers)))
+        deadline = time.monotonic() + 10
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert protocol.control("stop", env) == expected
+        served.result(timeout=10)
