@@ -150,7 +150,7 @@ def _bottleneck() -> object:
 MODELS = {
     "bottleneck": ("ResNet-50's first bottleneck (res2_0, light model, opset 17, seeded weights), x[1,64,56,56]", _bottleneck, (1, 64, 56, 56)),
     "user": ("Linear -> GELU -> LayerNorm -> Linear -> Softmax, x[4,64]", lambda: onnx_models.gemm_gelu_norm(), (4, 64)),
-    "squeezenet": ("SqueezeNet 1.0 (onnx's light model, opset 17, seeded weights), x[1,3,224,224]", lambda: _light("squeezenet"), (1, 3, 224, 224)),
+    "squeezenet": ("SqueezeNet 1.1 (onnx's light model, opset 17, seeded weights), x[1,3,224,224]", lambda: _light("squeezenet"), (1, 3, 224, 224)),
     "encoder": (
         "encoder block (LayerNorm, Q/K/V, 2 heads, attention, MLP with erf GELU), x[128,256]",
         lambda: onnx_models.transformer_block(tokens=128, width=256, heads=2),
