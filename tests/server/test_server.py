@@ -505,21 +505,33 @@ def test_a_dead_servers_socket_is_replaced(runtime):
     _cli("server", "stop", env=env)
 
 
-def _retiring_listener(path: str, answers: list[bytes]) -> Iterator[None]:
-    """A listener at `path` that reads each request and gives it the next of `answers`: b"" closes
-    without a word (a server retiring as the client connected); the socket is removed after the last."""
+def _listening(path: str) -> socket.socket:
+    """A socket listening at the server's path before any client is started, so none is refused."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(4)
-    for answer in answers:
-        conn, _ = listener.accept()
-        with conn:
-            length = struct.unpack("<I", conn.recv(4, socket.MSG_WAITALL))[0]
-            conn.recv(length, socket.MSG_WAITALL)
-            conn.sendall(answer)
-    os.unlink(path)
-    listener.close()
-    yield
+    listener.settimeout(5)
+    return listener
+
+
+def _answer_in_turn(listener: socket.socket, answers: list[bytes]) -> int:
+    """Read each request and give it the next of `answers` (b"": close without a word, as a server
+    retiring as the client connected does); then remove the socket. Returns the requests read."""
+    served = 0
+    try:
+        for answer in answers:
+            conn, _ = listener.accept()
+            with conn:
+                length = struct.unpack("<I", conn.recv(4, socket.MSG_WAITALL))[0]
+                conn.recv(length, socket.MSG_WAITALL)
+                conn.sendall(answer)
+            served += 1
+    except TimeoutError:
+        pass  # the client stopped asking
+    finally:
+        os.unlink(listener.getsockname())
+        listener.close()
+    return served
 
 
 @pytest.mark.parametrize(
@@ -531,11 +543,33 @@ def test_a_server_that_closes_without_a_word_is_asked_again(runtime, answers, ex
     """`server stop` / `status` racing a retiring server: its empty answer is never the report;
     the next connection reaches the server that replaced it, or none."""
     env = _env("on", XDG_RUNTIME_DIR=str(runtime))
-    path = protocol.socket_path(env)
+    listener = _listening(protocol.socket_path(env))
     with ThreadPoolExecutor(1) as pool:
-        served = pool.submit(lambda: list(_retiring_listener(path, answers)))
-        deadline = time.monotonic() + 10
-        while not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        served = pool.submit(_answer_in_turn, listener, answers)
         assert protocol.control("stop", env) == expected
-        served.result(timeout=10)
+        assert served.result(timeout=10) == len(answers)
+
+
+def test_a_server_that_never_answers_is_reported_once_the_wait_is_over(runtime, monkeypatch):
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime))
+    monkeypatch.setattr(protocol, "_RETIRING_WAIT_S", 0.3)
+    listener = _listening(protocol.socket_path(env))
+    with ThreadPoolExecutor(1) as pool:
+        served = pool.submit(_answer_in_turn, listener, [b""] * 1000)
+        with pytest.raises(OSError, match=r"^the server answered ''$"):
+            protocol.control("status", env)
+        assert served.result(timeout=20) >= 2  # asked again before giving up
+
+
+def test_an_answer_that_is_not_a_report_is_an_error_that_names_it(runtime):
+    """`pyree-build server status` against a process on the socket that answers something else:
+    exit 1, the answer quoted, and what to do."""
+    env = _env("on", XDG_RUNTIME_DIR=str(runtime))
+    listener = _listening(protocol.socket_path(env))
+    with ThreadPoolExecutor(1) as pool:
+        served = pool.submit(_answer_in_turn, listener, [b"refused: not now\n"])
+        result = _cli("server", "status", env=env)
+        assert served.result(timeout=10) == 1
+    assert result.returncode == 1, result
+    assert "cannot reach the server: the server answered 'refused: not now'" in result.stderr
+    assert "pyree-build server stop" in result.stderr  # the fix line
