@@ -266,8 +266,11 @@ def _elementwise_columns(width: int | None) -> Knob:
 
 def _strided_columns(nest: Nest) -> bool:
     """Whether the nest reads an input at a stride along its columns (a pooling's or a strided
-    convolution's window: `d3 * 2 + d5`), where vectors of 16 are gathers: SqueezeNet's max pool
-    over rows of 27 alone took 2.8x IREE's time in tiles of 16, 0.54x as one tile of the row."""
+    convolution's window: `d3 * 2 + d5`). Such a nest keeps its tile: how clang vectorizes the
+    strided loads decides the best width, and no width suits both kinds. SqueezeNet's kernels
+    alone in tiles of 16, 32 and 64: its max pool over rows of 27 2.05x, 0.60x and 0.57x IREE's
+    time (in tiles of 16 not vectorized at all), over rows of 55 1.82x, 1.35x and 0.49x; its
+    stride-2 stem convolution over rows of 111 0.07x, 0.57x and 0.31x, a tile `tune` finds."""
     root = nest.reduction if nest.reduction is not None else nest.stages[nest.result]
     column = re.compile(rf"\bd{nest.result_loops[-1]}\b")
     for exprs in root.maps[: root.n_ins]:
@@ -290,8 +293,9 @@ def _overlapping_columns(knob: Knob, width: int | None) -> Knob:
     (c_tiled: it ends at the row's edge), where they take fewer vector steps than the row as
     one tile with its scalar remainder; ties go to the wider tile (each load reused by more
     columns), and a tile is at least one vector of 16 floats (SqueezeNet's 1x1 convolution to
-    1000 channels over rows of 13 alone: 0.69x IREE's time in tiles of 8, 0.54x as the row). SqueezeNet's 3x3 convolution over rows of 55 alone: 0.32x IREE's time in two tiles
-    of 32, 0.78x as one tile of 55 (3 vectors of 16 and 7 scalar columns a step). A row whole
+    1000 channels over rows of 13 alone: 0.69x IREE's time in tiles of 8, 0.54x as the row).
+    SqueezeNet's 3x3 convolution over rows of 55 alone: 0.32x IREE's time in two tiles of 32,
+    0.78x as one tile of 55 (3 vectors of 16 and 7 scalar columns a step). A row whole
     vectors cover keeps its tile: ResNet-50's 56 columns as 7 vectors of 8 or as two tiles of
     32 measured the same."""
     if width is None or width % 4 == 0:
