@@ -572,21 +572,27 @@ def test_a_batched_matmuls_tile_reads_its_heads_operand_once_where_the_tile_neve
     assert verified.returncode == 0, verified
 
 
+def _sum_relu(directory: Path, x: tuple[int, ...], y: tuple[int, ...]) -> tuple[Path, Path, Path]:
+    """Add(x, y) + Relu, y broadcast to x's shape: (model, program, kernels directory of its one group)."""
+    from onnx import helper
+
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"], name="sum"), helper.make_node("Relu", ["s"], ["z"], name="relu")]
+    model = directory / "sum.onnx"
+    onnx_models.save(onnx_models._model("sum", nodes, {"x": x, "y": y}, {"z": x}), model)
+    mlir = directory / "sum.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    out = directory / "k"
+    assert run_cli("replace", mlir, "--ops", "1", "--import", "sum", "-o", out, "--onnx", model).returncode == 0
+    return model, mlir, out
+
+
 @pytest.mark.parametrize("width", [20, 56, 100])
 def test_an_elementwise_nest_takes_a_narrow_row_as_one_tile_and_big_workgroups(tmp_path, width):
     # Sum + Relu over rows of `width`: a row no wider than the widest column tile is one tile
     # (rows of 56 at 32 columns were a tile and an edge tile: 1.41x IREE's time, 1.06x as one), and
     # a workgroup gets at least ELEMENTS_PER_WORKGROUP elements (its fixed cost showed at 56 each).
-    from onnx import helper
-
-    shape = (1, 64, 56, width)
-    nodes = [helper.make_node("Add", ["x", "y"], ["s"], name="sum"), helper.make_node("Relu", ["s"], ["z"], name="relu")]
-    model = tmp_path / "sum.onnx"
-    onnx_models.save(onnx_models._model("sum", nodes, {"x": shape, "y": shape}, {"z": shape}), model)
-    mlir = tmp_path / "sum.mlir"
-    assert run_cli("import", model, "-o", mlir).returncode == 0
-    out = tmp_path / "k"
-    assert run_cli("replace", mlir, "--ops", "1", "--import", "sum", "-o", out, "--onnx", model).returncode == 0
+    # y is broadcast along the rows' last dimension, so the row is not folded into a wider one.
+    model, mlir, out = _sum_relu(tmp_path, (1, 64, 56, width), (1, 64, 1, width))
     c_text = (out / "sum.c").read_text()
     default = max(loopnest.TILE_COLS.candidates) if loopnest.TILE_COLS.default < width <= max(loopnest.TILE_COLS.candidates) else loopnest.TILE_COLS.default
     assert f"#else\n#define PYREE_TILE_COLS {default}\n" in c_text, c_text
@@ -598,6 +604,64 @@ def test_an_elementwise_nest_takes_a_narrow_row_as_one_tile_and_big_workgroups(t
     module = out / "sum.vmfb"
     assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "sum").returncode == 0
     verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "sum.so", "--device", "local-task")
+    assert verified.returncode == 0, verified
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "width"),
+    [
+        ((1, 256, 7, 7), (1, 256, 7, 7), 49),  # ResNet-50's residual sum: rows of 7 took 2.83x IREE's time
+        ((1, 256, 7, 7), (1, 256, 1, 1), 49),  # a per-channel operand (BatchNorm's) reads none of the folded loops
+        ((1, 256, 28, 28), (1, 256, 28, 28), 784),  # 28 < WIDE_ROW: folded once, then wide enough
+        ((2, 96, 40, 12), (2, 96, 40, 12), 480),  # 480 < WIDE_ROW, but folding 96 more leaves 2 rows for 12 workgroups
+        ((1, 64, 56, 56), (1, 64, 56, 56), 56),  # 64 rows of 3,136 would be 8 workgroups, not 25
+        ((1, 256, 7, 7), (1, 256, 1, 7), 7),  # y reads the last loop but not the one before: not contiguous
+        ((1, 256, 7, 7), (1, 256, 7, 1), 7),  # y reads the loop before but not the last one
+        ((1, 32, 7, 7), (1, 32, 7, 7), 49),  # one workgroup either way
+        ((1, 4, 3, 5), (1, 4, 3, 5), 5),  # 4 rows left: fewer than one workgroup's
+    ],
+)
+def test_an_elementwise_nests_last_loops_fold_into_one_contiguous_row_where_every_operand_reads_them_so(tmp_path, x, y, width):
+    # The row is the result's last dimensions taken as one where every operand reads them
+    # contiguously (or not at all), so a tile is whole vectors and one offset per load; a row of
+    # 7 is 4 lanes and 3 scalar steps. Folded or not, the kernel gives IREE's numbers (the
+    # property below draws the shapes and the knobs).
+    _, _, out = _sum_relu(tmp_path, x, y)
+    c_text = (out / "sum.c").read_text()
+    assert f"#define PYREE_FULL_COLS ({width} < PYREE_TILE_COLS ? {width} : PYREE_TILE_COLS)" in c_text, c_text
+    folded = width != x[-1]
+    assert ("A row is the result's last" in c_text) == folded
+    if folded:
+        # Every load and the store take the column index itself: no quotient or remainder of it.
+        assert "(col0 + c) /" not in c_text and "(col0 + c) %" not in c_text, c_text
+        assert c_text.count(" + (col0 + c))]") == (3 if y == x else 2), c_text  # x, the store, and y where it reads the row
+        rows = int(np.prod(x)) // width
+        per = max(loopnest.ROWS_PER_WORKGROUP, -(-loopnest.ELEMENTS_PER_WORKGROUP // width))
+        assert f"%count = arith.constant {min(loopnest.MAX_WORKGROUPS, -(-rows // per))} : index" in (out / "spec.mlir").read_text()
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shape=st.tuples(st.integers(1, 2), st.integers(60, 130), st.integers(1, 9), st.integers(1, 9)),
+    broadcast=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+    rows=st.sampled_from(loopnest.TILE_ROWS.candidates),
+    cols=st.sampled_from(loopnest.TILE_COLS.candidates),
+    device=st.sampled_from(["local-sync", "local-task"]),
+)
+@example(shape=(1, 64, 7, 7), broadcast=(False, False, False, False), rows=6, cols=16, device="local-task")
+@example(shape=(2, 65, 5, 3), broadcast=(False, False, True, True), rows=4, cols=8, device="local-sync")
+def test_a_folded_or_unfolded_elementwise_nest_verifies_at_every_knob_value(tmp_path_factory, shape, broadcast, rows, cols, device):
+    # y broadcast along the dimensions drawn: some fold (a per-channel y), some do not (a y that
+    # reads the last loop but not the one before); tiles that do not divide the folded row.
+    directory = tmp_path_factory.mktemp("fold")
+    y = tuple(1 if flat else d for d, flat in zip(shape, broadcast))
+    model, mlir, out = _sum_relu(directory, shape, y)
+    plugin = out / "sum.so"
+    built = run_cli("plugin", "--kind", "system", out / "sum.c", "-o", plugin, "-D", f"PYREE_TILE_ROWS={rows}", "-D", f"PYREE_TILE_COLS={cols}")
+    assert built.returncode == 0, built
+    module = out / "sum.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "sum").returncode == 0
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin, "--device", device)
     assert verified.returncode == 0, verified
 
 

@@ -12,6 +12,7 @@ contiguous in the result, marked for the vectorizer; pointers are `restrict`.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from typing import Any
@@ -154,11 +155,39 @@ class TiledEmitter(NestEmitter):
     def body_op(self, op: Any, values: dict[Any, str], indent: str, coords: list[str]) -> None:
         c_reference.emit_body_op(self.k, op, values, indent, coords, [])
 
+    def column_parts(self) -> list[str]:
+        """Each column loop's coordinate (plan.columns) from the column index: the index itself,
+        or where loops are folded into it, its quotient and remainder by the loops inside."""
+        flat = "(col0 + c)"
+        columns = self.plan.columns or [self.plan.vector_loop]
+        if len(columns) == 1:
+            return [flat]
+        extents = [self.nest.extents[d] or 0 for d in columns]
+        parts = []
+        for n in range(len(columns)):
+            inside = math.prod(extents[n + 1 :])
+            quotient = f"{flat} / {inside}" if inside > 1 else flat
+            parts.append(f"({quotient} % {extents[n]})" if n > 0 else f"({quotient})")
+        return parts
+
+    def index(self, coords: list[str], dims: list[str]) -> str:
+        """The row-major offset of an element (loopnest.linear_index), where the folded column
+        loops' coordinates are consecutive in `coords` over dimensions of their own extents
+        taken as one: the column index itself, contiguous, not its quotients and remainders."""
+        parts = self.column_parts()
+        extents = [str(self.nest.extents[d]) for d in self.plan.columns]
+        m = len(parts)
+        for i in range(len(coords) - m + 1) if m > 1 else ():
+            if coords[i : i + m] == parts and dims[i + 1 : i + m] == extents[1:]:
+                folded = " * ".join([dims[i], *dims[i + 1 : i + m]])
+                return loopnest.linear_index([*coords[:i], "(col0 + c)", *coords[i + m :]], [*dims[:i], f"({folded})", *dims[i + m :]])
+        return loopnest.linear_index(coords, dims)
+
     def _load(self, buffer: c_reference.Buffer, coords: list[str]) -> str:
         """A load's expression. In the reduction step, a load whose address moves by more than one
         element from column to column (a transposed weight: B[col][k]) and not with the row
         reads a panel packed before the step, so the column loop stays contiguous and vectorizes."""
-        load = f"{buffer.pointer}[{loopnest.linear_index(coords, buffer.dims)}]"
+        load = f"{buffer.pointer}[{self.index(coords, buffer.dims)}]"
         column = "(col0 + c)"
         strided = any(column in coord for coord in coords[:-1])
         # Packed only when the address depends on the column and the reduction step alone: the
@@ -209,7 +238,7 @@ class TiledEmitter(NestEmitter):
         rows = " * ".join(f"(int64_t){s}" for s in row_sizes) or "1"
         self.k.lines += [
             f"  // One nest ({', '.join(nest.kinds)} loops), in tiles; this workgroup computes its share of the row tiles.",
-            f"  const int64_t rows = {rows}, cols = {nest.sizes[plan.vector_loop]};",
+            f"  const int64_t rows = {rows}, cols = {self._columns()[0]};",
             f"  const int64_t row_tiles = (rows + {rows_knob} - 1) / {rows_knob};",
             "  const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;",
             "  const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;",
@@ -246,12 +275,27 @@ class TiledEmitter(NestEmitter):
         is narrower. Such a row is one full tile of its own width, not an edge tile of variable
         width whose accumulator leaves the registers (ResNet-50's 56 columns at AVX-512's 64: its
         3x3 convolution alone took 2.7x IREE's time, 1.0x as one full tile)."""
-        columns = self.nest.extents[self.plan.vector_loop] if self.nest.extents else None
-        if columns is None:
+        columns, folded = self._columns()
+        if not columns.isdigit():
             return []
         return [
+            *folded,
             f"// A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower ({columns}).",
             f"#define PYREE_FULL_COLS ({columns} < {cols_knob} ? {columns} : {cols_knob})",
+        ]
+
+    def _columns(self) -> tuple[str, list[str]]:
+        """A row's columns (a C expression: a number where the IR fixes it) and, where the result's
+        last loops are folded into them (loopnest._folded_columns), the comment that says so."""
+        nest, plan = self.nest, self.plan
+        if len(plan.columns) < 2:
+            extent = nest.extents[plan.vector_loop] if nest.extents else None
+            return (str(extent) if extent is not None else nest.sizes[plan.vector_loop]), []
+        extents = [nest.extents[d] or 0 for d in plan.columns]
+        width = math.prod(extents)
+        return str(width), [
+            f"// A row is the result's last {len(extents)} dimensions ({' x '.join(map(str, extents))}) as one contiguous loop of",
+            f"// {width} columns: every operand reads them contiguously, so a tile's loads and stores are whole vectors.",
         ]
 
     def _shared_row(self, n: int, rows_knob: str) -> str:
@@ -282,7 +326,8 @@ class TiledEmitter(NestEmitter):
             if shared:
                 self.shared_rows.append(f"#define PYREE_SHARED_AT{n} {shared}")
             loops[d] = f"at{n}[PYREE_SHARED_AT{n} ? 0 : r]" if shared else f"at{n}[r]"
-        loops[plan.vector_loop] = "(col0 + c)"
+        for d, part in zip(plan.columns or [plan.vector_loop], self.column_parts()):
+            loops[d] = part
         for d in plan.reduction_loops:
             loops[d] = f"k{d}"
         at = [loops[d] for d in nest.result_loops]
@@ -319,7 +364,7 @@ class TiledEmitter(NestEmitter):
         out = self.out
         where = self.relayout(at) if self.relayout is not None else at
         point = self.gather(at) if self.gather is not None else at
-        store = f"{out.pointer}[{loopnest.linear_index(where, out.dims)}]"
+        store = f"{out.pointer}[{self.index(where, out.dims)}]"
         self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, point, body, {}, acc, point)};")
 
     def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:
