@@ -340,11 +340,17 @@ def _folded_columns(nest: Nest) -> list[int]:
 
 
 def _read_contiguously(nest: Nest, run: list[int]) -> bool:
-    """Whether every operand of every stage that reads any loop of `run` reads exactly those, as
-    consecutive dimensions of their own extents in the same order, so its elements along them
-    are contiguous and the folded column is one offset; a stage's value read by another stage
-    at the run's own dimensions (its loops are the reader's there)."""
-    for stage in nest.stages.values():
+    """Whether every read whose coordinates involve a loop of `run` reads exactly those loops, as
+    consecutive dimensions of their own extents in the same order, so the elements along them
+    are contiguous and the folded column is one offset. The reads are followed from the result's
+    stage: a stage's value read at the run's own dimensions is computed there (its reads are
+    checked in turn); one read without them (a per-channel value) never sees the column."""
+    pending, seen = [nest.stages[nest.result]], set()
+    while pending:
+        stage = pending.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
         for operand, exprs in zip(stage.op.operands, stage.maps):
             reads = [p for p, e in enumerate(exprs) if {int(d) for d in re.findall(r"d(\d+)", str(e))} & set(run)]
             if not reads:
@@ -353,8 +359,10 @@ def _read_contiguously(nest: Nest, run: list[int]) -> bool:
                 return False
             if program.is_tensor(operand.type) and [program.shape(operand.type)[p] for p in reads] != [nest.extents[d] for d in run]:
                 return False
-            if operand in nest.stages and reads != run:
-                return False
+            if operand in nest.stages:
+                if reads != run:
+                    return False
+                pending.append(nest.stages[operand])
     return True
 
 
