@@ -2,6 +2,7 @@
 on the nine ImageNet CNNs of onnx's "light" models, against iree-compile of the same model.
 
     python benchmarks/models_scale.py --work DIR [--only REGEX] [--timeout S] [--json FILE] [--full] [--verify REGEX] [-v]
+                                      [--rounds N [--cpu generic|host] [--devices local-sync,local-task]]
     python benchmarks/models_scale.py --table FILE   # the table of a (partial) run's --json file
 
 The models are the onnx wheel's `onnx/backend/test/data/light/light_*.onnx` (alexnet, densenet121,
@@ -27,6 +28,11 @@ its own process group, so a step that hangs or crashes costs one cell and its er
   plugins     each generated g<N>.c built as a system plugin (zig)
   compile-x   `pyree-build compile --transform-spec spec.mlir --expect-import g<N>...` (every import called)
   verify      `pyree-build verify` of that module with its plugins against onnxruntime
+  with --rounds N as well:
+  speed       the model's whole-model time, every group replaced (that module and its plugins)
+              over IREE's own module of the same model, each device's sides timed in turn N
+              rounds (drift reaches both alike); both built for --cpu (generic: the module for
+              a generic CPU, the plugins for the arch's baseline; host: both for this machine)
 
 Ratios (targets): (import + ops) / compile <= 0.5; replace / compile <= 1.0; replaceable >= 90%.
 The table is markdown (it goes into the README). Each model's steps share a pyree_build cache of
@@ -271,11 +277,11 @@ def _step(name: str, model: Path, out: Path, args: dict[str, Any]) -> dict[str, 
 
         sources = sorted((out / "kernels").glob("g*.c"))
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            list(pool.map(lambda c: pb.plugin(c, out / "plugins" / f"{c.stem}.so", cc="zig"), sources))
+            list(pool.map(lambda c: pb.plugin(c, out / "plugins" / f"{c.stem}.so", cc="zig", cpu=_plugin_cpu(args)), sources))
         facts["plugins"] = len(sources)
     elif name == "compile-x":
         names = [c.stem for c in sorted((out / "kernels").glob("g*.c"))]
-        pb.compile(mlir, out / "replaced.vmfb", transform_spec=out / "kernels" / "spec.mlir", expect_imports=names)
+        pb.compile(mlir, out / "replaced.vmfb", transform_spec=out / "kernels" / "spec.mlir", expect_imports=names, cpu=args.get("cpu", "generic"))
     elif name == "verify":
         plugins = sorted((out / "plugins").glob("g*.so"))
         result = pb.verify(out / "replaced.vmfb", model, plugins=plugins)
@@ -284,9 +290,48 @@ def _step(name: str, model: Path, out: Path, args: dict[str, Any]) -> dict[str, 
             bad = next(o for o in result.outputs if not o.passed)
             facts["error"] = f"verify failed: {' '.join(bad.render().split())[:300]}"
         facts["max_abs_error"] = max(o.max_abs_error for o in result.outputs)
+    elif name == "speed":
+        facts["devices"], facts["cpu"] = _speed(model, mlir, out, args), args.get("cpu", "generic")
     else:
         raise ValueError(f"no step {name!r}")
     return {"seconds": time.monotonic() - start, **facts}
+
+
+def _plugin_cpu(args: dict[str, Any]) -> str:
+    """The CPU the plugins are built for: the arch's baseline beside a generic module, else the host."""
+    return "baseline" if args.get("cpu", "generic") == "generic" else "host"
+
+
+def _speed(model: Path, mlir: Path, out: Path, args: dict[str, Any]) -> dict[str, Any]:
+    """Per device: IREE's whole-model median (ms), the replaced module's ratio to it and the
+    spread of the per-round ratios. IREE's module is compiled here for the same CPU (with its
+    weights, as `pyree-build compile` imports them); the inputs are seeded, one .npy each."""
+    import numpy as np
+    import onnx
+
+    import pyree_build as pb
+
+    reference = out / "iree.vmfb"
+    pb.compile(mlir, reference, cpu=args.get("cpu", "generic"))
+    function = re.search(r"func\.func @([\w$.-]+)\(", mlir.read_text(encoding="utf-8"))
+    if function is None:
+        raise ValueError(f"{mlir}: no func.func to time")
+    inputs = []
+    initializers = {t.name for t in onnx.load(str(model), load_external_data=False).graph.initializer}
+    graph_inputs = [i for i in onnx.load(str(model), load_external_data=False).graph.input if i.name not in initializers]
+    for n, value in enumerate(graph_inputs):
+        dims = [d.dim_value or 1 for d in value.type.tensor_type.shape.dim]
+        path = out / f"input{n}.npy"
+        np.save(path, np.random.default_rng(n).standard_normal(dims).astype(np.float32))
+        inputs.append(f"@{path}")
+    plugins = sorted((out / "plugins").glob("g*.so"))
+    sides = [(reference, []), (out / "replaced.vmfb", plugins)]
+    timed = {}
+    for device in args.get("devices", ["local-sync"]):
+        result = pb.bench.compare_many(sides, function.group(1), inputs=inputs, device=device, rounds=int(args["rounds"]))
+        iree, replaced = result.sides
+        timed[device] = {"iree_ms": iree.median_ms, "ratio": replaced.ratio, "spread": [replaced.ratio_min, replaced.ratio_max]}
+    return timed
 
 
 def _worker(name: str, model: Path, out: Path, args: dict[str, Any]) -> None:
@@ -350,9 +395,11 @@ def iree_compile(mlir: Path, vmfb: Path, timeout: float) -> dict[str, Any]:
     return {"seconds": wall, "vmfb_mb": round(vmfb.stat().st_size / 1e6, 1)}
 
 
-def measure(name: str, source: Path, work: Path, *, timeout: float, full: bool, log: Any = None) -> dict[str, Any]:
+def measure(name: str, source: Path, work: Path, *, timeout: float, full: bool, log: Any = None, speed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every step of one model, in order; a step whose input a failed step should have made is
-    not run (its cell says so)."""
+    not run (its cell says so). `speed`: the CPU the replaced model is built for ("cpu"), and with
+    "rounds" (and "devices") its whole-model time against IREE's (the speed step)."""
+    speed = speed or {}
     model = work / f"{name}.onnx"
     record: dict[str, Any] = {"model": name, "steps": {}}
     start = time.monotonic()
@@ -397,10 +444,13 @@ def measure(name: str, source: Path, work: Path, *, timeout: float, full: bool, 
     if not full or "error" in steps["replace"]:
         return record
     for step in ("plugins", "compile-x", "verify"):
-        steps[step] = run_step(step, model, out, timeout)
+        steps[step] = run_step(step, model, out, timeout, **speed)
         note(step)
         if "error" in steps[step]:
-            break
+            return record
+    if speed.get("rounds") and steps["verify"].get("passed"):
+        steps["speed"] = run_step("speed", model, out, timeout, **speed)
+        note("speed")
     return record
 
 
@@ -478,10 +528,28 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def speed_table(records: list[dict[str, Any]]) -> str:
+    """The speed steps' markdown table: per model and device, IREE's whole-model time and the
+    replaced model's ratio to it (the spread of the per-round ratios); empty without one."""
+    lines = []
+    for r in records:
+        cell = r["steps"].get("speed") or {}
+        for device, timed in (cell.get("devices") or {}).items():
+            low, high = timed["spread"]
+            lines.append(f"| {r['model']} | {cell['cpu']} | {device} | {timed['iree_ms']:.1f} | {timed['ratio']:.2f}x ({low:.2f}-{high:.2f}) |")
+    if not lines:
+        return ""
+    head = "| model | CPU | device | IREE ms | every group replaced / IREE (per round) |"
+    return "\n".join([head, "|" + "---|" * 5, *lines])
+
+
 def report(records: list[dict[str, Any]]) -> None:
     records = sorted(records, key=lambda r: r["model"])
     print(table(records))
     print("\ntargets: (import+ops)/compile <= 0.5, replace/compile <= 1.0, replaceable >= 90% (! marks a miss)")
+    speeds = speed_table(records)
+    if speeds:
+        print(f"\nwhole-model time, every replaceable group replaced, against IREE's own module:\n{speeds}")
     refusals: Counter[str] = Counter()
     for r in records:
         refusals.update((r["steps"].get("ops") or {}).get("refusals") or {})
@@ -505,6 +573,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="append each model's record to this file as it comes (JSON lines)")
     parser.add_argument("--full", action="store_true", help="also build the plugins, compile with --expect-import and verify, for every model")
     parser.add_argument("--verify", metavar="REGEX", help="as --full for the models whose names this matches")
+    parser.add_argument("--rounds", type=int, default=0, help="with --full or --verify: also time each verified model against IREE's, N rounds")
+    parser.add_argument(
+        "--cpu", choices=("generic", "host"), default="generic", help="the CPU the replaced module and its plugins (and IREE's timed module) are built for"
+    )
+    parser.add_argument("--devices", default="local-sync,local-task", help="with --rounds: the devices timed (comma-separated)")
     parser.add_argument("--prepare-only", action="store_true", help="only write the prepared models into --work")
     parser.add_argument("--table", type=Path, help="only print the table of a --json file (a finished or a partial run)")
     parser.add_argument("-v", "--verbose", action="store_true", help="a line per step as it finishes")
@@ -539,7 +612,8 @@ def main() -> None:
     for name in names:
         full = args.full or bool(args.verify and re.search(args.verify, name))
         began = time.monotonic()
-        record = measure(name, found[name], args.work, timeout=args.timeout, full=full, log=sys.stderr if args.verbose else None)
+        speed = {"cpu": args.cpu, "rounds": args.rounds, "devices": args.devices.split(",")}
+        record = measure(name, found[name], args.work, timeout=args.timeout, full=full, log=sys.stderr if args.verbose else None, speed=speed)
         record["seconds"] = time.monotonic() - began
         record["load"] = round(os.getloadavg()[1], 1)  # other work on the machine: the last 5 minutes' load average
         records.append(record)
