@@ -324,8 +324,8 @@ def _folded_columns(nest: Nest) -> list[int]:
     time, 0.99x as rows of 49 (local-sync, AVX-512)."""
     loops = nest.result_loops
     columns = loops[-1:]
-    if nest.reduction is not None or None in nest.extents:
-        return columns
+    if nest.reduction is not None or None in nest.extents or 0 in nest.extents:
+        return columns  # sizes known at run time only, or an empty result: nothing to gain
     extent = [e or 0 for e in nest.extents]
     unfolded = math.prod(extent[d] for d in loops[:-1])
     workgroups = min(MAX_WORKGROUPS, math.ceil(unfolded / _rows_per_workgroup(nest, columns)))
