@@ -194,7 +194,8 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
                 relayout = peeled[2].forward
     if nest is None:
         return None if rep.dynamic else _row_kernel(k, rep, member_ops, result, [ops[i] for i in constants])
-    plan = loopnest.schedule(nest, fold=relayout is None and gather is None)  # a moved result is not stored in rows
+    # A result stored moved is not stored in rows; a spec for any sizes has no fixed row to fold.
+    plan = loopnest.schedule(nest, fold=relayout is None and gather is None and not rep.dynamic)
     fields = c_reference.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
     try:
         c_tiled.emit(

@@ -640,6 +640,21 @@ def test_an_elementwise_nests_last_loops_fold_into_one_contiguous_row_where_ever
         assert f"%count = arith.constant {min(loopnest.MAX_WORKGROUPS, -(-rows // per))} : index" in (out / "spec.mlir").read_text()
 
 
+def test_a_spec_for_any_sizes_keeps_its_rows_unfolded_and_verifies_at_other_sizes(tmp_path):
+    # --dynamic: the kernel reads every size from its arguments, so the IR's sizes (which would
+    # fold 7 x 7 into 49) are not the row it runs; folded, another model's sizes were wrong.
+    _, mlir, _ = _sum_relu(tmp_path, (1, 256, 7, 7), (1, 256, 7, 7))
+    other_model, other_mlir, _ = _sum_relu(tmp_path / "other", (2, 96, 5, 3), (2, 96, 5, 3))
+    out = tmp_path / "any"
+    assert run_cli("replace", mlir, "--ops", "1", "--import", "sum", "-o", out, "--dynamic").returncode == 0
+    assert "A row is" not in (out / "sum.c").read_text()
+    assert run_cli("plugin", "--kind", "system", out / "sum.c", "-o", out / "sum.so").returncode == 0
+    module = out / "other.vmfb"
+    assert run_cli("compile", other_mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "sum").returncode == 0
+    verified = run_cli("verify", module, "--onnx", other_model, "--plugin", out / "sum.so")
+    assert verified.returncode == 0, verified
+
+
 def test_a_batchnorm_folds_though_its_per_channel_values_are_stages_over_unit_dimensions(tmp_path):
     # BatchNormalization's rsqrt(var + eps) is a stage of its own over 1 x C x 1 x 1, read per
     # channel: its loops are not the result's, so its unit dimensions do not stop the fold (as

@@ -275,28 +275,35 @@ class TiledEmitter(NestEmitter):
         is narrower. Such a row is one full tile of its own width, not an edge tile of variable
         width whose accumulator leaves the registers (ResNet-50's 56 columns at AVX-512's 64: its
         3x3 convolution alone took 2.7x IREE's time, 1.0x as one full tile)."""
-        columns, folded = self._columns()
-        if not columns.isdigit():
+        _, width, folded = self._columns()
+        if width is None:
             return []
+        columns = str(width)
         return [
             *folded,
             f"// A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower ({columns}).",
             f"#define PYREE_FULL_COLS ({columns} < {cols_knob} ? {columns} : {cols_knob})",
         ]
 
-    def _columns(self) -> tuple[str, list[str]]:
-        """A row's columns (a C expression: a number where the IR fixes it) and, where the result's
-        last loops are folded into them (loopnest._folded_columns), the comment that says so."""
+    def _columns(self) -> tuple[str, int | None, list[str]]:
+        """A row's columns: as the kernel counts them (a C expression: the size its arguments give,
+        which a spec matching any sizes passes), as the IR fixes them (None where it does not),
+        and, where the result's last loops are folded into them (loopnest._folded_columns: fixed
+        sizes only), the comment that says so."""
         nest, plan = self.nest, self.plan
         if len(plan.columns) < 2:
             extent = nest.extents[plan.vector_loop] if nest.extents else None
-            return (str(extent) if extent is not None else nest.sizes[plan.vector_loop]), []
+            return nest.sizes[plan.vector_loop], extent, []
         extents = [nest.extents[d] or 0 for d in plan.columns]
         width = math.prod(extents)
-        return str(width), [
-            f"// A row is the result's last {len(extents)} dimensions ({' x '.join(map(str, extents))}) as one contiguous loop of",
-            f"// {width} columns: every operand reads them contiguously, so a tile's loads and stores are whole vectors.",
-        ]
+        return (
+            str(width),
+            width,
+            [
+                f"// A row is the result's last {len(extents)} dimensions ({' x '.join(map(str, extents))}) as one contiguous loop of",
+                f"// {width} columns: every operand reads them contiguously, so a tile's loads and stores are whole vectors.",
+            ],
+        )
 
     def _shared_row(self, n: int, rows_knob: str) -> str:
         """A C constant expression, true when every row of a tile has row loop n's coordinate of
