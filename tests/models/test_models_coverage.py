@@ -242,9 +242,10 @@ def test_groups_a_matcher_cannot_tell_apart_each_get_their_own_import(tmp_path):
 
 
 def test_a_small_group_inside_a_larger_one_leaves_every_import_called(tmp_path):
-    # The lone reshape (#3) also appears inside both larger groups, before their roots: in one
-    # foreach_match its matcher took those inner reshapes first and the larger groups' imports
-    # were never called. Every group at once, those `ops` marks the same included: all called.
+    # The lone reshape (#3, of an input two nodes read) is the same op on the same types as the
+    # reshapes inside both batch norm groups, before their roots: in one foreach_match its
+    # matcher took those inner reshapes first and the larger groups' imports were never
+    # called. Every group at once, those `ops` marks the same included: all called.
     model = Path(onnx_models.save(onnx_models.batch_norm_of_inputs(), tmp_path / "bn.onnx"))
     mlir = tmp_path / "bn.mlir"
     pb.import_onnx(model, mlir)
@@ -286,3 +287,21 @@ def test_weights_in_an_archive_group_as_weights_inline(tmp_path, name):
     archived = pb.ops(pb.import_onnx(model, tmp_path / "archived.mlir", externalize_params=True))
     assert "util.global.load" in (tmp_path / "archived.mlir").read_text()
     assert [(g.ops, g.replaceable) for g in archived] == [(g.ops, g.replaceable) for g in inline]
+
+
+@pytest.mark.parametrize("archived", [False, True])
+def test_a_batch_norms_scale_and_shift_through_reshaped_weights_join_its_group(tmp_path, archived):
+    # Caffe2's batch norm (ONNX's light DenseNet-121): BatchNormalization, then Mul and Add + Relu
+    # by [C] weights each reshaped by an Unsqueeze of its own. A reshape of a weight was a unit
+    # of its own, so the Mul consumed two groups and joined neither: three kernels, three passes
+    # over the feature map (DenseNet-121: 428 groups, now 192). Weights inline or in an archive.
+    model = Path(onnx_models.save(onnx_models.batch_norm_then_scale(), tmp_path / "bn_scale.onnx"))
+    mlir = pb.import_onnx(model, tmp_path / "bn_scale.mlir", externalize_params=archived)
+    groups = pb.ops(mlir)
+    (norm,) = [g for g in groups if "bn" in g.source]
+    assert {"bn", "scale", "shift", "relu"} <= set(norm.source) and norm.replaceable, [(g.index, g.source, g.ops, g.reason) for g in groups]
+    assert all(g.replaceable for g in groups)
+    if archived:  # inline, the importer folds each Unsqueeze of a constant away
+        assert {"gamma_reshape", "beta_reshape"} <= set(norm.source), norm.source
+    chosen = [g.index for g in groups]
+    _replaced_verifies(tmp_path, model, mlir, chosen, [f"g{i}" for i in chosen])

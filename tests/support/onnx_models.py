@@ -309,16 +309,46 @@ def gemm_gelu_norm(seed: int = 0) -> onnx.ModelProto:
 ARCHITECTURES = {f.__name__: f for f in (squeezenet_like, resnet_block, transformer_block, gemm_gelu_norm)}
 
 
+def batch_norm_then_scale(seed: int = 0, channels: int = 128, size: int = 7) -> onnx.ModelProto:
+    """Conv, then a BatchNormalization followed by a per-channel Mul and Add + Relu whose
+    [C] parameters each go through an Unsqueeze of their own to [C,1,1], as Caffe2's models
+    (ONNX's light DenseNet-121) write a batch norm's affine step."""
+    rng = np.random.default_rng(seed)
+    conv, weights = _conv(seed, "conv", "x", 8, channels, 3, pad=1)
+    norm, params = _batch_norm(seed + 2, "bn", "conv", channels)
+    axes = numpy_helper.from_array(np.array([1, 2], np.int64), "axes")
+    gamma = numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(channels)).astype(np.float32), "gamma")
+    beta = numpy_helper.from_array((0.1 * rng.standard_normal(channels)).astype(np.float32), "beta")
+    nodes = [
+        *conv,
+        *norm,
+        helper.make_node("Unsqueeze", ["gamma", "axes"], ["gamma_c11"], name="gamma_reshape"),
+        helper.make_node("Mul", ["bn", "gamma_c11"], ["scaled"], name="scale"),
+        helper.make_node("Unsqueeze", ["beta", "axes"], ["beta_c11"], name="beta_reshape"),
+        helper.make_node("Add", ["scaled", "beta_c11"], ["shifted"], name="shift"),
+        helper.make_node("Relu", ["shifted"], ["y"], name="relu"),
+    ]
+    shape = (1, channels, size, size)
+    return _model("batch_norm_then_scale", nodes, {"x": (1, 8, size, size)}, {"y": shape}, [*weights, *params, axes, gamma, beta])
+
+
 def batch_norm_of_inputs() -> onnx.ModelProto:
     """BatchNormalization whose statistics are graph inputs (as in ONNX's node tests): IREE
-    reshapes each [3] parameter to [1,3,1,1], so `ops` lists lone reshapes that also appear inside
-    the larger groups. The variance goes through Abs first, so random inputs stay valid."""
+    reshapes each [3] parameter to [1,3,1,1] inside the norm's groups. A further input `t`,
+    reshaped to [1,3,1,1] alike by an Unsqueeze and read by two nodes, stays a lone reshape
+    group whose op also appears inside the larger groups. The variance goes through Abs first,
+    so random inputs stay valid."""
+    axes = numpy_helper.from_array(np.array([0, 2, 3], np.int64), "axes")
     nodes = [
         helper.make_node("Abs", ["v"], ["var"], name="abs"),
         helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn", epsilon=1e-5),
+        helper.make_node("Unsqueeze", ["t", "axes"], ["t_1c11"], name="t_reshape"),
+        helper.make_node("Mul", ["y", "t_1c11"], ["scaled"], name="scale_by_t"),
+        helper.make_node("Add", ["x", "t_1c11"], ["shifted"], name="shift_by_t"),
     ]
-    inputs = {"x": (2, 3, 4, 5), "scale": (3,), "bias": (3,), "mean": (3,), "v": (3,)}
-    return _model("batch_norm_of_inputs", nodes, inputs, {"y": (2, 3, 4, 5)})
+    inputs = {"x": (2, 3, 4, 5), "scale": (3,), "bias": (3,), "mean": (3,), "v": (3,), "t": (3,)}
+    outputs = {"scaled": (2, 3, 4, 5), "shifted": (2, 3, 4, 5)}
+    return _model("batch_norm_of_inputs", nodes, inputs, outputs, [axes])
 
 
 def center_crop_pad() -> onnx.ModelProto:

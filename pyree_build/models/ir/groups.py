@@ -3,7 +3,8 @@
 A group is built the way a reader of a model thinks of it, and the way IREE will fuse it:
 1. ops that came from one source op (one ONNX node: they share its location) and are
    connected are one unit; a linalg.fill whose result only initialises another unit's op
-   belongs to that unit;
+   belongs to that unit, and so does a reshape of values from outside (a weight's
+   Unsqueeze) that only that unit's ops read;
 2. a unit of elementwise ops (every loop parallel) joins the group of the unit it consumes
    when it is that group's only user (a bias add and a relu after a matmul).
 A group can be replaced when the DAG matcher IREE offers
@@ -90,13 +91,28 @@ def _units(function: Any, members: list[Any]) -> list[list[Any]]:
             joined = len(units) - 1
         units[joined].append(op)
         unit_of[op] = joined
-    return _absorb_fills(function, units)
+    return _absorb_feeders(function, units)
 
 
-def _absorb_fills(function: Any, units: list[list[Any]]) -> list[list[Any]]:
-    """A unit that only fills tensors some other unit's op alone uses joins that unit."""
+def _feeds_only(unit: list[Any]) -> bool:
+    """A unit that computes nothing of the program's: it fills a tensor, or only reshapes
+    values from outside the groups (a weight, an argument). Left a group of its own, its
+    user would consume two groups and fuse with neither (a BatchNorm, then a Mul by a
+    reshaped weight, stayed two kernels and two passes over the feature map)."""
+    if all(op.name == "linalg.fill" for op in unit):
+        return True
+    return all(op.name in RESHAPES and not any(_defined_by_member(v) for v in op.operands) for op in unit)
+
+
+def _defined_by_member(value: Any) -> bool:
+    owner = program.defining_op(value)
+    return owner is not None and is_member(owner.operation)
+
+
+def _absorb_feeders(function: Any, units: list[list[Any]]) -> list[list[Any]]:
+    """A unit that only feeds (_feeds_only) tensors some other unit's ops alone use joins that unit."""
     kept: list[list[Any]] = []
-    pending = [u for u in units if not all(op.name == "linalg.fill" for op in u)]
+    pending = [u for u in units if not _feeds_only(u)]
     others = {id(u) for u in pending}
     for unit in units:
         if id(unit) not in others:
