@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -338,11 +339,7 @@ def test_the_accumulators_update_is_a_fused_multiply_add_where_the_cpu_has_one(t
     # A CPU without FMA multiplies and adds: no call to a software fma.
     assert not re.search(r"\bcall\w*\s+\w*fma", assembly("x86_64"))
     # Fused on this machine's CPU (FMA where it has one), the kernel still verifies.
-    assert run_cli("plugin", "--kind", "system", "--cpu", "host", out / "dense.c", "-o", out / "dense.so").returncode == 0
-    module = out / "dense.vmfb"
-    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "dense").returncode == 0
-    verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "dense.so")
-    assert verified.returncode == 0, verified
+    _builds_compiles_and_verifies(out, "dense", mlir, model, plugin_args=["--cpu", "host"])
 
 
 @pytest.mark.parametrize(("pack", "rows", "cols"), [("64", "8", "32"), ("1", "2", "8"), ("16", "6", "64")])
@@ -363,11 +360,7 @@ def test_a_transposed_weight_is_packed_and_verifies(tmp_path, pack, rows, cols):
     c_text = (out / "gemm.c").read_text()
     assert "panel0[k2 - kb][c]" in c_text and "panel1" not in c_text, c_text
     defines = [a for d in (f"PYREE_PACK_K={pack}", f"PYREE_TILE_ROWS={rows}", f"PYREE_TILE_COLS={cols}") for a in ("-D", d)]
-    assert run_cli("plugin", "--kind", "system", out / "gemm.c", "-o", out / "gemm.so", *defines).returncode == 0
-    module = out / "gemm.vmfb"
-    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "gemm").returncode == 0
-    verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "gemm.so", "--device", "local-task")
-    assert verified.returncode == 0, verified
+    _builds_compiles_and_verifies(out, "gemm", mlir, model, plugin_args=defines, device="local-task")
 
 
 def test_the_float_exp_the_row_nests_use_is_within_one_ulp(tmp_path):
@@ -453,11 +446,7 @@ def test_a_group_ending_in_a_reshape_and_transpose_is_one_tiled_nest_that_verifi
     if kind == "bias":
         store = re.search(r"out0\[(.*)\] = ", c_text)
         assert store and "/" not in store.group(1) and "%" not in store.group(1), store
-    assert run_cli("plugin", "--kind", "system", out / "heads.c", "-o", out / "heads.so").returncode == 0
-    module = out / "heads.vmfb"
-    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "heads").returncode == 0
-    verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "heads.so")
-    assert verified.returncode == 0, verified
+    _builds_compiles_and_verifies(out, "heads", mlir, model)
 
 
 def test_a_kernel_calling_exp_or_erf_declares_their_faster_forms_which_verify_and_change_the_code(tmp_path):
@@ -494,12 +483,7 @@ def test_a_kernel_calling_exp_or_erf_declares_their_faster_forms_which_verify_an
     assert run_cli("import", model, "-o", mlir).returncode == 0
     assert run_cli("replace", mlir, "--ops", "1+2+3", "--import", "fc_gelu", "-o", gelu / "k", "--onnx", model).returncode == 0
     assert "#define pyree_erff pyree_erff_fast" in (gelu / "k" / "fc_gelu.c").read_text()
-    plugin = gelu / "fast.so"
-    assert run_cli("plugin", "--kind", "system", gelu / "k" / "fc_gelu.c", "-o", plugin, "-D", "PYREE_FAST_MATH=1").returncode == 0
-    module = gelu / "m.vmfb"
-    assert run_cli("compile", mlir, "-o", module, "--transform-spec", gelu / "k" / "spec.mlir", "--expect-import", "fc_gelu").returncode == 0
-    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
-    assert verified.returncode == 0, verified
+    _builds_compiles_and_verifies(gelu / "k", "fc_gelu", mlir, model, plugin_args=["-D", "PYREE_FAST_MATH=1"])
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -540,13 +524,8 @@ def test_a_convolution_declares_its_row_order_and_every_order_verifies(tmp_path_
         assert declared_params([out / "conv.c"])["PYREE_ROW_ORDER"] == ["1", "0"] and "#if PYREE_ROW_ORDER" in c_text
     else:
         assert "PYREE_ROW_ORDER" not in c_text
-    plugin = directory / "conv.so"
-    built = run_cli("plugin", "--kind", "system", out / "conv.c", "-o", plugin, "-D", f"PYREE_ROW_ORDER={order}", "-D", f"PYREE_TILE_ROWS={rows}")
-    assert built.returncode == 0, built
-    module = directory / "conv.vmfb"
-    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "conv").returncode == 0
-    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
-    assert verified.returncode == 0, verified
+    knobs = ["-D", f"PYREE_ROW_ORDER={order}", "-D", f"PYREE_TILE_ROWS={rows}"]
+    _builds_compiles_and_verifies(out, "conv", mlir, model, plugin_args=knobs, work=directory)
 
 
 @pytest.mark.parametrize("rows", ["4", "8"])
@@ -564,12 +543,7 @@ def test_a_batched_matmuls_tile_reads_its_heads_operand_once_where_the_tile_neve
     c_text = (out / "heads.c").read_text()
     assert "#define PYREE_SHARED_AT0 (12 % PYREE_TILE_ROWS == 0)" in c_text, c_text
     assert re.search(r"in1\[\(\(at0\[PYREE_SHARED_AT0 \? 0 : r\]", c_text), c_text
-    plugin = out / "heads.so"
-    assert run_cli("plugin", "--kind", "system", out / "heads.c", "-o", plugin, "-D", f"PYREE_TILE_ROWS={rows}").returncode == 0
-    module = out / "heads.vmfb"
-    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "heads").returncode == 0
-    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
-    assert verified.returncode == 0, verified
+    _builds_compiles_and_verifies(out, "heads", mlir, model, plugin_args=["-D", f"PYREE_TILE_ROWS={rows}"])
 
 
 def _sum_relu(directory: Path, x: tuple[int, ...], y: tuple[int, ...]) -> tuple[Path, Path, Path]:
@@ -600,11 +574,7 @@ def test_an_elementwise_nest_takes_a_narrow_row_as_one_tile_and_big_workgroups(t
     rows = 64 * 56
     per = max(loopnest.ROWS_PER_WORKGROUP, -(-loopnest.ELEMENTS_PER_WORKGROUP // width))
     assert f"%count = arith.constant {-(-rows // per)} : index" in (out / "spec.mlir").read_text()
-    assert run_cli("plugin", "--kind", "system", out / "sum.c", "-o", out / "sum.so").returncode == 0
-    module = out / "sum.vmfb"
-    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "sum").returncode == 0
-    verified = run_cli("verify", module, "--onnx", model, "--plugin", out / "sum.so", "--device", "local-task")
-    assert verified.returncode == 0, verified
+    _builds_compiles_and_verifies(out, "sum", mlir, model, device="local-task")
 
 
 @pytest.mark.parametrize(
@@ -648,11 +618,7 @@ def test_a_spec_for_any_sizes_keeps_its_rows_unfolded_and_verifies_at_other_size
     out = tmp_path / "any"
     assert run_cli("replace", mlir, "--ops", "1", "--import", "sum", "-o", out, "--dynamic").returncode == 0
     assert "A row is" not in (out / "sum.c").read_text()
-    assert run_cli("plugin", "--kind", "system", out / "sum.c", "-o", out / "sum.so").returncode == 0
-    module = out / "other.vmfb"
-    assert run_cli("compile", other_mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "sum").returncode == 0
-    verified = run_cli("verify", module, "--onnx", other_model, "--plugin", out / "sum.so")
-    assert verified.returncode == 0, verified
+    _builds_compiles_and_verifies(out, "sum", other_mlir, other_model)
 
 
 def test_a_batchnorm_folds_though_its_per_channel_values_are_stages_over_unit_dimensions(tmp_path):
@@ -769,3 +735,21 @@ def test_a_reshapes_coordinates_are_the_row_major_order_kept_both_ways(data):
     assert got == want, (source, target, coords, moved)
     back = loopnest._reshape(target, source)([str(c) for c in got])
     assert [eval(e.replace("/", "//")) for e in back] == coords  # noqa: S307
+
+
+def _builds_compiles_and_verifies(
+    kernels: Path, name: str, mlir: Path, model: Path, *, plugin_args: Sequence[str] = (), device: str | None = None, work: Path | None = None
+) -> None:
+    """What a user does with `replace`'s output: build kernels/<name>.c as a system plugin
+    (`plugin_args`: knobs, a CPU), compile `mlir` with the spec expecting the import to be
+    called, and verify the module against onnxruntime (on `device`). The plugin and module go
+    to `work` (default: the kernels' directory)."""
+    work = work or kernels
+    plugin = work / f"{name}.so"
+    built = run_cli("plugin", "--kind", "system", kernels / f"{name}.c", "-o", plugin, *plugin_args)
+    assert built.returncode == 0, built
+    module = work / f"{name}.vmfb"
+    compiled = run_cli("compile", mlir, "-o", module, "--transform-spec", kernels / "spec.mlir", "--expect-import", name)
+    assert compiled.returncode == 0, compiled
+    verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin, *(["--device", device] if device else []))
+    assert verified.returncode == 0, verified
