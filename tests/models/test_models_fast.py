@@ -528,6 +528,66 @@ def test_a_convolution_declares_its_row_order_and_every_order_verifies(tmp_path_
     _builds_compiles_and_verifies(out, "conv", mlir, model, plugin_args=knobs, work=directory)
 
 
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kind=st.sampled_from(["Conv", "MaxPool"]),
+    stride=st.sampled_from([2, 3]),
+    kernel=st.sampled_from([1, 3, 5]),
+    size=st.integers(6, 40),
+    order=st.sampled_from(["0", "1"]),
+    rows=st.sampled_from(loopnest.TILE_ROWS.candidates),
+    cols=st.sampled_from(loopnest.TILE_COLS.candidates),
+)
+@example(kind="Conv", stride=2, kernel=5, size=40, order="1", rows=4, cols=16)  # the rows share the input row: one panel
+@example(kind="Conv", stride=2, kernel=3, size=15, order="0", rows=6, cols=8)  # rows cross image rows: a panel per row
+@example(kind="MaxPool", stride=3, kernel=3, size=23, order="1", rows=8, cols=64)
+def test_a_load_strided_along_the_columns_is_packed_or_not_as_the_knob_says_and_both_give_the_same_numbers(
+    tmp_path_factory, kind, stride, kernel, size, order, rows, cols
+):
+    # A strided convolution or pooling reads its input row every `stride` elements. Under
+    # PYREE_PACK_STRIDED=1 each block of the innermost reduction loop first copies those reads
+    # into a contiguous panel (one for all the tile's rows where they share the input row, else
+    # one per row); at 0 they are read in place. Both verify against onnxruntime, at sizes no
+    # tile divides, and give the same numbers: the copy moves values, it computes nothing.
+    from onnx import helper
+
+    import pyree_build as pb
+
+    directory = tmp_path_factory.mktemp("strided")
+    cin, cout, pad = 3, 10, kernel // 2
+    if kind == "Conv":
+        nodes, weights = onnx_models._conv(0, "y", "x", cin, cout, kernel, stride=stride, pad=pad)
+    else:
+        nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="y", kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4)]
+        weights, cout = [], cin
+    side = (size + 2 * pad - kernel) // stride + 1
+    proto = onnx_models._model("strided", nodes, {"x": (1, cin, size, size)}, {"y": (1, cout, side, side)}, weights)
+    model = directory / "strided.onnx"
+    onnx_models.save(proto, model)
+    mlir = directory / "strided.mlir"
+    assert run_cli("import", model, "-o", mlir).returncode == 0
+    op = "linalg.conv_2d_nchw_fchw" if kind == "Conv" else "linalg.pooling_nchw_max"
+    groups = [g for g in pb.ops(mlir) if g.replaceable and op in g.ops]
+    assert groups, f"the {kind} is replaceable"
+    out = directory / "k"
+    assert run_cli("replace", mlir, "--ops", str(groups[0].index), "--import", "strided", "-o", out, "--onnx", model).returncode == 0
+    assert declared_params([out / "strided.c"])["PYREE_PACK_STRIDED"] == ["1", "0"]
+    assert "if (PYREE_PACK_STRIDED) {" in (out / "strided.c").read_text()
+    module = directory / "strided.vmfb"
+    assert run_cli("compile", mlir, "-o", module, "--transform-spec", out / "spec.mlir", "--expect-import", "strided").returncode == 0
+    x = np.random.default_rng(size).standard_normal((1, cin, size, size)).astype(np.float32)
+    results = []
+    for packed in ("1", "0"):
+        plugin = directory / f"strided{packed}.so"
+        knobs = [f"PYREE_PACK_STRIDED={packed}", f"PYREE_ROW_ORDER={order}", f"PYREE_TILE_ROWS={rows}", f"PYREE_TILE_COLS={cols}"]
+        built = run_cli("plugin", "--kind", "system", out / "strided.c", "-o", plugin, *(a for k in knobs for a in ("-D", k)))
+        assert built.returncode == 0, built
+        verified = run_cli("verify", module, "--onnx", model, "--plugin", plugin)
+        assert verified.returncode == 0, verified
+        results.append(pb.run(module, "strided", [x], plugins=[plugin])[0])
+    np.testing.assert_array_equal(results[0], results[1])
+
+
 @pytest.mark.parametrize("rows", ["4", "8"])
 def test_a_batched_matmuls_tile_reads_its_heads_operand_once_where_the_tile_never_crosses_heads(tmp_path, rows):
     # Per head, x_h @ k_h: a tile's rows all lie in one head where its rows divide the tokens

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyree_build.models.codegen import c_reference, loopnest
@@ -123,6 +123,56 @@ def knob_lines(knobs: list[loopnest.Knob], element: str, columns: str | None, *,
     return lines + _VECTORIZE
 
 
+_COLUMN = "(col0 + c)"
+# Whether a load stepping over the columns by more than one element (a strided convolution's or
+# pooling's input row) is packed. Packed, the copy's strided reads are made once for all the
+# tile's rows, and the multiply-adds read whole vectors: ResNet-50's 7x7 stride-2 stem alone took
+# 0.3x the time read in place (112 columns). Where a row is narrow the loads in place are a few
+# scalars the compiler keeps in registers for every row, and the copy only adds: stride-2 3x3
+# convolutions of 7 and 14 columns took 1.3x-2.1x as long packed. So the default packs a row of
+# 32 columns or more (measured on an AVX-512 host; tune tries both).
+PACK_STRIDED = "PYREE_PACK_STRIDED"
+
+
+def pack_strided_lines(columns: str) -> list[str]:
+    """The knob's declaration: `columns` is a full tile's column count, a C constant expression."""
+    return [
+        f"// pyree-tune after: {PACK_STRIDED}=1,0  (1: a load stepping over the columns by more than one element is copied into a contiguous panel once for the tile's rows; 0: read in place)",
+        f"#ifndef {PACK_STRIDED}",
+        f"#define {PACK_STRIDED} ({columns} >= 32)",
+        "#endif",
+    ]
+
+
+@dataclass
+class Pack:
+    """A load strided along the columns, copied into a contiguous panel once per block of
+    reduction steps. `shared`: "" where the load does not move with the tile's rows, else a C
+    constant expression, true where every row of the tile reads the same (one panel serves
+    all rows; otherwise each row has its own). `contiguous_steps`: the load's address moves by
+    one element with the reduction step (a transposed weight), so the copy steps it innermost."""
+
+    ctype: str
+    load: str
+    panel: str
+    shared: str
+    contiguous_steps: bool
+
+    def row(self) -> str:
+        if not self.shared:
+            return ""
+        return "[r]" if self.shared == "0" else f"[({self.shared}) ? 0 : r]"
+
+    def rows(self) -> str:
+        """How many panels the copy fills: one per row of the tile, or one for all."""
+        return "nr" if self.shared == "0" else f"(({self.shared}) ? 1 : nr)"
+
+    def read(self, var: str) -> str:
+        panel = f"{self.panel}{self.row()}[{var} - kb][c]"
+        # A transposed load is always packed; a stepped one as PYREE_PACK_STRIDED says.
+        return panel if self.contiguous_steps else f"({PACK_STRIDED} ? {panel} : {self.load})"
+
+
 class TiledEmitter(NestEmitter):
     """The nest as C tiles of PYREE_TILE_ROWS x PYREE_TILE_COLS result elements."""
 
@@ -130,10 +180,13 @@ class TiledEmitter(NestEmitter):
         super().__init__(k, nest)
         self.plan, self.out = plan, out
         self.ctype = out.ctype if nest.reduction is None else c_reference.c_type(nest.reduction.result.type, nest.reduction.op.name)
-        # While the reduction step is emitted with one reduction loop: loads strided along the
-        # columns, read from a packed panel instead (ctype, load expression, panel name).
+        # While the innermost reduction loop's step is emitted: loads strided along the columns,
+        # read from a packed panel instead (see Pack).
         self.packing: str | None = None  # the reduction loop's variable, when packing
-        self.packs: list[tuple[str, str, str]] = []
+        self.packs: list[Pack] = []
+        # Whether loads stepping over the columns are packed too: only over a loop of a few
+        # steps, whose panels (one per row where the rows differ) stay a few KB of stack.
+        self.pack_stepped = False
         # Where an element of the nest's value lands in `out` (a layout epilogue), or None: in place.
         self.relayout: loopnest.Relayout | None = None
         # Where an element of `out` comes from in the nest's value (a nest over the result's
@@ -185,22 +238,26 @@ class TiledEmitter(NestEmitter):
 
     def _load(self, buffer: c_reference.Buffer, coords: list[str]) -> str:
         """A load's expression. In the reduction step, a load whose address moves by more than one
-        element from column to column (a transposed weight: B[col][k]) and not with the row
-        reads a panel packed before the step, so the column loop stays contiguous and vectorizes."""
+        element from column to column (a transposed weight: B[col][k]; a strided convolution's
+        input row: x[..][2 * col + kw]) with the innermost reduction loop reads a panel packed
+        before the step, so the column loop stays contiguous and vectorizes."""
         load = f"{buffer.pointer}[{self.index(coords, buffer.dims)}]"
-        column = "(col0 + c)"
-        strided = any(column in coord for coord in coords[:-1])
-        # Packed only when the address depends on the column and the reduction step alone: the
-        # panel is filled for every (step, column) of the block, so it holds what the load reads.
-        by_row = re.search(r"\bat\d+\[", " ".join(coords))
-        if self.packing is None or not strided or by_row or not re.search(rf"\b{self.packing}\b", " ".join(coords)):
+        transposed = any(_COLUMN in coord for coord in coords[:-1])
+        stepped = self.pack_stepped and bool(coords) and bool(re.search(rf"{re.escape(_COLUMN)} \* \d", coords[-1]))
+        if self.packing is None or not (transposed or stepped) or not re.search(rf"\b{self.packing}\b", " ".join(coords)):
             return load
-        for _, expression, panel in self.packs:
-            if expression == load:
-                return f"{panel}[{self.packing} - kb][c]"
-        panel = f"panel{len(self.packs)}"
-        self.packs.append((buffer.ctype, load, panel))
-        return f"{panel}[{self.packing} - kb][c]"
+        # A load that also moves with the tile's rows gets a panel per row, or one for all where
+        # the rows share the coordinates it reads (the PYREE_SHARED_AT macros, constant per build).
+        rows = re.findall(r"\bat(\d+)\[([^\]]*)\]", " ".join(coords))
+        shared = " && ".join(f"PYREE_SHARED_AT{n}" for n, index in rows if index == f"PYREE_SHARED_AT{n} ? 0 : r")
+        if rows and (not shared or any(index == "r" for _, index in rows)):
+            shared = "0"  # some coordinate always differs from row to row
+        for pack in self.packs:
+            if pack.load == load:
+                return pack.read(self.packing)
+        pack = Pack(buffer.ctype, load, f"panel{len(self.packs)}", shared, contiguous_steps=transposed)
+        self.packs.append(pack)
+        return pack.read(self.packing)
 
     def emit(self, name: str, fields: list[c_reference.Parameter], constants: list[Any]) -> None:
         """The tile function (into the preamble, after the knobs) and the kernel's loop over its
@@ -357,16 +414,14 @@ class TiledEmitter(NestEmitter):
             self.line(inner, f"{self.ctype} acc[{rows_knob}][{cols_knob}];")
             init = reduction.op.operands[reduction.n_ins]
             self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.value(init, at, body, {}, None, at)};")
-            if len(plan.reduction_loops) == 1:
-                self._packed_step(reduction, loops, at, plan.reduction_loops[0], cols_knob, inner)
-            else:
-                for d in plan.reduction_loops:
-                    self.line(inner, f"for (int64_t k{d} = 0; k{d} < {nest.sizes[d]}; ++k{d}) {{")
-                    inner += "  "
-                self._over_tile(rows_knob, inner, lambda body: f"acc[r][c] = {self.stage(reduction, loops, body, {}, None, at, out_arg='acc[r][c]')};")
-                for _ in plan.reduction_loops:
-                    inner = inner[:-2]
-                    self.line(inner, "}")
+            *outer, innermost = plan.reduction_loops
+            for d in outer:
+                self.line(inner, f"for (int64_t k{d} = 0; k{d} < {nest.sizes[d]}; ++k{d}) {{")
+                inner += "  "
+            self._packed_step(reduction, loops, at, innermost, cols_knob, inner, blocked=not outer)
+            for _ in outer:
+                inner = inner[:-2]
+                self.line(inner, "}")
         acc = "acc[r][c]" if reduction is not None else None
         out = self.out
         where = self.relayout(at) if self.relayout is not None else at
@@ -374,29 +429,63 @@ class TiledEmitter(NestEmitter):
         store = f"{out.pointer}[{self.index(where, out.dims)}]"
         self._over_tile(rows_knob, inner, lambda body: f"{store} = ({out.ctype}){self.value(nest.result, point, body, {}, acc, point)};")
 
-    def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str) -> None:
-        """The reduction over its one loop, in blocks of PYREE_PACK_K steps (the IR's order kept):
-        each block first copies the strided loads' panel (PYREE_PACK_K x columns) contiguously."""
+    def _packed_step(self, reduction: loopnest.Stage, loops: list[str], at: list[str], d: int, cols_knob: str, indent: str, *, blocked: bool) -> None:
+        """The innermost reduction loop's steps, in blocks of PYREE_PACK_K (the IR's order kept):
+        each block first copies the strided loads' panels (block steps x columns) contiguously.
+        With no strided load, the plain loop; `blocked`: in blocks even so (the one reduction
+        loop of a matmul, whose knobs always declare PYREE_PACK_K)."""
         rows_knob = self.plan.knobs[0].name
-        var = f"k{d}"
+        var, size = f"k{d}", self.nest.sizes[d]
+        # A loop shorter than any block (a convolution's kernel width) is one block of constant
+        # length, so its steps unroll; a longer one goes in blocks of PYREE_PACK_K steps.
+        whole = str(size).isdigit() and int(size) <= min(loopnest.PACK_K.candidates)
         step_lines, self.k.lines = self.k.lines, []
-        self.packing, self.packs = var, []
+        self.packing, self.packs, self.pack_stepped = var, [], whole
         body = indent + "    "
         self._over_tile(rows_knob, body, lambda inner: f"acc[r][c] = {self.stage(reduction, loops, inner, {}, None, at, out_arg='acc[r][c]')};")
         self.packing = None
         step, self.k.lines = self.k.lines, step_lines
-        size = self.nest.sizes[d]
-        self.line(indent, f"for (int64_t kb = 0; kb < {size}; kb += PYREE_PACK_K) {{")
-        self.line(indent, f"  const int64_t kn = {size} - kb < PYREE_PACK_K ? {size} - kb : PYREE_PACK_K;")
-        for ctype, load, panel in self.packs:
-            self.line(indent, f"  {ctype} {panel}[PYREE_PACK_K][{cols_knob}];  // strided along the columns: packed once a block")
-            self.line(indent, "  for (int64_t c = 0; c < nc; ++c) {")
-            self.line(indent, f"    for (int64_t {var} = kb; {var} < kb + kn; ++{var}) {panel}[{var} - kb][c] = {load};")
-            self.line(indent, "  }")
+        if not blocked and not self.packs:
+            self.line(indent, f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{")
+            self.k.lines += [line[2:] for line in step]
+            self.line(indent, "}")
+            return
+        steps = str(size) if whole else "PYREE_PACK_K"
+        if whole:
+            self.line(indent, f"{{  // the loop's {size} steps in one block")
+            self.line(indent, f"  const int64_t kb = 0, kn = {size};")
+        else:
+            self.line(indent, f"for (int64_t kb = 0; kb < {size}; kb += PYREE_PACK_K) {{")
+            self.line(indent, f"  const int64_t kn = {size} - kb < PYREE_PACK_K ? {size} - kb : PYREE_PACK_K;")
+        for pack in self.packs:
+            self._copy(pack, var, rows_knob, steps, cols_knob, indent + "  ")
         self.line(indent, f"  for (int64_t {var} = kb; {var} < kb + kn; ++{var}) {{")
         self.k.lines += step
         self.line(indent, "  }")
         self.line(indent, "}")
+
+    def _copy(self, pack: Pack, var: str, rows_knob: str, steps: str, cols_knob: str, indent: str) -> None:
+        """A pack's panel declared and filled for the block's steps kb .. kb + kn - 1."""
+        rows = f"[{rows_knob}]" if pack.shared else ""
+        self.line(indent, f"{pack.ctype} {pack.panel}{rows}[{steps}][{cols_knob}];  // strided along the columns: packed once a block")
+        loops, copy = [], f"{pack.panel}{pack.row()}[{var} - kb][c] = {pack.load};"
+        if not pack.contiguous_steps:
+            loops.append(f"if ({PACK_STRIDED}) {{")
+        if pack.shared:
+            loops.append(f"for (int64_t r = 0; r < {pack.rows()}; ++r) {{")
+        loop_k = f"for (int64_t {var} = kb; {var} < kb + kn; ++{var})"
+        if pack.contiguous_steps:  # the load's address moves by one element with the step
+            loops.append("for (int64_t c = 0; c < nc; ++c) {")
+            body = [f"{loop_k} {copy}"]
+        else:
+            loops.append(f"{loop_k} {{")
+            body = ["PYREE_VECTORIZE", f"for (int64_t c = 0; c < nc; ++c) {copy}"]
+        for depth, text in enumerate(loops):
+            self.line(indent + "  " * depth, text)
+        for text in body:
+            self.line(indent + "  " * len(loops), text)
+        for depth in reversed(range(len(loops))):
+            self.line(indent + "  " * depth, "}")
 
     def _over_tile(self, rows_knob: str, indent: str, statement: Any) -> None:
         # The row loop runs to the knob, a constant, so it unrolls; an edge tile leaves early.
@@ -425,5 +514,7 @@ def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *,
     tiled.relayout, tiled.gather = relayout, gather
     tiled.emit(name, fields, constants)  # appends the tile function
     packed = any("PYREE_PACK_K" in line for line in [*k.preamble, *k.lines])
-    k.preamble = [*knob_lines(plan.knobs, tiled.ctype, tiled.full_columns, pack=packed, reorder=plan.reuse_order is not None), *k.preamble]
+    stepped = any(PACK_STRIDED in line for line in k.preamble)
+    knobs = knob_lines(plan.knobs, tiled.ctype, tiled.full_columns, pack=packed, reorder=plan.reuse_order is not None)
+    k.preamble = [*knobs, *(pack_strided_lines(tiled.full_columns) if stepped else []), *k.preamble]
     k.attributes = "PYREE_WIDE_VECTORS "
