@@ -129,8 +129,10 @@ _COLUMN = "(col0 + c)"
 # tile's rows, and the multiply-adds read whole vectors: ResNet-50's 7x7 stride-2 stem alone took
 # 0.3x the time read in place (112 columns). Where a row is narrow the loads in place are a few
 # scalars the compiler keeps in registers for every row, and the copy only adds: stride-2 3x3
-# convolutions of 7 and 14 columns took 1.3x-2.1x as long packed. So the default packs a row of
-# 32 columns or more (measured on an AVX-512 host; tune tries both).
+# convolutions of 7 and 14 columns took 1.3x-2.1x as long packed; so does a row whole vectors
+# do not cover, whose last columns the copy takes one by one again (SqueezeNet's 3x3 stride-2
+# max pool over rows of 55: 1.34x; of 56 in ResNet-50: 0.76x). So the default packs a row of
+# 32 columns or more in whole vectors of 8 (measured on an AVX-512 host; tune tries both).
 PACK_STRIDED = "PYREE_PACK_STRIDED"
 
 
@@ -139,7 +141,7 @@ def pack_strided_lines(columns: str) -> list[str]:
     return [
         f"// pyree-tune after: {PACK_STRIDED}=1,0  (1: a load stepping over the columns by more than one element is copied into a contiguous panel once for the tile's rows; 0: read in place)",
         f"#ifndef {PACK_STRIDED}",
-        f"#define {PACK_STRIDED} ({columns} >= 32)",
+        f"#define {PACK_STRIDED} ({columns} >= 32 && {columns} % 8 == 0)",
         "#endif",
     ]
 
