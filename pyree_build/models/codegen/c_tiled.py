@@ -438,9 +438,10 @@ class TiledEmitter(NestEmitter):
         loop of a matmul, whose knobs always declare PYREE_PACK_K)."""
         rows_knob = self.plan.knobs[0].name
         var, size = f"k{d}", self.nest.sizes[d]
-        # A loop shorter than any block (a convolution's kernel width) is one block of constant
-        # length, so its steps unroll; a longer one goes in blocks of PYREE_PACK_K steps.
-        whole = str(size).isdigit() and int(size) <= min(loopnest.PACK_K.candidates)
+        # A window's loop shorter than any block (a convolution's kernel width) is one block of
+        # constant length, so its steps unroll; a longer one, or a matmul's reduction, goes in
+        # blocks of PYREE_PACK_K steps.
+        whole = not blocked and str(size).isdigit() and int(size) <= min(loopnest.PACK_K.candidates)
         step_lines, self.k.lines = self.k.lines, []
         self.packing, self.packs, self.pack_stepped = var, [], whole
         body = indent + "    "
