@@ -246,11 +246,14 @@ class TiledEmitter(NestEmitter):
         load = f"{buffer.pointer}[{self.index(coords, buffer.dims)}]"
         transposed = any(_COLUMN in coord for coord in coords[:-1])
         stepped = self.pack_stepped and bool(coords) and bool(re.search(rf"{re.escape(_COLUMN)} \* \d", coords[-1]))
+        rows = re.findall(r"\bat(\d+)\[([^\]]*)\]", " ".join(coords))
+        # A transposed load that moves with the tile's rows stays in place, as before: its panel
+        # would be a whole block of steps per row (up to 256 KB of stack at tune's largest knobs).
+        transposed = transposed and not rows
         if self.packing is None or not (transposed or stepped) or not re.search(rf"\b{self.packing}\b", " ".join(coords)):
             return load
-        # A load that also moves with the tile's rows gets a panel per row, or one for all where
-        # the rows share the coordinates it reads (the PYREE_SHARED_AT macros, constant per build).
-        rows = re.findall(r"\bat(\d+)\[([^\]]*)\]", " ".join(coords))
+        # A stepped load that also moves with the tile's rows gets a panel per row, or one for all
+        # where the rows share the coordinates it reads (PYREE_SHARED_AT macros, constant per build).
         shared = " && ".join(f"PYREE_SHARED_AT{n}" for n, index in rows if index == f"PYREE_SHARED_AT{n} ? 0 : r")
         if rows and (not shared or any(index == "r" for _, index in rows)):
             shared = "0"  # some coordinate always differs from row to row
