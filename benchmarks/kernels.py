@@ -430,7 +430,14 @@ def main() -> None:
         "--groups", action="store_true", help="with --models: each group as a program of its own against IREE's module of the same ops, untuned and tuned"
     )
     args = parser.parse_args()
-    work = args.keep or Path(tempfile.mkdtemp(prefix="pyree-kernels-bench."))
+    if args.keep:
+        run_all(args, args.keep, parser)
+        return
+    with tempfile.TemporaryDirectory(prefix="pyree-kernels-bench.") as scratch:  # removed however the run ends
+        run_all(args, Path(scratch), parser)
+
+
+def run_all(args: argparse.Namespace, work: Path, parser: argparse.ArgumentParser) -> None:
     if args.models:
         for name in args.models.split(","):
             if name not in MODELS:

@@ -42,7 +42,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     m, k, n = (int(v) for v in args.size.split(","))
-    work = Path(tempfile.mkdtemp(prefix="pyree-tune-bench."))
+    with tempfile.TemporaryDirectory(prefix="pyree-tune-bench.") as scratch:  # removed however the run ends
+        run(args, m, k, n, Path(scratch))
+
+
+def run(args: argparse.Namespace, m: int, k: int, n: int, work: Path) -> None:
     (work / "mlp.mlir").write_text(program(m, k, n), encoding="utf-8")
     with_plugin = pb.compile(work / "mlp.mlir", work / "with_plugin.vmfb", transform_spec=MLP / "matmul_relu_spec.mlir", expect_imports=["fused_matmul_relu"])
     iree = pb.compile(work / "mlp.mlir", work / "iree.vmfb")

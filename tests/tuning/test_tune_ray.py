@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -128,6 +129,7 @@ def cluster() -> Iterator[Cluster]:
     finally:
         c.stop()
         left = [p for p in c.seen | cluster_pids(c.temp_dir) if _alive(p)]
+        shutil.rmtree(c.temp_dir, ignore_errors=True)  # Ray's logs and sockets; every run left one behind
         assert not left, f"Ray processes left after stopping the cluster: {left}"
 
 

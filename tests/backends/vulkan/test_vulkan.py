@@ -278,8 +278,9 @@ def test_reading_pipelines_never_fails_on_damaged_modules(data):
 
 @functools.cache
 def _reference_module() -> bytes:
-    out = Path(tempfile.mkdtemp(prefix="pyree-test-vk.")) / "rdna3.vmfb"
-    return compile_action.compile(SAMPLE / "row_sums.mlir", out, target="vulkan", vulkan_target="rdna3").read_bytes()
+    with tempfile.TemporaryDirectory(prefix="pyree-test-vk.") as scratch:
+        out = Path(scratch) / "rdna3.vmfb"
+        return compile_action.compile(SAMPLE / "row_sums.mlir", out, target="vulkan", vulkan_target="rdna3").read_bytes()
 
 
 def test_run_on_vulkan_without_a_device_is_skipped_with_the_reason(spv_dir, tmp_path):
