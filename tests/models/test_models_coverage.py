@@ -146,13 +146,19 @@ def _transformer(tmp_path_factory: Any) -> tuple[Path, Path]:
 def test_a_value_computed_from_constants_is_computed_by_each_group_that_reads_it(tmp_path):
     """ResNet's batch norms: rsqrt(var + eps) is folded by IREE while compiling, so no group
     of its own is listed; each group applying a norm computes it from the constants, and
-    replacing all of them at once gives onnxruntime's numbers."""
+    replacing all of them at once gives onnxruntime's numbers. Such a value, and the zero fill
+    that same-shape convolutions share, ties no group to another: every convolution is one
+    group with its own BatchNorm (the shared fill once kept all but the last apart, a kernel
+    and an elementwise pass over its whole output where one kernel does both)."""
     model, mlir = _imported(tmp_path, "resnet_block")
     groups = pb.ops(mlir)
     norms = [g for g in groups if any(s.startswith("bn_") for s in g.source)]
     assert len(norms) == 4 and all(g.replaceable for g in norms), [(g.index, g.reason) for g in norms]
     assert all(any("math.rsqrt" in op for op in g.ops) and "linalg.generic(arith.subf)" in g.ops for g in norms), [g.ops for g in norms]
-    assert len(groups) == 11 and not [g.index for g in groups if g.ops == ["linalg.generic(arith.addf)", "linalg.generic(math.rsqrt)"]]
+    convolutions = [g for g in groups if any(op.startswith("linalg.conv_") for op in g.ops)]
+    assert [sum(op.startswith("linalg.conv_") for op in g.ops) for g in convolutions] == [1, 1, 1, 1], [g.ops for g in convolutions]
+    assert [[s for s in g.source if s.startswith("bn_")] for g in convolutions] == [["bn_a"], ["bn_b"], ["bn_c"], ["bn_s"]], [g.source for g in groups]
+    assert len(groups) == 7 and not [g.index for g in groups if g.ops == ["linalg.generic(arith.addf)", "linalg.generic(math.rsqrt)"]]
     chosen = [g.index for g in groups if g.replaceable]
     _replaced_verifies(tmp_path, model, mlir, chosen, [f"k{i}" for i in chosen])
 
@@ -190,19 +196,22 @@ def test_groups_sharing_a_fill_are_replaced_together(tmp_path):
 
 
 def test_cli_merges_conv_batch_norm_relu_into_one_kernel(tmp_path):
-    # ResNet's conv, then its batch norm and relu (with the scale computed from the variance):
-    # --ops 1+2 gives one import whose C computes all of them.
+    # ResNet's conv, then its batch norm and relu (with the scale computed from the variance)
+    # are one group as listed; --ops 3+4+5 merges the bottleneck's tail (the last conv and its
+    # norm, the shortcut's conv and its norm, the residual add and relu) into one import whose
+    # C computes all of them.
     model, mlir = _imported(tmp_path, "resnet_block")
     groups = pb.ops(mlir)
-    assert [g.source for g in groups[:2]] == [["conv_a"], ["bn_a", "relu_a"]], groups[:2]
+    assert groups[0].source == ["conv_a", "bn_a", "relu_a"], groups[:1]
+    assert [g.source[-1] for g in groups[2:5]] == ["bn_c", "bn_s", "relu_out"], groups[2:5]
     out = tmp_path / "k"
-    result = run_cli("replace", mlir, "--ops", "1+2", "--import", "conv_bn_relu", "-o", out, "--onnx", model)
+    result = run_cli("replace", mlir, "--ops", "3+4+5", "--import", "bottleneck_tail", "-o", out, "--onnx", model)
     assert result.returncode == 0, result
-    c = (out / "conv_bn_relu.c").read_text()
-    assert "conv_a" in c and "bn_a" in c and "relu_a" in c
-    assert "--ops 1+2" in (out / "spec.mlir").read_text() and "rsqrt" in c
-    plugin = pb.plugin(out / "conv_bn_relu.c", out / "conv_bn_relu.so", kind="system")
-    compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "conv_bn_relu")
+    c = (out / "bottleneck_tail.c").read_text()
+    assert all(name in c for name in ("conv_c", "bn_c", "shortcut", "bn_s", "residual", "relu_out")), c[:2000]
+    assert "--ops 3+4+5" in (out / "spec.mlir").read_text() and "rsqrt" in c
+    plugin = pb.plugin(out / "bottleneck_tail.c", out / "bottleneck_tail.so", kind="system")
+    compiled = run_cli("compile", mlir, "-o", out / "m.vmfb", "--transform-spec", out / "spec.mlir", "--expect-import", "bottleneck_tail")
     assert compiled.returncode == 0, compiled
     assert pb.verify(out / "m.vmfb", model, plugins=plugin).passed
 

@@ -125,8 +125,11 @@ def _absorb_feeders(function: Any, units: list[list[Any]]) -> list[list[Any]]:
     return [sorted(u, key=lambda op: program.op_index(op, function)) for u in kept]
 
 
-def _fuse_consumers(function: Any, units: list[list[Any]]) -> list[list[Any]]:
-    """Each elementwise unit joins the group it consumes, where it is that group's only user."""
+def _fuse_consumers(function: Any, units: list[list[Any]], constant: dict[Any, bool | None]) -> list[list[Any]]:
+    """Each elementwise unit joins the group it consumes, where it is that group's only user.
+    A recomputable op's users do not count (_recomputable): each group computes its own copy,
+    so the fill that same-shape convolutions share ties none of them to another. Counted, it
+    kept every such convolution but the last apart from its BatchNorm."""
     groups: list[list[Any]] = []
     group_of: dict[Any, int] = {}
     # Each group's users outside it, kept as units join: one pass over the program, where
@@ -135,7 +138,7 @@ def _fuse_consumers(function: Any, units: list[list[Any]]) -> list[list[Any]]:
     for unit in units:
         target = None
         if all(_iterators_parallel(op) for op in unit):
-            target = _sole_consumer_group(unit, group_of, outside)
+            target = _sole_consumer_group(unit, group_of, outside, constant)
         if target is None:
             groups.append([])
             outside.append(set())
@@ -143,17 +146,20 @@ def _fuse_consumers(function: Any, units: list[list[Any]]) -> list[list[Any]]:
         groups[target].extend(unit)
         for op in unit:
             group_of[op] = target
-        users = {u for op in unit for result in op.results for u in _users(result, function)}
+        users = {u for op in unit if not _recomputable(op, constant) for result in op.results for u in _users(result, function)}
         outside[target] = {u for u in outside[target] | users if group_of.get(u) != target}
     return groups
 
 
-def _sole_consumer_group(unit: list[Any], group_of: dict[Any, int], outside: list[set[Any]]) -> int | None:
+def _sole_consumer_group(unit: list[Any], group_of: dict[Any, int], outside: list[set[Any]], constant: dict[Any, bool | None]) -> int | None:
+    """The one group the unit reads from, if the unit is its only user. A value computed from
+    constants alone (a BatchNorm's scale from its variance) is nobody's: the unit computes its
+    own copy (_take_recomputable), so it does not make a second producer."""
     producers = set()
     for op in unit:
         for operand in op.operands:
             producer = program.defining_op(operand)
-            if producer is not None and producer.operation in group_of:
+            if producer is not None and producer.operation in group_of and not _recomputable(producer.operation, constant):
                 producers.add(group_of[producer.operation])
     if len(producers) != 1:
         return None
@@ -170,7 +176,7 @@ def find_groups(module: Any) -> list[Group]:
         members = [op for op in program.body_ops(function) if is_member(op)]
         described = []
         constant: dict[Any, bool | None] = {}
-        for ops in _fuse_consumers(function, _units(function, members)):
+        for ops in _fuse_consumers(function, _units(function, members), constant):
             group = Group(index=0, module=module, function=function, members=ops, constant=constant)
             describe(group)
             described.append(group)
