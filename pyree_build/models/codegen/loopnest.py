@@ -290,18 +290,20 @@ def _vector_steps(columns: int) -> int:
     return min(columns // lanes + columns % lanes for lanes in (16, 8, 4))
 
 
-def _overlapping_columns(knob: Knob, width: int | None) -> Knob:
-    """The column knob's AVX-512 default for a row that whole vectors do not cover (its width
-    not a multiple of 4): tiles of a candidate width, the last overlapping the one before
-    (c_tiled: it ends at the row's edge), where they take fewer vector steps than the row as
-    one tile with its scalar remainder; ties go to the wider tile (each load reused by more
-    columns), and a tile is at least one vector of 16 floats (SqueezeNet's 1x1 convolution to
-    1000 channels over rows of 13 alone: 0.69x IREE's time in tiles of 8, 0.54x as the row).
-    SqueezeNet's 3x3 convolution over rows of 55 alone: 0.32x IREE's time in two tiles of 32,
-    0.78x as one tile of 55 (3 vectors of 16 and 7 scalar columns a step). A row whole
-    vectors cover keeps its tile: ResNet-50's 56 columns as 7 vectors of 8 or as two tiles of
-    32 measured the same."""
-    if width is None or width % 4 == 0:
+def _overlapping_columns(knob: Knob, width: int | None, *, reducing: bool) -> Knob:
+    """The column knob's AVX-512 default: tiles of a candidate width, the last overlapping the
+    one before (c_tiled: it ends at the row's edge), where they take fewer vector steps than
+    the row as one tile (a remainder counted as scalar steps); ties go to the wider tile (each
+    load reused by more columns), and a tile is at least one vector of 16 floats (SqueezeNet's
+    1x1 convolution to 1000 channels over rows of 13 alone: 0.69x IREE's time in tiles of 8,
+    0.54x as the row). SqueezeNet's 3x3 convolution over rows of 55 alone: 0.32x IREE's time in
+    two tiles of 32, 0.78x as one tile of 55 (3 vectors of 16 and 7 scalar columns a step).
+    A reduction's row that vectors of 8 cover is no exception: ResNet-50's 56 columns as 7
+    vectors of 8 are 28 accumulators for 4 rows, and with the loads they outgrow AVX-512's 32
+    registers (the hot loop spills); two tiles of 32 are 8 vectors of 16. Its first
+    bottleneck's convolutions alone took 0.52x-0.69x the time in tiles of 32. An elementwise
+    nest holds no accumulators: a row that whole vectors cover stays one tile."""
+    if width is None or (width % 4 == 0 and not reducing):
         return knob
     cost = {t: -(-width // t) * _vector_steps(t) for t in knob.candidates if 16 <= t < width}
     best = min(cost, key=lambda t: (cost[t], -t), default=None)
@@ -396,7 +398,8 @@ def schedule(nest: Nest, *, fold: bool = True) -> Schedule:
     extents = [nest.extents[d] for d in columns]
     width = None if None in extents else math.prod(e or 0 for e in extents)
     rows_knob, cols_knob = REDUCING_TILE if nest.reduction is not None else (TILE_ROWS, _elementwise_columns(width))
-    knobs = [rows_knob, cols_knob if _strided_columns(nest) else _overlapping_columns(cols_knob, width)]
+    reducing = nest.reduction is not None
+    knobs = [rows_knob, cols_knob if _strided_columns(nest) else _overlapping_columns(cols_knob, width, reducing=reducing)]
     reuse = _reuse_order(nest, row_loops)
     return Schedule(nest.result_loops[-1], row_loops, nest.reduction_loops, knobs, workgroups=workgroups, reuse_order=reuse, columns=columns)
 
