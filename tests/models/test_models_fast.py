@@ -329,6 +329,16 @@ def test_under_avx512_a_row_whole_vectors_do_not_cover_is_overlapping_tiles_of_v
         assert whole_row["ss"] > 0, whole_row  # what the default avoids
 
 
+@pytest.mark.parametrize("columns", [1000, 1001])
+def test_a_row_wider_than_the_default_tile_keeps_it(tmp_path, columns):
+    # A classifier's one row of 1,000 columns is already tiles of 64 (the last overlapping the
+    # one before): tiles of 16 took 2 fewer vector steps in 63 but left one accumulator's chain
+    # of multiply-adds (ResNet-50's classifier alone: 1.42x the time).
+    _, _, out = _replaced(tmp_path, 1, 32, columns)
+    c_text = (out / "dense.c").read_text()
+    assert f"#if defined(__AVX512F__)\n#define PYREE_TILE_COLS {loopnest.TILE_COLS.wide_default}\n" in c_text, c_text[:3000]
+
+
 def test_the_accumulators_update_is_a_fused_multiply_add_where_the_cpu_has_one(tmp_path):
     # Unfused, a matmul on an FMA CPU issued a multiply and an add per step: 1.28x IREE's time,
     # whose matmul is FMA instructions. The math helpers above the pragma stay as written.

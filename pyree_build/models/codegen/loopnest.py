@@ -302,8 +302,11 @@ def _overlapping_columns(knob: Knob, width: int | None, *, reducing: bool) -> Kn
     vectors of 8 are 28 accumulators for 4 rows, and with the loads they outgrow AVX-512's 32
     registers (the hot loop spills); two tiles of 32 are 8 vectors of 16. Its first
     bottleneck's convolutions alone took 0.52x-0.69x the time in tiles of 32. An elementwise
-    nest holds no accumulators: a row that whole vectors cover stays one tile."""
-    if width is None or (width % 4 == 0 and not reducing):
+    nest holds no accumulators: a row that whole vectors cover stays one tile. A row wider than
+    the default tile is tiles of whole vectors already (the last overlapping): narrower ones
+    would only take accumulators from the reduction (ResNet-50's classifier, one row of 1,000,
+    in tiles of 16 is one accumulator's chain of multiply-adds: 1.42x its time in tiles of 64)."""
+    if width is None or width > (knob.wide_default or knob.default) or (width % 4 == 0 and not reducing):
         return knob
     cost = {t: -(-width // t) * _vector_steps(t) for t in knob.candidates if 16 <= t < width}
     best = min(cost, key=lambda t: (cost[t], -t), default=None)
