@@ -163,6 +163,32 @@ def test_a_value_computed_from_constants_is_computed_by_each_group_that_reads_it
     _replaced_verifies(tmp_path, model, mlir, chosen, [f"k{i}" for i in chosen])
 
 
+@st.composite
+def _conv_blocks(draw: Any) -> list[tuple[int, bool, int | None]]:
+    count = draw(st.integers(2, 5))
+    return [(draw(st.sampled_from([1, 3])), draw(st.booleans()), draw(st.none() | st.integers(0, i))) for i in range(count)]
+
+
+@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blocks=_conv_blocks())
+def test_every_convolution_is_one_group_with_its_batch_norm(tmp_path_factory, blocks):
+    # Property over chains of same-shape convolutions (one shared zero fill), each with its
+    # BatchNorm (a scale computed from constants), a Relu or not, and residual sums with earlier
+    # blocks' outputs: no group holds two convolutions, each convolution's group holds its own
+    # norm, and the model with every group replaced at once gives onnxruntime's numbers.
+    tmp = tmp_path_factory.mktemp("chain")
+    model = Path(onnx_models.save(onnx_models.conv_batch_norm_chain(blocks), tmp / "chain.onnx"))
+    mlir = tmp / "chain.mlir"
+    pb.import_onnx(model, mlir)
+    groups = pb.ops(mlir)
+    assert all(g.replaceable for g in groups), [(g.index, g.reason) for g in groups]
+    with_conv = [g for g in groups if any(op.startswith("linalg.conv_") for op in g.ops)]
+    assert [sum(op.startswith("linalg.conv_") for op in g.ops) for g in with_conv] == [1] * len(blocks), [(g.source, g.ops) for g in groups]
+    assert [[s for s in g.source if s.startswith("bn")] for g in with_conv] == [[f"bn{i}"] for i in range(len(blocks))], [g.source for g in groups]
+    chosen = [g.index for g in groups]
+    _replaced_verifies(tmp, model, mlir, chosen, [f"c{i}" for i in chosen])
+
+
 # One group of each kind the issue names: conv + relu (squeezenet), residual add + relu (resnet),
 # LayerNorm with its epsilon (transformer), Gemm whose zero fill another matmul shares, and a
 # LayerNorm sharing its reduction's fill with Softmax (the user's block).

@@ -309,6 +309,32 @@ def gemm_gelu_norm(seed: int = 0) -> onnx.ModelProto:
 ARCHITECTURES = {f.__name__: f for f in (squeezenet_like, resnet_block, transformer_block, gemm_gelu_norm)}
 
 
+def conv_batch_norm_chain(blocks: Sequence[tuple[int, bool, int | None]], seed: int = 0, channels: int = 4, size: int = 6) -> onnx.ModelProto:
+    """Same-shape convolutions, each followed by its BatchNorm: block i is (kernel 1 or 3, a Relu
+    after the norm, the earlier block whose output is added to this one's, or None). Every
+    convolution has the same output type, so IREE gives them one zero fill to share.
+    x[1,channels,size,size] -> y, the last block's output."""
+    nodes: list[onnx.NodeProto] = []
+    weights: list[onnx.TensorProto] = []
+    outputs = ["x"]
+    for i, (kernel, relu, residual) in enumerate(blocks):
+        made = _conv(seed + 3 * i, f"conv{i}", outputs[-1], channels, channels, kernel, pad=kernel // 2, bias=bool(i % 2))
+        normed = _batch_norm(seed + 3 * i + 1, f"bn{i}", f"conv{i}", channels)
+        nodes += made[0] + normed[0]
+        weights += made[1] + normed[1]
+        last = f"bn{i}"
+        if residual is not None:
+            nodes.append(helper.make_node("Add", [last, outputs[residual]], [f"sum{i}"], name=f"sum{i}"))
+            last = f"sum{i}"
+        if relu:
+            nodes.append(helper.make_node("Relu", [last], [f"relu{i}"], name=f"relu{i}"))
+            last = f"relu{i}"
+        outputs.append(last)
+    nodes.append(helper.make_node("Identity", [outputs[-1]], ["y"], name="y"))
+    shape = (1, channels, size, size)
+    return _model("conv_batch_norm_chain", nodes, {"x": shape}, {"y": shape}, weights)
+
+
 def batch_norm_then_scale(seed: int = 0, channels: int = 128, size: int = 7) -> onnx.ModelProto:
     """Conv, then a BatchNormalization followed by a per-channel Mul and Add + Relu whose
     [C] parameters each go through an Unsqueeze of their own to [C,1,1], as Caffe2's models
