@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,7 +24,7 @@ from pyree_build.actions import parameters
 from pyree_build.actions.specs import spec_flags
 from pyree_build.core import echo, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import prepare_output_dir, sweep_stale_temps
+from pyree_build.core.files import prepare_output_dir, remove_tree, sweep_stale_temps
 from pyree_build.core.outputs import check_outputs, replace_directory_files
 
 PathLike = str | os.PathLike[str]
@@ -137,18 +136,18 @@ def dump(
     sweep_stale_temps(out / "pyree-dump")
     # Staged inside the directory, so each file is renamed into place on one file system.
     staging = out / f".pyree-dump.{os.getpid()}-{os.urandom(4).hex()}.build"
-    staging.mkdir()
     try:
+        staging.mkdir()
         index = _dump_into(staging, src, target, options, flags)
         staged = {p.name: p for p in sorted(staging.iterdir()) if p.is_file() and not p.name.startswith(".")}
         replace_directory_files(out, staged, inputs=[src], force=force, verb="dump")
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         if created:
             with contextlib.suppress(OSError):
                 out.rmdir()  # only if still empty: a failed first dump leaves no directory
         raise
-    shutil.rmtree(staging, ignore_errors=True)
+    remove_tree(staging)
     return index
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
-import shutil
 from pathlib import Path
 
 from pyree_build.actions import import_stub, signature
@@ -21,7 +20,7 @@ from pyree_build.actions.sample_runner import samples_dir
 from pyree_build.backends.llvm_cpu import plugin_entry
 from pyree_build.core import args
 from pyree_build.core.errors import PyreeError
-from pyree_build.core.files import DISK_ERRORS, disk_error, prepare_output_dir
+from pyree_build.core.files import DISK_ERRORS, disk_error, prepare_output_dir, remove_tree
 from pyree_build.core.outputs import check_output_dir, check_outputs, replace_directory_files
 from pyree_build.core.package import __version__
 
@@ -514,4 +513,4 @@ def _write_project(target: Path, files: dict[str, str]) -> None:
             staged[rel] = path
         replace_directory_files(target, staged, verb="new", prune=False, fix=_KEEPS_EDITS)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)

@@ -360,7 +360,7 @@ def _discard(path: Path) -> None:
     if old.is_symlink() or not old.is_dir():
         old.unlink()
     else:
-        shutil.rmtree(old, ignore_errors=True)
+        files.remove_tree(old)
 
 
 def _entry_intact(entry_dir: Path, hashes: Sequence[str]) -> bool:
@@ -384,8 +384,8 @@ def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str,
             _note(f"replacing damaged entry {final_dir}")
             _discard(final_dir)
         tmp_dir = files._temp_name(final_dir)  # also sweeps what killed writers of this entry left
-        tmp_dir.mkdir()
         try:
+            tmp_dir.mkdir()
             for i, src in enumerate(private):
                 _clone(src, tmp_dir / str(i))
                 # A hit checks each copy against its hash before it is published (_publish), so
@@ -396,7 +396,7 @@ def _store(root: Path, base: str, private: Sequence[Path], dep_hashes: dict[str,
             with contextlib.suppress(OSError):  # a concurrent identical build stored it first
                 os.rename(tmp_dir, final_dir)
         finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
+            files.remove_tree(tmp_dir)
     manifest = root / "manifests" / f"{base}.json"
     with _locked(root / "locks" / f"{base}.lock"):
         known = [e for e in _read_manifest(manifest) if e["entry"] != entry]

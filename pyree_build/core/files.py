@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from pyree_build.core import echo
+from pyree_build.core import echo, processes
 from pyree_build.core.errors import PyreeError
 
 # Directories made for outputs by the command under way (None: no command scope, nothing is
@@ -35,9 +35,10 @@ def command_scope() -> Iterator[None]:
     try:
         yield
     except BaseException:
-        for directory in reversed(created):
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only an empty one: a file the command or the user put there keeps it
+        with processes.shielded():
+            for directory in reversed(created):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()  # only an empty one: a file the command or the user put there keeps it
         raise
     finally:
         _CREATED.reset(token)
@@ -146,9 +147,10 @@ def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Pa
         for tmp, final in pairs:
             if not tmp.exists() or tmp.stat().st_size == 0:
                 raise PyreeError("the tool reported success but wrote no output", file=final)
-        for tmp, final in pairs:
-            echo.echo_command(echo.shell_line(["mv", tmp, final]))
-            os.replace(tmp, final)
+        with processes.shielded():  # a stop renames all of them or none
+            for tmp, final in pairs:
+                echo.echo_command(echo.shell_line(["mv", tmp, final]))
+                os.replace(tmp, final)
     except OSError as exc:
         if exc.errno not in DISK_ERRORS:
             raise
@@ -167,10 +169,11 @@ def atomic_outputs(finals: Sequence[str | os.PathLike[str]]) -> Iterator[list[Pa
             fix="free space on that file system, or write the outputs to another one",
         ) from None
     finally:
-        for tmp, _ in pairs:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-        _remove_derived(pairs)
+        with processes.shielded():
+            for tmp, _ in pairs:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+            _remove_derived(pairs)
 
 
 def _remove_derived(pairs: Sequence[tuple[Path, Path]]) -> None:
@@ -203,7 +206,7 @@ def fs_now(near: Path) -> int:
     except OSError:
         return time.time_ns() - 1_000_000_000  # cannot tell: count the last second as "now"
     finally:
-        with contextlib.suppress(OSError):
+        with processes.shielded(), contextlib.suppress(OSError):
             probe.unlink()
 
 
@@ -242,7 +245,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int =
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, final)
     except BaseException:
-        with contextlib.suppress(OSError):
+        with processes.shielded(), contextlib.suppress(OSError):
             tmp.unlink()
         raise
 
@@ -259,6 +262,13 @@ def write_text_if_changed(path: Path, text: str) -> bool:
     return True
 
 
+def remove_tree(path: Path) -> None:
+    """Remove a scratch or staging tree whole, or leave it whole if it cannot: a stop that
+    comes meanwhile is raised once it is gone (processes.shielded), never halfway."""
+    with processes.shielded():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def scratch_dir(near: Path, label: str) -> Iterator[Path]:
     """A private build directory for intermediates, removed afterwards; never beside the sources.
@@ -268,14 +278,15 @@ def scratch_dir(near: Path, label: str) -> Iterator[Path]:
     """
 
     prepare_output_dir(near)
-    tmp = echo.make_dir(_temp_name(near / label, ".build"))
+    tmp = _temp_name(near / label, ".build")
     try:
+        echo.make_dir(tmp)  # in the try: a stop that comes once it exists removes it
         yield tmp
     finally:
         if echo.VERBOSITY >= 2:
             echo.log_step(f"kept the scratch directory {tmp} (-v)")
         else:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
 
 
 # A depfile is read by Ninja (and Make): `$$` is a `$`; a run of backslashes is literal
@@ -317,9 +328,12 @@ def write_depfile(
         with atomic_output(depfile) as tmp:
             tmp.write_text(text, encoding="utf-8")
     except BaseException:
-        for output in [target] if step_outputs is None else step_outputs:
-            with contextlib.suppress(OSError):
-                os.unlink(output)
+        # A stop raised once the depfile is in place (processes.shielded) finds the step whole.
+        if text_or_empty(Path(depfile)) != text:
+            with processes.shielded():
+                for output in [target] if step_outputs is None else step_outputs:
+                    with contextlib.suppress(OSError):
+                        os.unlink(output)
         raise
 
 

@@ -19,7 +19,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pyree_build.core import args, inputs, readers
+from pyree_build.core import args, inputs, processes, readers
 from pyree_build.core import files as files_mod
 from pyree_build.core.errors import PyreeError
 
@@ -331,18 +331,19 @@ def replace_directory_files(
     during = {name: list(dict.fromkeys([*old.get(name, []), h])) for name, h in new_hashes.items() if h is not None}
     for name in [*stale_ours, *kept_ours]:
         during.setdefault(name, old[name])
-    write_manifest(directory, during)
-    for name, src in staged.items():
-        if "/" in name:
-            (directory / name).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, directory / name)
-    for name in stale_ours:
-        with contextlib.suppress(FileNotFoundError):
-            (directory / name).unlink()
-    # The manifest written before the moves already knows every file now here; this one only
-    # forgets the replaced bytes, so a full disk here is no failure (the step is complete).
-    with contextlib.suppress(PyreeError):
-        write_manifest(directory, {**kept_ours, **{name: [h] for name, h in new_hashes.items() if h is not None}})
+    with processes.shielded():  # a stop moves every file or none (a kill: the manifest written first knows each)
+        write_manifest(directory, during)
+        for name, src in staged.items():
+            if "/" in name:
+                (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, directory / name)
+        for name in stale_ours:
+            with contextlib.suppress(FileNotFoundError):
+                (directory / name).unlink()
+        # The manifest written before the moves already knows every file now here; this one only
+        # forgets the replaced bytes, so a full disk here is no failure (the step is complete).
+        with contextlib.suppress(PyreeError):
+            write_manifest(directory, {**kept_ours, **{name: [h] for name, h in new_hashes.items() if h is not None}})
 
 
 # --- File outputs recorded like a directory's --------------------------------------

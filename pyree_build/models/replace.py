@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from pyree_build.core import processes
 from pyree_build.core.args import import_name as check_import_name
 from pyree_build.core.errors import PyreeError, as_path
+from pyree_build.core.files import remove_tree
 from pyree_build.core.outputs import replace_directory_files
 from pyree_build.models import cmake_project, kernel_source, spec
 from pyree_build.models.codegen import gpu_source
@@ -205,18 +205,18 @@ def _write(out: Path, files: dict[str, str], *, inputs: list[Path], force: bool)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     staging = out / f".pyree-replace.{os.getpid()}-{os.urandom(4).hex()}.build"
-    staging.mkdir()
     try:
+        staging.mkdir()
         staged = {}
         for name, content in files.items():
             (staging / name).write_text(content, encoding="utf-8")
             staged[name] = staging / name
         replace_directory_files(out, staged, inputs=inputs, force=force, verb="replace", prune=False)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         if created:
             with contextlib.suppress(OSError):
                 out.rmdir()
         raise
-    shutil.rmtree(staging, ignore_errors=True)
+    remove_tree(staging)
     return [out / name for name in files]

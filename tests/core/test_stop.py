@@ -11,7 +11,9 @@ with the signal and the likely causes, bounded by a timeout.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, assert_clean_error, run_cli
+from conftest import PACKAGE_ROOT, PLUGIN_SAMPLE, REPO, assert_clean_error, run_cli
 from support.watched import RUN_ARGS, Watched, leftovers, plugin_variant, slow_c_source
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads the process table from /proc")
@@ -192,3 +194,68 @@ def test_a_pool_left_by_a_stop_starts_none_of_its_queued_steps():
     assert [f.cancelled() for f in queued] == [False, True, True, True, True]
     with processes.thread_pool(1) as pool:  # left normally: every step runs
         assert list(pool.map(lambda k: k * 2, range(4))) == [0, 2, 4, 6]
+
+
+_OUR_TEMP_NAME = re.compile(r"(^|/)\.[^/]+\.\d+-[0-9a-f]{8}")
+
+
+def _stop_at_each_step(tmp_path: Path, command: str, cache: str, stride: int) -> tuple[dict, list[dict]]:
+    """Run stop_anywhere.py: the reference run's row and one row per stopped run."""
+    source = REPO / "samples" / "custom_dispatch" / "cuda" / "kernels" / "kernels.cu"
+    script = Path(__file__).resolve().parent.parent / "support" / "stop_anywhere.py"
+    argv = [sys.executable, script, command, source, tmp_path, cache, str(stride)]
+    done = subprocess.run(argv, env=ENV_NO_CACHE, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference, *stopped, last = [json.loads(line) for line in done.stdout.splitlines()]
+    assert last["event"] is None and last["outcome"] == "finished" and sorted(last["files"]) == sorted(reference["files"])
+    assert len(stopped) >= 20 // stride, "the command has fewer file steps than it had: is the hook still reached?"
+    for row in stopped:
+        where = f"stopped at step {row['at']} ({row['event']})"
+        assert row["outcome"] == "stopped 143", where
+        temporaries = [n for n in [*row["files"], *row["dirs"], *row["cache"]] if _OUR_TEMP_NAME.search(n)]
+        assert temporaries == [], f"{where}: left {temporaries}"
+    return reference, stopped
+
+
+@pytest.mark.parametrize(("cache", "stride"), [("off", 1), ("hit", 1), ("miss", 4)])
+def test_a_stop_at_any_file_step_leaves_all_outputs_or_none_and_no_temporaries(tmp_path, cache, stride):
+    """A stop raised halfway through removing a scratch directory left it behind, and one raised
+    between two renames left one sm's PTX in place and not the other's (the samples SIGINT test's
+    leftover in CI). Here SIGTERM comes at each file-system step of a real build in turn (every
+    `stride`th: a miss walks ~460 steps), from an audit hook in a process of its own."""
+    reference, stopped = _stop_at_each_step(tmp_path, "ptx", cache, stride)
+    want = {name: text for name, text in reference["files"].items() if name.endswith(".ptx")}
+    assert sorted(want) == ["kernels_sm_75.ptx", "kernels_sm_80.ptx"] and "ptx.d" in reference["files"]
+    for row in stopped:
+        where, left = f"stopped at step {row['at']} ({row['event']})", row["files"]
+        assert set(left) <= {*want, "ptx.d"}, f"{where}: left {sorted(left)}"
+        ptx = {name: text for name, text in left.items() if name.endswith(".ptx")}
+        assert ptx in ({}, want), f"{where}: a partial set of outputs {sorted(ptx)}"
+        assert "ptx.d" not in left or ptx, f"{where}: a depfile without its outputs"
+
+
+def test_a_stop_at_any_file_step_of_new_writes_the_whole_project_or_nothing(tmp_path):
+    """`new` stages its files and moves them into the directory with their manifest: a stop
+    between two moves left half a project."""
+    reference, stopped = _stop_at_each_step(tmp_path, "new", "off", 1)
+    assert {"CMakeLists.txt", "plugin.c", "program.mlir", ".pyree_build-written.json"} <= set(reference["files"])
+    for row in stopped:
+        assert row["files"] in ({}, reference["files"]), f"stopped at step {row['at']} ({row['event']}): left {sorted(row['files'])}"
+
+
+def test_a_stop_in_a_shielded_block_is_raised_when_the_block_ends():
+    from pyree_build.core import processes
+
+    steps: list[str] = []
+    with pytest.raises(processes.Stopped) as stop, processes.stop_on_signals():
+        with processes.shielded():
+            with processes.shielded():
+                signal.raise_signal(signal.SIGTERM)
+                steps.append("inner")
+            steps.append("outer")
+        steps.append("after")
+    assert steps == ["inner", "outer"] and stop.value.exit_code == 143
+    with pytest.raises(processes.Stopped), processes.stop_on_signals():  # unshielded: at once
+        signal.raise_signal(signal.SIGINT)
+        steps.append("unshielded")
+    assert steps == ["inner", "outer"]

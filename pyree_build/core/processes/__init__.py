@@ -26,7 +26,7 @@ from pyree_build.core.processes.reaping import (
     end_orphans,
     start_ticks,
 )
-from pyree_build.core.processes.stops import Stopped, check_stopped, request_stop, signal_name, stop_on_signals, time_limit
+from pyree_build.core.processes.stops import Stopped, check_stopped, request_stop, shielded, signal_name, stop_on_signals, time_limit
 from pyree_build.core.processes.tools import parent_ends_tools, ran_elsewhere, spawn, stream, thread_pool
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "parent_ends_tools",
     "ran_elsewhere",
     "request_stop",
+    "shielded",
     "signal_name",
     "spawn",
     "start_ticks",

@@ -132,11 +132,42 @@ def _on_stop_signal(signum: int, _frame: object) -> None:
     """The SIGINT/SIGTERM handler stop_on_signals installs. Between a child's fork and its
     registration the stop is only recorded: raised there, it left a started tool that nothing
     would end; registered, the child is ended at once (_register) and the wait that follows
-    raises Stopped."""
+    raises Stopped. In a shielded block it is raised when the block ends."""
+    global _HELD_STOP
     first = _STOP_SIGNAL is None
     request_stop(signum)
-    if first and not _SPAWNING:  # a second signal must not interrupt the cleanup of the first
-        raise Stopped(signum)
+    if not first or _SPAWNING:  # a second signal must not interrupt the cleanup of the first
+        return
+    if _SHIELD_DEPTH:
+        _HELD_STOP = signum
+        return
+    raise Stopped(signum)
+
+
+# How many shielded blocks the main thread is in, and the stop that came meanwhile (shielded).
+_SHIELD_DEPTH = 0
+_HELD_STOP: int | None = None
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """A block that a stop must not cut short: removing a command's temporaries, renaming a set
+    of outputs that belong together into place. A SIGINT or SIGTERM that comes meanwhile ends
+    every tool at once, as always, and raises Stopped when the outermost such block is over.
+    A stop raised halfway left a scratch directory half removed, or one sm's PTX renamed into
+    place and not the other's. Signals reach only the main thread: elsewhere a plain block."""
+    global _SHIELD_DEPTH, _HELD_STOP
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _SHIELD_DEPTH += 1
+    try:
+        yield
+    finally:
+        _SHIELD_DEPTH -= 1
+        if not _SHIELD_DEPTH and _HELD_STOP is not None:
+            held, _HELD_STOP = _HELD_STOP, None
+            raise Stopped(held)
 
 
 # Whether the main thread (where signal handlers run) is between a fork and its registration.
@@ -166,7 +197,7 @@ def stop_on_signals() -> Iterator[None]:
     The CLI runs every verb inside it; Python callers may use `with pb.stop_on_signals():`.
     Outside the main thread it does nothing (Python delivers signals to the main thread only).
     """
-    global _STOP_SIGNAL
+    global _STOP_SIGNAL, _HELD_STOP
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -176,4 +207,4 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
-        _STOP_SIGNAL = None
+        _STOP_SIGNAL = _HELD_STOP = None
