@@ -400,8 +400,8 @@ def schedule(nest: Nest, *, fold: bool = True) -> Schedule:
     workgroups = min(MAX_WORKGROUPS, max(1, math.ceil(rows / _rows_per_workgroup(nest, columns)))) if rows else 1
     extents = [nest.extents[d] for d in columns]
     width = None if None in extents else math.prod(e or 0 for e in extents)
-    rows_knob, cols_knob = REDUCING_TILE if nest.reduction is not None else (TILE_ROWS, _elementwise_columns(width))
     reducing = nest.reduction is not None
+    rows_knob, cols_knob = REDUCING_TILE if reducing else (TILE_ROWS, _elementwise_columns(width))
     knobs = [rows_knob, cols_knob if _strided_columns(nest) else _overlapping_columns(cols_knob, width, reducing=reducing)]
     reuse = _reuse_order(nest, row_loops)
     return Schedule(nest.result_loops[-1], row_loops, nest.reduction_loops, knobs, workgroups=workgroups, reuse_order=reuse, columns=columns)
