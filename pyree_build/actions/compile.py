@@ -24,7 +24,7 @@ from pyree_build.backends.base import Backend, CompileJob
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, formats, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import scratch_dir, text_or_empty, write_depfile
+from pyree_build.core.files import scratch_dir, text_or_empty
 from pyree_build.core.inputs import Inputs, compile_inputs, referenced_objects, resolve_object
 from pyree_build.core.outputs import check_outputs
 from pyree_build.core.records import field, record
@@ -166,7 +166,7 @@ def _inputs(state: CompileState) -> list[Path]:
 
 
 def run_compiler(state: CompileState) -> list[str]:
-    """Step 8: iree-compile through the cache; returns the files it read (for the depfile)."""
+    """Step 8: iree-compile through the cache, the depfile renamed with the module; returns the files it read."""
     assert state.reads is not None
     key = [*state.argv_tail, *state.reads.resolution]
     if state.pipeline is not None:
@@ -175,7 +175,7 @@ def run_compiler(state: CompileState) -> list[str]:
     return cached_action(
         "compile", key=key, inputs=_inputs(state), outputs=[state.job.output],
         build=functools.partial(_build, state), tools_used=tools_used, uncacheable=state.reads.uncacheable,
-        check=lambda paths: formats.require_vmfb(paths[0]),
+        check=lambda paths: formats.require_vmfb(paths[0]), depfile=state.request.depfile,
     )  # fmt: skip
 
 
@@ -227,8 +227,8 @@ def compile_fix(source: Path) -> str:
     return "fix the MLIR at the location shown; objects are looked up in the current directory and each --object-search-path"
 
 
-def post_checks(state: CompileState, deps: list[str]) -> Path:
-    """Step 9: the imports the module must call (a spec that matched nothing), then the depfile."""
+def post_checks(state: CompileState) -> Path:
+    """Step 9: the imports the module must call (a spec that matched nothing)."""
     out = state.job.output
     if state.request.expect_imports:
         try:
@@ -245,8 +245,6 @@ def post_checks(state: CompileState, deps: list[str]) -> Path:
                     "already), so nothing of them runs and there is nothing to replace: choose another group",
                 ) from None  # fmt: skip
             raise
-    if state.request.depfile:
-        write_depfile(state.request.depfile, out, deps)
     return out
 
 
@@ -350,4 +348,5 @@ def compile(  # noqa: A001 - mirrors the CLI verb
     state = resolve_inputs(source, output, request, backend, options)
     for step in (add_specs, add_preprocess, add_parameters, add_target_flags, add_substitutions, check_before):
         step(state)
-    return post_checks(state, run_compiler(state))
+    run_compiler(state)
+    return post_checks(state)

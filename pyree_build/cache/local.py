@@ -261,10 +261,14 @@ class _Damaged(Exception):
     pass
 
 
-def _publish(entry_dir: Path, hashes: Sequence[str], outputs: Sequence[Path]) -> bool:
-    """Copy an entry's files into place, each verified against its hash; False if any is bad."""
+def _publish(entry_dir: Path, hashes: Sequence[str], outputs: Sequence[Path], depfile: _Depfile | None, deps: Sequence[str]) -> bool:
+    """Copy an entry's files into place, each verified against its hash, with the depfile of
+    `deps` when one is asked for; False if any is bad."""
+    text = depfile.text(deps) if depfile is not None else ""  # a path no depfile can name is an error, not damage
     try:
-        with files.atomic_outputs(outputs) as tmps:
+        with files.atomic_outputs(_finals(outputs, depfile)) as tmps:
+            if depfile is not None:
+                tmps[-1].write_text(text, encoding="utf-8")
             for i, (tmp, want) in enumerate(zip(tmps, hashes)):
                 src = entry_dir / str(i)
                 if src.is_symlink() or not src.is_file():
@@ -333,7 +337,9 @@ class _DepHashes:
                 _write_json(self.path, {d: self.memo[d] for d in self.seen if d in self.memo})
 
 
-def _lookup(root: Path, base: str, outputs: Sequence[Path], hashes: _DepHashes) -> tuple[list[str] | None, dict[str, str | None]]:
+def _lookup(
+    root: Path, base: str, outputs: Sequence[Path], hashes: _DepHashes, depfile: _Depfile | None = None
+) -> tuple[list[str] | None, dict[str, str | None]]:
     """The dependencies of a stored build whose dependencies still hash the same, with its
     outputs copied into place; and every hash taken on the way (a snapshot for the build)."""
     try:
@@ -345,7 +351,7 @@ def _lookup(root: Path, base: str, outputs: Sequence[Path], hashes: _DepHashes) 
                 continue
             outputs_mod.check_not_read(outputs, entry["deps"])
             entry_dir = root / "entries" / entry["entry"]
-            if _publish(entry_dir, entry["outputs"], outputs):
+            if _publish(entry_dir, entry["outputs"], outputs, depfile, list(entry["deps"])):
                 return list(entry["deps"]), hashes.seen
             _note(f"entry {entry_dir} is missing or damaged; rebuilding")
         return None, hashes.seen
@@ -524,6 +530,8 @@ def cached_action(
     uncacheable: str | None = None,
     headers: Inputs | None = None,
     check: Callable[[Sequence[Path]], None] | None = None,
+    depfile: str | os.PathLike[str] | None = None,
+    depends_also: Sequence[str | os.PathLike[str]] = (),
 ) -> list[str]:
     """Produce `outputs` from the cache, or by `build` and then store them.
 
@@ -538,14 +546,17 @@ def cached_action(
     refusal honoured, and the directories searched returned too, for the depfile. `check`
     raises a PyreeError unless the files given are what the step makes (PTX for the sm, an
     ELF of the arch): bytes from the remote tier pass it before they become outputs, and an
-    action without one never takes a remote hit. Returns every dependency, for a depfile.
-    """
+    action without one never takes a remote hit. `depfile` is renamed with the outputs, all or
+    none (every dependency, then `depends_also`), so no stop leaves outputs beside a missing or
+    stale depfile that Make would trust. Returns every dependency."""
     if headers is not None:
+        watched = [str(d) for d in watched_directories(headers.directories, outputs)]
         deps = cached_action(
             action, key=[*key, *headers.resolution], inputs=[*inputs, *headers.files], outputs=outputs, build=build,
             tools_used=tools_used, uncacheable=uncacheable or headers.uncacheable, check=check,
+            depfile=depfile, depends_also=[*watched, *map(str, depends_also)],
         )  # fmt: skip
-        return [*deps, *map(str, watched_directories(headers.directories, outputs))]
+        return [*deps, *watched]
     key = list(key)
     if any(_HOST_VALUE.search(k) for k in key):  # code for "this CPU": the CPU is part of the key
         key.append(f"host-cpu={host_cpu()}")
@@ -554,6 +565,8 @@ def cached_action(
     root = _usable_root(action, uncacheable)
     slot = _Slot(root)
     slot.inputs, slot.check, slot.tools = known, check, tuple(tools_used)
+    if depfile is not None:
+        slot.depfile = _Depfile(Path(depfile), outputs[0], (*tool_paths, *map(str, depends_also)))
     if root is not None:
         # Each tool's identity, content and the environment it reads (toolchain.ENVIRONMENT_READ).
         tool_ids = [f"{t.identity()}#{_tool_digest(root, t.path)}" for t in tools_used] + [e for t in tools_used for e in toolchain.environment_read(t)]
@@ -579,6 +592,23 @@ class _Slot:
         self.inputs: list[str] = []  # known before the build: every entry's dependencies name them
         self.tools: tuple[toolchain.Tool, ...] = ()
         self.check: Callable[[Sequence[Path]], None] | None = None
+        self.depfile: _Depfile | None = None
+
+
+class _Depfile:
+    """The depfile an action writes with its outputs: `target` and, after the dependencies each
+    build or hit reports, the `also` paths (tools, directories searched for headers)."""
+
+    def __init__(self, path: Path, target: Path, also: Sequence[str]) -> None:
+        self.path, self.target, self.also = path, target, tuple(also)
+
+    def text(self, deps: Sequence[str]) -> str:
+        return files.depfile_text(self.target, [*deps, *self.also])
+
+
+def _finals(outputs: Sequence[Path], depfile: _Depfile | None) -> list[Path]:
+    """What one all-or-none rename puts in place: the outputs, then the depfile if any."""
+    return [*outputs, *([depfile.path] if depfile is not None else [])]
 
 
 def _usable_root(action: str, uncacheable: str | None) -> Path | None:
@@ -596,7 +626,7 @@ def _cached_outputs(action: str, slot: _Slot, outputs: Sequence[Path], before: d
     assert slot.root is not None
     try:
         with echo.muted_commands():  # a hit prints the recorded commands instead (below)
-            hit, seen = _lookup(slot.root, slot.base, outputs, hashes)
+            hit, seen = _lookup(slot.root, slot.base, outputs, hashes, slot.depfile)
     except OSError as exc:
         _note(f"lookup failed: {exc}")
         hit, seen = None, {}
@@ -627,7 +657,11 @@ def _take_remote(slot: _Slot, outputs: Sequence[Path], fetched: remote.Fetched) 
     (never from the final paths, which another process may rewrite), then rename them into
     place, all or none."""
     assert slot.root is not None and slot.check is not None
-    with files.atomic_outputs(outputs) as private:
+    text = slot.depfile.text(list(fetched.deps)) if slot.depfile is not None else ""
+    with files.atomic_outputs(_finals(outputs, slot.depfile)) as tmps:
+        private = tmps[: len(outputs)]
+        if slot.depfile is not None:
+            tmps[-1].write_text(text, encoding="utf-8")
         for tmp, data, executable in zip(private, fetched.blobs, fetched.executable):
             with open(tmp, "xb") as handle:  # the umask's mode, as a tool's output gets
                 handle.write(data)
@@ -645,19 +679,25 @@ def _build_and_store(action: str, slot: _Slot, outputs: Sequence[Path], build: C
     stored = False
     # Recorded from the first command to the rename into place, so that a later hit can
     # print the commands that would have made the outputs, pasteable as they are.
-    with echo.recording() as commands, files.atomic_outputs(outputs) as private:
+    with echo.recording() as commands, files.atomic_outputs(_finals(outputs, slot.depfile)) as tmps:
+        private = tmps[: len(outputs)]
         started = _fs_now(private[0]) if root is not None else 0
         read = build(list(private))
         _pause_point("built")
         excluded = set(tool_paths)
         deps = [d for d in dict.fromkeys([*known, *(os.path.abspath(d) for d in read), *map(str, toolchain.package_files())]) if d not in excluded]
         outputs_mod.check_not_read(outputs, deps)  # the tool's own list: a scan before the build can miss one
+        if slot.depfile is not None:
+            tmps[-1].write_text(slot.depfile.text(deps), encoding="utf-8")
         unlisted = getattr(read, "unlisted", None)  # files.Reads: the tool may have read files its list leaves out
         if root is not None and unlisted:
             echo.log_step(f"  {action}: built, not cached ({unlisted})")
         elif root is not None:
             stored = _store_built(action, slot, private, deps, started)
     if stored and root is not None:
+        if slot.depfile is not None:  # pyree_build's own write, under this build's name: not a command a hit replays
+            moved = echo.shell_line(["mv", tmps[-1], slot.depfile.path])
+            commands = [c for c in commands if c != moved]
         _save_commands(root, slot.base, outputs, commands)
     return [*deps, *tool_paths]
 

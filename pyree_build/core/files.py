@@ -309,21 +309,27 @@ def _escape_dep(path: str) -> str:
     return re.sub(r"(\\*) ", lambda m: "\\" * (2 * len(m[1]) + 1) + " ", path).replace("#", "\\#").replace("$", "$$")
 
 
+def depfile_text(target: str | os.PathLike[str], deps: Iterable[str | os.PathLike[str]]) -> str:
+    """A Make/Ninja depfile's text: `target: dep dep ...`, deduplicated, absolute paths. Raises a
+    PyreeError naming a path no escape can spell (_UNNAMEABLE)."""
+    seen: dict[str, None] = {}
+    for dep in deps:
+        seen.setdefault(os.path.abspath(os.fspath(dep)), None)
+    return _escape_dep(os.path.abspath(os.fspath(target))) + ": " + " \\\n  ".join(_escape_dep(d) for d in seen) + "\n"
+
+
 def write_depfile(
     depfile: str | os.PathLike[str],
     target: str | os.PathLike[str],
     deps: Iterable[str | os.PathLike[str]],
     step_outputs: Sequence[str | os.PathLike[str]] | None = None,
 ) -> None:
-    """Write a Make/Ninja depfile: `target: dep dep ...`, deduplicated, absolute paths.
+    """Write a Make/Ninja depfile (depfile_text) after the step's other outputs are in place.
 
-    The depfile is one of the step's outputs, written last (what it lists is known once the
-    others are in place): when it cannot be written, the step's other outputs (`step_outputs`,
-    default `target`) are removed too, so a step leaves all its outputs or none."""
-    seen: dict[str, None] = {}
-    for dep in deps:
-        seen.setdefault(os.path.abspath(os.fspath(dep)), None)
-    text = _escape_dep(os.path.abspath(os.fspath(target))) + ": " + " \\\n  ".join(_escape_dep(d) for d in seen) + "\n"
+    A step whose outputs come from cached_action passes it the depfile instead, which renames
+    it with the outputs, all or none. Here, when it cannot be written, the step's other
+    outputs (`step_outputs`, default `target`) are removed, so a failed write leaves none."""
+    text = depfile_text(target, deps)
     try:
         with atomic_output(depfile) as tmp:
             tmp.write_text(text, encoding="utf-8")

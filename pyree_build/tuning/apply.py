@@ -63,14 +63,11 @@ def build_tuned(
         digest = recorded.get(Path(src).name)
         if digest is not None and Path(src).is_file() and digest != source_sha256(Path(src)):
             echo.log_step(f"note: {tuned} was tuned for another version of {Path(src).name}; its choice may no longer be the fastest (tune again)")
-    out = plugin_action.plugin(
+    return plugin_action.plugin_depending_on(
+        [Path(tuned).resolve()],  # a new tune rebuilds the plugin
         sources, output, kind=kind, archs=archs, cc=cc, include_dirs=include_dirs, defines=[*defines, *tuned_defines(tuned)], depfile=depfile,
         jobs=jobs, cpu=cpu,
     )  # fmt: skip
-    if depfile is not None:  # a new tune rebuilds the plugin
-        deps = files.parse_depfile(depfile)
-        files.write_depfile(depfile, out, [*deps, str(Path(tuned).resolve())])
-    return out
 
 
 def _apply_gpu(sources: Sequence[PathLike], output: PathLike, data: Mapping[str, Any], *, tuned: PathLike, target: str, spec: PathLike | None,

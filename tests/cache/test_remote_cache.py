@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from support.plugins import write_plugin
 
+from pyree_build.core.files import parse_depfile
+
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
 TOKEN = "s3cret-token"
 
@@ -157,15 +159,17 @@ def ran_tools(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 def test_machine_b_downloads_what_machine_a_built_and_runs_no_tool(nginx, tmp_path):
     src = write_plugin(tmp_path / "src", "7.0f")
-    a = build(src, tmp_path / "a" / "p.so", machine(tmp_path / "cache-a", nginx.url()))
+    a = build(src, tmp_path / "a" / "p.so", machine(tmp_path / "cache-a", nginx.url()), "--depfile", tmp_path / "a" / "p.d")
     assert a.returncode == 0, a.stderr
     assert ran_tools(a) and "remote cache hit" not in a.stderr and "note:" not in a.stderr, a.stderr
     assert len(nginx.files(kind="ac")) == 1 and len(nginx.files(kind="cas")) == 1
 
-    b = build(src, tmp_path / "b" / "p.so", machine(tmp_path / "cache-b", nginx.url()))
+    b = build(src, tmp_path / "b" / "p.so", machine(tmp_path / "cache-b", nginx.url()), "--depfile", tmp_path / "b" / "p.d")
     assert b.returncode == 0, b.stderr
     assert "remote cache hit" in b.stderr and ran_tools(b) == [], b.stderr
     assert (tmp_path / "b" / "p.so").read_bytes() == (tmp_path / "a" / "p.so").read_bytes()
+    # A downloaded plugin's depfile (written with it) names what the build on A read.
+    assert set(parse_depfile(tmp_path / "b" / "p.d")) == set(parse_depfile(tmp_path / "a" / "p.d"))
 
     # B filled its local cache: the next build is a local hit even with the server gone.
     nginx.stop()

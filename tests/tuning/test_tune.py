@@ -20,6 +20,7 @@ from support.tune_kernels import CRASH, EXPECTED, HANG, INPUTS, QUICK, SLOW, WRO
 import pyree_build as pb
 from pyree_build.cli import cmake_dir
 from pyree_build.core import toolchain
+from pyree_build.core.files import parse_depfile
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,10 @@ def test_python_equals_cli(kernel, system_module, tmp_path):
         ]
         assert runs[0].returncode == runs[1].returncode == 0 and runs[0].stdout == runs[1].stdout, name
     assert pb.tune.tuned_defines(py_out) == ["UNROLL=1"]
-    built = pb.tune.build_tuned([kernel], tmp_path / "k.so", tuned=py_out)
+    built = pb.tune.build_tuned([kernel], tmp_path / "k.so", tuned=py_out, depfile=tmp_path / "k.d")
+    # The tune's result is a dependency of the plugin it chose the defines of, in the same depfile.
+    listed = parse_depfile(tmp_path / "k.d")
+    assert str(py_out.resolve()) in listed and str(kernel.resolve()) in listed, listed
     ran = run_cli("run", system_module, "--function", "mixed_invocation", *[f"--input={i}" for i in INPUTS], "--plugin", built, "--expect-close", EXPECTED)
     assert ran.returncode == 0, ran
     assert "UNROLL=1" in rendered and f"UNROLL={WRONG}" in rendered

@@ -28,7 +28,6 @@ from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
     scratch_dir,
-    write_depfile,
 )
 from pyree_build.core.inputs import header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
@@ -74,7 +73,7 @@ def bitcode(
     job = _BitcodeJob(src, sm_list, out_dir, clang, options, jobs)
     headers = header_lookups([src], incs)
     key = [*map(str, sm_list), *options]
-    deps = cached_action(
+    cached_action(
         "bitcode",
         key=key,
         inputs=[src],
@@ -83,9 +82,8 @@ def bitcode(
         tools_used=[clang],
         headers=headers,
         check=formats.magic_check(_BITCODE_MAGIC, "LLVM bitcode"),
+        depfile=depfile,
     )
-    if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps, list(outputs.values()))
     return [outputs[sm] for sm in sm_list]
 
 

@@ -21,7 +21,6 @@ from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
     scratch_dir,
-    write_depfile,
 )
 from pyree_build.core.inputs import Inputs, c_includes, header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
@@ -283,13 +282,11 @@ def ptx(
     job = _plan(src, sm_list, out_dir, compiler=compiler, verify=verify, ptx_isa=ptx_isa, include_dirs=include_dirs, defines=defines, jobs=jobs)
     headers, ptxas_tool = job.headers, job.ptxas
     key = [compiler, *map(str, sm_list), *job.options, f"isa={job.isa_limit}", f"verify={bool(ptxas_tool)}"]
-    deps = cached_action(
+    cached_action(
         "ptx", key=key, inputs=[src], outputs=[outputs[sm] for sm in sm_list],
         build=job.build, tools_used=[job.tool, *([ptxas_tool] if ptxas_tool else [])], headers=headers,
-        check=functools.partial(_check_ptx, sm_list),
+        check=functools.partial(_check_ptx, sm_list), depfile=depfile,
     )  # fmt: skip
-    if depfile:
-        write_depfile(depfile, outputs[sm_list[0]], deps, list(outputs.values()))
     return [outputs[sm] for sm in sm_list]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, lazy, processes, readers, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import scratch_dir, write_depfile
+from pyree_build.core.files import scratch_dir
 from pyree_build.core.inputs import c_includes
 from pyree_build.core.outputs import check_outputs, included_files
 from pyree_build.core.records import record
@@ -150,10 +150,8 @@ def hsaco(
     headers = c_includes(src, [src.parent, toolchain.include_dir(), *incs])
     job = _HsacoJob(src, gfx_list, out_dir, clang, lld, options, [str(h) for h in headers.files], jobs)
     key = [*gfx_list, *options]
-    deps = cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=job.build, tools_used=[clang, lld], headers=headers,
-                         check=functools.partial(_check_objects, gfx_list))  # fmt: skip
-    if depfile:
-        write_depfile(depfile, outputs[gfx_list[0]], deps, list(outputs.values()))
+    cached_action("hsaco", key=key, inputs=[src], outputs=[outputs[g] for g in gfx_list], build=job.build, tools_used=[clang, lld], headers=headers,
+                  check=functools.partial(_check_objects, gfx_list), depfile=depfile)  # fmt: skip
     return [outputs[g] for g in gfx_list]
 
 

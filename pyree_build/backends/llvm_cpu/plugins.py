@@ -29,7 +29,6 @@ from pyree_build.core.files import (
     Reads,
     parse_depfile,
     scratch_dir,
-    write_depfile,
 )
 from pyree_build.core.inputs import Inputs, assembler_reads, header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
@@ -211,10 +210,12 @@ def system_plugin(
     depfile: PathLike | None = None,
     cpu: str = "baseline",
     jobs: int | None = None,
+    depends_also: Sequence[PathLike] = (),
 ) -> Path:
     """Build a system plugin: an ordinary shared library loaded with dlopen by the runtime.
 
-    `cpu` is baseline (any CPU of this arch) or host (this CPU's features)."""
+    `cpu` is baseline (any CPU of this arch) or host (this CPU's features). `depends_also`: more
+    files the depfile lists (what chose the defines, such as a tune's result)."""
     srcs = _check_sources(sources)
     (out,) = check_outputs([output], [*srcs, *included_files(srcs, include_dirs)], depfile=depfile)
     compiler = toolchain.c_compiler(cc)
@@ -222,7 +223,7 @@ def system_plugin(
     cflags = [*SYSTEM_CFLAGS, *system_cpu_flags(compiler, cpu), *opts.flags()]
     job = _SystemBuild(srcs, out, compiler, cflags, jobs)
     headers = opts.lookups(srcs)
-    deps = cached_action(
+    cached_action(
         "system plugin",
         key=cflags,
         inputs=srcs,
@@ -231,10 +232,10 @@ def system_plugin(
         tools_used=[compiler],
         headers=headers,
         check=lambda paths: _check_plugin(paths[0], [host_arch()], single=True, standalone=False),
+        depfile=depfile,
+        depends_also=depends_also,
     )
     cpus.remember_plugin_cpu(out, cpu)  # run, bench and verify note a module built for another CPU
-    if depfile:
-        write_depfile(depfile, out, deps)
     return out
 
 
@@ -296,6 +297,7 @@ def standalone_plugin(
     defines: Sequence[str] = (),
     depfile: PathLike | None = None,
     jobs: int | None = None,
+    depends_also: Sequence[PathLike] = (),
 ) -> Path:
     """Build freestanding plugin ELFs, one per arch, linked by iree-lld; pack them as FatELF.
 
@@ -311,7 +313,7 @@ def standalone_plugin(
     job = _StandaloneBuild(srcs, out, compiler, lld, arch_list, opts, single, jobs)
     headers = opts.lookups(srcs)
     key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *STANDALONE_LDFLAGS, *opts.flags(), libm.key_part()]
-    deps = cached_action(
+    cached_action(
         "standalone plugin",
         key=key,
         inputs=srcs,
@@ -320,10 +322,10 @@ def standalone_plugin(
         tools_used=[compiler, lld],
         headers=headers,
         check=lambda paths: _check_plugin(paths[0], [normalize_arch(a) for a in arch_list], single=single, standalone=True),
+        depfile=depfile,
+        depends_also=depends_also,
     )
     cpus.remember_plugin_cpu(out, "baseline")
-    if depfile:
-        write_depfile(depfile, out, deps)
     return out
 
 
@@ -379,20 +381,42 @@ def plugin(
     """Build a plugin of `kind` 'system' (.so for this host) or 'standalone' (freestanding ELF/.sos).
 
     `cpu`: system plugins only; baseline (default) or host."""
+    return plugin_depending_on(
+        (), sources, output, kind=kind, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs, cpu=cpu
+    )
+
+
+def plugin_depending_on(
+    depends_also: Sequence[PathLike],
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    kind: str = "system",
+    archs: Sequence[str] = (),
+    cc: str = "zig",
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    depfile: PathLike | None = None,
+    jobs: int | None = None,
+    cpu: str = "baseline",
+) -> Path:
+    """`plugin`, its depfile also listing `depends_also` (what chose the defines: a tune's result)."""
     if kind == "system":
         if archs and any(normalize_arch(a) != host_arch() for a in archs):
             raise PyreeError(
                 "a system plugin is built for this host only",
                 fix="drop --arch, or use --kind standalone to build for other architectures",
             )
-        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, cpu=cpu, jobs=jobs)
+        return system_plugin(sources, output, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, cpu=cpu, jobs=jobs,
+                             depends_also=depends_also)  # fmt: skip
     if kind == "standalone":
         if cpu != "baseline":
             raise PyreeError(
                 "--cpu host applies to system plugins only",
                 fix="drop --cpu: standalone plugins are built for each arch's baseline CPU, to run on any CPU of it",
             )
-        return standalone_plugin(sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs)
+        return standalone_plugin(sources, output, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs,
+                                 depends_also=depends_also)  # fmt: skip
     raise PyreeError(f"unknown plugin kind '{kind}'", fix="use --kind system or --kind standalone")
 
 
@@ -431,10 +455,8 @@ def objects(
     headers = opts.lookups([src])
     key = [*(normalize_arch(a) for a in arch_list), *FREESTANDING_CFLAGS, *opts.flags(), *(f"allow={a}" for a in allow_undefined), libm.key_part()]
     outputs = [outs[a] for a in arch_list]
-    deps = cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler, lld], headers=headers,
-                         check=functools.partial(_check_objects, arch_list))  # fmt: skip
-    if depfile:
-        write_depfile(depfile, outs[arch_list[0]], deps, list(outs.values()))
+    cached_action("objects", key=key, inputs=[src], outputs=outputs, build=job.build, tools_used=[compiler, lld], headers=headers,
+                  check=functools.partial(_check_objects, arch_list), depfile=depfile)  # fmt: skip
     return [outs[a] for a in arch_list]
 
 

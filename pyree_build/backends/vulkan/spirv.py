@@ -18,7 +18,6 @@ from pyree_build.core.errors import PyreeError, require_file
 from pyree_build.core.files import (
     parse_depfile,
     scratch_dir,
-    write_depfile,
 )
 from pyree_build.core.inputs import header_lookups
 from pyree_build.core.outputs import check_outputs, included_files
@@ -73,10 +72,8 @@ def spirv(
     job = _SpirvJob(srcs, out_dir, compiler, tool, validator, incs, defines)
     headers = header_lookups(srcs, incs)  # GLSL's #include: the including file's directory, then each -I
     key = [compiler, *map(str, incs), *defines, *stems]
-    deps = cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator], headers=headers,
-                         check=formats.magic_check(struct.pack("<I", 0x07230203), "a SPIR-V module"))  # fmt: skip
-    if depfile:
-        write_depfile(depfile, outputs[0], deps, outputs)
+    cached_action("spirv", key=key, inputs=srcs, outputs=outputs, build=job.build, tools_used=[tool, validator], headers=headers,
+                  check=formats.magic_check(struct.pack("<I", 0x07230203), "a SPIR-V module"), depfile=depfile)  # fmt: skip
     return outputs
 
 

@@ -32,7 +32,6 @@ from pyree_build.actions import parameters
 from pyree_build.cache.local import cached_action
 from pyree_build.core import echo, escape, lazy, processes, toolchain
 from pyree_build.core.errors import PyreeError, require_file
-from pyree_build.core.files import write_depfile
 from pyree_build.core.outputs import check_ours, check_outputs, record_ours
 from pyree_build.core.records import record
 from pyree_build.models.ir import limits, program, weights
@@ -422,11 +421,9 @@ def import_onnx(
     job = ImportJob(src, proto, flags, weightless.weights if externalize_params else None, limits.hang_hint(proto), outs[0])
     onnx_version = toolchain._dist_version("onnx") or "unknown"
     with processes.time_limit(seconds):
-        deps = cached_action(
+        cached_action(
             "import", key=[*flags, f"externalize={externalize_params}", f"onnx={onnx_version}", _WEIGHTS, _LOCATIONS, _PARAMETERS], inputs=[src, *data], outputs=outs,
-            build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()],
+            build=functools.partial(_import_into, job), tools_used=[toolchain.onnx_importer(), toolchain.iree_compile()], depfile=depfile,
         )  # fmt: skip
     record_ours(outs)
-    if depfile is not None:
-        write_depfile(depfile, outs[0], deps, outs)
     return outs[0]
