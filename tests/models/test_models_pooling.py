@@ -12,6 +12,8 @@ gives onnxruntime's numbers on local-sync and local-task. Real tools throughout.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from support import onnx_models  # noqa: E402
 
 import pyree_build as pb  # noqa: E402
 from pyree_build.backends.vulkan import devices as vulkan  # noqa: E402
+from pyree_build.models.codegen import loopnest  # noqa: E402
 
 
 def _closing_softmax(batch: int, classes: int, extra: Sequence[Any] = (), inputs: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None) -> Any:
@@ -93,8 +96,15 @@ def test_every_pooling_is_one_tiled_nest_that_verifies(tmp_path_factory, pooling
     kernels = _replace_all_and_verify(tmp_path_factory.mktemp("pool"), proto, device)
     pools = {ops: text for ops, text in kernels.items() if "linalg.pooling" in ops}
     assert pools, (kind, list(kernels))
+    # A window of at most SHORT_REDUCTION steps is no long reduction: its columns are an elementwise
+    # nest's (its loads, not its accumulators, decide), not the tile that keeps a long one's in registers.
+    node = proto.graph.node[0]
+    window = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
+    steps = math.prod(window) if window else math.prod(d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim[2:])
     for ops, text in pools.items():
         assert FUSED["tiled"] in text and "naive" not in text and "tmp0" not in text, (kind, ops)
+        default_cols = int(re.search(r"#else\n#define PYREE_TILE_COLS (\d+)\n", text)[1])
+        assert (default_cols != loopnest.REDUCING_TILE[1].default) == (steps <= loopnest.SHORT_REDUCTION), (kind, steps, default_cols)
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -101,15 +101,19 @@ class Knob:
 TILE_ROWS = Knob("PYREE_TILE_ROWS", 8, (2, 4, 6, 8), "result rows one register block accumulates")
 TILE_COLS = Knob("PYREE_TILE_COLS", 32, (8, 16, 32, 64), "result columns (the contiguous loop) of one register block", wide_default=64)
 # A nest with a reduction keeps its block of accumulators in registers, so its default tile is
-# the target's: built for x86-64 without AVX (the baseline CPU: SSE's 16 registers of 4 floats)
-# 4 x 8, with AVX-512 (32 registers of 16) 4 x 64; 8 x 32 and 8 x 64 do not fit. Measured with
-# tune against each tile, as a ratio to the best tile. Baseline CPU: ResNet-50's first
-# bottleneck's four convolutions alone 1.01-1.17 at 4 x 8 against 1.30-1.55 at 8 x 32, the dense
-# layer 1.09 against 1.06. AVX-512: the encoder's attention scores and context alone 1.00-1.01 at
-# 4 x 64 against 2.01-2.07 at 8 x 64, the dense layer 1.13 against 1.34. Elementwise nests keep
-# 8 x 32 (the BatchNorm groups on the baseline CPU: 1.15-1.32; 4 x 8: 1.4-2.9), or take a row of
-# 33 to 64 columns whole (_elementwise_columns).
-REDUCING_TILE = (replace(TILE_ROWS, narrow_default=4, wide_default=4), replace(TILE_COLS, narrow_default=8))
+# the target's: 4 rows, and columns for half the vector registers (the rest hold the operands):
+# built for x86-64 without AVX (the baseline CPU: SSE's 16 registers of 4 floats) 4 x 8, with
+# AVX or AVX2 (16 of 8), and elsewhere (aarch64: 32 of 4), 4 x 16, with AVX-512 (32 of 16) 4 x 64;
+# 8 x 32 and 8 x 64 do not fit. Measured with tune against each tile, as a ratio to the best
+# tile. Baseline CPU: ResNet-50's first bottleneck's four convolutions alone 1.01-1.17 at 4 x 8
+# against 1.30-1.55 at 8 x 32, the dense layer 1.09 against 1.06. AVX-512: the encoder's
+# attention scores and context alone 1.00-1.01 at 4 x 64 against 2.01-2.07 at 8 x 64, the dense
+# layer 1.13 against 1.34. AVX2 (AMD Zen 3, --cpu host): the encoder block with every group
+# replaced 1.09x IREE's time at 4 x 16 (6 x 16: 1.07x) against 1.83x at 8 x 32, whose every
+# projection and attention product alone was 1.5x-2.2x IREE's. Elementwise nests keep 8 x 32
+# (the BatchNorm groups on the baseline CPU: 1.15-1.32; 4 x 8: 1.4-2.9), or take a row of 33 to
+# 64 columns whole (_elementwise_columns).
+REDUCING_TILE = (replace(TILE_ROWS, default=4), replace(TILE_COLS, default=16, narrow_default=8))
 # The vectorized loops' hints (clang's loop pragmas; 0 leaves the choice to the compiler, as the
 # untuned kernel does). Only clang reads them: built with gcc, every value builds the same code.
 VECTOR_WIDTH = Knob("PYREE_VECTOR_WIDTH", 0, (0, 4, 8, 16), "elements per vector in the vectorized loops, 0: the compiler's choice", later=True)
@@ -267,6 +271,27 @@ def _elementwise_columns(width: int | None) -> Knob:
     return TILE_COLS
 
 
+# A reduction of at most this many steps (a pooling window: 3x3 is 9) reloads its accumulators
+# too seldom for their count to matter: its columns are an elementwise nest's (_short_reduction).
+SHORT_REDUCTION = 16
+
+
+def _short_reduction(nest: Nest) -> bool:
+    """Whether the nest's reduction is a short window (at most SHORT_REDUCTION steps, known when
+    the kernel is generated), whose cost is its loads, not its accumulators: the column tile
+    that keeps a long reduction's accumulators in half the registers is then too narrow for its
+    loads to vectorize well. SqueezeNet's 3x3 max pools over rows of 55 and 27 (AMD Zen 3, AVX2,
+    alone, untuned, local-sync): 1.58x and 1.26x IREE's time in tiles of 4 x 16, 0.51x and 0.59x
+    as tune chose them (2 x 64 and 4 x 64: the row whole, as an elementwise nest takes it)."""
+    steps = 1
+    for loop in nest.reduction_loops:
+        extent = nest.extents[loop]
+        if extent is None:
+            return False
+        steps *= extent
+    return steps <= SHORT_REDUCTION
+
+
 def _strided_columns(nest: Nest) -> bool:
     """Whether the nest reads an input at a stride along its columns (a pooling's or a strided
     convolution's window: `d3 * 2 + d5`). Such a nest keeps its tile: how clang vectorizes the
@@ -401,7 +426,10 @@ def schedule(nest: Nest, *, fold: bool = True) -> Schedule:
     extents = [nest.extents[d] for d in columns]
     width = None if None in extents else math.prod(e or 0 for e in extents)
     reducing = nest.reduction is not None
-    rows_knob, cols_knob = REDUCING_TILE if reducing else (TILE_ROWS, _elementwise_columns(width))
+    if reducing and not _short_reduction(nest):
+        rows_knob, cols_knob = REDUCING_TILE
+    else:
+        rows_knob, cols_knob = (REDUCING_TILE[0] if reducing else TILE_ROWS), _elementwise_columns(width)
     knobs = [rows_knob, cols_knob if _strided_columns(nest) else _overlapping_columns(cols_knob, width, reducing=reducing)]
     reuse = _reuse_order(nest, row_loops)
     return Schedule(nest.result_loops[-1], row_loops, nest.reduction_loops, knobs, workgroups=workgroups, reuse_order=reuse, columns=columns)
