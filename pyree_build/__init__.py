@@ -116,8 +116,10 @@ def plugin(
     depfile: PathLike | None = None,
     jobs: int | None = None,
     cpu: str = "baseline",
+    depends_also: Sequence[PathLike] = (),
 ) -> Path:
     """Build a CPU plugin: kind 'system' (.so for this host) or 'standalone' (freestanding ELF / FatELF .sos).
+    `depends_also`: more files the depfile lists (a file the defines were chosen from).
 
     Example: pb.plugin("standalone_plugin.c", "build/plugin.sos", kind="standalone", archs=["x86_64", "aarch64"])
     """

@@ -63,10 +63,9 @@ def build_tuned(
         digest = recorded.get(Path(src).name)
         if digest is not None and Path(src).is_file() and digest != source_sha256(Path(src)):
             echo.log_step(f"note: {tuned} was tuned for another version of {Path(src).name}; its choice may no longer be the fastest (tune again)")
-    return plugin_action.plugin_depending_on(
-        [Path(tuned).resolve()],  # a new tune rebuilds the plugin
+    return plugin_action.plugin(
         sources, output, kind=kind, archs=archs, cc=cc, include_dirs=include_dirs, defines=[*defines, *tuned_defines(tuned)], depfile=depfile,
-        jobs=jobs, cpu=cpu,
+        jobs=jobs, cpu=cpu, depends_also=[Path(tuned).resolve()],  # a new tune rebuilds the plugin
     )  # fmt: skip
 
 

@@ -377,30 +377,12 @@ def plugin(
     depfile: PathLike | None = None,
     jobs: int | None = None,
     cpu: str = "baseline",
+    depends_also: Sequence[PathLike] = (),
 ) -> Path:
     """Build a plugin of `kind` 'system' (.so for this host) or 'standalone' (freestanding ELF/.sos).
 
-    `cpu`: system plugins only; baseline (default) or host."""
-    return plugin_depending_on(
-        (), sources, output, kind=kind, archs=archs, cc=cc, include_dirs=include_dirs, defines=defines, depfile=depfile, jobs=jobs, cpu=cpu
-    )
-
-
-def plugin_depending_on(
-    depends_also: Sequence[PathLike],
-    sources: Sequence[PathLike],
-    output: PathLike,
-    *,
-    kind: str = "system",
-    archs: Sequence[str] = (),
-    cc: str = "zig",
-    include_dirs: Sequence[str] = (),
-    defines: Sequence[str] = (),
-    depfile: PathLike | None = None,
-    jobs: int | None = None,
-    cpu: str = "baseline",
-) -> Path:
-    """`plugin`, its depfile also listing `depends_also` (what chose the defines: a tune's result)."""
+    `cpu`: system plugins only; baseline (default) or host. `depends_also`: more files the
+    depfile lists (what chose the defines, such as a tune's result)."""
     if kind == "system":
         if archs and any(normalize_arch(a) != host_arch() for a in archs):
             raise PyreeError(
