@@ -43,22 +43,14 @@ typedef struct {
 
 // Schedule knobs: -DNAME=VALUE overrides one; `pyree-build tune` with no --param tries each listed value:
 // every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.
-// pyree-tune: PYREE_TILE_ROWS=8,4,2,6  (result rows one register block accumulates)
+// pyree-tune: PYREE_TILE_ROWS=4,2,6,8  (result rows one register block accumulates)
 #ifndef PYREE_TILE_ROWS
-#if defined(__AVX512F__)
 #define PYREE_TILE_ROWS 4
-#elif defined(__x86_64__) && !defined(__AVX__)
-#define PYREE_TILE_ROWS 4
-#else
-#define PYREE_TILE_ROWS 8
-#endif
 #endif
 // pyree-tune: PYREE_TILE_COLS=32,64,8,16  (result columns (the contiguous loop) of one register block)
 #ifndef PYREE_TILE_COLS
 #if defined(__AVX512F__)
 #define PYREE_TILE_COLS 64
-#elif defined(__x86_64__) && !defined(__AVX__)
-#define PYREE_TILE_COLS 8
 #else
 #define PYREE_TILE_COLS 32
 #endif
