@@ -105,6 +105,17 @@ def test_every_pooling_is_one_tiled_nest_that_verifies(tmp_path_factory, pooling
         assert FUSED["tiled"] in text and "naive" not in text and "tmp0" not in text, (kind, ops)
         default_cols = int(re.search(r"#else\n#define PYREE_TILE_COLS (\d+)\n", text)[1])
         assert (default_cols != loopnest.REDUCING_TILE[1].default) == (steps <= loopnest.SHORT_REDUCTION), (kind, steps, default_cols)
+        if steps <= loopnest.SHORT_REDUCTION:
+            # Built for the baseline CPU, a window's accumulators fit SSE's 16 registers of 4 floats.
+            rows, cols = (_baseline_default(text, name) for name in ("PYREE_TILE_ROWS", "PYREE_TILE_COLS"))
+            assert rows * cols // 4 <= 16, (kind, steps, rows, cols)
+
+
+def _baseline_default(text: str, name: str) -> int:
+    """A knob's default where the C is built for x86-64 without AVX: its own case, else the plain one."""
+    narrow = re.search(rf"defined\(__x86_64__\) && !defined\(__AVX__\)\n#define {name} (\d+)\n", text)
+    plain = re.search(rf"(?:#else|#ifndef {name})\n#define {name} (\d+)\n", text)
+    return int((narrow or plain)[1])
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -274,6 +274,19 @@ def _elementwise_columns(width: int | None) -> Knob:
 # A reduction of at most this many steps (a pooling window: 3x3 is 9) reloads its accumulators
 # too seldom for their count to matter: its columns are an elementwise nest's (_short_reduction).
 SHORT_REDUCTION = 16
+# Such a window's rows: 4, but 2 built for the baseline CPU, whose 16 SSE registers of 4 floats
+# hold a tile of 2 rows of up to 32 columns (14-16 vectors) and spill one of 4. SqueezeNet's 3x3
+# max pools (baseline CPU, alone, local-sync, Zen 4) in tiles of 4 x 32 and 4 x 64 took 1.9x and
+# 2.0x the time of 2 x 32, which tune chose for both (0.79x and 0.88x IREE's time).
+SHORT_REDUCTION_ROWS = replace(TILE_ROWS, default=4, narrow_default=2)
+
+
+def _short_window_columns(width: int | None) -> Knob:
+    """A short window's columns: an elementwise nest's (_elementwise_columns), but at most
+    TILE_COLS' default built for the baseline CPU, where 2 rows of a wider tile spill (the max
+    pool over rows of 55 in 2 x 64: 1.4x the time of 2 x 32, two tiles overlapping)."""
+    knob = _elementwise_columns(width)
+    return replace(knob, narrow_default=TILE_COLS.default) if knob.default > TILE_COLS.default else knob
 
 
 def _short_reduction(nest: Nest) -> bool:
@@ -428,8 +441,10 @@ def schedule(nest: Nest, *, fold: bool = True) -> Schedule:
     reducing = nest.reduction is not None
     if reducing and not _short_reduction(nest):
         rows_knob, cols_knob = REDUCING_TILE
+    elif reducing:
+        rows_knob, cols_knob = SHORT_REDUCTION_ROWS, _short_window_columns(width)
     else:
-        rows_knob, cols_knob = (REDUCING_TILE[0] if reducing else TILE_ROWS), _elementwise_columns(width)
+        rows_knob, cols_knob = TILE_ROWS, _elementwise_columns(width)
     knobs = [rows_knob, cols_knob if _strided_columns(nest) else _overlapping_columns(cols_knob, width, reducing=reducing)]
     reuse = _reuse_order(nest, row_loops)
     return Schedule(nest.result_loops[-1], row_loops, nest.reduction_loops, knobs, workgroups=workgroups, reuse_order=reuse, columns=columns)

@@ -45,7 +45,11 @@ typedef struct {
 // every combination of the `pyree-tune:` knobs, then each `pyree-tune after:` knob alone at the winner.
 // pyree-tune: PYREE_TILE_ROWS=4,2,6,8  (result rows one register block accumulates)
 #ifndef PYREE_TILE_ROWS
+#if defined(__x86_64__) && !defined(__AVX__)
+#define PYREE_TILE_ROWS 2
+#else
 #define PYREE_TILE_ROWS 4
+#endif
 #endif
 // pyree-tune: PYREE_TILE_COLS=32,64,8,16  (result columns (the contiguous loop) of one register block)
 #ifndef PYREE_TILE_COLS
