@@ -287,9 +287,13 @@ def test_a_tune_result_is_kept_while_its_content_is_the_same(system_module, tmp_
     assert first.returncode == 0, first
     tuned = out.read_bytes()
     os.utime(kernel, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
-    again = run_cli(*args)
+    # Up to date, it still writes the depfile it is asked for: a tune stopped between its result and
+    # its depfile is run again by Ninja, and the run that finds the result must list the inputs.
+    depfile = tmp_path / "best.d"
+    again = run_cli(*args, "--depfile", depfile)
     assert again.returncode == 0 and "is up to date" in again.stdout and "not tuned again" in again.stdout, again
     assert out.read_bytes() == tuned
+    assert {str(kernel.resolve()), str(system_module.resolve())} <= set(parse_depfile(depfile)), depfile.read_text()
     kernel.write_text(kernel.read_text(encoding="utf-8") + "\n/* edited */\n", encoding="utf-8")
     edited = run_cli(*args)
     assert edited.returncode == 0 and "is up to date" not in edited.stdout, edited
