@@ -118,20 +118,15 @@ def tune(
                     repetitions=repetitions, stages=[list(stage) for stage in stages],
                     **({"target": target, "target_options": plan.target_options} if plan.gpu else {}))  # fmt: skip
     key = content_key(plan.sources, include_dirs, parsed, plan.module or plan.program, reference, onnx, settings, plan.spec, plan.plugins)
-    references = [r for r in (reference, onnx) if r is not None]
-    if (done := _up_to_date(out, key)) is not None:
-        # Written here too: a tune stopped after its result and before its depfile is run again by
-        # Ninja (no log entry), finds the result up to date, and must still leave the inputs listed.
-        _write_depfile(depfile, out, plan, references)
-        return done
-    directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
-    _require_ray(plan, ray)
-    variants = variants_of(stages[0])
-    _build_where_no_device(plan, variants, directory, jobs)
-    plan, expected, cases = prepare(plan, directory, reference, onnx, expect_output, rtol, atol)
-    variants = _sweep_stages(plan, stages, variants, directory, expected, jobs, cases, ray, ray_resources)
-    result = _finish(plan, variants, out, expected, cases, key)
-    _write_depfile(depfile, out, plan, references)
+    if (result := _up_to_date(out, key)) is None:
+        directory = Path(build_dir) if build_dir is not None else out.parent / f"{out.stem}.variants"
+        _require_ray(plan, ray)
+        variants = variants_of(stages[0])
+        _build_where_no_device(plan, variants, directory, jobs)
+        plan, expected, cases = prepare(plan, directory, reference, onnx, expect_output, rtol, atol)
+        variants = _sweep_stages(plan, stages, variants, directory, expected, jobs, cases, ray, ray_resources)
+        result = _finish(plan, variants, out, expected, cases, key)
+    _write_depfile(depfile, out, plan, [r for r in (reference, onnx) if r is not None])
     return result
 
 
@@ -263,7 +258,9 @@ def _finish(plan: Plan, variants: list[Variant], out: Path, expected: Sequence[n
 
 
 def _write_depfile(depfile: PathLike | None, out: Path, plan: Plan, references: Sequence[PathLike]) -> None:
-    """CMake: a changed source, header, module or reference tunes again (unless its bytes are the same: _up_to_date)."""
+    """CMake: a changed source, header, module or reference tunes again (unless its bytes are the same: _up_to_date).
+    Written when the result is up to date too: a tune stopped after its result and before its depfile
+    is run again by Ninja (no log entry), and that run must still leave the inputs listed."""
     if depfile is None:
         return
     inputs = [*plan.sources, *map(str, included_files(map(Path, plan.sources), plan.include_dirs)), *filter(None, (plan.module, plan.program, plan.spec)),
