@@ -22,8 +22,9 @@ median, and the spread of the per-round ratios (the noise). Targets: untuned <= 
 `--models`: whole models instead (issue 47's): `user` (Linear -> GELU -> LayerNorm -> Linear ->
 Softmax, x[4,64]) and `encoder` (LayerNorm, Q/K/V, 2 heads, attention with Softmax, MLP with erf
 GELU, x[128,256]). Each model is imported and every group `ops` lists as replaceable is replaced
-in turn alone, then all at once (with the model's merges: Linear + GELU as one kernel); each
-module is verified against onnxruntime and timed interleaved with IREE's module of the same model.
+in turn alone, then all at once (each group merged into the kernel before it where `replace`
+fuses the two into one loop nest: Linear + GELU, a matmul and its residual add); each module is
+verified against onnxruntime and timed interleaved with IREE's module of the same model.
 A group's row is the whole model's time with that group replaced, over IREE's whole model: the
 group's own cost shows as the difference. The all-at-once module is timed untuned (the knobs'
 defaults) and, unless --no-tune, tuned: each kernel built with what `tune` chose for it on that
@@ -49,8 +50,11 @@ import numpy as np
 from onnx import helper
 
 import pyree_build as pb
+from pyree_build.models.codegen.c_reference import Kernel
 from pyree_build.models.ops import OpGroup
 from pyree_build.tuning.params import declared_params
+
+REFERENCE_FORM = Kernel.form  # the header line of a kernel generated as one loop nest per op
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support/onnx_models.py
@@ -159,27 +163,55 @@ MODELS = {
 }
 
 
-# The groups merged into the matmul they follow (issue 47: Linear + GELU, attention's scores +
-# Softmax): a group whose every source node is named so.
-MERGED = ("gelu", "softmax")
-
-
 Unit = OpGroup | tuple[OpGroup, ...]  # a kernel: one group, or a merge
 
 
-def _merged(groups: list[OpGroup]) -> list[Unit]:
-    """The replaceable groups as kernels: a matmul group and the GELU or Softmax groups that
-    follow it as one (`replace`'s --ops 1+2+3 form), every other group alone."""
+# Groups a merge may need at once: an erf GELU is two or three groups, its input read twice (by the
+# division and by the last multiply), so a Linear merged with only the first is no connected group.
+LOOKAHEAD = 3
+# Ops that compute a reduction of their own. Merged after another unit's result, such an op would
+# read that result inlined into its reduction, recomputing it at every step (a GELU recomputed in
+# the next Linear's reduction, once per column tile): one nest, but no faster kernel.
+REDUCING_OPS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.vecmat", "linalg.conv", "linalg.depthwise", "linalg.pooling", "linalg.mmt4d")
+
+
+def _merged(mlir: Path, groups: list[OpGroup], work: Path) -> list[Unit]:
+    """The replaceable groups as kernels: each group merged into the kernel before it (`replace`'s
+    --ops 1+2+3 form) where `replace` fuses them into one loop nest (a Linear and its GELU, a
+    matmul and the residual add after it), every other group alone. Whether it does is asked of
+    `replace` itself, not read from the model's names: a merge it refuses (the groups are not one
+    connected group) or generates as the per-op reference (a matmul and a Softmax) is no merge."""
     out: list[Unit] = []
-    for g in groups:
-        last = out[-1] if out else None
-        members = last if isinstance(last, tuple) else (last,) if last is not None else ()
-        follows_matmul = any("linalg.matmul" in m.ops or "linalg.batch_matmul" in m.ops for m in members)
-        if follows_matmul and g.source and all(any(word in s.lower() for word in MERGED) for s in g.source):
-            out[-1] = (*members, g)
+    n = 0
+    while n < len(groups):
+        taken = _epilogue(mlir, _members(out[-1]), groups[n : n + LOOKAHEAD], work) if out else 0
+        if taken:
+            out[-1] = (*_members(out[-1]), *groups[n : n + taken])
         else:
-            out.append(g)
+            out.append(groups[n])
+        n += taken or 1
     return out
+
+
+def _epilogue(mlir: Path, unit: tuple[OpGroup, ...], following: list[OpGroup], work: Path) -> int:
+    """How many of `following` to merge into `unit` (0: none): the fewest that `replace` fuses
+    with it into one loop nest, none of them computing a reduction of its own."""
+    for n, g in enumerate(following, start=1):
+        if any(op.startswith(REDUCING_OPS) for op in g.ops):
+            return 0
+        if _fuses(mlir, (*unit, *following[:n]), work / "merge-probes"):
+            return n
+    return 0
+
+
+def _fuses(mlir: Path, members: tuple[OpGroup, ...], work: Path) -> bool:
+    """Whether `replace` generates one loop nest (tiled or row-wise) for `members` merged."""
+    probe = work / _tag(members)
+    try:
+        pb.replace(mlir, probe, ops=[tuple(g.index for g in members)], imports=["probe"], force=True)
+    except pb.PyreeError:
+        return False
+    return REFERENCE_FORM not in (probe / "probe.c").read_text(encoding="utf-8")
 
 
 def _timed(modules: list[tuple[str, Path, list[Path]]], iree: Path, function: str, inputs: list[str], device: str, args: argparse.Namespace) -> None:
@@ -238,7 +270,7 @@ def run_model(name: str, work: Path, args: argparse.Namespace) -> None:
         assert verdict.passed, verdict.render()
         return vmfb, plugins
 
-    units = _merged(groups)
+    units = _merged(mlir, groups, work)
     print(f"\n{about}: {len(groups)} replaceable groups, cpu {args.cpu}, {args.rounds} rounds alternated (this machine)")
     modules = []
     for unit in units:
@@ -385,7 +417,7 @@ def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
     about, build, _ = MODELS[name]
     model = Path(onnx_models.save(build(), work / f"{name}.onnx"))
     mlir = pb.import_onnx(model, work / f"{name}.mlir", force=True)
-    units = _merged([g for g in pb.ops(mlir) if g.replaceable])
+    units = _merged(mlir, [g for g in pb.ops(mlir) if g.replaceable], work)
     print(f"\n{about}: each of {len(units)} kernels against IREE's module of the same ops, cpu {args.cpu}, {args.rounds} rounds alternated")
     for unit in units:
         members, tag, label = _members(unit), _tag(unit), _label(unit)
