@@ -1,6 +1,6 @@
 """A generated kernel's own time, without IREE around it: how far it is from the roofline.
 
-    python benchmarks/kernel_alone.py KERNEL.c [--cpu host|baseline] [--flops 2*128*256*256]
+    python benchmarks/kernel_alone.py KERNEL.c [--cpu host|baseline] [--flops 2*128*256*256] [-D PYREE_FAST_MATH=1 ...]
 
 `replace` writes each kernel's argument block with every tensor's static type in a comment
 (`const float* in0;  // tensor<128x256xf32>`). From those this builds a small C program that
@@ -8,7 +8,8 @@ includes the kernel, allocates each tensor (floats filled with values in [0.5, 1
 with zeros: a valid index), calls the kernel as one workgroup covering the whole result, and
 times the call in thread CPU time (best of 15 runs of calls adding up to at least 20 ms), built
 with zig cc and the flags `pb.plugin` builds a system plugin with, for the same CPU
-(`benchmarks/roofline.py` uses the same -mcpu values).
+(`benchmarks/roofline.py` uses the same -mcpu values); `-D KNOB=VALUE` sets one of the knobs
+the kernel declares (`pyree-tune:` lines), as `tune` builds a variant.
 
 Compare the time with the kernel's group timed by `kernels.py --groups` (IREE's program around
 the same call: imports, dispatch, copies) and, given `--flops` (a product of integers, e.g.
@@ -90,18 +91,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kernel", type=Path, help="a kernel .c that `replace` wrote")
     parser.add_argument("--cpu", default="host", help="zig cc -mcpu value (host: native)")
+    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="KNOB=VALUE", help="a knob's value, as tune builds a variant")
     parser.add_argument("--flops", default=None, help="the kernel's floating-point operations, a product such as 2*128*256*256")
     args = parser.parse_args()
     if args.flops and not re.fullmatch(r"\d+(\*\d+)*", args.flops):
         sys.exit(f"kernel_alone: --flops takes a product of integers such as 2*128*256*256, got '{args.flops}'")
+    for define in args.defines:
+        if not re.fullmatch(r"[A-Za-z_]\w*=[\w.+-]+", define):
+            sys.exit(f"kernel_alone: -D takes KNOB=VALUE, as the kernel's `pyree-tune:` lines name them, got '{define}'")
     work = Path(tempfile.mkdtemp(prefix="pyree-kernel-alone."))
     (work / "harness.c").write_text(harness(args.kernel), encoding="utf-8")
     mcpu = "native" if args.cpu == "host" else args.cpu
     include = toolchain.include_dir()
-    build = [sys.executable, "-m", "ziglang", "cc", *plugins.SYSTEM_CFLAGS, f"-mcpu={mcpu}", f"-I{include}"]
+    build = [sys.executable, "-m", "ziglang", "cc", *plugins.SYSTEM_CFLAGS, f"-mcpu={mcpu}", f"-I{include}", *(f"-D{d}" for d in args.defines)]
     subprocess.run([*build, str(work / "harness.c"), "-o", str(work / "harness")], check=True)
     seconds = float(subprocess.run([str(work / "harness")], check=True, capture_output=True, text=True).stdout)
-    line = f"{args.kernel}: {seconds * 1e6:.1f} us per call, alone (best of 15, cpu {args.cpu})"
+    knobs = f", {' '.join(args.defines)}" if args.defines else ""
+    line = f"{args.kernel}: {seconds * 1e6:.1f} us per call, alone (best of 15, cpu {args.cpu}{knobs})"
     if args.flops:
         line += f", {math.prod(int(f) for f in args.flops.split('*')) / seconds / 1e9:.1f} GFLOP/s"
     print(line)

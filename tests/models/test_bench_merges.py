@@ -1,0 +1,51 @@
+"""Issue 47: benchmarks/kernels.py times whole models with groups merged into one kernel where
+`replace` fuses them (a Linear and its GELU), asked of `replace`, never read from the model's
+node names: a model is data, and a name is no evidence of what a node computes. The benchmark
+itself is on demand; its merge rule is checked here on a model whose names say the opposite."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO
+
+import pyree_build as pb
+
+pytest.importorskip("onnx", reason="the model is built with onnx's helper API: pip install pyree_build[onnx]")
+
+from support import onnx_models  # noqa: E402
+
+
+def _benchmark() -> Any:
+    spec = importlib.util.spec_from_file_location("kernels_benchmark", REPO / "benchmarks" / "kernels.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_groups_are_merged_where_replace_fuses_them_whatever_the_nodes_are_called(tmp_path: Path) -> None:
+    bench = _benchmark()
+    proto = onnx_models.gemm_gelu_norm()  # Gemm -> erf GELU -> LayerNorm -> MatMul -> Softmax
+    for n, node in enumerate(proto.graph.node):
+        node.name = f"softmax_gelu_{n}"  # what the benchmark's old rule (merge nodes named gelu or softmax) read
+    model = onnx_models.save(proto, tmp_path / "user.onnx")
+    mlir = pb.import_onnx(model, tmp_path / "user.mlir")
+    groups = [g for g in pb.ops(mlir) if g.replaceable]
+    units = [bench._members(u) for u in bench._merged(mlir, groups, tmp_path)]
+    ops = [[op for g in unit for op in g.ops] for unit in units]
+
+    merged = [n for n, unit in enumerate(units) if len(unit) > 1]
+    assert len(merged) == 1, f"one merge expected (the Gemm and its GELU), got units {[bench._tag(u) for u in units]}"
+    (gemm_gelu,) = merged
+    assert "linalg.matmul" in ops[gemm_gelu] and any("math.erf" in op for op in ops[gemm_gelu])
+    # The MatMul and the Softmax after it stay apart: merged, replace writes the per-op reference.
+    matmul = next(n for n, o in enumerate(ops) if n != gemm_gelu and "linalg.matmul" in o)
+    assert len(units[matmul]) == 1
+    probe = tmp_path / "probe"
+    pb.replace(mlir, probe, ops=[(units[matmul][0].index, units[matmul + 1][0].index)], imports=["probe"])
+    assert bench.REFERENCE_FORM in (probe / "probe.c").read_text(encoding="utf-8")
+    assert sorted(g.index for unit in units for g in unit) == [g.index for g in groups]
