@@ -1,11 +1,16 @@
-"""Issue 47: benchmarks/kernels.py times whole models with groups merged into one kernel where
-`replace` fuses them (a Linear and its GELU), asked of `replace`, never read from the model's
-node names: a model is data, and a name is no evidence of what a node computes. The benchmark
-itself is on demand; its merge rule is checked here on a model whose names say the opposite."""
+"""Issue 47's benchmarks, the parts that decide what they time (the benchmarks run on demand).
+benchmarks/kernels.py times whole models with groups merged into one kernel where `replace`
+fuses them (a Linear and its GELU), asked of `replace`, never read from the model's node names:
+a model is data, and a name is no evidence of what a node computes; checked here on a model
+whose names say the opposite. benchmarks/kernel_alone.py times a generated kernel without IREE
+around it, sized from the kernel's own argument block."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +54,25 @@ def test_groups_are_merged_where_replace_fuses_them_whatever_the_nodes_are_calle
     pb.replace(mlir, probe, ops=[(units[matmul][0].index, units[matmul + 1][0].index)], imports=["probe"])
     assert bench.REFERENCE_FORM in (probe / "probe.c").read_text(encoding="utf-8")
     assert sorted(g.index for unit in units for g in unit) == [g.index for g in groups]
+
+
+def test_kernel_alone_times_a_generated_kernel_from_its_argument_block(tmp_path: Path) -> None:
+    """benchmarks/kernel_alone.py sizes every tensor from the comments `replace` writes in the
+    argument block, builds a harness around the kernel and times it; bad input is refused."""
+    model = onnx_models.save(onnx_models.gemm_gelu_norm(), tmp_path / "user.onnx")
+    mlir = pb.import_onnx(model, tmp_path / "user.mlir")
+    pb.replace(mlir, tmp_path / "k", ops=[1], imports=["linear"])
+    kernel = tmp_path / "k" / "linear.c"
+    script = [sys.executable, str(REPO / "benchmarks" / "kernel_alone.py")]
+    done = subprocess.run([*script, str(kernel), "--flops", "2*4*64*64", "-D", "PYREE_TILE_ROWS=2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = re.search(r"([\d.]+) us per call, alone \(best of 15, cpu host, PYREE_TILE_ROWS=2\), ([\d.]+) GFLOP/s", done.stdout)
+    assert found and float(found.group(1)) > 0 and float(found.group(2)) > 0, done.stdout
+
+    for bad, message in [
+        ([str(REPO / "README.md")], "no `..._args_t` argument block"),
+        ([str(kernel), "--flops", "2x"], "--flops takes a product of integers"),
+        ([str(kernel), "-D", "PYREE_TILE_ROWS=2;rm"], "-D takes KNOB=VALUE"),
+    ]:
+        refused = subprocess.run([*script, *bad], capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
