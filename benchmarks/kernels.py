@@ -180,7 +180,7 @@ def _merged(mlir: Path, groups: list[OpGroup], work: Path) -> list[Unit]:
     --ops 1+2+3 form) where `replace` fuses them into one loop nest (a Linear and its GELU, a
     matmul and the residual add after it), every other group alone. Whether it does is asked of
     `replace` itself, not read from the model's names: a merge it refuses (the groups are not one
-    connected group) or generates as the per-op reference (a matmul and a Softmax) is no merge."""
+    connected group) or generates as the per-op reference is no merge."""
     out: list[Unit] = []
     n = 0
     while n < len(groups):

@@ -36,24 +36,25 @@ def test_groups_are_merged_where_replace_fuses_them_whatever_the_nodes_are_calle
     bench = _benchmark()
     proto = onnx_models.gemm_gelu_norm()  # Gemm -> erf GELU -> LayerNorm -> MatMul -> Softmax
     for n, node in enumerate(proto.graph.node):
-        node.name = f"softmax_gelu_{n}"  # what the benchmark's old rule (merge nodes named gelu or softmax) read
+        node.name = f"node{n}"  # the benchmark's old rule merged nodes named gelu or softmax: none here
     model = onnx_models.save(proto, tmp_path / "user.onnx")
     mlir = pb.import_onnx(model, tmp_path / "user.mlir")
     groups = [g for g in pb.ops(mlir) if g.replaceable]
     units = [bench._members(u) for u in bench._merged(mlir, groups, tmp_path)]
     ops = [[op for g in unit for op in g.ops] for unit in units]
+    tags = [bench._tag(u) for u in units]
 
-    merged = [n for n, unit in enumerate(units) if len(unit) > 1]
-    assert len(merged) == 1, f"one merge expected (the Gemm and its GELU), got units {[bench._tag(u) for u in units]}"
-    (gemm_gelu,) = merged
-    assert "linalg.matmul" in ops[gemm_gelu] and any("math.erf" in op for op in ops[gemm_gelu])
-    # The MatMul and the Softmax after it stay apart: merged, replace writes the per-op reference.
-    matmul = next(n for n, o in enumerate(ops) if n != gemm_gelu and "linalg.matmul" in o)
-    assert len(units[matmul]) == 1
-    probe = tmp_path / "probe"
-    pb.replace(mlir, probe, ops=[(units[matmul][0].index, units[matmul + 1][0].index)], imports=["probe"])
-    assert bench.REFERENCE_FORM in (probe / "probe.c").read_text(encoding="utf-8")
+    # The Gemm with its GELU and the LayerNorm after it, and the MatMul with its Softmax: each a
+    # tiled nest, then the row passes; never the MatMul merged after the LayerNorm (a reduction
+    # of its own, which would recompute what it reads at every step).
+    assert len(units) == 2, tags
+    assert all(sum(op.startswith("linalg.matmul") for op in o) == 1 for o in ops), ops
+    assert any("math.erf" in op for op in ops[0]) and any("math.exp" in op for op in ops[1]), ops
     assert sorted(g.index for unit in units for g in unit) == [g.index for g in groups]
+    for unit in units:
+        probe = tmp_path / "probe" / bench._tag(unit)
+        pb.replace(mlir, probe, ops=[tuple(g.index for g in unit)], imports=["probe"])
+        assert bench.REFERENCE_FORM not in (probe / "probe.c").read_text(encoding="utf-8")
 
 
 def test_kernel_alone_times_a_generated_kernel_from_its_argument_block(tmp_path: Path) -> None:

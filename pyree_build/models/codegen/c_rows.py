@@ -19,6 +19,7 @@ f32 are the branch-free float forms of pyree_build/math_inline.h, so they vector
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from pyree_build.core import escape
@@ -53,6 +54,11 @@ class _RowEmitter:
         self.pass_index = 0
         self.pass_lines: list[str] = []  # the pass being emitted (row-level values go before it)
         self.ind = self.row_indent
+        # A value a tiled nest before this one stored in the result's buffer (emit_after_tiles): read
+        # there, at the row's own point only, and not after the pass that stores a stage over it.
+        self.in_place: Any = None
+        self.store_in_place = True  # whether a stage may be stored over it (choose_stored)
+        self.tile_rows: str | None = None  # that nest's tile-rows knob: its share of rows is this one's
 
     # --- what is read where -------------------------------------------------------------
     def _source(self, value: Any) -> Any:
@@ -121,6 +127,13 @@ class _RowEmitter:
         elif value in self.nest.stages:
             self._read_first(self.nest.stages[value], coords, memo)
             name = self.stage(self.nest.stages[value], coords, memo, indent)
+        elif self.in_place is not None and value == self.in_place:
+            if [_strip(c) for c in coords] != self.point:
+                raise emitter.Unfused("the value computed into the result is read at another point than the one being computed")
+            if self.stored is not None and self.pass_index > (self.stored_in or 0):
+                raise emitter.Unfused("the value computed into the result is read after a stage was stored over it")
+            name = self.k.fresh("s")
+            self.k.lines.append(f"{indent}const {self.out.ctype} {name} = {self._out_at()};")
         else:
             buffer = self.k.buffers.get(value)
             if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
@@ -300,7 +313,8 @@ class _RowEmitter:
 
     def emit(self, constants: list[Any]) -> None:
         nest = self.nest
-        self.choose_stored()
+        if self.in_place is None or self.store_in_place:
+            self.choose_stored()
         for op in constants:
             c_reference.emit_constant(self.k, op)
         rows = " * ".join(f"(int64_t){s}" for s in nest.sizes[:-1]) or "1"
@@ -308,8 +322,19 @@ class _RowEmitter:
         head = [
             f"  // One row at a time: a pass over the row per reduction ({len(nest.reductions)}), then the row's result.",
             f"  const int64_t rows = {rows};",
-            "  const int64_t first_row = rows * workgroup_id / workgroup_count;",
-            "  const int64_t end_row = rows * (workgroup_id + 1) / workgroup_count;",
+            *(
+                [
+                    "  const int64_t first_row = rows * workgroup_id / workgroup_count;",
+                    "  const int64_t end_row = rows * (workgroup_id + 1) / workgroup_count;",
+                ]
+                if self.tile_rows is None
+                else [
+                    "  // The rows of this workgroup's tiles above, which it has computed: another workgroup's may not be yet.",
+                    f"  const int64_t first_row = (rows + {self.tile_rows} - 1) / {self.tile_rows} * workgroup_id / workgroup_count * {self.tile_rows};",
+                    f"  const int64_t tiles_end = (rows + {self.tile_rows} - 1) / {self.tile_rows} * (workgroup_id + 1) / workgroup_count * {self.tile_rows};",
+                    "  const int64_t end_row = tiles_end < rows ? tiles_end : rows;",
+                ]
+            ),
             "  for (int64_t row = first_row; row < end_row; ++row) {",
         ]
         if self.at:
@@ -328,7 +353,9 @@ class _RowEmitter:
             f"for (int64_t c = 0; c < {nest.sizes[-1]}; ++c)", lambda memo: f"{self._out_at()} = ({out.ctype}){self.value(nest.result, self.point, memo)};"
         )
         self.row_lines += self.pass_lines
-        self.k.lines += [*head, *self.row_lines, "  }"]
+        body = [*head, *self.row_lines, "  }"]
+        # after a tiled nest, in a block of its own: both declare `rows`
+        self.k.lines += body if self.tile_rows is None else ["  {", *body, "  }"]
 
 
 def emit(k: c_reference.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedule, *, name: str, constants: list[Any]) -> None:
@@ -339,3 +366,20 @@ def emit(k: c_reference.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedu
     k.preamble = c_tiled.knob_lines(plan.knobs, out.ctype, None, pack=False)
     k.attributes = "PYREE_WIDE_VECTORS "
     _RowEmitter(k, nest, plan, out).emit(constants)
+
+
+def emit_after_tiles(
+    k: c_reference.Kernel, nest: loopnest.RowNest, plan: loopnest.RowSchedule, *, computed: Any, tile_rows: str, constants: list[Any], store: bool
+) -> None:
+    """The row-wise nest after a tiled nest (c_tiled.emit, already in `k`) that stored `computed`,
+    the value the rows read, into the result's buffer: each workgroup's row passes run over the
+    rows its tiles computed (of `tile_rows` rows each), reading `computed` in place and writing
+    the result over it, one element where it was read. `store`: a stage may be stored over it
+    (softmax's exp, once computed), where no later pass reads `computed` (else emitter.Unfused).
+    The knobs this nest adds (PYREE_LANES) go after the tiled nest's in `k.preamble`."""
+    out = k.buffers[nest.result]
+    # swept after the tile's knobs, at their winner: a sum of variants, not a product
+    k.preamble += c_tiled.own_knob_lines([replace(knob, later=True) for knob in plan.knobs])
+    row = _RowEmitter(k, nest, plan, out)
+    row.in_place, row.tile_rows, row.store_in_place = computed, tile_rows, store
+    row.emit(constants)

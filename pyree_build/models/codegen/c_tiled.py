@@ -123,6 +123,20 @@ def knob_lines(knobs: list[loopnest.Knob], element: str, columns: str | None, *,
     return lines + _VECTORIZE
 
 
+def own_knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
+    """Knobs a nest emitted after another adds to that one's (which declared the shared ones)."""
+    lines = []
+    for knob in knobs:
+        values = ",".join(map(str, declared_order(knob)))
+        lines += [
+            f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})",
+            f"#ifndef {knob.name}",
+            *_default_lines(knob),
+            "#endif",
+        ]
+    return lines
+
+
 _COLUMN = "(col0 + c)"
 # Whether a load stepping over the columns by more than one element (a strided convolution's or
 # pooling's input row) is packed. Packed, the copy's strided reads are made once for all the
