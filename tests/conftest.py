@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +90,15 @@ class CliResult:
 
     def __repr__(self) -> str:
         return f"CliResult(rc={self.returncode}, stdout={self.stdout[-2000:]!r}, stderr={self.stderr[-2000:]!r})"
+
+
+def benchmark_module(name: str) -> Any:
+    """benchmarks/NAME.py loaded as a module: the parts of an on-demand benchmark a test checks."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_cli(*args: str | os.PathLike[str], cwd: Path | None = None, timeout: float = 300) -> CliResult:

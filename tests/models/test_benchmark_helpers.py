@@ -7,7 +7,6 @@ around it, sized from the kernel's own argument block."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, benchmark_module
 
 import pyree_build as pb
 
@@ -25,11 +24,7 @@ from support import onnx_models  # noqa: E402
 
 
 def _benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location("kernels_benchmark", REPO / "benchmarks" / "kernels.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("kernels")
 
 
 def test_groups_are_merged_where_replace_fuses_them_whatever_the_nodes_are_called(tmp_path: Path) -> None:

@@ -11,13 +11,12 @@ replacement runs and verifies. Everything is real: no tool is mocked.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_clean_error, run_cli
+from conftest import assert_clean_error, benchmark_module, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -154,10 +153,7 @@ def test_a_softmax_over_another_axis_than_the_last_is_refused_for_gpus_with_the_
 @pytest.fixture(scope="module")
 def node_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The slice's node tests, written by onnx's own tool (through the conformance harness)."""
-    spec = importlib.util.spec_from_file_location("onnx_conformance", REPO / "benchmarks" / "onnx_conformance.py")
-    assert spec is not None and spec.loader is not None
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
+    harness = benchmark_module("onnx_conformance")
     folder: Path = harness.generate_data(tmp_path_factory.mktemp("onnx-node"), "^(" + "|".join(NODE_TESTS) + ")$")
     return folder
 

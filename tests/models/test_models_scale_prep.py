@@ -5,23 +5,18 @@ onnxruntime with finite outputs that are not saturated. The benchmark itself is 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import benchmark_module
 
 onnx = pytest.importorskip("onnx", reason="the light models ship in the onnx wheel: pip install pyree_build[onnx]")
 ort = pytest.importorskip("onnxruntime", reason="the preparation runs the model in onnxruntime: pip install pyree_build[onnx]")
 
 
 def _benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location("models_scale", REPO / "benchmarks" / "models_scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("models_scale")
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "shufflenet"])  # no BatchNormalization; 49 of them (calibrated)

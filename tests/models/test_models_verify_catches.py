@@ -11,14 +11,13 @@ so every proof runs wherever onnx and onnxruntime are installed."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_SAMPLE, REPO, assert_clean_error, run_cli
+from conftest import PLUGIN_SAMPLE, assert_clean_error, benchmark_module, run_cli
 
 onnx = pytest.importorskip("onnx", reason='onnx is not installed (pip install "pyree_build[onnx]")')
 pytest.importorskip("onnxruntime", reason='onnxruntime is not installed (pip install "pyree_build[onnx]")')
@@ -35,10 +34,7 @@ NODE_TESTS = ("test_abs", "test_det_2d", "test_bitshift_right_uint32", "test_bit
 
 
 def _generate_node_data(directory: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("onnx_conformance", REPO / "benchmarks" / "onnx_conformance.py")
-    assert spec is not None and spec.loader is not None
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
+    harness = benchmark_module("onnx_conformance")
     with warnings.catch_warnings():  # the tool computes every case's outputs, some dividing by zero on purpose
         warnings.simplefilter("ignore", RuntimeWarning)
         folder: Path = harness.generate_data(directory, "^(" + "|".join(NODE_TESTS) + ")$")
@@ -601,10 +597,7 @@ def test_the_baseline_decides_whose_difference_it_is():
 def test_every_mutant_of_a_generated_kernel_that_differs_on_the_stored_data_is_caught(tmp_path, node_data):
     # benchmarks/verify_mutants.py on one node test: each generated kernel of Shrink, with one
     # edit at a time (a bound, a comparison, a load, a bias, a constant), against default verify.
-    spec = importlib.util.spec_from_file_location("verify_mutants", REPO / "benchmarks" / "verify_mutants.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("verify_mutants")
     record = bench.check_test(node_data / "test_shrink_hard", tmp_path, 8)
     assert record["status"] == "ok" and record["groups"], record
     assert all(g["status"] == "ok" for g in record["groups"]), record  # the right kernels pass
@@ -644,10 +637,7 @@ void k(const float* restrict in0, float* restrict out0, int64_t* restrict tmp0, 
 
 
 def _bench() -> object:
-    spec = importlib.util.spec_from_file_location("verify_mutants", REPO / "benchmarks" / "verify_mutants.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("verify_mutants")
     return bench
 
 

@@ -11,13 +11,12 @@ once, gives the stored outputs; nothing crashes; every error says what to do.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import benchmark_module, run_cli
 
 pytest.importorskip("onnx", reason="the node tests' data is written by onnx's own tool: pip install pyree_build[onnx]")
 pytest.importorskip("onnxruntime", reason="pyree-build import needs pyree_build[onnx]")
@@ -53,11 +52,7 @@ MIN_RIGHT = 16
 
 
 def _harness() -> Any:
-    spec = importlib.util.spec_from_file_location("onnx_conformance", REPO / "benchmarks" / "onnx_conformance.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("onnx_conformance")
 
 
 @pytest.fixture(scope="module")
