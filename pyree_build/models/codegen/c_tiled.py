@@ -117,24 +117,19 @@ def knob_lines(knobs: list[loopnest.Knob], element: str, columns: str | None, *,
         interleave = replace(loopnest.INTERLEAVE, wide_default=1)
     later = [*([loopnest.ROW_ORDER] if reorder else []), *([loopnest.PACK_K] if pack else []), width, interleave]
     for knob in [*knobs, *later]:
-        values = ",".join(map(str, declared_order(knob)))
-        lines += [f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}"]
-        lines += [*(steps if knob is width else []), *_default_lines(knob, wide if knob is width else None), "#endif"]
+        lines += _declaration(knob, [*(steps if knob is width else []), *_default_lines(knob, wide if knob is width else None)])
     return lines + _VECTORIZE
+
+
+def _declaration(knob: loopnest.Knob, default: list[str]) -> list[str]:
+    """A knob's `pyree-tune:` line (what tune sweeps) and its macro, `default` unless -D sets it."""
+    values = ",".join(map(str, declared_order(knob)))
+    return [f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})", f"#ifndef {knob.name}", *default, "#endif"]
 
 
 def own_knob_lines(knobs: list[loopnest.Knob]) -> list[str]:
     """Knobs a nest emitted after another adds to that one's (which declared the shared ones)."""
-    lines = []
-    for knob in knobs:
-        values = ",".join(map(str, declared_order(knob)))
-        lines += [
-            f"// pyree-tune{' after' if knob.later else ''}: {knob.name}={values}  ({knob.about})",
-            f"#ifndef {knob.name}",
-            *_default_lines(knob),
-            "#endif",
-        ]
-    return lines
+    return [line for knob in knobs for line in _declaration(knob, _default_lines(knob))]
 
 
 _COLUMN = "(col0 + c)"
