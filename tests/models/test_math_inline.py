@@ -44,9 +44,9 @@ WRAPPERS = "\n".join(
     ]
 )
 # The faster forms PYREE_FAST_MATH selects in generated kernels: ulp where the bound is relative,
-# absolute error where it is absolute (erf and tanh near 0, where their one formula cancels).
-FAST_ULP = {"exp": 2.5, "sigmoid": 3.5}
-FAST_ABSOLUTE = {"erf": 5e-7, "tanh": 2e-7}
+# absolute error where it is absolute (tanh near 0, where its one formula cancels).
+FAST_ULP = {"exp": 2.5, "sigmoid": 3.5, "erf": 6.5}
+FAST_ABSOLUTE = {"tanh": 2e-7}
 WRAPPERS += "\n" + "\n".join(
     f"void v_{f}f_fast(const float* restrict x, float* restrict y, long n) {{ for (long i = 0; i < n; ++i) y[i] = pyree_{f}f_fast(x[i]); }}"
     for f in [*FAST_ULP, *FAST_ABSOLUTE]
@@ -142,7 +142,7 @@ def test_each_faster_form_within_its_stated_bound(lib, name):
     worst = int(np.argmax(err))
     assert err[worst] <= bound, (name, x[worst], got[worst], ref[worst], err[worst])
     assert np.isnan(got[np.isnan(x)]).all()
-    if name in FAST_ABSOLUTE:  # odd, and exactly 0 at +-0 with its sign
+    if name in ("erf", "tanh"):  # odd, and exactly 0 at +-0 with its sign
         zeros = call(lib, name + "f_fast", np.array([0.0, -0.0], np.float32))
         assert list(np.signbit(zeros)) == [False, True] and not zeros.any()
     # Faster, not another function: within the exact form's tolerance of it on ordinary inputs.

@@ -511,12 +511,11 @@ PYREE_MATH_FN double pyree_erf(double x) {
  *
  *   expf_fast      2.5 ulp                   degree 5 (pyree_expf: 7)
  *   sigmoidf_fast  3.5 ulp
- *   erff_fast      5e-7 absolute; 0 at 0     one formula above 1/16 (Abramowitz and Stegun 7.1.26)
- *                                            where pyree_erff selects between two longer fits
+ *   erff_fast      6.5 ulp (6.34)            one rational function, no exp (pyree_erff: two fits, an exp)
  *   tanhf_fast     2e-7 absolute; 0 at 0     1 - 2 / (e^2|x| + 1) over the whole range
  *
  * Measured (1M floats in [-5, 5], zig cc -O2, baseline x86-64): exp 1.13x, sigmoid 1.10x,
- * erf 1.26x, tanh 1.30x faster than the exact forms.
+ * erf 3.16x (2.44x under AVX-512), tanh 1.30x faster than the exact forms.
  */
 
 /* e^x as pyree_expf, e^r by a degree-5 polynomial fitted for relative error on |r| <= ln2/2. */
@@ -534,15 +533,18 @@ PYREE_MATH_FN float pyree_sigmoidf_fast(float x) {
   return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 
-/* 1 - t P(t) e^-x^2, t = 1 / (1 + p|x|); below 1/16 the first two terms of the series (the
- * formula's absolute error would be all of a tiny result). */
+/* erf|x| = |x| P(x^2) / Q(x^2) on [0, 4], one rational function of degree 5 over 5 (fitted here
+ * for relative error, 2.5e-8 in exact arithmetic; every coefficient positive, so nothing cancels):
+ * no exp and one division, where pyree_erff computes two fits, an exp and a division. |x| clamped at
+ * 4 and the result at 1 (erf is 1 in float from 3.92). */
 PYREE_MATH_FN float pyree_erff_fast(float x) {
   float a = pyree_fabsf(x);
   a = a > 4.0f ? 4.0f : a;
-  float t = 1.0f / (1.0f + 0.3275911f * a);
-  float big = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * pyree_expf_fast(-a * a);
-  float small = a * (1.12837911f + a * a * -0.37612639f);
-  return pyree_copysignf(a < 0.0625f ? small : big, x);
+  float t = a * a;
+  float p = 1.12837911f + t * (0.193538934f + t * (0.053100951f + t * (0.00388308591f + t * (0.000284560898f + t * 1.98683938e-06f))));
+  float q = 1.0f + t * (0.504851997f + t * (0.115347482f + t * (0.0152067337f + t * (0.00118551007f + t * 3.74205047e-05f))));
+  float r = a * p / q;
+  return pyree_copysignf(r > 1.0f ? 1.0f : r, x);
 }
 
 PYREE_MATH_FN float pyree_tanhf_fast(float x) {
