@@ -97,3 +97,44 @@ def test_the_computed_value_is_not_overwritten_where_a_later_pass_reads_it(tmp_p
     pb.replace(mlir, tmp_path / "b", ops=[chosen], imports=["k"])
     stored = (tmp_path / "b" / "k.c").read_text(encoding="utf-8")
     assert TWO_NESTS in stored and "pyree_expf(" not in stored[stored.index("// the row's result") :]
+
+
+def _chain(name: str, nodes: list[Any], x: list[int], y: list[int], weights: dict[str, list[int]]) -> Any:
+    rng = np.random.default_rng(len(name))
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), w) for w, shape in weights.items()]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)], inits
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+_N = helper.make_node
+# Every listed group merged into one kernel. Where the row-wise group reduces the result's last
+# axis it is two nests (True); where not (a Softmax over rows, a transpose between, a second
+# matmul after the Softmax) the kernel is another form, and must still be right.
+SHAPES = {
+    "batched_matmul_softmax": (True, lambda: _chain("b", [_N("MatMul", ["x", "w"], ["s"]), _N("Softmax", ["s"], ["y"], axis=-1)], [2, 6, 24], [2, 6, 24], {"w": [24, 24]})),
+    "centered_rows": (True, lambda: _chain("c", [_N("MatMul", ["x", "w"], ["s"]), _N("ReduceMean", ["s"], ["m"], axes=[-1], keepdims=1), _N("Sub", ["s", "m"], ["y"])], [7, 37], [7, 37], {"w": [37, 37]})),
+    "logsoftmax": (True, lambda: _chain("l", [_N("MatMul", ["x", "w"], ["s"]), _N("LogSoftmax", ["s"], ["y"], axis=-1)], [9, 40], [9, 40], {"w": [40, 40]})),
+    "one_row_layernorm": (True, lambda: _chain("n", [_N("MatMul", ["x", "w"], ["s"]), _N("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1)], [1, 48], [1, 48], {"w": [48, 48], "g": [48], "b": [48]})),
+    "softmax_plus_scores": (True, lambda: _chain("p", [_N("MatMul", ["x", "w"], ["s"]), _N("Softmax", ["s"], ["q"], axis=-1), _N("Add", ["q", "s"], ["y"])], [6, 24], [6, 24], {"w": [24, 24]})),
+    "softmax_over_rows": (False, lambda: _chain("r", [_N("MatMul", ["x", "w"], ["s"]), _N("Softmax", ["s"], ["y"], axis=0)], [6, 24], [6, 24], {"w": [24, 24]})),
+    "transposed_softmax": (False, lambda: _chain("t", [_N("MatMul", ["x", "w"], ["s"]), _N("Transpose", ["s"], ["u"], perm=[1, 0]), _N("Softmax", ["u"], ["y"], axis=-1)], [6, 24], [24, 6], {"w": [24, 24]})),
+    "softmax_then_matmul": (False, lambda: _chain("m", [_N("MatMul", ["x", "w"], ["s"]), _N("Softmax", ["s"], ["q"], axis=-1), _N("MatMul", ["q", "v"], ["y"])], [6, 24], [6, 16], {"w": [24, 24], "v": [24, 16]})),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_any_matmul_and_row_group_merged_verifies_and_is_two_nests_where_rows_are_reduced(tmp_path: Path, shape: str) -> None:
+    two_nests, build = SHAPES[shape]
+    model, mlir, chosen = _merged(tmp_path, build(), shape, lambda g: g.replaceable)
+    assert len(chosen) >= 2, chosen
+    out = tmp_path / "k"
+    pb.replace(mlir, out, ops=[chosen], imports=["k"], onnx=model)
+    assert (TWO_NESTS in (out / "k.c").read_text(encoding="utf-8")) == two_nests
+    module = pb.compile(mlir, out / "m.vmfb", transform_spec=out / "spec.mlir", expect_imports=["k"])
+    for defines in ([], ["PYREE_TILE_ROWS=3"]):
+        plugin = pb.plugin(out / "k.c", out / f"k{len(defines)}.so", defines=defines)
+        for device in ("local-sync", "local-task"):
+            verdict = pb.verify(module, model, plugins=plugin, device=device)
+            assert verdict.passed, (shape, defines, device, verdict.render())
