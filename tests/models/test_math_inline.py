@@ -28,7 +28,7 @@ UNARY = ("exp", "exp2", "expm1", "log", "log1p", "tanh", "erf", "sigmoid", "sqrt
 BINARY = ("pow", "maximum", "minimum", "maxnum", "minnum")
 
 # The bounds the header states (largest error in ulp of the result).
-FLOAT_ULP = {"exp": 1, "exp2": 1, "expm1": 1.5, "log": 1, "log1p": 1.5, "tanh": 2, "erf": 2.5, "sigmoid": 2.5, "sqrt": 0.5, "rsqrt": 1.5}
+FLOAT_ULP = {"exp": 1.25, "exp2": 1.25, "expm1": 1.5, "log": 1, "log1p": 1.5, "tanh": 2, "erf": 2.5, "sigmoid": 2.5, "sqrt": 0.5, "rsqrt": 1.5}
 DOUBLE_ULP = {"exp": 1, "exp2": 1, "expm1": 2, "log": 1, "log1p": 2, "tanh": 3, "erf": 2, "sigmoid": 2.5, "sqrt": 0.5, "rsqrt": 1.5}
 
 WRAPPERS = "\n".join(
@@ -54,13 +54,16 @@ WRAPPERS += "\n" + "\n".join(
 SOURCE = '#include "pyree_build/math_inline.h"\n' + WRAPPERS + "\n"
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
+# The bounds are stated for the arch's baseline (on x86-64: no FMA, every product rounded) and hold
+# on this machine's CPU too (zig's default, where clang contracts the polynomials into FMAs).
+@pytest.fixture(scope="module", params=["baseline", "native"])
+def lib(tmp_path_factory, request):
     out = tmp_path_factory.mktemp("math_inline")
     (out / "vec.c").write_text(SOURCE)
     zig = toolchain.c_compiler("zig")
     command = [
         *zig.argv,
+        f"-mcpu={request.param}",
         "-std=c17",
         "-O2",
         "-fPIC",
@@ -261,7 +264,7 @@ def test_pow_within_its_stated_bound_and_special_cases(lib):
     assert (err <= bound).all(), (x[worst], y[worst], got[worst], ref[worst], err[worst], bound[worst])
     with np.errstate(divide="ignore", invalid="ignore"):  # x = 0: |y log2 x| is inf or nan, not small
         small = np.abs(y * np.log2(np.abs(x.astype(np.float64)))) <= 1
-    assert err[small].max() <= 1.5
+    assert err[small].max() <= 2
     # C99 Annex F's special cases, against numpy's (the C library's) pow.
     values = np.float32([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, np.inf, -np.inf, np.nan, 3.0, -3.0])
     a, b = (v.ravel() for v in np.meshgrid(values, values))

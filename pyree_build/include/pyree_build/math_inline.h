@@ -22,8 +22,8 @@
  * only makes them rounder):
  *
  *   function    float: bound (seen)   double: bound   notes
- *   exp         1    (0.92)           1
- *   exp2        1    (0.86)           1
+ *   exp         1.25 (1.14)           1
+ *   exp2        1.25 (1.07)           1
  *   expm1       1.5  (1.38)           2
  *   log         1    (0.76)           1
  *   log1p       1.5  (1.44)           2
@@ -33,7 +33,7 @@
  *   sqrt        0.5                   0.5               the instruction
  *   rsqrt       1.5  (1.49)           1.5               1 / sqrt
  *   pow         1.5 + 2.5 |y log2 m|  2 + |y ln x|      m: x's mantissa in [sqrt(1/2), sqrt(2));
- *                                                       float: <= 1.5 where |y log2 x| <= 1
+ *                                                       float: <= 2 where |y log2 x| <= 1
  *   powi        repeated squaring, one rounding per step (as LLVM's powi)
  *   floor, ceil, trunc, round, roundeven, fabs, copysign, min/max forms: exact
  *
