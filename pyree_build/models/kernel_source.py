@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,9 @@ def _fused_kernel(function: Any, rep: spec.Replacement, members: list[int], cons
         if rep.dynamic:
             return None
         rows = _row_kernel(k, rep, member_ops, result, [ops[i] for i in constants])
-        return rows if rows is not None else _tiles_then_rows(function, rep, members, [ops[i] for i in constants])
+        if rows is None:
+            rows = _tiles_then_rows(function, rep, members, [ops[i] for i in constants])
+        return rows if rows is not None else _tiles_rows_tiles(function, rep, members, [ops[i] for i in constants])
     # A result stored moved is not stored in rows; a spec for any sizes has no fixed row to fold.
     plan = loopnest.schedule(nest, fold=relayout is None and gather is None and not rep.dynamic)
     fields = c_reference.parameters(group.inputs, list(group.root.results), [], [_value_name(v) for v in group.inputs])
@@ -248,19 +251,41 @@ def _tiles_then_rows(function: Any, rep: spec.Replacement, members: list[int], c
 
 
 def _tiles_then_rows_at(function: Any, rep: spec.Replacement, members: list[int], constants: list[Any], n: int, *, store: bool) -> c_reference.Kernel | None:
-    """`_tiles_then_rows` with the tiled nest computing member op `n`'s result, from the member
-    ops it depends on (in program order: the ops a reduction of the rows starts from may come
-    before it); the others are the row-wise nest's."""
+    """`_tiles_then_rows` with the tiled nest computing member op `n`'s result."""
     k, member_ops, result = _kernel_of(function, rep, members)
-    computed = member_ops[n].results[0]
+    plan = _emit_tiles_then_rows(k, rep, member_ops, member_ops[n].results[0], result, constants, store=store, scratch=[])
+    if plan is None:
+        return None
+    rep.scratch = []
+    rep.workgroups = plan.workgroups
+    k.form = (
+        "The group's ops in two fused loop nests: the first, tiled into register blocks, computes its rows into the result;"
+        " the second's passes then run over each of those rows in place (the schedule's knobs below)."
+    )
+    return k
+
+
+def _split(member_ops: list[Any], value: Any) -> tuple[list[Any], list[Any]]:
+    """The member ops `value` depends on (its own included) and the others, each in program order."""
     producer = {r: op for op in member_ops for r in op.results}
-    needed, pending = set(), [member_ops[n]]
+    needed, pending = set(), [producer[value]]
     while pending:
         op = pending.pop()
         if op not in needed:
             needed.add(op)
             pending += [producer[v] for v in op.operands if v in producer]
-    head, tail = [op for op in member_ops if op in needed], [op for op in member_ops if op not in needed]
+    return [op for op in member_ops if op in needed], [op for op in member_ops if op not in needed]
+
+
+def _emit_tiles_then_rows(
+    k: c_reference.Kernel, rep: spec.Replacement, member_ops: list[Any], computed: Any, result: Any, constants: list[Any], *, store: bool, scratch: list[Any]
+) -> loopnest.Schedule | None:
+    """The tiled nest computing `computed` from the ops of `member_ops` it depends on (in
+    program order: the ops a reduction of the rows starts from may come before it) into
+    `result`'s buffer, then the row-wise nest of the others computing `result` there in place,
+    emitted into `k`; the tiled nest's schedule, or None where the ops do not split so.
+    `scratch`: the group's values the kernel keeps in buffers of their own (arguments)."""
+    head, tail = _split(member_ops, computed)
     produced = {r for op in head for r in op.results}
     if not tail or result in produced or {v for op in tail for v in op.operands if v in produced} != {computed}:
         return None
@@ -277,20 +302,125 @@ def _tiles_then_rows_at(function: Any, rep: spec.Replacement, members: list[int]
         return None  # a tile's rows must be the result's rows, in order, for the row passes to find them
     plan.reuse_order = None
     k.buffers[computed] = k.buffers[result]
-    fields = c_reference.parameters(rep.group.inputs, list(rep.group.root.results), [], [_value_name(v) for v in rep.group.inputs])
+    fields = c_reference.parameters(rep.group.inputs, list(rep.group.root.results), scratch, [_value_name(v) for v in rep.group.inputs])
     try:
         c_tiled.emit(k, nest, plan, name=rep.name, fields=fields, constants=constants, out=k.buffers[result])
-        tile_rows = plan.knobs[0].name
-        c_rows.emit_after_tiles(k, rows, loopnest.schedule_rows(rows), computed=computed, tile_rows=tile_rows, constants=constants, store=store)
+        c_rows.emit_after_tiles(k, rows, loopnest.schedule_rows(rows), computed=computed, tile_rows=plan.knobs[0].name, constants=constants, store=store)
     except emitter.Unfused:
         return None
-    rep.scratch = []
-    rep.workgroups = plan.workgroups
-    k.form = (
-        "The group's ops in two fused loop nests: the first, tiled into register blocks, computes its rows into the result;"
-        " the second's passes then run over each of those rows in place (the schedule's knobs below)."
-    )
+    return plan
+
+
+def _row_count(nest: loopnest.Nest, plan: loopnest.Schedule) -> int | None:
+    extents = [nest.extents[d] for d in plan.row_loops]
+    return None if None in extents else math.prod(e or 0 for e in extents)
+
+
+def _tiles_rows_tiles(function: Any, rep: spec.Replacement, members: list[int], constants: list[Any]) -> c_reference.Kernel | None:
+    """A tiled nest and the row-wise nest reading it (as `_tiles_then_rows`), then a reduction
+    nest reading their value row by row (attention's scores, Softmax and product with V merged,
+    --ops 5+6+7): the first two compute that value into a scratch buffer, then each workgroup
+    runs the last nest over the rows its own tiles computed. None where the group does not split
+    so (the per-op reference is generated)."""
+    _, member_ops, result = _kernel_of(function, rep, members)
+    reduces = [op for op in member_ops if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])]
+    if len(reduces) < 3:
+        return None  # a reduction in the first nest, one in the rows' and the last nest's
+    produced = {r for op in member_ops for r in op.results}
+    # what the last reduction reads of the other nests' work (not an input broadcast for it)
+    read = [
+        v
+        for v in reduces[-1].operands[: len(reduces[-1].operands) - len(reduces[-1].results)]
+        if v in produced and any(op in reduces for op in _split(member_ops, v)[0])
+    ]
+    if len(read) != 1 or read[0] == result:
+        return None
+    everything = rep.scratch
+    rep.scratch = [program.value_at(program.position(read[0], function), rep.group.function)]  # the one buffer the kernel keeps
+    k = _tiles_rows_tiles_through(function, rep, members, constants, read[0])
+    if k is None:
+        rep.scratch = everything
     return k
+
+
+def _tiles_rows_tiles_through(function: Any, rep: spec.Replacement, members: list[int], constants: list[Any], rows_value: Any) -> c_reference.Kernel | None:
+    """`_tiles_rows_tiles` with `rows_value` the value the first two nests compute into the
+    scratch buffer (rep.scratch) and the last reads."""
+    k, member_ops, result = _kernel_of(function, rep, members)
+    first, rest = _split(member_ops, rows_value)
+    producer = {r: op for op in first for r in op.results}
+    # An op of the first nests that reads nothing the group computes (a zero fill, which the IR
+    # shares between two products of one shape: a head as wide as the sequence) is computed
+    # again in the last; anything else of theirs it reads is another row's work.
+    shared = {producer[v] for op in rest for v in op.operands if v in producer and v != rows_value}
+    computed = {r for op in member_ops for r in op.results}
+    if any(v in computed for op in shared for v in op.operands) or rows_value not in {v for op in rest for v in op.operands}:
+        return None
+    rest = [op for op in member_ops if op in rest or op in shared]
+    nest, relayout = _last_nest(rest, result, k.buffers)
+    if nest is None or nest.reduction is None or not _reads_its_own_rows(nest, rows_value):
+        return None
+    plan = loopnest.schedule(nest, fold=False)
+    if plan.row_loops != nest.result_loops[:-1] or plan.vector_loop != nest.result_loops[-1]:
+        return None  # its rows in the result's order, as the first nest's are
+    if _row_count(nest, plan) != math.prod(d or 0 for d in program.shape(rows_value.type)[:-1]):
+        return None
+    reduces = [n for n, op in enumerate(first) if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])]
+    shape = program.shape(rows_value.type)
+    cuts = [n for n in range(reduces[0], reduces[-1]) if len(first[n].results) == 1 and program.shape(first[n].results[0].type) == shape]
+    fields = c_reference.parameters(rep.group.inputs, list(rep.group.root.results), rep.scratch, [_value_name(v) for v in rep.group.inputs])
+    for n in reversed(cuts[-MAX_CUTS:]):
+        for store in (True, False):
+            attempt = _kernel_of(function, rep, members)[0]
+            head = _emit_tiles_then_rows(attempt, rep, first, first[n].results[0], rows_value, constants, store=store, scratch=rep.scratch)
+            if head is None:
+                continue
+            try:
+                c_tiled.emit_last(
+                    attempt, nest, plan, name=rep.name, fields=fields, constants=constants, out=attempt.buffers[result],
+                    rows_of=head.knobs[0].name, reads=rows_value, relayout=relayout,
+                )  # fmt: skip
+            except emitter.Unfused:
+                continue
+            rep.workgroups = head.workgroups
+            attempt.form = (
+                "The group's ops in three fused loop nests: the first, tiled into register blocks, computes its rows into a scratch"
+                " buffer; the second's passes run over each of those rows in place; the third, tiled, computes the result from the"
+                " rows this workgroup computed (the schedule's knobs below)."
+            )
+            return attempt
+    return None
+
+
+def _last_nest(ops: list[Any], result: Any, buffers: dict[Any, c_reference.Buffer]) -> tuple[loopnest.Nest | None, loopnest.Relayout | None]:
+    """The nest of `ops` computing `result`, or of the ops before a layout change stored moved
+    (a product whose heads are then transposed and merged), with that move."""
+    nest = loopnest.build(ops, result, buffers)
+    if nest is not None:
+        return nest, None
+    peeled = loopnest.peel_layout(ops, result)
+    if peeled is None:
+        return None, None
+    return loopnest.build(peeled[0], peeled[1], buffers), peeled[2].forward
+
+
+def _reads_its_own_rows(nest: loopnest.Nest, value: Any) -> bool:
+    """Whether the nest reads `value` only in its reduction, at its own row and the reduction
+    step: element (rows..., k) for a result row (rows...). Another workgroup's rows, or a row
+    read at any other point, may not be computed yet when this workgroup reads it."""
+    stage = nest.reduction
+    if stage is None or any(value in s.op.operands for s in nest.stages.values()):
+        return False
+    inputs = list(stage.op.operands[: stage.n_ins])
+    if value not in inputs:
+        return False
+    rows, reduction = nest.result_loops[:-1], set(nest.reduction_loops)
+    for n, operand in enumerate(inputs):
+        if operand == value:
+            loops = [loopnest.loop_of(e) for e in stage.maps[n]]
+            if loops[:-1] != rows or loops[-1] not in reduction:
+                return False
+    return True
 
 
 def _read_through_reshapes(member_ops: list[Any], inputs: set[Any], buffers: dict[Any, c_reference.Buffer], dynamic: bool) -> list[Any]:

@@ -207,10 +207,17 @@ class TiledEmitter(NestEmitter):
         self.shared_rows: list[str] = []
         # A full tile's columns: the column knob, or PYREE_FULL_COLS where a row is narrower (emit).
         self.full_columns = ""
+        # A nest emitted after another tiled nest and its row passes, in one kernel (emit_last):
+        # its macros and tile function take this suffix, its rows are those of the
+        # first nest's tiles that this workgroup computed (`rows_of`: that nest's tile-rows
+        # knob), and it reads `stored_before`, the value those passes left in a scratch buffer.
+        self.suffix = ""
+        self.rows_of: str | None = None
+        self.stored_before: Any = None
 
     def load(self, value: Any, coords: list[str], indent: str) -> str:
         buffer = self.k.buffers.get(value)
-        if buffer is None or buffer.pointer is None or buffer.pointer.startswith(("out", "tmp")):
+        if buffer is None or buffer.pointer is None or (buffer.pointer.startswith(("out", "tmp")) and value != self.stored_before):
             raise Unfused("a value that is neither an input, a constant nor computed by the nest")
         name = self.k.fresh("a")
         self.line(indent, f"const {buffer.ctype} {name} = {self._load(buffer, coords)};")
@@ -263,7 +270,7 @@ class TiledEmitter(NestEmitter):
             return load
         # A stepped load that also moves with the tile's rows gets a panel per row, or one for all
         # where the rows share the coordinates it reads (PYREE_SHARED_AT macros, constant per build).
-        shared = " && ".join(f"PYREE_SHARED_AT{n}" for n, index in rows if index == f"PYREE_SHARED_AT{n} ? 0 : r")
+        shared = " && ".join(self._shared_name(n) for n, index in rows if index == f"{self._shared_name(n)} ? 0 : r")
         if rows and (not shared or any(index == "r" for _, index in rows)):
             shared = "0"  # some coordinate always differs from row to row
         for pack in self.packs:
@@ -277,10 +284,10 @@ class TiledEmitter(NestEmitter):
         """The tile function (into the preamble, after the knobs) and the kernel's loop over its
         workgroup's tiles (into the kernel's body), which calls it with constant sizes for a full
         tile (so it unrolls and vectorizes) and with the edge's sizes otherwise: one body to edit."""
-        nest, plan = self.nest, self.plan
+        plan = self.plan
         rows_knob, cols_knob = (knob.name for knob in plan.knobs)
         narrow = self._full_columns(cols_knob)
-        cols_knob = "PYREE_FULL_COLS" if narrow else cols_knob
+        cols_knob = f"PYREE_FULL_COLS{self.suffix}" if narrow else cols_knob
         self.full_columns = cols_knob
         passed = [f for f in fields if not f.name.endswith("_offset") and not f.name.startswith("workgroup_")]
         params = ", ".join(f"{f.ctype} restrict {f.name}" if f.ctype.endswith("*") else f"{f.ctype} {f.name}" for f in passed)
@@ -300,33 +307,58 @@ class TiledEmitter(NestEmitter):
             f"// One tile of the result: rows row0 .. row0 + nr - 1 (at most {rows_knob}), columns col0 .. col0 + nc - 1",
             f"// (at most {cols_knob}). A full tile is computed with the knobs' constant sizes (inlined), so it is",
             "// unrolled and vectorized; the result's edge takes the same code with its own sizes.",
-            f"static inline __attribute__((always_inline)) PYREE_WIDE_VECTORS void {name}_tile(\n    {params},\n    int64_t row0, int64_t col0, int64_t nr, int64_t nc) {{",
+            f"static inline __attribute__((always_inline)) PYREE_WIDE_VECTORS void {name}_tile{self.suffix}(\n    {params},\n    int64_t row0, int64_t col0, int64_t nr, int64_t nc) {{",
             *tile_lines,
             "}",
         ]
-        call = ", ".join(f.name for f in passed)
-        row_sizes = [nest.sizes[d] for d in plan.row_loops]
-        rows = " * ".join(f"(int64_t){s}" for s in row_sizes) or "1"
-        self.k.lines += [
-            f"  // One nest ({', '.join(nest.kinds)} loops), in tiles; this workgroup computes its share of the row tiles.",
-            f"  const int64_t rows = {rows}, cols = {self._columns()[0]};",
-            f"  const int64_t row_tiles = (rows + {rows_knob} - 1) / {rows_knob};",
-            "  const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;",
-            "  const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;",
-            "  for (int64_t tile = first_tile; tile < end_tile; ++tile) {",
-            f"    const int64_t row0 = tile * {rows_knob};",
-            f"    const int64_t nr = rows - row0 < {rows_knob} ? rows - row0 : {rows_knob};",
+        call = f"{name}_tile{self.suffix}({', '.join(f.name for f in passed)}, row0, col0"
+        self.k.lines += self._workgroup_loop(call, rows_knob, cols_knob)
+
+    def _workgroup_loop(self, call: str, rows_knob: str, cols_knob: str) -> list[str]:
+        """The kernel's loop over its workgroup's tiles: its share of the row tiles, or after
+        another tiled nest (`rows_of`), the rows of its share of that nest's tiles. `call`: the
+        tile function's call up to its last two arguments (the tile's sizes)."""
+        nest, plan = self.nest, self.plan
+        rows = " * ".join(f"(int64_t){nest.sizes[d]}" for d in plan.row_loops) or "1"
+        columns = [
             f"    for (int64_t next = 0; next < cols; next += {cols_knob}) {{",
             "      // Where the row holds a full tile, its last tile ends at the row's edge, overlapping the tile before",
             "      // (whose columns it computes again, alike): a full tile, not an edge tile of variable width.",
             f"      const int64_t col0 = cols - next < {cols_knob} && cols >= {cols_knob} ? cols - {cols_knob} : next;",
             f"      const int64_t nc = cols - col0 < {cols_knob} ? cols - col0 : {cols_knob};",
             f"      if (nr == {rows_knob} && nc == {cols_knob}) {{",
-            f"        {name}_tile({call}, row0, col0, {rows_knob}, {cols_knob});",
+            f"        {call}, {rows_knob}, {cols_knob});",
             "      } else {",
-            f"        {name}_tile({call}, row0, col0, nr, nc);",
+            f"        {call}, nr, nc);",
             "      }",
             "    }",
+        ]
+        if self.rows_of is None:
+            return [
+                f"  // One nest ({', '.join(nest.kinds)} loops), in tiles; this workgroup computes its share of the row tiles.",
+                f"  const int64_t rows = {rows}, cols = {self._columns()[0]};",
+                f"  const int64_t row_tiles = (rows + {rows_knob} - 1) / {rows_knob};",
+                "  const int64_t first_tile = row_tiles * workgroup_id / workgroup_count;",
+                "  const int64_t end_tile = row_tiles * (workgroup_id + 1) / workgroup_count;",
+                "  for (int64_t tile = first_tile; tile < end_tile; ++tile) {",
+                f"    const int64_t row0 = tile * {rows_knob};",
+                f"    const int64_t nr = rows - row0 < {rows_knob} ? rows - row0 : {rows_knob};",
+                *columns,
+                "  }",
+            ]
+        first = self.rows_of
+        return [
+            "  {",
+            f"  // The last nest ({', '.join(nest.kinds)} loops), in tiles, over the rows of this workgroup's tiles of the first,",
+            "  // whose row passes it has run: another workgroup's rows may not be computed yet.",
+            f"  const int64_t rows = {rows}, cols = {self._columns()[0]};",
+            f"  const int64_t first_row = (rows + {first} - 1) / {first} * workgroup_id / workgroup_count * {first};",
+            f"  const int64_t tiles_end = (rows + {first} - 1) / {first} * (workgroup_id + 1) / workgroup_count * {first};",
+            "  const int64_t end_row = tiles_end < rows ? tiles_end : rows;",
+            f"  for (int64_t row0 = first_row; row0 < end_row; row0 += {rows_knob}) {{",
+            f"    const int64_t nr = end_row - row0 < {rows_knob} ? end_row - row0 : {rows_knob};",
+            *columns,
+            "  }",
             "  }",
         ]
 
@@ -353,7 +385,7 @@ class TiledEmitter(NestEmitter):
         return [
             *folded,
             f"// A full tile's columns: PYREE_TILE_COLS, or the whole row where it is narrower ({columns}).",
-            f"#define PYREE_FULL_COLS ({columns} < {cols_knob} ? {columns} : {cols_knob})",
+            f"#define PYREE_FULL_COLS{self.suffix} ({columns} < {cols_knob} ? {columns} : {cols_knob})",
         ]
 
     def _columns(self) -> tuple[str, int | None, list[str]]:
@@ -396,14 +428,17 @@ class TiledEmitter(NestEmitter):
             cases.append(f"({condition} && {divides})" if condition else divides)
         return f"({' || '.join(cases)})" if cases else ""
 
+    def _shared_name(self, n: int | str) -> str:
+        return f"PYREE_SHARED_AT{n}{self.suffix}"
+
     def tile(self, rows_knob: str, cols_knob: str, indent: str) -> None:
         nest, plan = self.nest, self.plan
         loops = ["0"] * len(nest.sizes)
         for n, d in enumerate(plan.row_loops):
             shared = self._shared_row(n, rows_knob)
             if shared:
-                self.shared_rows.append(f"#define PYREE_SHARED_AT{n} {shared}")
-            loops[d] = f"at{n}[PYREE_SHARED_AT{n} ? 0 : r]" if shared else f"at{n}[r]"
+                self.shared_rows.append(f"#define {self._shared_name(n)} {shared}")
+            loops[d] = f"at{n}[{self._shared_name(n)} ? 0 : r]" if shared else f"at{n}[r]"
         for d, part in zip(plan.columns or [plan.vector_loop], self.column_parts()):
             loops[d] = part
         for d in plan.reduction_loops:
@@ -533,3 +568,28 @@ def emit(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *,
     knobs = knob_lines(plan.knobs, tiled.ctype, tiled.full_columns, pack=packed, reorder=plan.reuse_order is not None)
     k.preamble = [*knobs, *(pack_strided_lines(tiled.full_columns) if stepped else []), *k.preamble]
     k.attributes = "PYREE_WIDE_VECTORS "
+
+
+LAST_NEST = "_2"  # the suffix of the macros and tile function of a kernel's second tiled nest
+
+
+def emit_last(k: c_reference.Kernel, nest: loopnest.Nest, plan: loopnest.Schedule, *, name: str, fields: list[c_reference.Parameter], constants: list[Any],
+              out: c_reference.Buffer, rows_of: str, reads: Any, relayout: loopnest.Relayout | None = None) -> None:  # fmt: skip
+    """A tiled nest after a tiled nest (`emit`, whose tile-rows knob is `rows_of`) and its row
+    passes (c_rows.emit_after_tiles), in the same kernel: each workgroup computes the rows that
+    its tiles of the first nest computed, reading `reads`, the value the passes left in a scratch
+    buffer, at those rows only (the caller checks that), and storing into `out` (moved by
+    `relayout`, as `emit` does). Its knobs are its own (PYREE_TILE_ROWS_2, ...), swept after the
+    first nest's; the knobs both nests share are declared once."""
+    plan = replace(plan, knobs=[replace(knob, name=knob.name + LAST_NEST, later=True) for knob in plan.knobs], reuse_order=None)
+    before, k.preamble = k.preamble, []
+    tiled = TiledEmitter(k, nest, plan, out)
+    tiled.suffix, tiled.rows_of, tiled.stored_before, tiled.relayout = LAST_NEST, rows_of, reads, relayout
+    tiled.emit(name, fields, constants)
+    declared = "\n".join(before)
+    shared = []
+    if "PYREE_PACK_K" in "\n".join([*k.preamble, *k.lines]) and f"#ifndef {loopnest.PACK_K.name}" not in declared:
+        shared += _declaration(loopnest.PACK_K, _default_lines(loopnest.PACK_K))
+    if any(PACK_STRIDED in line for line in k.preamble) and f"#ifndef {PACK_STRIDED}" not in declared:
+        shared += pack_strided_lines(tiled.full_columns)
+    k.preamble = [*before, *own_knob_lines(plan.knobs), *shared, *k.preamble]
