@@ -2,7 +2,7 @@
 
     python benchmarks/kernels.py [--cases dense128,dense256,softmax] [--rounds 7] [--devices local-sync,local-task]
                                  [--cpu generic|host] [--tune-budget 20] [--no-tune] [--keep DIR]
-    python benchmarks/kernels.py --models user,encoder,squeezenet,bottleneck [--groups] [--only REGEX] [--rounds 5] [--devices ...]
+    python benchmarks/kernels.py --models user,encoder,squeezenet,bottleneck [--groups [--units 5+6+7,7]] [--only REGEX] [--rounds 5] [--devices ...]
                                  [--cpu generic|host] [--tune-budget 8] [--no-tune | --tune-in alone|model] [--keep DIR]
 
 The cases (issue 36's targets):
@@ -409,6 +409,19 @@ def _plugin_cpu(args: argparse.Namespace) -> str:
     return "baseline" if args.cpu == "generic" else "host"
 
 
+def _named_units(replaceable: list[OpGroup], names: str) -> list[Unit]:
+    """The kernels `--units` names (`5+6+7,7`: groups, merged where joined by +), as `replace --ops` takes them."""
+    by_index = {g.index: g for g in replaceable}
+    units: list[Unit] = []
+    for name in names.split(","):
+        numbers = [int(n) for n in name.split("+")]
+        missing = [n for n in numbers if n not in by_index]
+        if missing:
+            raise SystemExit(f"--units {name}: no replaceable group {missing[0]} (groups {sorted(by_index)})")
+        units.append(tuple(by_index[n] for n in numbers) if len(numbers) > 1 else by_index[numbers[0]])
+    return units
+
+
 def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
     """Each replaceable group of a model (merges as run_model makes them) as a program of its
     own (models/isolate.py): IREE's module of exactly those ops against the generated kernel,
@@ -417,7 +430,8 @@ def run_groups(name: str, work: Path, args: argparse.Namespace) -> None:
     about, build, _ = MODELS[name]
     model = Path(onnx_models.save(build(), work / f"{name}.onnx"))
     mlir = pb.import_onnx(model, work / f"{name}.mlir", force=True)
-    units = _merged(mlir, [g for g in pb.ops(mlir) if g.replaceable], work)
+    replaceable = [g for g in pb.ops(mlir) if g.replaceable]
+    units = _merged(mlir, replaceable, work) if not args.units else _named_units(replaceable, args.units)
     print(f"\n{about}: each of {len(units)} kernels against IREE's module of the same ops, cpu {args.cpu}, {args.rounds} rounds alternated")
     for unit in units:
         members, tag, label = _members(unit), _tag(unit), _label(unit)
@@ -460,6 +474,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--groups", action="store_true", help="with --models: each group as a program of its own against IREE's module of the same ops, untuned and tuned"
+    )
+    parser.add_argument(
+        "--units", help="with --groups: the kernels to cut out, as `replace --ops` names them (5+6+7,7), instead of the merges the whole-model run makes"
     )
     args = parser.parse_args()
     if args.keep:
