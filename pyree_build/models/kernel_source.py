@@ -223,6 +223,11 @@ def _kernel_of(function: Any, rep: spec.Replacement, members: list[int]) -> tupl
     return k, member_ops, program.value_at(program.position(group.root.results[0], group.function), function)
 
 
+def _reduces(op: Any) -> bool:
+    """Whether a generalised member op has a reduction loop (each nest of a split needs one)."""
+    return bool(op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"]))
+
+
 MAX_CUTS = 8  # values `_tiles_then_rows` tries as the one the tiled nest computes
 
 
@@ -235,7 +240,7 @@ def _tiles_then_rows(function: Any, rep: spec.Replacement, members: list[int], c
     took 3.3 ms, against 75 + 23 us for the two kernels apart."""
     _, member_ops, result = _kernel_of(function, rep, members)
     shape = program.shape(result.type)
-    reduces = [n for n, op in enumerate(member_ops) if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])]
+    reduces = [n for n, op in enumerate(member_ops) if _reduces(op)]
     if len(reduces) < 2:
         return None  # one reduction at least in each nest
     # Values of the result's shape between the first reduction and the last, the last first: the
@@ -323,7 +328,7 @@ def _tiles_rows_tiles(function: Any, rep: spec.Replacement, members: list[int], 
     runs the last nest over the rows its own tiles computed. None where the group does not split
     so (the per-op reference is generated)."""
     _, member_ops, result = _kernel_of(function, rep, members)
-    reduces = [op for op in member_ops if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])]
+    reduces = [op for op in member_ops if _reduces(op)]
     if len(reduces) < 3:
         return None  # a reduction in the first nest, one in the rows' and the last nest's
     produced = {r for op in member_ops for r in op.results}
@@ -365,7 +370,7 @@ def _tiles_rows_tiles_through(function: Any, rep: spec.Replacement, members: lis
         return None  # its rows in the result's order, as the first nest's are
     if _row_count(nest, plan) != math.prod(d or 0 for d in program.shape(rows_value.type)[:-1]):
         return None
-    reduces = [n for n, op in enumerate(first) if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])]
+    reduces = [n for n, op in enumerate(first) if _reduces(op)]
     shape = program.shape(rows_value.type)
     cuts = [n for n in range(reduces[0], reduces[-1]) if len(first[n].results) == 1 and program.shape(first[n].results[0].type) == shape]
     fields = c_reference.parameters(rep.group.inputs, list(rep.group.root.results), rep.scratch, [_value_name(v) for v in rep.group.inputs])
